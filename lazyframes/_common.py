@@ -1,0 +1,237 @@
+"""Validation and geometry shared by the compiled core and its pure-NumPy twin.
+
+Everything here runs on cold paths (pool creation, first use of a layout, errors),
+so both implementations raise the very same exceptions with the very same messages.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+#: The three ways to lay out k frames of shape ``S`` (see DESIGN.md, "Layouts").
+#:
+#: - ``"last"``: concatenate on the last (channel) axis, ``(..., C) -> (..., k*C)``,
+#:   as baselines' ``LazyFrames``/``FrameStack`` (the default, so it is a drop-in);
+#: - ``"first"``: concatenate on the first (channel) axis, ``(C, H, W) -> (k*C, H, W)``,
+#:   as SB3's ``VecFrameStack(channels_order="first")`` and EnvPool;
+#: - ``"stack"``: stack on a new leading axis, ``S -> (k, *S)``, as Gymnasium's
+#:   ``FrameStackObservation`` and PyTorch's ``(k, H, W)``.
+LAYOUTS = ("last", "first", "stack")
+
+#: Default size of one arena chunk of a FramePool, in bytes (148 Atari frames of 84x84).
+DEFAULT_CHUNK_BYTES = 1 << 20
+
+# dtypes the fused conversion kernels know (kind, itemsize); any other numeric dtype
+# can still be stored and copied out unconverted.
+_CONVERTIBLE = frozenset(
+    np.dtype(t) for t in (
+        np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
+        np.int64, np.uint64, np.float32, np.float64,
+    )
+)
+
+
+def frame_dtype(dtype) -> np.dtype:
+    """Normalise and check the dtype of stored frames.
+
+    Raises:
+        TypeError: for object, string, void/structured or datetime dtypes.
+    """
+    dt = np.dtype(dtype)
+    if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
+        raise TypeError(
+            f"frames must have a fixed numeric dtype (bool, int, uint, float, complex), got {dt}"
+        )
+    return dt.newbyteorder("=")
+
+
+def frame_shape(shape) -> tuple:
+    """Normalise and check a frame shape: a tuple of positive ints.
+
+    Raises:
+        TypeError: if ``shape`` is not a sequence of integers.
+        ValueError: if any dimension is not positive.
+    """
+    try:
+        shape = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"frame shape must be a tuple of ints, got {shape!r}") from None
+    if any(d <= 0 for d in shape):
+        raise ValueError(f"frame shape {shape} has a dimension that is not positive")
+    return shape
+
+
+def check_layout(layout: str, shape: tuple) -> None:
+    """Reject a layout that does not fit frames of ``shape`` (case C06 of CASES.md).
+
+    ``"last"`` concatenates on the channel axis, so that axis must be last: it must be
+    (one of) the smallest, as SB3's ``is_image_space_channels_first`` decides; 1-D frames
+    (feature vectors) are fine. ``"first"`` is the mirror image. 2-D frames such as
+    ``(84, 84)`` have no channel axis: concatenating would glue them along a spatial axis.
+
+    Raises:
+        ValueError: naming the frame shape and the layout to use instead.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout == "stack" or len(shape) == 1:
+        return
+    if len(shape) == 0:
+        raise ValueError(
+            f"scalar frames cannot be concatenated (layout={layout!r}); use layout='stack'"
+        )
+    if len(shape) == 2:
+        raise ValueError(
+            f"frames of shape {shape} have no channel axis: layout={layout!r} would glue "
+            f"them along a spatial axis; use layout='stack' for {(4,) + shape}-style "
+            f"observations, or give the frames a channel axis, e.g. {shape + (1,)}"
+        )
+    axis = -1 if layout == "last" else 0
+    if shape[axis] > min(shape):
+        other = "first" if layout == "last" else "last"
+        raise ValueError(
+            f"frames of shape {shape} look channels-{other} (the smallest axis is not the "
+            f"{layout} one): layout={layout!r} would glue them along a spatial axis; "
+            f"use layout={other!r} or layout='stack'"
+        )
+
+
+def observation_shape(shape: tuple, k: int, layout: str) -> tuple:
+    """Shape of one observation of ``k`` frames of ``shape`` in ``layout``."""
+    if layout == "last":
+        return shape[:-1] + (k * shape[-1],)
+    if layout == "first":
+        return (k * shape[0],) + shape[1:]
+    return (k,) + shape
+
+
+def geometry(shape: tuple, layout: str) -> tuple:
+    """``(outer, inner)`` element counts of the copy kernel for one frame.
+
+    Frame j of an observation lands, for each ``p < outer``, in the ``inner`` elements
+    starting at ``(p * k + j) * inner``. ``"first"`` and ``"stack"`` have the same bytes
+    (a frame is one contiguous block); ``"last"`` interleaves channels.
+    """
+    n = math.prod(shape)
+    if layout == "last":
+        return n // shape[-1], shape[-1]
+    return 1, n
+
+
+def output_dtype(src: np.dtype, dtype, scale) -> np.dtype:
+    """The dtype a copy out produces, checking the fused conversion is supported.
+
+    Conversions follow NumPy's ``casting="same_kind"`` (so no float to int, and no
+    signed to unsigned), computed as ``out = dtype(frame) * dtype(scale)``, exactly as
+    ``np.asarray(obs).astype(dtype) * dtype.type(scale)``.
+
+    Raises:
+        TypeError: for an unsupported conversion, or ``scale`` with a non-float dtype.
+    """
+    dst = src if dtype is None else np.dtype(dtype)
+    if dst != src:
+        if not np.can_cast(src, dst, casting="same_kind"):
+            raise TypeError(
+                f"cannot convert frames of dtype {src} to {dst} (only 'same_kind' casts, "
+                f"e.g. uint8 -> float32, are fused into the copy)"
+            )
+        if src not in _CONVERTIBLE or dst not in _CONVERTIBLE:
+            raise TypeError(f"no fused conversion from {src} to {dst}")
+    if scale is not None:
+        if dst.kind != "f" or dst not in _CONVERTIBLE:
+            raise TypeError(
+                f"scale needs a float32 or float64 output dtype, got {dst}; "
+                f"pass dtype=np.float32"
+            )
+        if not isinstance(scale, (int, float, np.integer, np.floating)) or isinstance(scale, bool):
+            raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
+    return dst
+
+
+def check_out(out, shape: tuple, dtype: np.dtype) -> None:
+    """Check a caller's output array before anything is written to it.
+
+    Raises:
+        TypeError: if ``out`` is not an ndarray or has the wrong dtype.
+        ValueError: if it has the wrong shape, is not C-contiguous, or is read-only.
+    """
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    if out.shape != shape:
+        raise ValueError(f"out has shape {out.shape}, expected {shape}")
+    if out.dtype != dtype:
+        raise TypeError(f"out has dtype {out.dtype}, expected {dtype}")
+    if not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous (use np.ascontiguousarray or a fresh np.empty)")
+    if not out.flags.writeable:
+        raise ValueError("out is read-only")
+    if not out.flags.aligned:
+        raise ValueError("out is not aligned")
+
+
+def as_frame(frame, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """View any array-like as one frame of ``shape`` and ``dtype``, without copying if possible.
+
+    Accepts views, read-only and non-contiguous arrays; a frame in the other byte order is
+    converted. Any other dtype mismatch is rejected rather than silently cast.
+
+    Raises:
+        TypeError: object arrays, or a dtype that differs from the pool's.
+        ValueError: a shape that differs from the pool's.
+    """
+    arr = np.asarray(frame)
+    if arr.dtype.kind == "O":
+        raise TypeError("frame is an object array; frames must be numeric ndarrays")
+    if arr.dtype != dtype:
+        if arr.dtype.newbyteorder("=") == dtype:
+            arr = arr.astype(dtype)
+        else:
+            raise TypeError(f"frame has dtype {arr.dtype}, the pool stores {dtype}")
+    if arr.shape != shape:
+        raise ValueError(f"frame has shape {arr.shape}, the pool stores {shape}")
+    return arr
+
+
+def as_slots(slots, k=None) -> np.ndarray:
+    """Slot ids as an int64 array; ``k`` checks the last axis (the stack size).
+
+    Raises:
+        TypeError: non-integer slot ids.
+        ValueError: an empty stack or a wrong number of slots per observation.
+    """
+    arr = np.asarray(slots)
+    if arr.dtype.kind not in "iu":
+        if arr.size == 0 and arr.dtype.kind == "f":
+            arr = arr.astype(np.int64)
+        else:
+            raise TypeError(f"slot ids must be integers, got dtype {arr.dtype}")
+    arr = np.ascontiguousarray(arr, dtype=np.int64)
+    if k is not None and (arr.ndim == 0 or arr.shape[-1] != k):
+        raise ValueError(f"expected {k} slot ids per observation, got shape {arr.shape}")
+    return arr
+
+
+def index_frame(i, count: int) -> int:
+    """Normalise a frame/channel index like a sequence index.
+
+    Raises:
+        IndexError: out of range.
+    """
+    i = operator.index(i)
+    if i < 0:
+        i += count
+    if not 0 <= i < count:
+        raise IndexError(f"index {i} is out of range for {count} frames")
+    return i
+
+
+COPY_FALSE_MESSAGE = (
+    "a LazyFrames observation is not stored as one array, so it cannot be converted "
+    "without a copy (copy=False). Use np.asarray(obs) (copies once, as NumPy 2 expects), "
+    "or lazyframes.stack(observations, out=...) to fill a preallocated batch; the old "
+    "idiom np.array(obs, copy=False) meant 'copy only if needed', which is "
+    "np.asarray(obs) in NumPy 2"
+)

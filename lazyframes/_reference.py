@@ -1,0 +1,711 @@
+"""The pure-NumPy twin of the compiled core: readable specification, fallback and test oracle.
+
+Same public API, same allocation policy (so the same slot ids), same errors as
+``lazyframes._core``. It restates baselines' semantics with ``np.concatenate`` and
+Gymnasium's with ``np.stack``; it is selected with ``LAZYFRAMES_NO_EXTENSIONS=1`` or
+when the extension is not built.
+"""
+
+from __future__ import annotations
+
+import heapq
+import weakref
+
+import numpy as np
+
+from . import _common as C
+
+__all__ = ["FramePool", "LazyFrames", "stack", "default_pool"]
+
+
+class FramePool:
+    """A refcounted store of frames of one shape and dtype, in a chunked arena.
+
+    Each frame is copied in once (:meth:`push`) and lives in a slot until its refcount
+    drops to zero; the slot is then reused. Chunks hold ``max(1, chunk_bytes //
+    frame_bytes)`` slots and never move; a chunk whose slots are all free is returned
+    to the OS (one empty chunk is kept to avoid churn).
+
+    Args:
+        frame_shape: shape ``S`` of one frame, e.g. ``(84, 84, 1)``.
+        dtype: numeric dtype of the frames, e.g. ``np.uint8``.
+        chunk_bytes: size of one arena chunk in bytes (default 1 MiB).
+
+    Raises:
+        TypeError: non-numeric dtype or a shape that is not a tuple of ints.
+        ValueError: a non-positive dimension or ``chunk_bytes``.
+
+    Example:
+        >>> pool = FramePool((84, 84, 1), np.uint8)
+        >>> s = pool.push(np.zeros((84, 84, 1), np.uint8))
+        >>> pool.live_frames, pool.refcount(s)
+        (1, 1)
+        >>> pool.release(s); pool.live_frames
+        0
+    """
+
+    def __init__(self, frame_shape, dtype, *, chunk_bytes: int = C.DEFAULT_CHUNK_BYTES):
+        self._shape = C.frame_shape(frame_shape)
+        self._dtype = C.frame_dtype(dtype)
+        chunk_bytes = int(chunk_bytes)
+        if chunk_bytes <= 0:
+            raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+        self._frame_bytes = int(np.prod(self._shape, dtype=np.int64)) * self._dtype.itemsize
+        self._spc = max(1, chunk_bytes // self._frame_bytes)
+        self._data = []  # per chunk: ndarray (spc, *S) or None when released
+        self._ref = []  # per chunk: int64 refcounts or None
+        self._free = []  # per chunk: LIFO of free offsets (pops the lowest first)
+        self._live = []  # per chunk: live slots
+        self._in_heap = []
+        self._heap = []  # chunks with memory and a free slot (lazy deletion)
+        self._released = []  # ids of released chunks (a heap)
+        self._n_empty = 0  # chunks with memory and no live slot
+        self._n_alloc = 0
+        self._live_frames = 0
+        self._peak = 0
+        self._refs = weakref.WeakValueDictionary()  # slot -> _FrameRef, for pickling
+        self._by_id = {}  # id(ndarray) -> (weakref, slot): LazyFrames(list) dedupe
+
+    # -- properties ---------------------------------------------------------------
+    @property
+    def frame_shape(self) -> tuple:
+        """Shape ``S`` of one frame."""
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """dtype of the stored frames (native byte order)."""
+        return self._dtype
+
+    @property
+    def frame_bytes(self) -> int:
+        """Bytes of one frame."""
+        return self._frame_bytes
+
+    @property
+    def slots_per_chunk(self) -> int:
+        """Slots in one arena chunk."""
+        return self._spc
+
+    @property
+    def live_frames(self) -> int:
+        """Frames with a refcount above zero."""
+        return self._live_frames
+
+    @property
+    def live_bytes(self) -> int:
+        """Bytes of the live frames: ``live_frames * frame_bytes``."""
+        return self._live_frames * self._frame_bytes
+
+    @property
+    def capacity(self) -> int:
+        """Slots in chunks that currently hold memory."""
+        return self._n_alloc * self._spc
+
+    @property
+    def bytes_held(self) -> int:
+        """Bytes of frame memory currently held (whole chunks)."""
+        return self._n_alloc * self._spc * self._frame_bytes
+
+    @property
+    def peak_bytes(self) -> int:
+        """Largest :attr:`bytes_held` so far."""
+        return self._peak
+
+    def stats(self) -> dict:
+        """Live frames, capacity, frame bytes, bytes held and peak bytes, as a dict."""
+        return {
+            "live_frames": self.live_frames,
+            "live_bytes": self.live_bytes,
+            "capacity": self.capacity,
+            "frame_bytes": self._frame_bytes,
+            "bytes_held": self.bytes_held,
+            "peak_bytes": self._peak,
+        }
+
+    def __repr__(self):
+        return (
+            f"FramePool(frame_shape={self._shape}, dtype={self._dtype}, "
+            f"live_frames={self._live_frames}, bytes_held={self.bytes_held})"
+        )
+
+    def __reduce__(self):
+        raise TypeError(
+            "a FramePool cannot be pickled; pickle the observations (LazyFrames) or use "
+            "ReplayBuffer.save"
+        )
+
+    # -- slots --------------------------------------------------------------------
+    def _alloc(self) -> int:
+        heap = self._heap
+        while heap:
+            c = heap[0]
+            if self._data[c] is not None and self._live[c] < self._spc:
+                break
+            heapq.heappop(heap)
+            self._in_heap[c] = False
+        else:
+            if self._released:
+                c = heapq.heappop(self._released)
+            else:
+                c = len(self._data)
+                self._data.append(None)
+                self._ref.append(None)
+                self._free.append(None)
+                self._live.append(0)
+                self._in_heap.append(False)
+            self._data[c] = np.empty((self._spc,) + self._shape, self._dtype)
+            self._ref[c] = np.zeros(self._spc, np.int64)
+            self._free[c] = list(range(self._spc - 1, -1, -1))
+            self._n_alloc += 1
+            self._n_empty += 1
+            self._peak = max(self._peak, self.bytes_held)
+            heapq.heappush(heap, c)
+            self._in_heap[c] = True
+        off = self._free[c].pop()
+        if self._live[c] == 0:
+            self._n_empty -= 1
+        self._live[c] += 1
+        if self._live[c] == self._spc:
+            heapq.heappop(heap)
+            self._in_heap[c] = False
+        self._ref[c][off] = 1
+        self._live_frames += 1
+        return c * self._spc + off
+
+    def _free_slot(self, c: int, off: int) -> None:
+        self._free[c].append(off)
+        self._live[c] -= 1
+        self._live_frames -= 1
+        if not self._in_heap[c]:
+            heapq.heappush(self._heap, c)
+            self._in_heap[c] = True
+        if self._live[c] == 0:
+            if self._n_empty >= 1:
+                self._data[c] = self._ref[c] = self._free[c] = None
+                self._n_alloc -= 1
+                heapq.heappush(self._released, c)
+            else:
+                self._n_empty += 1
+
+    def _locate(self, slot) -> tuple:
+        """(chunk, offset) of a live slot; IndexError/ValueError otherwise."""
+        s = int(slot)
+        if not 0 <= s < len(self._data) * self._spc:
+            raise IndexError(f"slot {s} is out of range for this pool")
+        c, off = divmod(s, self._spc)
+        if self._data[c] is None or self._ref[c][off] == 0:
+            raise ValueError(f"slot {s} is free (its frame was released)")
+        return c, off
+
+    def _check_live(self, slots: np.ndarray) -> None:
+        for s in slots.ravel():
+            self._locate(s)
+
+    def push(self, frame) -> int:
+        """Copy one frame into a free slot and return its slot id.
+
+        The caller owns the one reference of the new slot and must :meth:`release` it
+        (or hand it to :meth:`lazy` and release its own). Views, read-only and
+        non-contiguous arrays are accepted; the frame is copied exactly once, so later
+        changes to the caller's array never reach the pool.
+
+        Raises:
+            TypeError: object arrays or a dtype other than :attr:`dtype`.
+            ValueError: a shape other than :attr:`frame_shape`.
+        """
+        arr = C.as_frame(frame, self._shape, self._dtype)
+        s = self._alloc()
+        c, off = divmod(s, self._spc)
+        self._data[c][off] = arr
+        return s
+
+    def _push_known(self, obj, arr) -> int:
+        """:meth:`push`, but reuse the slot of the same ndarray ``obj`` if its bytes are unchanged.
+
+        This is how ``LazyFrames(list_of_frames)`` stores a frame once when baselines'
+        FrameStack hands the same frame objects to k consecutive observations. The
+        cache holds no reference: a hit needs a live slot whose bytes equal the array's
+        now, so an env that rewrites its buffer in place (case C11) gets a fresh copy.
+        """
+        key = id(obj)
+        hit = self._by_id.get(key)
+        if hit is not None and hit[0]() is obj:
+            s = hit[1]
+            c, off = divmod(s, self._spc)
+            if (self._data[c] is not None and self._ref[c][off] > 0
+                    and self._data[c][off].tobytes() == arr.tobytes()):
+                self._ref[c][off] += 1
+                return s
+        s = self.push(arr)
+        if isinstance(obj, np.ndarray):
+            pool = weakref.ref(self)
+
+            def forget(wr, key=key):
+                p = pool()
+                if p is not None and p._by_id.get(key, (None,))[0] is wr:
+                    del p._by_id[key]
+
+            self._by_id[key] = (weakref.ref(obj, forget), s)
+        return s
+
+    def push_many(self, frames) -> np.ndarray:
+        """Copy ``n`` frames (an array of shape ``(n, *S)``) in; returns int64 slot ids ``(n,)``.
+
+        Raises:
+            TypeError, ValueError: as :meth:`push`, before any frame is stored.
+        """
+        arr = np.asarray(frames)
+        if arr.ndim != len(self._shape) + 1:
+            raise ValueError(
+                f"frames have shape {arr.shape}, expected (n, *{self._shape})"
+            )
+        arr = C.as_frame(arr, (arr.shape[0],) + self._shape, self._dtype)
+        return np.array([self.push(f) for f in arr], dtype=np.int64)
+
+    def retain(self, slots) -> None:
+        """Add one reference to each slot id in ``slots`` (an int or an int array).
+
+        Raises:
+            IndexError: a slot id out of range; ValueError: a free slot. Checked for
+            every id before any refcount changes.
+        """
+        arr = C.as_slots(slots)
+        self._check_live(arr)
+        for s in arr.ravel():
+            c, off = divmod(int(s), self._spc)
+            self._ref[c][off] += 1
+
+    def release(self, slots) -> None:
+        """Drop one reference from each slot id in ``slots``; a slot at zero is free again.
+
+        Raises:
+            IndexError, ValueError: as :meth:`retain`, and a ValueError if ``slots``
+            names a slot more often than it has references; nothing is released then.
+        """
+        arr = C.as_slots(slots)
+        self._check_live(arr)
+        ids, counts = np.unique(arr.ravel(), return_counts=True)
+        for s, n in zip(ids, counts):
+            c, off = divmod(int(s), self._spc)
+            if self._ref[c][off] < n:
+                raise ValueError(
+                    f"slot {int(s)} released {int(n)} times but has "
+                    f"{int(self._ref[c][off])} references"
+                )
+        for s in arr.ravel():
+            c, off = divmod(int(s), self._spc)
+            self._ref[c][off] -= 1
+            if self._ref[c][off] == 0:
+                self._free_slot(c, off)
+
+    def refcount(self, slot) -> int:
+        """References held on ``slot`` (0 for a free slot in range).
+
+        Raises:
+            IndexError: out of range.
+        """
+        s = int(slot)
+        if not 0 <= s < len(self._data) * self._spc:
+            raise IndexError(f"slot {s} is out of range for this pool")
+        c, off = divmod(s, self._spc)
+        return 0 if self._data[c] is None else int(self._ref[c][off])
+
+    def get(self, slot) -> np.ndarray:
+        """A copy of the frame in ``slot``, shape :attr:`frame_shape`.
+
+        Raises:
+            IndexError, ValueError: as :meth:`retain`.
+        """
+        c, off = self._locate(slot)
+        return self._data[c][off].copy()
+
+    def lazy(self, slots, *, layout: str = "last") -> "LazyFrames":
+        """A :class:`LazyFrames` over ``k`` slot ids, oldest first; copies no frame bytes.
+
+        The observation takes its own reference on each slot.
+
+        Raises:
+            IndexError, ValueError: as :meth:`retain`; ValueError for a bad layout.
+        """
+        return LazyFrames._from_slots(self, slots, layout)
+
+    def gather(self, slots, out=None, *, layout: str = "last", dtype=None, scale=None):
+        """Copy ``B`` observations of ``k`` slots each (``slots``: ints ``(B, k)``) into one array.
+
+        Returns ``out`` (or a new array) of shape ``(B, *observation_shape)``; dtype
+        conversion and ``scale`` are fused into the copy. Everything is checked before
+        anything is written.
+
+        Raises:
+            IndexError, ValueError: bad slot ids; TypeError/ValueError: a bad ``out``
+            (see :func:`stack`).
+        """
+        arr = C.as_slots(slots)
+        if arr.ndim != 2 or arr.shape[1] == 0:
+            raise ValueError(f"slots must have shape (B, k) with k >= 1, got {arr.shape}")
+        k = arr.shape[1]
+        C.check_layout(layout, self._shape)
+        self._check_live(arr)
+        frames = [[self._data[c][off] for c, off in (divmod(int(s), self._spc) for s in row)]
+                  for row in arr]
+        return _copy_out(frames, self._shape, self._dtype, k, layout, out, dtype, scale)
+
+
+def _materialise(frames, layout):
+    """One observation from its frames: baselines' np.concatenate / Gymnasium's np.stack."""
+    if layout == "last":
+        return np.concatenate(frames, axis=-1)
+    if layout == "first":
+        return np.concatenate(frames, axis=0)
+    return np.stack(frames, axis=0)
+
+
+def _copy_out(frames, shape, src, k, layout, out, dtype, scale):
+    """Copy lists of frames (one list per observation) into ``out``."""
+    dst = C.output_dtype(src, dtype if dtype is not None or out is None else out.dtype, scale)
+    full = (len(frames),) + C.observation_shape(shape, k, layout)
+    if out is None:
+        out = np.empty(full, dst)
+    else:
+        C.check_out(out, full, dst)
+    for b, fr in enumerate(frames):
+        out[b] = _materialise(fr, layout).astype(dst)
+    if scale is not None:
+        np.multiply(out, dst.type(scale), out=out)
+    return out
+
+
+_default_pools = weakref.WeakValueDictionary()
+
+
+def default_pool(frame_shape, dtype) -> FramePool:
+    """The shared pool for frames of ``frame_shape`` and ``dtype``.
+
+    Used by ``LazyFrames(list_of_frames)`` and by unpickling. It lives as long as
+    something refers to it (any observation built on it does).
+    """
+    key = (C.frame_shape(frame_shape), C.frame_dtype(dtype))
+    pool = _default_pools.get(key)
+    if pool is None:
+        pool = FramePool(*key)
+        _default_pools[key] = pool
+    return pool
+
+
+class _FrameRef:
+    """One reference on one slot; the unit of sharing when observations are pickled.
+
+    Within one ``pickle.dumps``, every observation that holds a slot gets the same
+    ``_FrameRef`` (the pool caches them weakly, the pickler's memo keeps them alive), so
+    the frame is written once. Unpickling pushes it into :func:`default_pool`.
+    """
+
+    __slots__ = ("pool", "slot", "__weakref__")
+
+    def __init__(self, pool, slot):
+        self.pool = pool
+        self.slot = slot  # this object owns one reference
+
+    @staticmethod
+    def of(pool, slot):
+        ref = pool._refs.get(slot)
+        if ref is None:
+            pool.retain(slot)
+            ref = _FrameRef(pool, slot)
+            pool._refs[slot] = ref
+        return ref
+
+    def __del__(self):
+        try:
+            self.pool.release(self.slot)
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __reduce__(self):
+        return _restore_frame, (self.pool.get(self.slot),)
+
+
+def _restore_frame(frame):
+    frame = np.asarray(frame)
+    pool = default_pool(frame.shape, frame.dtype)
+    return _FrameRef(pool, pool.push(frame))
+
+
+def _restore_lazyframes(refs, layout):
+    return refs[0].pool.lazy([r.slot for r in refs], layout=layout)
+
+
+class LazyFrames:
+    """k frames shown as one observation, stored once in a :class:`FramePool`.
+
+    A drop-in for baselines' ``atari_wrappers.LazyFrames``: ``LazyFrames(frames)``
+    concatenates on the last axis, and ``len``, ``[i]``, ``count()`` and ``frame(i)``
+    behave as baselines' on the materialised array. Unlike baselines it never caches the
+    materialised stack (``np.asarray`` copies the frames out each time into a fresh
+    array), so holding observations costs only the unique frames.
+
+    Args:
+        frames: a non-empty sequence of k array-likes of one shape ``S`` and dtype,
+            oldest first, copied into the shared :func:`default_pool`. An ndarray that
+            is already stored there with the same bytes (as when baselines' FrameStack
+            passes the same frame to k consecutive observations) is not copied again.
+        layout: ``"last"`` (baselines, default), ``"first"`` (SB3 channels-first) or
+            ``"stack"`` (Gymnasium, ``(k, *S)``); see ``lazyframes.LAYOUTS``.
+
+    Raises:
+        ValueError: an empty sequence, frames of different shapes, or a layout that
+            does not fit the frame shape (e.g. ``"last"`` for ``(1, 84, 84)`` frames).
+        TypeError: frames of different dtypes, or object arrays.
+
+    Equality: ``a == b`` is a single bool, True when both materialise to arrays of the
+    same shape and dtype kind with equal values (as ``np.array_equal``); comparing with
+    an ndarray works the same way. Observations are unhashable, like ndarrays.
+
+    Example:
+        >>> frames = [np.full((84, 84, 1), v, np.uint8) for v in range(4)]
+        >>> lz = LazyFrames(frames)
+        >>> lz.shape, np.asarray(lz).shape, lz.count(), len(lz)
+        ((84, 84, 4), (84, 84, 4), 4, 84)
+    """
+
+    __array_priority__ = 10.0  # so ndarray == LazyFrames defers to __eq__ below
+
+    def __init__(self, frames, *, layout: str = "last"):
+        if isinstance(frames, np.ndarray) and frames.ndim >= 1:
+            frames = list(frames)
+        frames = list(frames)
+        if not frames:
+            raise ValueError("LazyFrames needs at least one frame")
+        arrays = []
+        for f in frames:
+            a = np.asarray(f)
+            if a.dtype.kind == "O":
+                raise TypeError("frame is an object array; frames must be numeric ndarrays")
+            arrays.append(a)
+        shape, dt = arrays[0].shape, C.frame_dtype(arrays[0].dtype)
+        for a in arrays:
+            if a.shape != shape:
+                raise ValueError(f"frames have different shapes: {shape} and {a.shape}")
+            if a.dtype.newbyteorder("=") != dt:
+                raise TypeError(f"frames have different dtypes: {dt} and {a.dtype}")
+        C.check_layout(layout, shape)
+        pool = default_pool(shape, dt)
+        slots = []
+        try:
+            for f, a in zip(frames, arrays):
+                slots.append(pool._push_known(f, a))
+            self._init(pool, C.as_slots(slots), layout)
+        finally:
+            if slots:
+                pool.release(slots)
+
+    @classmethod
+    def from_slots(cls, pool, slots, *, layout: str = "last"):
+        """An observation over ``k`` live slot ids of ``pool``; copies no frame bytes."""
+        return cls._from_slots(pool, slots, layout)
+
+    @classmethod
+    def _from_slots(cls, pool, slots, layout):
+        if not isinstance(pool, FramePool):
+            raise TypeError(f"pool must be a FramePool, got {type(pool).__name__}")
+        arr = C.as_slots(slots)
+        if arr.ndim != 1 or arr.size == 0:
+            raise ValueError(f"slots must be a non-empty 1-D sequence, got shape {arr.shape}")
+        C.check_layout(layout, pool.frame_shape)
+        self = cls.__new__(cls)
+        self._init(pool, arr, layout)
+        return self
+
+    def _init(self, pool, slots, layout):
+        pool.retain(slots)  # checks every slot before taking any reference
+        self._pool = pool
+        self._slots = tuple(int(s) for s in slots)
+        self._layout = layout
+
+    def __del__(self):
+        try:
+            self._pool.release(self._slots)
+        except Exception:  # half-built object, or interpreter shutdown
+            pass
+
+    # -- array-likeness without materialising --------------------------------------
+    @property
+    def pool(self) -> FramePool:
+        """The pool holding the frames."""
+        return self._pool
+
+    @property
+    def slots(self) -> tuple:
+        """Slot ids of the k frames, oldest first."""
+        return self._slots
+
+    @property
+    def layout(self) -> str:
+        """``"last"``, ``"first"`` or ``"stack"``."""
+        return self._layout
+
+    @property
+    def stack_size(self) -> int:
+        """k, the number of frames."""
+        return len(self._slots)
+
+    @property
+    def frame_shape(self) -> tuple:
+        """Shape ``S`` of one frame."""
+        return self._pool.frame_shape
+
+    @property
+    def shape(self) -> tuple:
+        """Shape of ``np.asarray(self)``."""
+        return C.observation_shape(self._pool.frame_shape, len(self._slots), self._layout)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """dtype of ``np.asarray(self)``."""
+        return self._pool.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the materialised array (not of the memory held; see the pool)."""
+        return self.size * self.dtype.itemsize
+
+    # -- copying out ---------------------------------------------------------------
+    def __array__(self, dtype=None, copy=None):
+        """Materialise into a fresh array (NumPy 2 protocol).
+
+        ``copy=False`` raises ValueError: the frames are not one array, so a copy cannot
+        be avoided. ``dtype`` is fused into the copy (same-kind casts).
+        """
+        if copy is False:
+            raise ValueError(C.COPY_FALSE_MESSAGE)
+        return self._pool.gather([self._slots], layout=self._layout, dtype=dtype)[0]
+
+    def astype(self, dtype, *, scale=None) -> np.ndarray:
+        """A new array of ``dtype``, optionally times ``scale`` (fused into the copy).
+
+        ``obs.astype(np.float32, scale=1/255)`` is baselines' ScaledFloatFrame.
+        """
+        return self._pool.gather([self._slots], layout=self._layout, dtype=dtype, scale=scale)[0]
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __getitem__(self, key):
+        return np.asarray(self)[key]
+
+    def count(self) -> int:
+        """Size of the last axis of the materialised array, as baselines' ``count()``."""
+        return self.shape[-1]
+
+    def frame(self, i) -> np.ndarray:
+        """``np.asarray(self)[..., i]`` as baselines' ``frame(i)``: a channel when C > 1.
+
+        Copies only what it returns in the ``"last"`` layout.
+
+        Raises:
+            IndexError: out of range.
+        """
+        n = self.count()
+        i = C.index_frame(i, n)
+        if self._layout == "last":
+            c = self._pool.frame_shape[-1]
+            j, ch = divmod(i, c)
+            return self._pool.get(self._slots[j])[..., ch]
+        return np.asarray(self)[..., i]
+
+    def get_frame(self, j) -> np.ndarray:
+        """A copy of whole frame ``j`` (0 is the oldest), shape :attr:`frame_shape`.
+
+        Raises:
+            IndexError: out of range.
+        """
+        j = C.index_frame(j, len(self._slots))
+        return self._pool.get(self._slots[j])
+
+    def __copy__(self):
+        # frames are immutable, so a copy shares them (no frame bytes copied)
+        return LazyFrames._from_slots(self._pool, self._slots, self._layout)
+
+    copy = __copy__
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
+    def __reduce__(self):
+        refs = tuple(_FrameRef.of(self._pool, s) for s in self._slots)
+        return _restore_lazyframes, (refs, self._layout)
+
+    def __eq__(self, other):
+        if isinstance(other, (LazyFrames, np.ndarray)) or hasattr(other, "__array__"):
+            o = np.asarray(other)
+            return self.shape == o.shape and bool(np.array_equal(np.asarray(self), o))
+        return NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (
+            f"LazyFrames(shape={self.shape}, dtype={self.dtype}, layout={self._layout!r}, "
+            f"stack_size={len(self._slots)})"
+        )
+
+
+def stack(observations, out=None, *, dtype=None, scale=None) -> np.ndarray:
+    """Materialise a batch of observations into one array: ``(B, *observation_shape)``.
+
+    The fast equivalent of ``np.array(list_of_lazyframes)``. In the compiled core it is
+    one C call with the GIL released; ``dtype`` and ``scale`` are fused into the copy,
+    e.g. ``stack(batch, dtype=np.float32, scale=1/255)`` for ``uint8 -> [0, 1]``.
+
+    Args:
+        observations: a non-empty sequence of :class:`LazyFrames` with one shape, dtype
+            and layout (they may come from different pools).
+        out: optional C-contiguous, writeable ndarray of shape ``(B, *obs_shape)`` to
+            fill; its dtype is the output dtype when ``dtype`` is None.
+        dtype: output dtype (same-kind casts, e.g. uint8 -> float32). Default: the frames'.
+        scale: multiply by this after converting (float output dtypes only).
+
+    Returns:
+        ``out``, or a new array.
+
+    Raises:
+        ValueError: no observations, mismatched shapes or layouts, or a bad ``out``
+            (shape, contiguity, read-only).
+        TypeError: a non-LazyFrames element, mismatched dtypes, an unsupported
+            conversion, or ``out`` of the wrong dtype.
+    """
+    obs = list(observations)
+    if not obs:
+        raise ValueError("stack needs at least one observation")
+    first = obs[0]
+    for o in obs:
+        if not isinstance(o, LazyFrames):
+            raise TypeError(
+                f"stack takes LazyFrames, got {type(o).__name__}; use np.stack for ndarrays"
+            )
+        if o.shape != first.shape or o.layout != first.layout or o.stack_size != first.stack_size:
+            raise ValueError(
+                f"observations differ: shape {first.shape} ({first.layout!r}) and "
+                f"{o.shape} ({o.layout!r})"
+            )
+        if o.dtype != first.dtype:
+            raise TypeError(f"observations have different dtypes: {first.dtype} and {o.dtype}")
+    frames = []
+    for o in obs:
+        p = o.pool
+        frames.append([p._data[c][off] for c, off in (divmod(s, p._spc) for s in o.slots)])
+    return _copy_out(frames, first.frame_shape, first.dtype, first.stack_size, first.layout,
+                     out, dtype, scale)

@@ -1,0 +1,25 @@
+"""Build the compiled core ``lazyframes._core`` from ``csrc/`` (Cython + plain C)."""
+
+import os
+
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+# Portable by default: no -march=native, so wheels run on any x86-64 / aarch64.
+extra = ["-O3", "-std=c99"] if os.name != "nt" else ["/O2"]
+
+ext = Extension(
+    "lazyframes._core",
+    sources=["csrc/_core.pyx", "csrc/pool.c", "csrc/kernels.c"],
+    include_dirs=["csrc", np.get_include()],
+    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
+    extra_compile_args=extra,
+)
+
+setup(
+    ext_modules=cythonize(
+        [ext],
+        compiler_directives={"language_level": 3, "embedsignature": True},
+    )
+)
