@@ -25,4 +25,26 @@ __all__ = [
     "default_pool",
     "LAYOUTS",
     "IMPLEMENTATION",
+    "FrameStack",
+    "FrameStackObservation",
+    "ReplayBuffer",
+    "vector",
 ]
+
+_LAZY = {
+    "FrameStack": ("wrappers", "FrameStack"),
+    "FrameStackObservation": ("wrappers", "FrameStackObservation"),
+    "ReplayBuffer": ("replay", "ReplayBuffer"),
+    "vector": ("vector", None),
+}
+
+
+def __getattr__(name):
+    # The Python layer imports gymnasium; load it on first use only.
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        m = importlib.import_module(f".{mod}", __name__)
+        return m if attr is None else getattr(m, attr)
+    raise AttributeError(f"module 'lazyframes' has no attribute {name!r}")
