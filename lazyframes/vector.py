@@ -1,0 +1,396 @@
+"""A frame stacker for Gymnasium vector environments: ``FrameStackObservation`` and ``LazyBatch``.
+
+One ring of k slot ids per sub-environment, one :class:`~lazyframes.FramePool` for all
+of them; each step pushes the whole batch of new frames with one ``push_many`` call and
+returns a :class:`LazyBatch`, which ``np.asarray`` materialises as
+``(num_envs, *observation_shape)`` in one ``gather`` call.
+
+Episode boundaries follow the vector env's autoreset mode
+(``envs.metadata["autoreset_mode"]``, Gymnasium's ``AutoresetMode``), so an observation
+never mixes frames of two episodes (case C14 of CASES.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
+from gymnasium.vector.utils import batch_space
+
+from . import _backend
+from . import _common as C
+from .wrappers import _box_of, as_frames, check_padding, check_stack_size, stacked_space
+
+__all__ = ["FrameStackObservation", "LazyBatch"]
+
+
+class LazyBatch:
+    """A batch of observations, one per sub-environment, stored as slot ids of one pool.
+
+    Holds one reference on each of its ``num_envs * k`` slots (released when it is
+    dropped), so it stays valid however far the environments move on. No frame bytes are
+    copied until it is materialised.
+
+    Attributes:
+        shape: ``(num_envs, *observation_shape)``, the shape of ``np.asarray(batch)``.
+        dtype: the frames' dtype.
+        pool: the :class:`~lazyframes.FramePool` holding the frames.
+        layout: ``"stack"``, ``"last"`` or ``"first"``.
+
+    ``len(batch)`` is ``num_envs``; ``batch[i]`` is env i's observation as a
+    :class:`~lazyframes.LazyFrames` (no frame copied); ``batch[a:b]`` is a LazyBatch.
+
+    Example:
+        >>> obs, info = envs.reset(seed=0)  # doctest: +SKIP
+        >>> x = obs.numpy(dtype=np.float32, scale=1 / 255)  # (num_envs, 4, 84, 84) in [0, 1]
+    """
+
+    __slots__ = ("_pool", "_slots", "_layout", "_shape", "__weakref__")
+
+    def __init__(self, pool, slots, *, layout: str = "stack"):
+        arr = C.as_slots(slots)
+        if arr.ndim != 2 or arr.shape[1] == 0:
+            raise ValueError(f"slots must have shape (num_envs, k) with k >= 1, got {arr.shape}")
+        C.check_layout(layout, pool.frame_shape)
+        arr = arr.copy()
+        pool.retain(arr)  # checks every slot before taking any reference
+        self._pool = pool
+        self._slots = arr
+        self._layout = layout
+        self._shape = (arr.shape[0],) + C.observation_shape(pool.frame_shape, arr.shape[1], layout)
+
+    @classmethod
+    def _adopt(cls, pool, slots, layout, shape):
+        """A LazyBatch over ``slots`` whose references the caller has already taken."""
+        self = cls.__new__(cls)
+        self._pool = pool
+        self._slots = slots
+        self._layout = layout
+        self._shape = shape
+        return self
+
+    def __del__(self):
+        try:
+            self._pool.release(self._slots)
+        except Exception:  # half-built object, or interpreter shutdown
+            pass
+
+    @property
+    def pool(self):
+        """The pool holding the frames."""
+        return self._pool
+
+    @property
+    def slots(self) -> np.ndarray:
+        """A copy of the slot ids, int64 ``(num_envs, k)``, oldest frame first."""
+        return self._slots.copy()
+
+    @property
+    def layout(self) -> str:
+        return self._layout
+
+    @property
+    def stack_size(self) -> int:
+        """k, the frames per observation."""
+        return self._slots.shape[1]
+
+    @property
+    def shape(self) -> tuple:
+        """Shape of ``np.asarray(self)``: ``(num_envs, *observation_shape)``."""
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._pool.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the materialised array (not of the memory held; see the pool)."""
+        return int(np.prod(self._shape)) * self._pool.dtype.itemsize
+
+    def numpy(self, out=None, *, dtype=None, scale=None) -> np.ndarray:
+        """Materialise the batch into ``out`` (or a new array) in one copy.
+
+        Args:
+            out: optional C-contiguous writeable ndarray of shape :attr:`shape`.
+            dtype: output dtype (same-kind casts, e.g. uint8 -> float32).
+            scale: multiply by this after converting (float output only), e.g. 1/255.
+
+        Returns:
+            ``out`` or a new array of shape :attr:`shape`.
+
+        Raises:
+            TypeError, ValueError: a bad ``out``, ``dtype`` or ``scale`` (nothing written).
+        """
+        return self._pool.gather(self._slots, out, layout=self._layout, dtype=dtype, scale=scale)
+
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError(C.COPY_FALSE_MESSAGE)
+        return self._pool.gather(self._slots, layout=self._layout, dtype=dtype)
+
+    def __len__(self):
+        return self._slots.shape[0]
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return LazyBatch(self._pool, self._slots[i], layout=self._layout)
+        try:
+            j = C.index_frame(i, self._slots.shape[0])
+        except TypeError:
+            raise TypeError(
+                f"LazyBatch indices must be an int (one env's LazyFrames) or a slice, got "
+                f"{type(i).__name__}; use np.asarray(batch)[...] for array indexing"
+            ) from None
+        return self._pool.lazy(self._slots[j], layout=self._layout)
+
+    def __iter__(self):
+        for j in range(self._slots.shape[0]):
+            yield self._pool.lazy(self._slots[j], layout=self._layout)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"LazyBatch(shape={self._shape}, dtype={self.dtype}, layout={self._layout!r})"
+
+
+class FrameStackObservation(VectorWrapper):
+    """Stacks the last ``stack_size`` frames of each sub-environment of a Gymnasium VectorEnv.
+
+    The vector counterpart of :class:`lazyframes.wrappers.FrameStackObservation` (itself a
+    drop-in for Gymnasium's single-env wrapper; Gymnasium has no vector version), and a
+    replacement for SB3's ``VecFrameStack``. Observations equal stacking each
+    sub-environment alone: an episode's observations hold only its own frames, padded at
+    its start as ``padding_type`` says, whatever the autoreset mode:
+
+    - ``AutoresetMode.NEXT_STEP`` (Gymnasium's default): the step after an episode ends
+      returns the reset frame; the stacker starts that env's ring from it.
+    - ``AutoresetMode.SAME_STEP``: the step that ends an episode returns the reset frame;
+      ``info["final_obs"]`` (object array, ``info["_final_obs"]`` mask, as Gymnasium) is
+      replaced by the final stacked observations (LazyFrames, or ndarrays with
+      ``lazy=False``).
+    - ``AutoresetMode.DISABLED`` and partial resets: ``reset(options={"reset_mask": m})``
+      restarts the rings of the envs in ``m`` only.
+
+    Works with ``SyncVectorEnv``, ``AsyncVectorEnv`` and ale-py's ``AtariVectorEnv``
+    (with ``stack_num=1``, frames ``(1, 84, 84)``: use ``layout="first"`` for
+    ``(k, 84, 84)``).
+
+    Args:
+        envs: a ``gymnasium.vector.VectorEnv`` whose ``single_observation_space`` is a Box.
+        stack_size: frames per observation k (an integer > 0).
+        padding_type: ``"reset"`` (default), ``"zero"`` or a custom frame, as Gymnasium's
+            FrameStackObservation.
+        layout: ``"stack"`` (``(k, *S)``, default), ``"last"`` (SB3's channels-last
+            VecFrameStack) or ``"first"`` (SB3's channels-first).
+        lazy: return :class:`LazyBatch` (default) or a new ndarray
+            ``(num_envs, *observation_shape)`` each step.
+
+    Raises:
+        TypeError: ``envs`` not a VectorEnv, a non-Box single observation space, or a bad
+            ``stack_size`` type (Gymnasium's message).
+        ValueError: ``stack_size < 1``, an unknown ``padding_type``, a layout that does not
+            fit the frames, or an ``AtariVectorEnv`` with ``batch_size != num_envs``.
+        gymnasium.error.ResetNeeded: ``step`` (or a partial reset) before a full reset.
+
+    Example:
+        >>> envs = gym.make_vec("CartPole-v1", num_envs=8)  # doctest: +SKIP
+        >>> envs = FrameStackObservation(envs, 4)  # doctest: +SKIP
+        >>> obs, info = envs.reset(seed=0)  # doctest: +SKIP
+        >>> np.asarray(obs).shape  # doctest: +SKIP
+        (8, 4, 4)
+    """
+
+    def __init__(
+        self,
+        envs: VectorEnv,
+        stack_size: int,
+        *,
+        padding_type: str | Any = "reset",
+        layout: str = "stack",
+        lazy: bool = True,
+    ):
+        super().__init__(envs)
+        k = check_stack_size(stack_size)
+        space = _box_of(envs.single_observation_space, "lazyframes.vector.FrameStackObservation")
+        padding_type, padding_value = check_padding(padding_type, space)
+        C.check_layout(layout, tuple(space.shape))
+        batch_size = getattr(envs.unwrapped, "batch_size", envs.num_envs)
+        if batch_size != envs.num_envs:
+            raise ValueError(
+                f"the vector env returns batches of {batch_size} of its {envs.num_envs} envs "
+                f"(asynchronous batch_size); use batch_size=num_envs"
+            )
+        self.autoreset_mode = AutoresetMode(
+            envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        )
+        self.stack_size = k
+        self.padding_type = padding_type
+        self.padding_value = padding_value
+        self.layout = layout
+        self.lazy = bool(lazy)
+        self._k = k
+        self._n = envs.num_envs
+        self._dtype = C.frame_dtype(space.dtype)
+        self._frame_shape = tuple(space.shape)
+        self._pool = _backend.core().FramePool(self._frame_shape, self._dtype)
+        self._pad = None  # slot of the zero/custom padding frame, one reference
+        if padding_type != "reset":
+            self._pad = self._pool.push(np.asarray(padding_value).astype(self._dtype, copy=False))
+        self._ring = None  # int64 (num_envs, k): slot ids, oldest first, one reference each
+        self._autoreset = np.zeros(self._n, np.bool_)  # NEXT_STEP: reset frame comes next
+        self._obs_shape = C.observation_shape(self._frame_shape, k, layout)
+        self.single_observation_space = stacked_space(space, k, layout)
+        self.observation_space = batch_space(self.single_observation_space, self._n)
+
+    @property
+    def pool(self):
+        """The :class:`~lazyframes.FramePool` holding the frames of all sub-environments."""
+        return self._pool
+
+    # -- rings -------------------------------------------------------------------------
+    def _rows(self, new: np.ndarray) -> tuple:
+        """Fresh rings ending with slots ``new`` (one reference each), padded; plus the
+        extra references to take."""
+        k = self._k
+        rows = np.empty((new.shape[0], k), np.int64)
+        rows[:, -1] = new
+        rows[:, :-1] = (new if self._pad is None else np.full_like(new, self._pad))[:, None]
+        return rows, rows[:, :-1]
+
+    def _observe(self, ring):
+        if self.lazy:
+            self._pool.retain(ring)
+            return LazyBatch._adopt(self._pool, ring.copy(), self.layout,
+                                    (self._n,) + self._obs_shape)
+        return self._pool.gather(ring, layout=self.layout)
+
+    def _one(self, row):
+        if self.lazy:
+            return self._pool.lazy(row, layout=self.layout)
+        return self._pool.gather(row[None], layout=self.layout)[0]
+
+    # -- Gymnasium API -----------------------------------------------------------------
+    def reset(self, *, seed=None, options: dict[str, Any] | None = None):
+        """Reset all sub-envs, or those in ``options["reset_mask"]``; returns (obs, info)."""
+        mask = None
+        if options is not None and "reset_mask" in options:
+            mask = np.array(options["reset_mask"], dtype=np.bool_, copy=True)
+            if mask.shape != (self._n,):
+                raise ValueError(f"`options['reset_mask']` must have shape ({self._n},), got {mask.shape}")
+            if self._ring is None and not mask.all():
+                raise gym.error.ResetNeeded(
+                    "a partial reset (reset_mask) needs a full reset first: the other "
+                    "sub-environments have no frames yet"
+                )
+        obs, info = self.env.reset(seed=seed, options=options)
+        frames = as_frames(obs, self._dtype)
+        pool = self._pool
+        if mask is None or self._ring is None:
+            new = pool.push_many(frames)
+            rows, extra = self._rows(new)
+            if extra.size:
+                pool.retain(extra)
+            old, self._ring = self._ring, rows
+            self._autoreset[:] = False
+        else:
+            idx = np.flatnonzero(mask)
+            new = np.array([pool.push(frames[i]) for i in idx], np.int64)
+            rows, extra = self._rows(new)
+            if extra.size:
+                pool.retain(extra)
+            old = self._ring[idx].copy()
+            self._ring[idx] = rows
+            self._autoreset[idx] = False
+        if old is not None:
+            pool.release(old)
+        return self._observe(self._ring), info
+
+    def step(self, actions):
+        """Step all sub-envs; returns (obs, rewards, terminations, truncations, info)."""
+        if self._ring is None:
+            raise gym.error.ResetNeeded("lazyframes.vector.FrameStackObservation: call reset() before step()")
+        obs, rewards, terminations, truncations, info = self.env.step(actions)
+        frames = as_frames(obs, self._dtype)
+        pool = self._pool
+        ring = self._ring
+        mode = self.autoreset_mode
+        if mode == AutoresetMode.NEXT_STEP:
+            restart = self._autoreset
+        elif mode == AutoresetMode.SAME_STEP:
+            restart = np.logical_or(terminations, truncations)
+        else:
+            restart = None
+        if restart is not None and mode == AutoresetMode.SAME_STEP and restart.any():
+            info = self._final_obs(info, np.flatnonzero(restart))
+        new = pool.push_many(frames)  # one reference each, handed to the ring
+        if restart is None or not restart.any():
+            dropped = ring[:, 0].copy()
+            ring[:, :-1] = ring[:, 1:]
+            ring[:, -1] = new
+        else:
+            go = ~restart
+            idx = np.flatnonzero(restart)
+            rows, extra = self._rows(new[idx])
+            if extra.size:
+                pool.retain(extra)
+            dropped = np.concatenate([ring[go, 0], ring[idx].ravel()])
+            ring[go, :-1] = ring[go, 1:]
+            ring[go, -1] = new[go]
+            ring[idx] = rows
+        if mode == AutoresetMode.NEXT_STEP:
+            self._autoreset = np.logical_or(terminations, truncations)
+        pool.release(dropped)
+        return self._observe(ring), rewards, terminations, truncations, info
+
+    def _final_obs(self, info: dict, idx: np.ndarray) -> dict:
+        """SAME_STEP: stack each ending env's final frame onto its ring, in info["final_obs"]."""
+        final = info.get("final_obs")
+        if final is None:
+            raise KeyError(
+                "the vector env ended an episode in SAME_STEP autoreset mode without "
+                "info['final_obs']"
+            )
+        pool = self._pool
+        out = np.full(self._n, None, dtype=object)
+        for i in idx:
+            s = pool.push(as_frames(final[i], self._dtype))
+            row = np.append(self._ring[i, 1:], s)
+            try:
+                out[i] = self._one(row)
+            finally:
+                pool.release(s)
+        info = dict(info)
+        info["final_obs"] = out
+        mask = np.zeros(self._n, np.bool_)
+        mask[idx] = True
+        info["_final_obs"] = mask
+        return info
+
+    def _release_all(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is None:
+            return
+        ring, self._ring = self._ring, None
+        pad, self._pad = self._pad, None
+        if ring is not None:
+            pool.release(ring)
+        if pad is not None:
+            pool.release(pad)
+
+    def close(self, **kwargs):
+        """Release the rings' frames and close the vector env."""
+        self._release_all()
+        return self.env.close(**kwargs)
+
+    def __del__(self):
+        try:
+            self._release_all()
+        except Exception:  # interpreter shutdown
+            pass
