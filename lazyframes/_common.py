@@ -6,6 +6,7 @@ so both implementations raise the very same exceptions with the very same messag
 
 from __future__ import annotations
 
+import importlib
 import math
 import operator
 
@@ -235,3 +236,60 @@ COPY_FALSE_MESSAGE = (
     "idiom np.array(obs, copy=False) meant 'copy only if needed', which is "
     "np.asarray(obs) in NumPy 2"
 )
+
+
+class FrameRef:
+    """One reference on one slot: the unit of sharing when observations are pickled.
+
+    Within one ``pickle.dumps``, every observation that holds a slot gets the same
+    ``FrameRef`` (the pool caches them weakly in ``pool._refs``; the pickler's memo keeps
+    them alive), so each frame is written once (case C10). Unpickling pushes the frame
+    into the ``default_pool`` of the core that pickled it.
+    """
+
+    __slots__ = ("pool", "slot", "__weakref__")
+
+    def __init__(self, pool, slot):
+        self.pool = pool
+        self.slot = slot  # this object owns one reference
+
+    @staticmethod
+    def of(pool, slot):
+        ref = pool._refs.get(slot)
+        if ref is None:
+            pool.retain(slot)
+            ref = FrameRef(pool, slot)
+            pool._refs[slot] = ref
+        return ref
+
+    def __del__(self):
+        try:
+            self.pool.release(self.slot)
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __reduce__(self):
+        core = importlib.import_module(type(self.pool).__module__)
+        return core._restore_frame, (self.pool.get(self.slot),)
+
+
+def restore_frame(default_pool, frame):
+    """Unpickle one frame into ``default_pool(shape, dtype)``; returns its FrameRef."""
+    frame = np.asarray(frame)
+    pool = default_pool(frame.shape, frame.dtype)
+    return FrameRef(pool, pool.push(frame))
+
+
+def reduce_lazyframes(lz):
+    """``__reduce__`` of a LazyFrames of either core: frames as shared FrameRefs."""
+    core = importlib.import_module(type(lz.pool).__module__)
+    refs = tuple(FrameRef.of(lz.pool, s) for s in lz.slots)
+    return core._restore_lazyframes, (refs, lz.layout)
+
+
+def lazyframes_eq(lz, other):
+    """``lz == other``: one bool, as ``np.array_equal`` on the materialised arrays."""
+    if hasattr(other, "__array__"):
+        o = np.asarray(other)
+        return lz.shape == o.shape and bool(np.array_equal(np.asarray(lz), o))
+    return NotImplemented

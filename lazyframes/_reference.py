@@ -63,7 +63,7 @@ class FramePool:
         self._n_alloc = 0
         self._live_frames = 0
         self._peak = 0
-        self._refs = weakref.WeakValueDictionary()  # slot -> _FrameRef, for pickling
+        self._refs = weakref.WeakValueDictionary()  # slot -> FrameRef, for pickling
         self._by_id = {}  # id(ndarray) -> (weakref, slot): LazyFrames(list) dedupe
 
     # -- properties ---------------------------------------------------------------
@@ -393,43 +393,8 @@ def default_pool(frame_shape, dtype) -> FramePool:
     return pool
 
 
-class _FrameRef:
-    """One reference on one slot; the unit of sharing when observations are pickled.
-
-    Within one ``pickle.dumps``, every observation that holds a slot gets the same
-    ``_FrameRef`` (the pool caches them weakly, the pickler's memo keeps them alive), so
-    the frame is written once. Unpickling pushes it into :func:`default_pool`.
-    """
-
-    __slots__ = ("pool", "slot", "__weakref__")
-
-    def __init__(self, pool, slot):
-        self.pool = pool
-        self.slot = slot  # this object owns one reference
-
-    @staticmethod
-    def of(pool, slot):
-        ref = pool._refs.get(slot)
-        if ref is None:
-            pool.retain(slot)
-            ref = _FrameRef(pool, slot)
-            pool._refs[slot] = ref
-        return ref
-
-    def __del__(self):
-        try:
-            self.pool.release(self.slot)
-        except Exception:  # interpreter shutdown
-            pass
-
-    def __reduce__(self):
-        return _restore_frame, (self.pool.get(self.slot),)
-
-
 def _restore_frame(frame):
-    frame = np.asarray(frame)
-    pool = default_pool(frame.shape, frame.dtype)
-    return _FrameRef(pool, pool.push(frame))
+    return C.restore_frame(default_pool, frame)
 
 
 def _restore_lazyframes(refs, layout):
@@ -641,14 +606,10 @@ class LazyFrames:
         return self.__copy__()
 
     def __reduce__(self):
-        refs = tuple(_FrameRef.of(self._pool, s) for s in self._slots)
-        return _restore_lazyframes, (refs, self._layout)
+        return C.reduce_lazyframes(self)
 
     def __eq__(self, other):
-        if isinstance(other, (LazyFrames, np.ndarray)) or hasattr(other, "__array__"):
-            o = np.asarray(other)
-            return self.shape == o.shape and bool(np.array_equal(np.asarray(self), o))
-        return NotImplemented
+        return C.lazyframes_eq(self, other)
 
     def __ne__(self, other):
         eq = self.__eq__(other)

@@ -1,0 +1,889 @@
+# cython: language_level=3
+"""The compiled core of lazyframes: refcounted frame pool, LazyFrames and batched stacking.
+
+The bytes live in a plain-C pool (pool.c) and are copied out by plain-C kernels
+(kernels.c) with the GIL released. This module adds the Python objects, the checks
+(every index is checked before C trusts it) and the NumPy glue. Its API, errors and
+allocation policy are those of the pure-NumPy twin, ``lazyframes/_reference.py``,
+which is the specification; see its docstrings for the full contracts.
+"""
+
+cimport cython
+cimport numpy as cnp
+from libc.stdint cimport int64_t, uint32_t, UINT32_MAX
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcmp, memcpy
+
+import weakref
+
+import numpy as np
+
+from lazyframes import _common as C
+
+cnp.import_array()
+
+__all__ = ["FramePool", "LazyFrames", "stack", "default_pool"]
+
+
+cdef extern from "kernels.h" nogil:
+    enum:
+        LF_BOOL, LF_INT8, LF_UINT8, LF_INT16, LF_UINT16, LF_INT32, LF_UINT32
+        LF_INT64, LF_UINT64, LF_FLOAT32, LF_FLOAT64, LF_NTYPES, LF_RAW
+    int lf_copy_stacks(const unsigned char *const *src, size_t n_obs, size_t k,
+                       size_t outer, size_t inner, int src_type, int dst_type,
+                       size_t itemsize, double scale, int has_scale, void *dst)
+
+
+cdef extern from "pool.h" nogil:
+    ctypedef struct lf_pool:
+        size_t frame_bytes
+        size_t spc
+        size_t n_alloc
+        size_t live_frames
+        size_t peak_bytes
+    int lf_pool_init(lf_pool *p, size_t frame_bytes, size_t chunk_bytes)
+    void lf_pool_free(lf_pool *p)
+    int64_t lf_pool_alloc(lf_pool *p)
+    int lf_pool_is_live(const lf_pool *p, int64_t slot)
+    int lf_pool_in_range(const lf_pool *p, int64_t slot)
+    uint32_t lf_pool_refcount(const lf_pool *p, int64_t slot)
+    unsigned char *lf_pool_addr(const lf_pool *p, int64_t slot)
+    void lf_pool_incref(lf_pool *p, int64_t slot)
+    void lf_pool_decref(lf_pool *p, int64_t slot)
+    size_t lf_pool_bytes_held(const lf_pool *p)
+
+
+cdef extern from *:
+    """
+    static uint32_t *_pool_refcnt_ptr(lf_pool *p, int64_t slot) {
+        return &p->chunks[(size_t)slot / p->spc].refcnt[(size_t)slot % p->spc];
+    }
+    """
+    uint32_t *_pool_refcnt_ptr(lf_pool *p, int64_t slot)
+
+
+DEF MAX_NDIM = 32
+cdef tuple _LAYOUT_NAMES = ("last", "first", "stack")
+
+
+cdef int _lf_type(object dt):
+    """The kernels' element type of a native-order dtype (LF_RAW when not convertible)."""
+    cdef str kind = dt.kind
+    cdef int size = dt.itemsize
+    if kind == "b":
+        return LF_BOOL
+    if kind == "i":
+        return {1: LF_INT8, 2: LF_INT16, 4: LF_INT32, 8: LF_INT64}.get(size, LF_RAW)
+    if kind == "u":
+        return {1: LF_UINT8, 2: LF_UINT16, 4: LF_UINT32, 8: LF_UINT64}.get(size, LF_RAW)
+    if kind == "f":
+        return {4: LF_FLOAT32, 8: LF_FLOAT64}.get(size, LF_RAW)
+    return LF_RAW
+
+
+cdef inline int _layout_code(object layout) except -1:
+    if layout == "last":
+        return 0
+    if layout == "first":
+        return 1
+    if layout == "stack":
+        return 2
+    C.check_layout(layout, ())  # raises the shared message
+    return -1
+
+
+cdef inline void _check_slot(lf_pool *p, int64_t s) except *:
+    if not lf_pool_in_range(p, s):
+        raise IndexError(f"slot {s} is out of range for this pool")
+    if not lf_pool_is_live(p, s):
+        raise ValueError(f"slot {s} is free (its frame was released)")
+
+
+@cython.final
+@cython.no_gc_clear
+cdef class FramePool:
+    """A refcounted store of frames of one shape and dtype, in a chunked arena.
+
+    Each frame is copied in once (:meth:`push`) and lives in a slot until its refcount
+    drops to zero; the slot is then reused. Chunks hold ``max(1, chunk_bytes //
+    frame_bytes)`` slots and never move; a chunk whose slots are all free is returned
+    to the OS (one empty chunk is kept to avoid churn).
+
+    Args:
+        frame_shape: shape ``S`` of one frame, e.g. ``(84, 84, 1)``.
+        dtype: numeric dtype of the frames, e.g. ``np.uint8``.
+        chunk_bytes: size of one arena chunk in bytes (default 1 MiB).
+
+    Raises:
+        TypeError: non-numeric dtype or a shape that is not a tuple of ints.
+        ValueError: a non-positive dimension or ``chunk_bytes``.
+
+    Example:
+        >>> pool = FramePool((84, 84, 1), np.uint8)
+        >>> s = pool.push(np.zeros((84, 84, 1), np.uint8))
+        >>> pool.live_frames, pool.refcount(s)
+        (1, 1)
+        >>> pool.release(s); pool.live_frames
+        0
+    """
+
+    cdef lf_pool p
+    cdef readonly tuple frame_shape
+    cdef readonly object dtype
+    cdef cnp.dtype _descr
+    cdef int _ltype
+    cdef size_t _itemsize
+    cdef int _nd
+    cdef cnp.npy_intp _dims[MAX_NDIM]
+    cdef size_t _outer[3]
+    cdef size_t _inner[3]
+    cdef int _layout_ok[3]          # 0 unknown, 1 fits, -1 does not fit
+    cdef readonly object _refs      # slot -> FrameRef (pickling)
+    cdef readonly dict _by_id       # id(ndarray) -> (weakref, slot): LazyFrames(list)
+    cdef object __weakref__
+
+    def __cinit__(self):
+        self.p.spc = 0
+
+    def __init__(self, frame_shape, dtype, *, chunk_bytes=C.DEFAULT_CHUNK_BYTES):
+        if self.p.spc:
+            raise RuntimeError("FramePool.__init__ called twice")
+        shape = C.frame_shape(frame_shape)
+        dt = C.frame_dtype(dtype)
+        chunk_bytes = int(chunk_bytes)
+        if chunk_bytes <= 0:
+            raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+        if len(shape) > MAX_NDIM:
+            raise ValueError(f"frames have more than {MAX_NDIM} dimensions: {shape}")
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        if lf_pool_init(&self.p, nbytes, chunk_bytes) != 0:
+            raise MemoryError("cannot create the frame pool")
+        self.frame_shape = shape
+        self.dtype = dt
+        self._descr = dt
+        self._ltype = _lf_type(dt)
+        self._itemsize = dt.itemsize
+        self._nd = len(shape)
+        for i in range(self._nd):
+            self._dims[i] = shape[i]
+        for code in range(3):
+            outer, inner = C.geometry(shape, _LAYOUT_NAMES[code])
+            self._outer[code] = outer
+            self._inner[code] = inner
+            self._layout_ok[code] = 0
+        self._refs = weakref.WeakValueDictionary()
+        self._by_id = {}
+
+    def __dealloc__(self):
+        lf_pool_free(&self.p)
+
+    # -- stats ----------------------------------------------------------------------
+    @property
+    def frame_bytes(self):
+        """Bytes of one frame."""
+        return self.p.frame_bytes
+
+    @property
+    def slots_per_chunk(self):
+        """Slots in one arena chunk."""
+        return self.p.spc
+
+    @property
+    def live_frames(self):
+        """Frames with a refcount above zero."""
+        return self.p.live_frames
+
+    @property
+    def live_bytes(self):
+        """Bytes of the live frames: ``live_frames * frame_bytes``."""
+        return self.p.live_frames * self.p.frame_bytes
+
+    @property
+    def capacity(self):
+        """Slots in chunks that currently hold memory."""
+        return self.p.n_alloc * self.p.spc
+
+    @property
+    def bytes_held(self):
+        """Bytes of frame memory currently held (whole chunks)."""
+        return lf_pool_bytes_held(&self.p)
+
+    @property
+    def peak_bytes(self):
+        """Largest :attr:`bytes_held` so far."""
+        return self.p.peak_bytes
+
+    def stats(self):
+        """Live frames, capacity, frame bytes, bytes held and peak bytes, as a dict."""
+        return {
+            "live_frames": self.live_frames,
+            "live_bytes": self.live_bytes,
+            "capacity": self.capacity,
+            "frame_bytes": self.frame_bytes,
+            "bytes_held": self.bytes_held,
+            "peak_bytes": self.peak_bytes,
+        }
+
+    def __repr__(self):
+        return (
+            f"FramePool(frame_shape={self.frame_shape}, dtype={self.dtype}, "
+            f"live_frames={self.live_frames}, bytes_held={self.bytes_held})"
+        )
+
+    def __reduce__(self):
+        raise TypeError(
+            "a FramePool cannot be pickled; pickle the observations (LazyFrames) or use "
+            "ReplayBuffer.save"
+        )
+
+    # -- internals --------------------------------------------------------------------
+    cdef int _layout(self, object layout) except -1:
+        """Layout code, checking once per pool that it fits the frame shape."""
+        cdef int code = _layout_code(layout)
+        if self._layout_ok[code] != 1:
+            C.check_layout(layout, self.frame_shape)
+            self._layout_ok[code] = 1
+        return code
+
+    cdef cnp.ndarray _as_frame(self, object frame):
+        """``frame`` as an ndarray of exactly the pool's shape and dtype (checked)."""
+        cdef cnp.ndarray arr
+        cdef int i
+        if cnp.PyArray_CheckExact(frame):
+            arr = <cnp.ndarray>frame
+            if cnp.PyArray_NDIM(arr) == self._nd and (
+                    arr.descr is self._descr or cnp.PyArray_EquivTypes(arr.descr, self._descr)):
+                for i in range(self._nd):
+                    if cnp.PyArray_DIMS(arr)[i] != self._dims[i]:
+                        break
+                else:
+                    return arr
+        return C.as_frame(frame, self.frame_shape, self.dtype)
+
+    cdef void _write(self, int64_t slot, cnp.ndarray arr) except *:
+        """Copy a checked frame into a fresh slot: the one copy in."""
+        cdef unsigned char *dst = lf_pool_addr(&self.p, slot)
+        if cnp.PyArray_IS_C_CONTIGUOUS(arr):
+            memcpy(dst, cnp.PyArray_DATA(arr), self.p.frame_bytes)
+        else:
+            np.copyto(self._view(slot), arr)
+
+    cdef object _view(self, int64_t slot):
+        """A writeable ndarray over a slot's bytes (internal use only)."""
+        cdef unsigned char[::1] mv = <unsigned char[:self.p.frame_bytes]> lf_pool_addr(&self.p, slot)
+        return np.asarray(mv).view(self.dtype).reshape(self.frame_shape)
+
+    cdef int64_t _alloc(self) except -1:
+        cdef int64_t s = lf_pool_alloc(&self.p)
+        if s < 0:
+            raise MemoryError("the frame pool cannot grow")
+        return s
+
+    cdef void _check_many(self, const int64_t *s, Py_ssize_t n) except *:
+        cdef Py_ssize_t i
+        for i in range(n):
+            if not lf_pool_is_live(&self.p, s[i]):
+                _check_slot(&self.p, s[i])
+
+    # -- slots ------------------------------------------------------------------------
+    def push(self, frame):
+        """Copy one frame into a free slot and return its slot id.
+
+        The caller owns the one reference of the new slot and must :meth:`release` it
+        (or hand it to :meth:`lazy` and release its own). Views, read-only and
+        non-contiguous arrays are accepted; the frame is copied exactly once.
+
+        Raises:
+            TypeError: object arrays or a dtype other than :attr:`dtype`.
+            ValueError: a shape other than :attr:`frame_shape`.
+        """
+        cdef cnp.ndarray arr = self._as_frame(frame)
+        cdef int64_t s = self._alloc()
+        try:
+            self._write(s, arr)
+        except BaseException:
+            lf_pool_decref(&self.p, s)
+            raise
+        return s
+
+    def _push_known(self, obj, arr):
+        """:meth:`push`, reusing the slot of the same ndarray ``obj`` if its bytes are unchanged.
+
+        See the twin's docstring: how ``LazyFrames(list_of_frames)`` stores a frame
+        once when baselines' FrameStack passes it to k consecutive observations.
+        """
+        cdef cnp.ndarray a = self._as_frame(arr)
+        cdef int64_t s
+        key = id(obj)
+        hit = self._by_id.get(key)
+        if hit is not None and hit[0]() is obj:
+            s = hit[1]
+            if lf_pool_is_live(&self.p, s) and cnp.PyArray_IS_C_CONTIGUOUS(a) and memcmp(
+                    lf_pool_addr(&self.p, s), cnp.PyArray_DATA(a), self.p.frame_bytes) == 0:
+                lf_pool_incref(&self.p, s)
+                return s
+        s = self.push(a)
+        if isinstance(obj, np.ndarray):
+            pool = weakref.ref(self)
+
+            def forget(wr, key=key):
+                p = pool()
+                if p is not None and p._by_id.get(key, (None,))[0] is wr:
+                    del p._by_id[key]
+
+            self._by_id[key] = (weakref.ref(obj, forget), s)
+        return s
+
+    def push_many(self, frames):
+        """Copy ``n`` frames (an array of shape ``(n, *S)``) in; returns int64 slot ids ``(n,)``.
+
+        Raises:
+            TypeError, ValueError: as :meth:`push`, before any frame is stored.
+        """
+        arr = np.asarray(frames)
+        if arr.ndim != self._nd + 1:
+            raise ValueError(f"frames have shape {arr.shape}, expected (n, *{self.frame_shape})")
+        arr = C.as_frame(arr, (arr.shape[0],) + self.frame_shape, self.dtype)
+        cdef Py_ssize_t n = arr.shape[0], i, j
+        cdef cnp.ndarray out = np.empty(n, np.int64)
+        cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
+        cdef const unsigned char *src
+        cdef int64_t s
+        contiguous = arr.flags.c_contiguous
+        for i in range(n):
+            s = lf_pool_alloc(&self.p)
+            if s < 0:
+                for j in range(i):
+                    lf_pool_decref(&self.p, o[j])
+                raise MemoryError("the frame pool cannot grow")
+            o[i] = s
+        if contiguous:
+            src = <const unsigned char *>cnp.PyArray_DATA(arr)
+            for i in range(n):
+                memcpy(lf_pool_addr(&self.p, o[i]), src + i * self.p.frame_bytes, self.p.frame_bytes)
+        else:
+            for i in range(n):
+                np.copyto(self._view(o[i]), arr[i])
+        return out
+
+    def retain(self, slots):
+        """Add one reference to each slot id in ``slots`` (an int or an int array).
+
+        Raises:
+            IndexError: a slot id out of range; ValueError: a free slot. Checked for
+            every id before any refcount changes.
+        """
+        cdef int64_t s
+        if type(slots) is int:
+            s = slots
+            _check_slot(&self.p, s)
+            lf_pool_incref(&self.p, s)
+            return
+        cdef cnp.ndarray arr = C.as_slots(slots)
+        cdef const int64_t *a = <const int64_t *>cnp.PyArray_DATA(arr)
+        cdef Py_ssize_t n = arr.size, i
+        self._check_many(a, n)
+        for i in range(n):
+            if lf_pool_refcount(&self.p, a[i]) >= UINT32_MAX - <uint32_t>n:
+                raise OverflowError(f"slot {a[i]} has too many references")
+        for i in range(n):
+            lf_pool_incref(&self.p, a[i])
+
+    def release(self, slots):
+        """Drop one reference from each slot id in ``slots``; a slot at zero is free again.
+
+        Raises:
+            IndexError, ValueError: as :meth:`retain`, and a ValueError if ``slots``
+            names a slot more often than it has references; nothing is released then.
+        """
+        cdef int64_t s
+        if type(slots) is int:
+            s = slots
+            _check_slot(&self.p, s)
+            lf_pool_decref(&self.p, s)
+            return
+        cdef cnp.ndarray arr = C.as_slots(slots)
+        cdef const int64_t *a = <const int64_t *>cnp.PyArray_DATA(arr)
+        cdef Py_ssize_t n = arr.size, i, j
+        self._check_many(a, n)
+        # over-release check: take the references off without freeing, undo on failure
+        for i in range(n):
+            if lf_pool_refcount(&self.p, a[i]) == 0:
+                break
+            self._refcnt_add(a[i], -1)
+        else:
+            i = n
+        for j in range(i):
+            self._refcnt_add(a[j], 1)
+        if i < n:
+            ids, counts = np.unique(arr.ravel(), return_counts=True)
+            for s_, n_ in zip(ids, counts):
+                if self.refcount(s_) < n_:
+                    raise ValueError(
+                        f"slot {int(s_)} released {int(n_)} times but has "
+                        f"{int(self.refcount(s_))} references"
+                    )
+        for i in range(n):
+            lf_pool_decref(&self.p, a[i])
+
+    cdef inline void _refcnt_add(self, int64_t s, int d):
+        # a raw refcount change that never frees (used to check before releasing)
+        _pool_refcnt_ptr(&self.p, s)[0] += d
+
+    def refcount(self, slot):
+        """References held on ``slot`` (0 for a free slot in range).
+
+        Raises:
+            IndexError: out of range.
+        """
+        cdef int64_t s = slot
+        if not lf_pool_in_range(&self.p, s):
+            raise IndexError(f"slot {s} is out of range for this pool")
+        return lf_pool_refcount(&self.p, s)
+
+    def get(self, slot):
+        """A copy of the frame in ``slot``, shape :attr:`frame_shape`.
+
+        Raises:
+            IndexError, ValueError: as :meth:`retain`.
+        """
+        cdef int64_t s = slot
+        _check_slot(&self.p, s)
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(self._nd, self._dims, self._descr.type_num, 0)
+        memcpy(cnp.PyArray_DATA(out), lf_pool_addr(&self.p, s), self.p.frame_bytes)
+        return out
+
+    def lazy(self, slots, *, layout="last"):
+        """A :class:`LazyFrames` over ``k`` slot ids, oldest first; copies no frame bytes.
+
+        The observation takes its own reference on each slot.
+
+        Raises:
+            IndexError, ValueError: as :meth:`retain`; ValueError for a bad layout.
+        """
+        return LazyFrames._from_slots(self, slots, layout)
+
+    def gather(self, slots, out=None, *, layout="last", dtype=None, scale=None):
+        """Copy ``B`` observations of ``k`` slots each (``slots``: ints ``(B, k)``) into one array.
+
+        One C call with the GIL released; dtype conversion and ``scale`` are fused into
+        the copy. Everything is checked before anything is written.
+
+        Raises:
+            IndexError, ValueError: bad slot ids; TypeError/ValueError: a bad ``out``.
+        """
+        cdef cnp.ndarray arr = C.as_slots(slots)
+        if arr.ndim != 2 or arr.shape[1] == 0:
+            raise ValueError(f"slots must have shape (B, k) with k >= 1, got {(<object>arr).shape}")
+        cdef int code = self._layout(layout)
+        cdef Py_ssize_t b = arr.shape[0], k = arr.shape[1], i
+        cdef const int64_t *a = <const int64_t *>cnp.PyArray_DATA(arr)
+        self._check_many(a, b * k)
+        res, dst_type, sc, has_scale = _prepare_out(self, code, b, k, out, dtype, scale)
+        cdef const unsigned char **src = <const unsigned char **>malloc(max(1, b * k) * sizeof(void *))
+        if src == NULL:
+            raise MemoryError()
+        for i in range(b * k):
+            src[i] = lf_pool_addr(&self.p, a[i])
+        _run(src, b, k, self, code, dst_type, sc, has_scale, res)
+        return res
+
+
+
+cdef tuple _prepare_out(FramePool pool, int code, Py_ssize_t b, Py_ssize_t k, object out,
+                        object dtype, object scale):
+    """Check or allocate the output of a copy out: (array, dst type, scale, has_scale)."""
+    cdef cnp.npy_intp dims[MAX_NDIM + 1]
+    cdef int nd, i
+    if out is None and dtype is None and scale is None:
+        dst = pool.dtype
+    else:
+        dst = C.output_dtype(pool.dtype, dtype if dtype is not None or out is None else out.dtype, scale)
+    # (B, *observation_shape)
+    dims[0] = b
+    if code == 2:
+        nd = pool._nd + 2
+        dims[1] = k
+        for i in range(pool._nd):
+            dims[i + 2] = pool._dims[i]
+    else:
+        nd = pool._nd + 1
+        for i in range(pool._nd):
+            dims[i + 1] = pool._dims[i]
+        if code == 0:
+            dims[pool._nd] *= k
+        else:
+            dims[1] *= k
+    if out is None:
+        res = cnp.PyArray_EMPTY(nd, dims, (<cnp.dtype>dst).type_num, 0)
+    else:
+        C.check_out(out, tuple([dims[i] for i in range(nd)]), dst)
+        res = out
+    dst_type = pool._ltype if dst is pool.dtype else _lf_type(dst)
+    if dst_type == LF_RAW and pool._ltype != LF_RAW:
+        raise TypeError(f"no fused conversion from {pool.dtype} to {dst}")
+    return res, dst_type, (0.0 if scale is None else float(scale)), scale is not None
+
+
+cdef int _run(const unsigned char **src, Py_ssize_t b, Py_ssize_t k, FramePool pool, int code,
+              int dst_type, double sc, bint has_scale, cnp.ndarray res) except -1:
+    """Run the copy kernel without the GIL; frees ``src``."""
+    cdef void *dst = cnp.PyArray_DATA(res)
+    cdef size_t outer = pool._outer[code], inner = pool._inner[code], isz = pool._itemsize
+    cdef int st = pool._ltype, rc
+    with nogil:
+        rc = lf_copy_stacks(src, b, k, outer, inner, st, dst_type, isz, sc, has_scale, dst)
+    free(src)
+    if rc != 0:
+        raise TypeError(f"no fused conversion from {pool.dtype} to {res.dtype}")
+    return 0
+
+
+_default_pools = weakref.WeakValueDictionary()
+
+
+def default_pool(frame_shape, dtype):
+    """The shared pool for frames of ``frame_shape`` and ``dtype``.
+
+    Used by ``LazyFrames(list_of_frames)`` and by unpickling. It lives as long as
+    something refers to it (any observation built on it does).
+    """
+    key = (C.frame_shape(frame_shape), C.frame_dtype(dtype))
+    pool = _default_pools.get(key)
+    if pool is None:
+        pool = FramePool(*key)
+        _default_pools[key] = pool
+    return pool
+
+
+def _restore_frame(frame):
+    return C.restore_frame(default_pool, frame)
+
+
+def _restore_lazyframes(refs, layout):
+    return refs[0].pool.lazy([r.slot for r in refs], layout=layout)
+
+
+@cython.final
+@cython.no_gc
+cdef class LazyFrames:
+    """k frames shown as one observation, stored once in a :class:`FramePool`.
+
+    A drop-in for baselines' ``atari_wrappers.LazyFrames``: ``LazyFrames(frames)``
+    concatenates on the last axis, and ``len``, ``[i]``, ``count()`` and ``frame(i)``
+    behave as baselines' on the materialised array. Unlike baselines it never caches the
+    materialised stack: ``np.asarray`` copies the frames out each time into a fresh
+    array, so holding observations costs only the unique frames.
+
+    Args:
+        frames: a non-empty sequence of k array-likes of one shape ``S`` and dtype,
+            oldest first, copied into the shared :func:`default_pool`. An ndarray that
+            is already stored there with the same bytes (as when baselines' FrameStack
+            passes the same frame to k consecutive observations) is not copied again.
+        layout: ``"last"`` (baselines, default), ``"first"`` (SB3 channels-first) or
+            ``"stack"`` (Gymnasium, ``(k, *S)``); see ``lazyframes.LAYOUTS``.
+
+    Raises:
+        ValueError: an empty sequence, frames of different shapes, or a layout that
+            does not fit the frame shape (e.g. ``"last"`` for ``(1, 84, 84)`` frames).
+        TypeError: frames of different dtypes, or object arrays.
+
+    Equality: ``a == b`` is a single bool, True when both materialise to arrays of the
+    same shape with equal values (as ``np.array_equal``); comparing with an ndarray
+    works the same way in both directions. Observations are unhashable, like ndarrays.
+
+    Example:
+        >>> frames = [np.full((84, 84, 1), v, np.uint8) for v in range(4)]
+        >>> lz = LazyFrames(frames)
+        >>> lz.shape, np.asarray(lz).shape, lz.count(), len(lz)
+        ((84, 84, 4), (84, 84, 4), 4, 84)
+    """
+
+    cdef FramePool _pool
+    cdef int64_t *_slots
+    cdef Py_ssize_t _k
+    cdef int _code
+
+    __array_priority__ = 10.0  # so ndarray == LazyFrames defers to __eq__
+
+    def __cinit__(self):
+        self._slots = NULL
+        self._k = 0
+
+    def __init__(self, frames, *, layout="last"):
+        if self._slots != NULL:
+            raise RuntimeError("LazyFrames.__init__ called twice")
+        if isinstance(frames, np.ndarray) and frames.ndim >= 1:
+            frames = list(frames)
+        frames = list(frames)
+        if not frames:
+            raise ValueError("LazyFrames needs at least one frame")
+        arrays = []
+        for f in frames:
+            a = np.asarray(f)
+            if a.dtype.kind == "O":
+                raise TypeError("frame is an object array; frames must be numeric ndarrays")
+            arrays.append(a)
+        shape, dt = arrays[0].shape, C.frame_dtype(arrays[0].dtype)
+        for a in arrays:
+            if a.shape != shape:
+                raise ValueError(f"frames have different shapes: {shape} and {a.shape}")
+            if a.dtype.newbyteorder("=") != dt:
+                raise TypeError(f"frames have different dtypes: {dt} and {a.dtype}")
+        C.check_layout(layout, shape)
+        cdef FramePool pool = default_pool(shape, dt)
+        slots = []
+        try:
+            for f, a in zip(frames, arrays):
+                slots.append(pool._push_known(f, a))
+            self._init(pool, C.as_slots(slots), layout)
+        finally:
+            if slots:
+                pool.release(slots)
+
+    @classmethod
+    def from_slots(cls, pool, slots, *, layout="last"):
+        """An observation over ``k`` live slot ids of ``pool``; copies no frame bytes."""
+        return LazyFrames._from_slots(pool, slots, layout)
+
+    @staticmethod
+    def _from_slots(pool, slots, layout):
+        if not isinstance(pool, FramePool):
+            raise TypeError(f"pool must be a FramePool, got {type(pool).__name__}")
+        arr = C.as_slots(slots)
+        if arr.ndim != 1 or arr.size == 0:
+            raise ValueError(f"slots must be a non-empty 1-D sequence, got shape {arr.shape}")
+        cdef LazyFrames lz = LazyFrames.__new__(LazyFrames)
+        lz._init(pool, arr, layout)
+        return lz
+
+    cdef _init(self, FramePool pool, cnp.ndarray slots, object layout):
+        cdef int code = pool._layout(layout)
+        cdef Py_ssize_t k = slots.size, i
+        cdef const int64_t *a = <const int64_t *>cnp.PyArray_DATA(slots)
+        pool._check_many(a, k)
+        self._slots = <int64_t *>malloc(k * sizeof(int64_t))
+        if self._slots == NULL:
+            raise MemoryError()
+        for i in range(k):
+            self._slots[i] = a[i]
+            lf_pool_incref(&pool.p, a[i])
+        self._k = k
+        self._pool = pool
+        self._code = code
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self._slots != NULL:
+            for i in range(self._k):
+                lf_pool_decref(&self._pool.p, self._slots[i])
+            free(self._slots)
+
+    # -- array-likeness without materialising ----------------------------------------
+    @property
+    def pool(self):
+        """The pool holding the frames."""
+        return self._pool
+
+    @property
+    def slots(self):
+        """Slot ids of the k frames, oldest first."""
+        return tuple(self._slots[i] for i in range(self._k))
+
+    @property
+    def layout(self):
+        """``"last"``, ``"first"`` or ``"stack"``."""
+        return _LAYOUT_NAMES[self._code]
+
+    @property
+    def stack_size(self):
+        """k, the number of frames."""
+        return self._k
+
+    @property
+    def frame_shape(self):
+        """Shape ``S`` of one frame."""
+        return self._pool.frame_shape
+
+    @property
+    def shape(self):
+        """Shape of ``np.asarray(self)``."""
+        return C.observation_shape(self._pool.frame_shape, self._k, _LAYOUT_NAMES[self._code])
+
+    @property
+    def dtype(self):
+        """dtype of ``np.asarray(self)``."""
+        return self._pool.dtype
+
+    @property
+    def ndim(self):
+        return self._pool._nd + (1 if self._code == 2 else 0)
+
+    @property
+    def size(self):
+        return self._k * self._pool.p.frame_bytes // self._pool._itemsize
+
+    @property
+    def nbytes(self):
+        """Bytes of the materialised array (not of the memory held; see the pool)."""
+        return self._k * self._pool.p.frame_bytes
+
+    # -- copying out ---------------------------------------------------------------
+    cdef cnp.ndarray _out(self, object dtype, object scale):
+        cdef FramePool pool = self._pool
+        res, dst_type, sc, has_scale = _prepare_out(pool, self._code, 1, self._k, None, dtype, scale)
+        cdef const unsigned char **src = <const unsigned char **>malloc(self._k * sizeof(void *))
+        if src == NULL:
+            raise MemoryError()
+        cdef Py_ssize_t i
+        for i in range(self._k):
+            src[i] = lf_pool_addr(&pool.p, self._slots[i])
+        _run(src, 1, self._k, pool, self._code, dst_type, sc, has_scale, res)
+        return res[0]
+
+    def __array__(self, dtype=None, copy=None):
+        """Materialise into a fresh array (NumPy 2 protocol).
+
+        ``copy=False`` raises ValueError: the frames are not one array, so a copy cannot
+        be avoided. ``dtype`` is fused into the copy (same-kind casts).
+        """
+        if copy is False:
+            raise ValueError(C.COPY_FALSE_MESSAGE)
+        return self._out(dtype, None)
+
+    def astype(self, dtype, *, scale=None):
+        """A new array of ``dtype``, optionally times ``scale`` (fused into the copy).
+
+        ``obs.astype(np.float32, scale=1/255)`` is baselines' ScaledFloatFrame.
+        """
+        return self._out(dtype, scale)
+
+    def __len__(self):
+        if self._code == 2:
+            return self._k
+        if self._code == 1:
+            return self._k * self._pool._dims[0]
+        return self._pool._dims[0] if self._pool._nd > 1 else self._k * self._pool._dims[0]
+
+    def __getitem__(self, key):
+        return self._out(None, None)[key]
+
+    def count(self):
+        """Size of the last axis of the materialised array, as baselines' ``count()``."""
+        return self.shape[-1]
+
+    def frame(self, i):
+        """``np.asarray(self)[..., i]`` as baselines' ``frame(i)``: a channel when C > 1.
+
+        Copies only what it returns in the ``"last"`` layout.
+
+        Raises:
+            IndexError: out of range.
+        """
+        i = C.index_frame(i, self.count())
+        if self._code == 0:
+            j, ch = divmod(i, self._pool._dims[self._pool._nd - 1])
+            return self._pool.get(self._slots[j])[..., ch]
+        return self._out(None, None)[..., i]
+
+    def get_frame(self, j):
+        """A copy of whole frame ``j`` (0 is the oldest), shape :attr:`frame_shape`.
+
+        Raises:
+            IndexError: out of range.
+        """
+        j = C.index_frame(j, self._k)
+        return self._pool.get(self._slots[j])
+
+    def __copy__(self):
+        # frames are immutable, so a copy shares them (no frame bytes copied)
+        return LazyFrames._from_slots(self._pool, self.slots, self.layout)
+
+    def copy(self):
+        """A new observation sharing the same frames (no frame bytes copied)."""
+        return self.__copy__()
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
+    def __reduce__(self):
+        return C.reduce_lazyframes(self)
+
+    def __eq__(self, other):
+        return C.lazyframes_eq(self, other)
+
+    def __ne__(self, other):
+        eq = C.lazyframes_eq(self, other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (
+            f"LazyFrames(shape={self.shape}, dtype={self.dtype}, layout={self.layout!r}, "
+            f"stack_size={self._k})"
+        )
+
+
+def stack(observations, out=None, *, dtype=None, scale=None):
+    """Materialise a batch of observations into one array: ``(B, *observation_shape)``.
+
+    The fast equivalent of ``np.array(list_of_lazyframes)``: one C call with the GIL
+    released; ``dtype`` and ``scale`` are fused into the copy, e.g.
+    ``stack(batch, dtype=np.float32, scale=1/255)`` for ``uint8 -> [0, 1]``.
+
+    Args:
+        observations: a non-empty sequence of :class:`LazyFrames` with one shape, dtype
+            and layout (they may come from different pools).
+        out: optional C-contiguous, writeable ndarray of shape ``(B, *obs_shape)`` to
+            fill; its dtype is the output dtype when ``dtype`` is None.
+        dtype: output dtype (same-kind casts, e.g. uint8 -> float32). Default: the frames'.
+        scale: multiply by this after converting (float output dtypes only).
+
+    Returns:
+        ``out``, or a new array.
+
+    Raises:
+        ValueError: no observations, mismatched shapes or layouts, or a bad ``out``
+            (shape, contiguity, read-only).
+        TypeError: a non-LazyFrames element, mismatched dtypes, an unsupported
+            conversion, or ``out`` of the wrong dtype.
+    """
+    obs = observations if type(observations) is list else list(observations)
+    cdef Py_ssize_t b = len(obs), i, j, k
+    if b == 0:
+        raise ValueError("stack needs at least one observation")
+    cdef LazyFrames o, first
+    for x in obs:
+        if not isinstance(x, LazyFrames):
+            raise TypeError(
+                f"stack takes LazyFrames, got {type(x).__name__}; use np.stack for ndarrays"
+            )
+    first = obs[0]
+    k = first._k
+    cdef FramePool fp = first._pool
+    for x in obs:
+        o = x
+        if o._pool is not fp:
+            if o.shape != first.shape or o._code != first._code:
+                raise ValueError(
+                    f"observations differ: shape {first.shape} ({first.layout!r}) and "
+                    f"{o.shape} ({o.layout!r})"
+                )
+            if o.dtype != first.dtype:
+                raise TypeError(f"observations have different dtypes: {first.dtype} and {o.dtype}")
+        elif o._k != k or o._code != first._code:
+            raise ValueError(
+                f"observations differ: shape {first.shape} ({first.layout!r}) and "
+                f"{o.shape} ({o.layout!r})"
+            )
+    res, dst_type, sc, has_scale = _prepare_out(fp, first._code, b, k, out, dtype, scale)
+    cdef const unsigned char **src = <const unsigned char **>malloc(b * k * sizeof(void *))
+    if src == NULL:
+        raise MemoryError()
+    for i in range(b):
+        o = obs[i]
+        for j in range(k):
+            src[i * k + j] = lf_pool_addr(&o._pool.p, o._slots[j])
+    _run(src, b, k, fp, first._code, dst_type, sc, has_scale, res)
+    return res
