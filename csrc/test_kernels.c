@@ -1,0 +1,473 @@
+/* Plain-C tests of the copy kernels (kernels.c) and the frame pool (pool.c); no Python.
+ *
+ * Build and run (tests/test_c_kernels.py does this, with sanitizers when available):
+ *   cc -std=c99 -O1 -g -fsanitize=address,undefined -Icsrc csrc/test_kernels.c \
+ *      csrc/kernels.c csrc/pool.c -o test_kernels && ./test_kernels
+ * Prints "N passed, 0 failed" and exits non-zero on any failure.
+ *
+ * The kernels are checked against naive loops written from the layouts' definitions
+ * (DESIGN.md): "last" out[h][w][j*C + c] = f_j[h][w][c]; "first"
+ * out[j*C + c][h][w] = f_j[c][h][w]; "stack" out[j] = f_j. The pool is checked
+ * against its documented policy and, in a random walk, against a plain model.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "pool.h"
+
+static long n_pass = 0, n_fail = 0;
+
+#define CHECK(cond, ...)                                                  \
+    do {                                                                  \
+        if (cond) {                                                       \
+            n_pass++;                                                     \
+        } else {                                                          \
+            n_fail++;                                                     \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                 \
+            fputc('\n', stderr);                                          \
+        }                                                                 \
+    } while (0)
+
+/* xorshift64*: deterministic test data */
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 2685821657736338717ull;
+}
+static void fill_random(unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(rnd() >> 56);
+}
+
+enum { LAST = 0, FIRST = 1, STACK = 2 };
+static const char *layout_name[] = {"last", "first", "stack"};
+
+/* ------------------------------------------------------------------------------ */
+/* geometry: identity copies of every layout against a naive loop                   */
+
+/* Frame shape (d0, d1, d2) in elements of `isz` bytes. "last": (H, W, C) = (d0, d1, d2);
+ * "first": (C, H, W) = (d0, d1, d2); "stack": any. Returns 0 when equal. */
+static int naive_check(int layout, size_t n_obs, size_t k, size_t d0, size_t d1, size_t d2,
+                       size_t isz, unsigned char **frames, const unsigned char *out) {
+    size_t n = d0 * d1 * d2;
+    size_t obs_bytes = k * n * isz;
+    for (size_t b = 0; b < n_obs; b++) {
+        const unsigned char *o = out + b * obs_bytes;
+        for (size_t j = 0; j < k; j++) {
+            const unsigned char *f = frames[b * k + j];
+            for (size_t x = 0; x < d0; x++)
+                for (size_t y = 0; y < d1; y++)
+                    for (size_t z = 0; z < d2; z++) {
+                        size_t fi = (x * d1 + y) * d2 + z, oi;
+                        if (layout == LAST) /* (H, W, k*C) */
+                            oi = (x * d1 + y) * (k * d2) + j * d2 + z;
+                        else if (layout == FIRST) /* (k*C, H, W) */
+                            oi = ((j * d0 + x) * d1 + y) * d2 + z;
+                        else /* (k, *S) */
+                            oi = j * n + fi;
+                        if (memcmp(o + oi * isz, f + fi * isz, isz) != 0) return 1;
+                    }
+        }
+    }
+    return 0;
+}
+
+static void geometry_case(int layout, size_t n_obs, size_t k, size_t d0, size_t d1, size_t d2,
+                          int type, size_t isz) {
+    size_t n = d0 * d1 * d2, fb = n * isz;
+    size_t n_frames = 3 + k; /* observations reuse frames, as in a frame stack */
+    unsigned char *store = malloc(n_frames * fb);
+    const unsigned char **src = malloc(n_obs * k * sizeof(*src));
+    unsigned char *out = malloc(n_obs * k * fb + 1);
+    fill_random(store, n_frames * fb);
+    for (size_t i = 0; i < n_obs * k; i++) src[i] = store + ((i * 7 + i / k) % n_frames) * fb;
+    out[n_obs * k * fb] = 0xA5; /* canary just past the end */
+    size_t outer = layout == LAST ? d0 * d1 : 1, inner = layout == LAST ? d2 : n;
+    int rc = lf_copy_stacks(src, n_obs, k, outer, inner, type, type, isz, 0.0, 0, out);
+    CHECK(rc == 0, "layout %s type %d returned %d", layout_name[layout], type, rc);
+    CHECK(naive_check(layout, n_obs, k, d0, d1, d2, isz, (unsigned char **)src, out) == 0,
+          "layout %s, %zu obs, k=%zu, shape (%zu,%zu,%zu), type %d, itemsize %zu",
+          layout_name[layout], n_obs, k, d0, d1, d2, type, isz);
+    CHECK(out[n_obs * k * fb] == 0xA5, "wrote past the end (layout %s)", layout_name[layout]);
+    free(store);
+    free(src);
+    free(out);
+}
+
+static void test_geometry(void) {
+    /* (type, itemsize): typed identity copies and raw copies of other itemsizes */
+    const int types[][2] = {
+        {LF_UINT8, 1}, {LF_INT16, 2}, {LF_FLOAT32, 4}, {LF_FLOAT64, 8}, {LF_BOOL, 1},
+        {LF_RAW, 1},   {LF_RAW, 2},   {LF_RAW, 3},     {LF_RAW, 16},
+    };
+    const size_t shapes[][3] = {
+        {84, 84, 1}, {5, 7, 1}, {5, 7, 3}, {4, 3, 2}, {1, 1, 1}, {2, 1, 5}, {1, 9, 4},
+    };
+    const size_t ks[] = {1, 2, 4, 5, 16};
+    for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
+        for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+            for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
+                for (int layout = 0; layout < 3; layout++) {
+                    size_t n_obs = 1 + (rnd() % 3);
+                    if (shapes[s][0] == 84 && ks[ki] == 16) n_obs = 1;
+                    geometry_case(layout, n_obs, ks[ki], shapes[s][0], shapes[s][1],
+                                  shapes[s][2], types[t][0], (size_t)types[t][1]);
+                }
+    /* the Atari case exactly: 4 frames f(v) of 84x84x1, "last" -> pixel p = [0,1,2,3] */
+    unsigned char *fr[4];
+    for (int v = 0; v < 4; v++) {
+        fr[v] = malloc(84 * 84);
+        memset(fr[v], v, 84 * 84);
+    }
+    unsigned char *out = malloc(84 * 84 * 4);
+    CHECK(lf_copy_stacks((const unsigned char *const *)fr, 1, 4, 84 * 84, 1, LF_UINT8,
+                         LF_UINT8, 1, 0.0, 0, out) == 0, "atari copy");
+    int ok = 1;
+    for (size_t p = 0; p < 84 * 84; p++)
+        for (int j = 0; j < 4; j++) ok &= out[p * 4 + j] == j;
+    CHECK(ok, "f(0..3) 'last' gives [0,1,2,3] per pixel");
+    /* RGB frames 10, 11, 12, k=3: channels [10,10,10,11,11,11,12,12,12] (CASES C07) */
+    unsigned char *rgb[3];
+    for (int v = 0; v < 3; v++) {
+        rgb[v] = malloc(6 * 5 * 3);
+        memset(rgb[v], 10 + v, 6 * 5 * 3);
+    }
+    unsigned char *o2 = malloc(6 * 5 * 9);
+    CHECK(lf_copy_stacks((const unsigned char *const *)rgb, 1, 3, 30, 3, LF_UINT8, LF_UINT8, 1,
+                         0.0, 0, o2) == 0, "rgb copy");
+    const unsigned char want[9] = {10, 10, 10, 11, 11, 11, 12, 12, 12};
+    ok = 1;
+    for (size_t p = 0; p < 30; p++) ok &= memcmp(o2 + p * 9, want, 9) == 0;
+    CHECK(ok, "C07 channels");
+    for (int v = 0; v < 4; v++) free(fr[v]);
+    for (int v = 0; v < 3; v++) free(rgb[v]);
+    free(out);
+    free(o2);
+}
+
+/* ------------------------------------------------------------------------------ */
+/* conversions                                                                      */
+
+static void test_type_sizes(void) {
+    const size_t want[LF_NTYPES] = {sizeof(bool), 1, 1, 2, 2, 4, 4, 8, 8, 4, 8};
+    for (int t = 0; t < LF_NTYPES; t++)
+        CHECK(lf_type_size(t) == want[t], "lf_type_size(%d) = %zu", t, lf_type_size(t));
+    CHECK(lf_type_size(LF_RAW) == 0, "raw");
+    CHECK(lf_type_size(-1) == 0, "-1");
+    CHECK(lf_type_size(LF_NTYPES) == 0, "LF_NTYPES");
+}
+
+static void test_u8_to_f32_scale(void) {
+    /* every uint8 value, 2 frames of 256, "stack"; expected as NumPy computes
+     * arr.astype(float32) * float32(scale) */
+    unsigned char a[256], b[256];
+    for (int i = 0; i < 256; i++) {
+        a[i] = (unsigned char)i;
+        b[i] = (unsigned char)(255 - i);
+    }
+    const unsigned char *src[2] = {a, b};
+    const double scales[] = {1.0 / 255.0, 0.5, 3.0, -2.25, 1e-3};
+    for (size_t si = 0; si < sizeof(scales) / sizeof(scales[0]); si++) {
+        float out[512];
+        const float sc = (float)scales[si];
+        CHECK(lf_copy_stacks(src, 1, 2, 1, 256, LF_UINT8, LF_FLOAT32, 1, scales[si], 1, out) == 0,
+              "u8->f32 scale");
+        int ok = 1;
+        for (int i = 0; i < 256; i++) {
+            volatile float ea = (float)i * sc, eb = (float)(255 - i) * sc;
+            ok &= out[i] == ea && out[256 + i] == eb;
+        }
+        CHECK(ok, "u8->f32 * %g", scales[si]);
+    }
+    /* 1/255: the ScaledFloatFrame endpoints */
+    float out[512];
+    lf_copy_stacks(src, 1, 2, 1, 256, LF_UINT8, LF_FLOAT32, 1, 1.0 / 255.0, 1, out);
+    CHECK(out[0] == 0.0f, "0 -> 0");
+    CHECK(out[255] > 0.99999f && out[255] < 1.00001f, "255 -> 1 (got %.9g)", out[255]);
+    /* "last" geometry with a conversion: (2, 2, 1) frames, k=2 */
+    unsigned char f0[4] = {1, 2, 3, 4}, f1[4] = {5, 6, 7, 8};
+    const unsigned char *s2[2] = {f0, f1};
+    float o[8];
+    CHECK(lf_copy_stacks(s2, 1, 2, 4, 1, LF_UINT8, LF_FLOAT32, 1, 0.5, 1, o) == 0, "last conv");
+    const float w[8] = {0.5f, 2.5f, 1.0f, 3.0f, 1.5f, 3.5f, 2.0f, 4.0f};
+    CHECK(memcmp(o, w, sizeof w) == 0, "interleaved u8->f32");
+    /* without a scale */
+    CHECK(lf_copy_stacks(s2, 1, 2, 4, 1, LF_UINT8, LF_FLOAT32, 1, 99.0, 0, o) == 0, "no scale");
+    const float w2[8] = {1, 5, 2, 6, 3, 7, 4, 8};
+    CHECK(memcmp(o, w2, sizeof w2) == 0, "u8->f32 no scale ignores the scale value");
+}
+
+static void test_i16_to_f64(void) {
+    int16_t a[6] = {-32768, -1, 0, 1, 12345, 32767}, b[6] = {7, -7, 300, -300, 2, -2};
+    const unsigned char *src[2] = {(const unsigned char *)a, (const unsigned char *)b};
+    double out[12];
+    /* "first": (C=2, 3) frames... as (6,) vectors, outer 1 */
+    CHECK(lf_copy_stacks(src, 1, 2, 1, 6, LF_INT16, LF_FLOAT64, 2, 0.0, 0, out) == 0, "i16->f64");
+    int ok = 1;
+    for (int i = 0; i < 6; i++) ok &= out[i] == (double)a[i] && out[6 + i] == (double)b[i];
+    CHECK(ok, "i16->f64 exact");
+    CHECK(lf_copy_stacks(src, 1, 2, 1, 6, LF_INT16, LF_FLOAT64, 2, 0.25, 1, out) == 0, "scaled");
+    ok = 1;
+    for (int i = 0; i < 6; i++) ok &= out[i] == a[i] * 0.25 && out[6 + i] == b[i] * 0.25;
+    CHECK(ok, "i16->f64 * 0.25");
+    /* "last" with C = 3: frames (2, 3) */
+    CHECK(lf_copy_stacks(src, 1, 2, 2, 3, LF_INT16, LF_FLOAT64, 2, 0.0, 0, out) == 0, "last");
+    const double w[12] = {-32768, -1, 0, 7, -7, 300, 1, 12345, 32767, -300, 2, -2};
+    CHECK(memcmp(out, w, sizeof w) == 0, "i16->f64 interleaved by C=3");
+}
+
+static void test_other_conversions(void) {
+    /* widening ints keep the sign */
+    int16_t a[4] = {-5, 0, 5, -32768};
+    const unsigned char *sa[1] = {(const unsigned char *)a};
+    int64_t o64[4];
+    CHECK(lf_copy_stacks(sa, 1, 1, 1, 4, LF_INT16, LF_INT64, 2, 0, 0, o64) == 0, "i16->i64");
+    CHECK(o64[0] == -5 && o64[1] == 0 && o64[2] == 5 && o64[3] == -32768, "i16->i64 values");
+    uint8_t u[3] = {0, 200, 255};
+    const unsigned char *su[1] = {u};
+    int16_t o16[3];
+    CHECK(lf_copy_stacks(su, 1, 1, 1, 3, LF_UINT8, LF_INT16, 1, 0, 0, o16) == 0, "u8->i16");
+    CHECK(o16[0] == 0 && o16[1] == 200 && o16[2] == 255, "u8->i16 values");
+    bool bb[3] = {false, true, true};
+    const unsigned char *sb[1] = {(const unsigned char *)bb};
+    float of[3];
+    CHECK(lf_copy_stacks(sb, 1, 1, 1, 3, LF_BOOL, LF_FLOAT32, sizeof(bool), 2.0, 1, of) == 0,
+          "bool->f32");
+    CHECK(of[0] == 0.0f && of[1] == 2.0f && of[2] == 2.0f, "bool->f32*2");
+    uint8_t ou[3];
+    CHECK(lf_copy_stacks(sb, 1, 1, 1, 3, LF_BOOL, LF_UINT8, sizeof(bool), 0, 0, ou) == 0, "b->u8");
+    CHECK(ou[0] == 0 && ou[1] == 1 && ou[2] == 1, "bool->u8 values");
+    float f[3] = {0.1f, -2.5f, 1e30f};
+    const unsigned char *sf[1] = {(const unsigned char *)f};
+    double od[3];
+    CHECK(lf_copy_stacks(sf, 1, 1, 1, 3, LF_FLOAT32, LF_FLOAT64, 4, 0, 0, od) == 0, "f32->f64");
+    CHECK(od[0] == (double)0.1f && od[1] == -2.5 && od[2] == (double)1e30f, "f32->f64 values");
+    double d[2] = {0.1, -3.0};
+    const unsigned char *sd[1] = {(const unsigned char *)d};
+    float of2[2];
+    CHECK(lf_copy_stacks(sd, 1, 1, 1, 2, LF_FLOAT64, LF_FLOAT32, 8, 0, 0, of2) == 0, "f64->f32");
+    CHECK(of2[0] == (float)0.1 && of2[1] == -3.0f, "f64->f32 values");
+    /* same type with a scale: float32 * float32(scale) */
+    float o3[3];
+    CHECK(lf_copy_stacks(sf, 1, 1, 1, 3, LF_FLOAT32, LF_FLOAT32, 4, 0.5, 1, o3) == 0, "f32*s");
+    CHECK(o3[0] == 0.1f * 0.5f && o3[1] == -1.25f && o3[2] == 1e30f * 0.5f, "f32 scaled");
+    /* identity copies of every type keep the bytes */
+    for (int t = 0; t < LF_NTYPES; t++) {
+        size_t isz = lf_type_size(t);
+        unsigned char in[3 * 8], out[3 * 8 + 1];
+        fill_random(in, sizeof in);
+        if (t == LF_BOOL)
+            for (size_t i = 0; i < sizeof in; i++) in[i] &= 1;
+        const unsigned char *s[1] = {in};
+        out[3 * isz] = 0x5A;
+        CHECK(lf_copy_stacks(s, 1, 1, 1, 3, t, t, isz, 0, 0, out) == 0, "identity %d", t);
+        CHECK(memcmp(in, out, 3 * isz) == 0 && out[3 * isz] == 0x5A, "identity bytes %d", t);
+    }
+}
+
+static void test_unsupported(void) {
+    uint8_t in[4] = {1, 2, 3, 4};
+    const unsigned char *s[1] = {in};
+    unsigned char out[64];
+    const int bad[][3] = {
+        /* src, dst, has_scale */
+        {LF_UINT8, LF_INT32, 1},   {LF_UINT8, LF_UINT8, 1}, {LF_INT16, LF_INT64, 1},
+        {LF_RAW, LF_UINT8, 0},     {LF_UINT8, LF_RAW, 0},   {LF_RAW, LF_RAW, 1},
+        {LF_RAW, LF_FLOAT32, 1},   {LF_NTYPES, LF_FLOAT32, 0}, {-1, LF_FLOAT32, 0},
+        {LF_UINT8, LF_NTYPES, 0},  {LF_UINT8, -1, 0},       {LF_UINT8, 99, 1},
+        {LF_BOOL, LF_BOOL, 1},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        memset(out, 0xEE, sizeof out);
+        int rc = lf_copy_stacks(s, 1, 1, 1, 4, bad[i][0], bad[i][1], 1, 0.5, bad[i][2], out);
+        CHECK(rc == -1, "pair %d->%d scale %d returned %d", bad[i][0], bad[i][1], bad[i][2], rc);
+        CHECK(!lf_supported(bad[i][0], bad[i][1], bad[i][2]), "lf_supported %zu", i);
+        int untouched = 1;
+        for (size_t j = 0; j < sizeof out; j++) untouched &= out[j] == 0xEE;
+        CHECK(untouched, "pair %d->%d wrote to dst", bad[i][0], bad[i][1]);
+    }
+    const int good[][3] = {
+        {LF_UINT8, LF_FLOAT32, 1}, {LF_UINT8, LF_FLOAT64, 1}, {LF_INT16, LF_FLOAT64, 0},
+        {LF_RAW, LF_RAW, 0},       {LF_FLOAT32, LF_FLOAT32, 1}, {LF_UINT8, LF_UINT8, 0},
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        CHECK(lf_supported(good[i][0], good[i][1], good[i][2]), "supported %zu", i);
+}
+
+/* ------------------------------------------------------------------------------ */
+/* pool                                                                             */
+
+static size_t held_chunks(const lf_pool *p) { return lf_pool_bytes_held(p) / (p->spc * p->frame_bytes); }
+
+static void test_pool_policy(void) {
+    lf_pool p;
+    CHECK(lf_pool_init(&p, 0, 64) == -1, "frame_bytes 0 rejected");
+    lf_pool_free(&p);
+    CHECK(lf_pool_init(&p, 16, 64) == 0, "init");
+    CHECK(p.spc == 4, "spc %zu", p.spc);
+    CHECK(lf_pool_bytes_held(&p) == 0 && p.live_frames == 0, "empty");
+    CHECK(!lf_pool_in_range(&p, 0) && !lf_pool_is_live(&p, 0), "no slot yet");
+    int64_t s[12];
+    int ok = 1;
+    for (int i = 0; i < 12; i++) {
+        s[i] = lf_pool_alloc(&p);
+        ok &= s[i] == i;
+        memset(lf_pool_addr(&p, s[i]), i, 16);
+    }
+    CHECK(ok, "fresh slots are 0..11 in order");
+    CHECK(lf_pool_bytes_held(&p) == 12 * 16 && p.peak_bytes == 12 * 16, "3 chunks held");
+    CHECK(p.live_frames == 12, "live");
+    for (int i = 0; i < 12; i++) ok &= lf_pool_refcount(&p, i) == 1 && lf_pool_is_live(&p, i);
+    CHECK(ok, "refcount 1");
+    /* bounds */
+    CHECK(lf_pool_in_range(&p, 11) && !lf_pool_in_range(&p, 12), "range end");
+    CHECK(!lf_pool_in_range(&p, -1) && !lf_pool_is_live(&p, -1), "-1");
+    CHECK(!lf_pool_in_range(&p, INT64_MIN) && !lf_pool_is_live(&p, INT64_MIN), "INT64_MIN");
+    CHECK(!lf_pool_in_range(&p, INT64_MAX) && !lf_pool_is_live(&p, INT64_MAX), "INT64_MAX");
+    CHECK(!lf_pool_in_range(&p, (int64_t)1 << 40) && !lf_pool_is_live(&p, (int64_t)1 << 40), "2^40");
+    /* incref / decref */
+    lf_pool_incref(&p, 5);
+    lf_pool_incref(&p, 5);
+    CHECK(lf_pool_refcount(&p, 5) == 3, "incref");
+    lf_pool_decref(&p, 5);
+    lf_pool_decref(&p, 5);
+    CHECK(lf_pool_refcount(&p, 5) == 1 && lf_pool_is_live(&p, 5), "decref");
+    /* reuse: the most recently freed slot of the lowest chunk with a free slot */
+    lf_pool_decref(&p, 1);
+    lf_pool_decref(&p, 3);
+    lf_pool_decref(&p, 6);
+    CHECK(!lf_pool_is_live(&p, 1) && lf_pool_in_range(&p, 1) && lf_pool_refcount(&p, 1) == 0,
+          "freed slot in range, not live");
+    CHECK(p.live_frames == 9, "live 9");
+    CHECK(lf_pool_alloc(&p) == 3, "lowest chunk, last freed first");
+    CHECK(lf_pool_alloc(&p) == 1, "then 1");
+    CHECK(lf_pool_alloc(&p) == 6, "then chunk 1");
+    CHECK(lf_pool_alloc(&p) == 12, "then a new chunk");
+    ok = 1;
+    for (int i = 0; i < 12; i++)
+        if (i != 1 && i != 3 && i != 6) {
+            unsigned char *a = lf_pool_addr(&p, i);
+            for (int j = 0; j < 16; j++) ok &= a[j] == i;
+        }
+    CHECK(ok, "live frames' bytes untouched by frees and allocs");
+    lf_pool_decref(&p, 12); /* chunk 3 empties: kept as the spare */
+    CHECK(lf_pool_bytes_held(&p) == 16 * 16, "spare kept");
+    for (int i = 8; i < 12; i++) lf_pool_decref(&p, i); /* chunk 2 empties: released */
+    CHECK(lf_pool_bytes_held(&p) == 12 * 16, "chunk released (%zu)", lf_pool_bytes_held(&p));
+    CHECK(p.peak_bytes == 16 * 16, "peak kept");
+    CHECK(lf_pool_in_range(&p, 9) && !lf_pool_is_live(&p, 9) && lf_pool_refcount(&p, 9) == 0,
+          "released chunk's slot: in range, not live, refcount 0");
+    /* next allocations: chunk 3 (has memory, a free slot) before released chunk 2 */
+    int64_t n1 = lf_pool_alloc(&p);
+    CHECK(n1 >= 12 && n1 < 16, "memory-holding chunk first (%lld)", (long long)n1);
+    for (int i = 0; i < 3; i++) lf_pool_alloc(&p);
+    int64_t n2 = lf_pool_alloc(&p);
+    CHECK(n2 == 8, "then the lowest released chunk, offset 0 (%lld)", (long long)n2);
+    CHECK(lf_pool_bytes_held(&p) == 16 * 16, "re-acquired");
+    lf_pool_free(&p);
+    /* chunk smaller than a frame: one slot per chunk */
+    CHECK(lf_pool_init(&p, 100, 10) == 0 && p.spc == 1, "spc clamps to 1");
+    CHECK(lf_pool_alloc(&p) == 0 && lf_pool_alloc(&p) == 1, "one slot per chunk");
+    lf_pool_decref(&p, 0);
+    lf_pool_decref(&p, 1);
+    CHECK(p.live_frames == 0 && lf_pool_bytes_held(&p) == 100, "one spare chunk");
+    lf_pool_free(&p);
+}
+
+/* Random walk against a plain model: refcounts, contents, live frames, one spare. */
+static void test_pool_random_walk(void) {
+    enum { FB = 24, MAXS = 4096, STEPS = 200000 };
+    lf_pool p;
+    CHECK(lf_pool_init(&p, FB, 3 * FB) == 0, "init");
+    static uint32_t model_rc[MAXS];
+    static unsigned char model_tag[MAXS];
+    static int64_t live[MAXS];
+    size_t n_live = 0, live_model = 0;
+    long bad_rc = 0, bad_bytes = 0, bad_live = 0, bad_spare = 0, bad_fresh = 0;
+    memset(model_rc, 0, sizeof model_rc);
+    for (long step = 0; step < STEPS; step++) {
+        uint64_t r = rnd() % 100;
+        /* drift: grow for a while, then shrink, so chunks fill and empty */
+        int grow = ((step / 20000) % 2) == 0;
+        if (n_live == 0 || (r < (grow ? 45u : 20u) && n_live < MAXS / 2)) {
+            int64_t s = lf_pool_alloc(&p);
+            if (s < 0 || s >= MAXS) {
+                bad_fresh++;
+                break;
+            }
+            if (model_rc[s] != 0) bad_fresh++;
+            model_rc[s] = 1;
+            model_tag[s] = (unsigned char)(rnd() >> 56);
+            memset(lf_pool_addr(&p, s), model_tag[s], FB);
+            live[n_live++] = s;
+            live_model++;
+        } else if (r < 60) {
+            int64_t s = live[rnd() % n_live];
+            lf_pool_incref(&p, s);
+            model_rc[s]++;
+        } else {
+            size_t i = rnd() % n_live;
+            int64_t s = live[i];
+            lf_pool_decref(&p, s);
+            if (--model_rc[s] == 0) {
+                live[i] = live[--n_live];
+                live_model--;
+            }
+        }
+        if (p.live_frames != live_model) bad_live++;
+        if (step % 997 == 0) {
+            for (size_t i = 0; i < n_live; i++) {
+                int64_t s = live[i];
+                if (lf_pool_refcount(&p, s) != model_rc[s] || !lf_pool_is_live(&p, s)) bad_rc++;
+                unsigned char *a = lf_pool_addr(&p, s);
+                for (int j = 0; j < FB; j++)
+                    if (a[j] != model_tag[s]) {
+                        bad_bytes++;
+                        break;
+                    }
+            }
+            /* chunks held = chunks with a live slot + at most one spare */
+            size_t used = 0;
+            for (size_t c = 0; c < p.n_chunks; c++) {
+                int any = 0;
+                for (size_t o = 0; o < p.spc; o++) any |= model_rc[c * p.spc + o] > 0;
+                used += any;
+            }
+            if (held_chunks(&p) < used || held_chunks(&p) > used + 1) bad_spare++;
+        }
+    }
+    CHECK(bad_fresh == 0, "alloc returned a live or bad slot (%ld)", bad_fresh);
+    CHECK(bad_live == 0, "live_frames diverged (%ld)", bad_live);
+    CHECK(bad_rc == 0, "refcounts diverged (%ld)", bad_rc);
+    CHECK(bad_bytes == 0, "frame bytes clobbered (%ld)", bad_bytes);
+    CHECK(bad_spare == 0, "more than one spare chunk held (%ld)", bad_spare);
+    /* drop everything: zero live frames, one chunk kept */
+    while (n_live) {
+        int64_t s = live[n_live - 1];
+        lf_pool_decref(&p, s);
+        if (--model_rc[s] == 0) n_live--;
+    }
+    CHECK(p.live_frames == 0, "all dropped");
+    CHECK(held_chunks(&p) == 1, "one spare chunk after dropping all (%zu)", held_chunks(&p));
+    CHECK(p.peak_bytes >= lf_pool_bytes_held(&p), "peak");
+    lf_pool_free(&p);
+}
+
+int main(void) {
+    test_type_sizes();
+    test_geometry();
+    test_u8_to_f32_scale();
+    test_i16_to_f64();
+    test_other_conversions();
+    test_unsupported();
+    test_pool_policy();
+    test_pool_random_walk();
+    printf("%ld passed, %ld failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
