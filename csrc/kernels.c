@@ -12,70 +12,86 @@ size_t lf_type_size(int t) {
     return (t >= 0 && t < LF_NTYPES) ? type_sizes[t] : 0;
 }
 
-/* Identity copy: memcpy per row of `inner` elements (one memcpy per frame for
- * "first"/"stack", where outer == 1). */
-static void copy_raw(const unsigned char *const *src, size_t n_obs, size_t k,
-                     size_t outer, size_t inner_bytes, unsigned char *dst) {
-    const size_t row = k * inner_bytes;      /* one row of the observation */
-    const size_t obs_bytes = outer * row;
-    for (size_t b = 0; b < n_obs; b++) {
-        unsigned char *o = dst + b * obs_bytes;
-        const unsigned char *const *fr = src + b * k;
-        if (outer == 1) {
-            for (size_t j = 0; j < k; j++)
-                memcpy(o + j * inner_bytes, fr[j], inner_bytes);
-        } else if (inner_bytes == 1) {
-            /* the Atari case: (84, 84, 1) frames, "last" layout: interleave bytes */
-            for (size_t p = 0; p < outer; p++)
-                for (size_t j = 0; j < k; j++)
-                    o[p * k + j] = fr[j][p];
-        } else {
-            for (size_t j = 0; j < k; j++) {
-                const unsigned char *f = fr[j];
-                unsigned char *d = o + j * inner_bytes;
-                for (size_t p = 0; p < outer; p++)
-                    memcpy(d + p * row, f + p * inner_bytes, inner_bytes);
-            }
+/* Rows p0..p1 of the k frames fr[0..k-1] interleaved into dst (which receives row p0
+ * at its start): row p of frame j lands at ((p - p0) * k + j) * inner_bytes. This is
+ * the "last" layout; the Atari case (k = 4, one byte per element and channel) and
+ * small power-of-two rows have loops the compiler vectorises. */
+#define LF_STRIDED(T)                                                              \
+    for (size_t j = 0; j < k; j++) {                                               \
+        const T *restrict f = (const T *)fr[j] + p0;                               \
+        T *restrict d = (T *)dst + j;                                              \
+        for (size_t p = 0; p < n; p++) d[p * k] = f[p];                            \
+    }
+
+static void interleave(const unsigned char *const *fr, size_t k, size_t p0, size_t p1,
+                       size_t inner_bytes, unsigned char *restrict dst) {
+    const size_t n = p1 - p0;
+    if (inner_bytes == 1 && k == 4) {
+        const uint8_t *restrict f0 = fr[0] + p0, *restrict f1 = fr[1] + p0;
+        const uint8_t *restrict f2 = fr[2] + p0, *restrict f3 = fr[3] + p0;
+        for (size_t p = 0; p < n; p++) {
+            dst[4 * p] = f0[p];
+            dst[4 * p + 1] = f1[p];
+            dst[4 * p + 2] = f2[p];
+            dst[4 * p + 3] = f3[p];
         }
+    } else if (inner_bytes == 1) {
+        LF_STRIDED(uint8_t)
+    } else if (inner_bytes == 2) {
+        LF_STRIDED(uint16_t)
+    } else if (inner_bytes == 4) {
+        LF_STRIDED(uint32_t)
+    } else if (inner_bytes == 8) {
+        LF_STRIDED(uint64_t)
+    } else {
+        for (size_t j = 0; j < k; j++)
+            for (size_t p = 0; p < n; p++)
+                memcpy(dst + (p * k + j) * inner_bytes, fr[j] + (p0 + p) * inner_bytes,
+                       inner_bytes);
     }
 }
 
-/* The converting copy for one (source, destination) type pair. The geometry loop is
- * the same as copy_raw's; the cast (and the scale, EXPR of `v` and `sc`) happen
- * element by element, so no intermediate array exists. */
-#define LF_CONVERT_EXPR(NAME, ST, DT, EXPR)                                            \
-    static void NAME(const unsigned char *const *src, size_t n_obs, size_t k,          \
-                     size_t outer, size_t inner, double scale, int has_scale,           \
-                     void *dst_) {                                                      \
-        DT *dst = (DT *)dst_;                                                           \
-        const DT sc = (DT)scale;                                                        \
-        const size_t obs_elems = outer * k * inner;                                     \
-        (void)sc;                                                                       \
-        for (size_t b = 0; b < n_obs; b++) {                                            \
-            DT *o = dst + b * obs_elems;                                                \
-            for (size_t j = 0; j < k; j++) {                                            \
-                const ST *f = (const ST *)src[b * k + j];                               \
-                for (size_t p = 0; p < outer; p++) {                                    \
-                    DT *d = o + (p * k + j) * inner;                                    \
-                    const ST *s = f + p * inner;                                        \
-                    if (has_scale)                                                      \
-                        for (size_t i = 0; i < inner; i++) {                            \
-                            DT v = (DT)s[i];                                            \
-                            d[i] = EXPR;                                                \
-                        }                                                               \
-                    else                                                                \
-                        for (size_t i = 0; i < inner; i++) d[i] = (DT)s[i];             \
-                }                                                                       \
-            }                                                                           \
-        }                                                                               \
+/* Identity copy: one memcpy per frame for "first"/"stack" (outer == 1). */
+static void copy_raw(const unsigned char *const *src, size_t n_obs, size_t k,
+                     size_t outer, size_t inner_bytes, unsigned char *dst) {
+    const size_t obs_bytes = outer * k * inner_bytes;
+    for (size_t b = 0; b < n_obs; b++) {
+        unsigned char *o = dst + b * obs_bytes;
+        const unsigned char *const *fr = src + b * k;
+        if (outer == 1)
+            for (size_t j = 0; j < k; j++) memcpy(o + j * inner_bytes, fr[j], inner_bytes);
+        else
+            interleave(fr, k, 0, outer, inner_bytes, o);
+    }
+}
+
+/* Bytes of the on-stack tile a converting "last"-layout copy interleaves into before
+ * converting: cache-resident, so the conversion stays fused into the one copy out. */
+#define LF_TILE_BYTES 16384
+
+/* Contiguous conversion of n elements for one (source, destination) type pair; the
+ * scale (EXPR of `v` and `sc`) is applied element by element. */
+#define LF_CONVERT_EXPR(NAME, ST, DT, EXPR)                                           \
+    static void NAME(const void *src_, size_t n, double scale, int has_scale,          \
+                     void *dst_) {                                                     \
+        const ST *restrict s = (const ST *)src_;                                       \
+        DT *restrict d = (DT *)dst_;                                                   \
+        const DT sc = (DT)scale;                                                       \
+        (void)sc;                                                                      \
+        if (has_scale)                                                                 \
+            for (size_t i = 0; i < n; i++) {                                           \
+                DT v = (DT)s[i];                                                       \
+                d[i] = EXPR;                                                           \
+            }                                                                          \
+        else                                                                           \
+            for (size_t i = 0; i < n; i++) d[i] = (DT)s[i];                            \
     }
 /* Float destinations scale in their own precision: (DT)v * (DT)scale, as NumPy's
  * arr.astype(DT) * DT(scale). Others never scale (lf_supported refuses). */
 #define LF_CONVERT(NAME, ST, DT) LF_CONVERT_EXPR(NAME, ST, DT, v)
 #define LF_CONVERT_F(NAME, ST, DT) LF_CONVERT_EXPR(NAME, ST, DT, v * sc)
 
-typedef void (*convert_fn)(const unsigned char *const *, size_t, size_t, size_t, size_t,
-                           double, int, void *);
+typedef void (*convert_fn)(const void *, size_t, double, int, void *);
 
 /* All pairs among the 11 C types; the Python layer only asks for NumPy's
  * "same_kind" casts (no float -> int), where C's conversions equal NumPy's. */
@@ -134,6 +150,36 @@ int lf_copy_stacks(const unsigned char *const *src, size_t n_obs, size_t k,
         copy_raw(src, n_obs, k, outer, inner * isz, (unsigned char *)dst);
         return 0;
     }
-    converters[src_type][dst_type](src, n_obs, k, outer, inner, scale, has_scale, dst);
+    const convert_fn cv = converters[src_type][dst_type];
+    const size_t ssz = lf_type_size(src_type), dsz = lf_type_size(dst_type);
+    const size_t n = outer * inner; /* elements of one frame */
+    unsigned char *o = (unsigned char *)dst;
+    if (outer == 1) {
+        /* "first"/"stack": each frame converts straight into its block */
+        for (size_t i = 0; i < n_obs * k; i++, o += n * dsz)
+            cv(src[i], n, scale, has_scale, o);
+        return 0;
+    }
+    /* "last": interleave a cache-sized tile of rows, then convert it contiguously */
+    unsigned char tile[LF_TILE_BYTES];
+    const size_t row = k * inner * ssz; /* bytes of one output row, source type */
+    for (size_t b = 0; b < n_obs; b++) {
+        const unsigned char *const *fr = src + b * k;
+        if (row > LF_TILE_BYTES) { /* huge rows: convert piecewise per frame row */
+            for (size_t p = 0; p < outer; p++)
+                for (size_t j = 0; j < k; j++, o += inner * dsz)
+                    cv(fr[j] + p * inner * ssz, inner, scale, has_scale, o);
+            continue;
+        }
+        const size_t rows = LF_TILE_BYTES / row;
+        for (size_t p0 = 0; p0 < outer; p0 += rows) {
+            size_t p1 = p0 + rows < outer ? p0 + rows : outer;
+            /* rows p0..p1 of frame j start at fr[j] + p0 * inner * ssz: interleave
+             * takes element offsets in units of inner_bytes, which is row p0 */
+            interleave(fr, k, p0, p1, inner * ssz, tile);
+            cv(tile, (p1 - p0) * k * inner, scale, has_scale, o);
+            o += (p1 - p0) * k * inner * dsz;
+        }
+    }
     return 0;
 }
