@@ -751,6 +751,13 @@ cdef class LazyFrames:
             raise ValueError(C.COPY_FALSE_MESSAGE)
         return self._out(dtype, None)
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export of a fresh materialised array, so ``torch.as_tensor(obs)`` is fast."""
+        return C.dlpack(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self):
+        return C.DLPACK_DEVICE
+
     def astype(self, dtype, *, scale=None):
         """A new array of ``dtype``, optionally times ``scale`` (fused into the copy).
 
