@@ -538,7 +538,8 @@ class ReplayBuffer:
         if self._full:
             old_flags = self._flags[sl]
             self._n_skip -= int(np.count_nonzero(old_flags & _SKIP))
-            old = np.concatenate([self._obs_slots[sl].ravel(), self._next_slots[sl].ravel()])
+            old = np.concatenate([self._obs_slots[sl].ravel(), self._next_slots[sl].ravel()],
+                                 dtype=np.int64)
             pool.release(old)
         self._obs_slots[sl] = os_
         self._next_slots[sl] = ns
@@ -737,8 +738,11 @@ class ReplayBuffer:
             truncs = trunc.astype(np.float32)
             discounts = (self._gamma ** m).astype(np.float32)
         pool, layout = self._pool, self._layout
-        pool.gather(self._obs_slots[idx], out=obs_out, layout=layout, dtype=dst, scale=scale)
-        pool.gather(self._next_slots[last], out=next_out, layout=layout, dtype=dst, scale=scale)
+        # the tables are int32 (memory); the pool takes int64 slot ids
+        pool.gather(self._obs_slots[idx].astype(np.int64), out=obs_out, layout=layout,
+                    dtype=dst, scale=scale)
+        pool.gather(self._next_slots[last].astype(np.int64), out=next_out, layout=layout,
+                    dtype=dst, scale=scale)
         return ReplaySamples(obs_out, self._actions[idx], next_out, dones, rewards, truncs,
                              idx.astype(np.int64, copy=False), discounts)
 
@@ -748,7 +752,7 @@ class ReplayBuffer:
         n = len(self)
         if self._pool is not None and n:
             self._pool.release(np.concatenate(
-                [self._obs_slots[:n].ravel(), self._next_slots[:n].ravel()]))
+                [self._obs_slots[:n].ravel(), self._next_slots[:n].ravel()], dtype=np.int64))
         self._row = 0
         self._full = False
         self._n_skip = 0
@@ -825,7 +829,8 @@ class ReplayBuffer:
         with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
             for name, arr in arrays.items():
                 with zf.open(name + ".npy", "w", force_zip64=True) as f:
-                    np.lib.format.write_array(f, np.ascontiguousarray(arr), allow_pickle=False)
+                    np.lib.format.write_array(f, np.require(arr, requirements="C"),
+                                              allow_pickle=False)
             if frames_slots is not None:
                 shape = (frames_slots.size,) + self._frame_shape
                 with zf.open("frames.npy", "w", force_zip64=True) as f:
@@ -834,7 +839,7 @@ class ReplayBuffer:
                         "fortran_order": False, "shape": shape})
                     step = max(1, _SAVE_CHUNK_BYTES // self._pool.frame_bytes)
                     for i in range(0, frames_slots.size, step):
-                        part = frames_slots[i:i + step, None]
+                        part = frames_slots[i:i + step, None].astype(np.int64)
                         f.write(self._pool.gather(part, layout="stack").data)
 
     @classmethod
@@ -869,7 +874,10 @@ class ReplayBuffer:
         names = set(npz.files)
         if "meta" not in names:
             raise ValueError("not a ReplayBuffer checkpoint (no meta entry)")
-        meta = json.loads(str(npz["meta"][()]))
+        m = npz["meta"]
+        if m.shape != () or m.dtype.kind != "U":
+            raise ValueError("not a ReplayBuffer checkpoint (bad meta entry)")
+        meta = json.loads(str(m[()]))
         if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
             raise ValueError("not a ReplayBuffer checkpoint (wrong format tag)")
         if meta.get("version") != _VERSION:
@@ -930,7 +938,7 @@ class ReplayBuffer:
             self._next_slots[:n] = slots[ni]
             if n:
                 pool.retain(np.concatenate([self._obs_slots[:n].ravel(),
-                                            self._next_slots[:n].ravel()]))
+                                            self._next_slots[:n].ravel()], dtype=np.int64))
             if nf:
                 pool.release(slots)  # the table holds the references now
         elif n:
