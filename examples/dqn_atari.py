@@ -1,0 +1,203 @@
+"""DQN on Atari (Mnih et al. 2015) in the style of CleanRL's ``dqn_atari.py``, with lazyframes.
+
+The differences from CleanRL's script are the data path only:
+
+- frames are stacked by ``lazyframes.vector.FrameStackObservation`` (each frame stored
+  once in a refcounted pool; observations are ``LazyBatch``es of slot ids);
+- transitions go to ``lazyframes.ReplayBuffer``, which stores slot ids instead of frames
+  (about 7 KB per transition instead of SB3's 28 KB), keeps the real next observation
+  of truncated episodes, and samples straight into the network's float32 input
+  tensors (``dtype=np.float32, scale=1/255``: conversion fused into the copy, no
+  ``x / 255.0`` in the network).
+
+Under Gymnasium 1.x's default NEXT_STEP autoreset the step after an episode ends
+returns the reset observation; that (final -> reset) pair is not a transition, so it is
+stored as a placeholder the buffer never samples (``autoreset=`` mask), as CleanRL skips it.
+
+Needs: ``pip install -e '.[demo,examples]'`` (ale-py, opencv, torch CPU build).
+
+Example:
+    python examples/dqn_atari.py --env-id ALE/Breakout-v5 --total-timesteps 10000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import lazyframes
+from lazyframes import vector as lf_vector
+
+gym.register_envs(ale_py)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="CleanRL-style DQN on Atari with lazyframes' stacker and replay buffer")
+    p.add_argument("--env-id", default="ALE/Breakout-v5", help="ALE environment id (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the envs, torch, numpy and the buffer")
+    p.add_argument("--total-timesteps", type=int, default=10_000_000,
+                   help="total env steps, summed over the envs (default: %(default)s)")
+    p.add_argument("--num-envs", type=int, default=1, help="parallel envs in a SyncVectorEnv")
+    p.add_argument("--learning-rate", type=float, default=1e-4, help="Adam learning rate")
+    p.add_argument("--buffer-size", type=int, default=1_000_000, help="replay capacity in transitions")
+    p.add_argument("--gamma", type=float, default=0.99, help="discount factor")
+    p.add_argument("--tau", type=float, default=1.0, help="target network update rate (1.0 = hard copy)")
+    p.add_argument("--target-network-frequency", type=int, default=1000,
+                   help="vector steps between target network updates")
+    p.add_argument("--batch-size", type=int, default=32, help="transitions per gradient step")
+    p.add_argument("--start-e", type=float, default=1.0, help="initial epsilon")
+    p.add_argument("--end-e", type=float, default=0.01, help="final epsilon")
+    p.add_argument("--exploration-fraction", type=float, default=0.10,
+                   help="fraction of the run over which epsilon decays linearly")
+    p.add_argument("--learning-starts", type=int, default=80_000,
+                   help="vector steps before the first gradient step")
+    p.add_argument("--train-frequency", type=int, default=4, help="vector steps between gradient steps")
+    p.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    return p.parse_args(argv)
+
+
+def make_env(env_id: str, seed: int):
+    def thunk():
+        env = gym.make(env_id, frameskip=1)
+        # noop starts, frame skip 4 with max-pooling, 84x84 grayscale (the DQN recipe)
+        env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84,
+                                              grayscale_obs=True)
+        env = gym.wrappers.TransformReward(env, lambda r: float(np.sign(r)))  # reward clipping
+        env.action_space.seed(seed)
+        return env
+
+    return thunk
+
+
+class QNetwork(nn.Module):
+    """The Nature-DQN CNN; input float32 (B, 4, 84, 84) already scaled to [0, 1]."""
+
+    def __init__(self, n_actions: int, k: int = 4):
+        super().__init__()
+        self.network = nn.Sequential(
+            nn.Conv2d(k, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(3136, 512), nn.ReLU(),
+            nn.Linear(512, n_actions),
+        )
+
+    def forward(self, x):
+        return self.network(x)
+
+
+def linear_schedule(start_e: float, end_e: float, duration: int, t: int) -> float:
+    slope = (end_e - start_e) / max(duration, 1)
+    return max(slope * t + start_e, end_e)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+
+    n = args.num_envs
+    envs = gym.vector.SyncVectorEnv([make_env(args.env_id, args.seed + i) for i in range(n)])
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    envs = lf_vector.FrameStackObservation(envs, 4)  # LazyBatch observations (n, 4, 84, 84)
+    assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete actions"
+    n_actions = int(envs.single_action_space.n)
+
+    q_network = QNetwork(n_actions)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
+    target_network = QNetwork(n_actions)
+    target_network.load_state_dict(q_network.state_dict())
+
+    rb = lazyframes.ReplayBuffer(args.buffer_size, num_envs=n, gamma=args.gamma, seed=args.seed)
+    # the network's input tensors, filled in place by lazyframes (no intermediate arrays)
+    obs_t = torch.empty((n, 4, 84, 84), dtype=torch.float32)
+    b_obs = torch.empty((args.batch_size, 4, 84, 84), dtype=torch.float32)
+    b_next = torch.empty((args.batch_size, 4, 84, 84), dtype=torch.float32)
+
+    start = time.time()
+    obs, _ = envs.reset(seed=args.seed)
+    prev_done = np.zeros(n, dtype=bool)
+    vec_steps = max(1, args.total_timesteps // n)
+    updates = episodes = 0
+    returns = []
+    loss = torch.zeros(())
+    for global_step in range(vec_steps):
+        epsilon = linear_schedule(args.start_e, args.end_e, int(args.exploration_fraction * vec_steps),
+                                  global_step)
+        if random.random() < epsilon:
+            actions = envs.action_space.sample()
+        else:
+            obs.numpy(out=obs_t.numpy(), dtype=np.float32, scale=1 / 255)
+            with torch.no_grad():
+                actions = torch.argmax(q_network(obs_t), dim=1).numpy()
+
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        if "episode" in infos:
+            for i in np.flatnonzero(infos["_episode"]):
+                episodes += 1
+                returns.append(float(infos["episode"]["r"][i]))
+                print(f"global_step={global_step * n}, episodic_return={returns[-1]:.1f}")
+
+        # (final obs -> reset obs) after an autoreset is no transition: a placeholder never sampled
+        rb.add(obs, actions, rewards, next_obs, terminations, truncations, autoreset=prev_done)
+        prev_done = np.logical_or(terminations, truncations)
+        obs = next_obs
+
+        if global_step > args.learning_starts and global_step % args.train_frequency == 0:
+            data = rb.sample(args.batch_size, out=(b_obs.numpy(), b_next.numpy()),
+                             dtype=np.float32, scale=1 / 255)
+            with torch.no_grad():
+                target_max, _ = target_network(b_next).max(dim=1)
+                td_target = torch.from_numpy(data.rewards) + args.gamma * target_max * (
+                    1 - torch.from_numpy(data.dones))
+            old_val = q_network(b_obs).gather(1, torch.from_numpy(data.actions).view(-1, 1)).squeeze(1)
+            loss = F.mse_loss(td_target, old_val)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            updates += 1
+            if updates % 1000 == 0:
+                print(f"global_step={global_step * n}, td_loss={loss.item():.4f}, "
+                      f"SPS={int(global_step * n / (time.time() - start))}")
+
+        if global_step % args.target_network_frequency == 0:
+            for tp, qp in zip(target_network.parameters(), q_network.parameters()):
+                tp.data.copy_(args.tau * qp.data + (1.0 - args.tau) * tp.data)
+
+    envs.close()
+    seconds = time.time() - start
+    mem = rb.memory()
+    summary = {
+        "env_steps": vec_steps * n,
+        "gradient_steps": updates,
+        "episodes": episodes,
+        "mean_return": float(np.mean(returns)) if returns else None,
+        "final_loss": float(loss.item()),
+        "steps_per_s": vec_steps * n / seconds,
+        "replay_transitions": len(rb),
+        "replay_bytes_per_transition": mem["bytes_per_transition"],
+    }
+    print(
+        f"dqn_atari summary: {summary['env_steps']} env steps, {updates} gradient steps, "
+        f"{episodes} episodes"
+        + (f" (mean return {summary['mean_return']:.1f})" if returns else "")
+        + f", final td_loss {summary['final_loss']:.4f}, {summary['steps_per_s']:.0f} steps/s, "
+        f"replay {len(rb)} transitions at {mem['bytes_per_transition']:,.0f} B each"
+    )
+    return summary
+
+
+if __name__ == "__main__":
+    main()
