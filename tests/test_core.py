@@ -642,3 +642,29 @@ def test_copy_false_raises_with_advice(impl):
     _expect(ValueError, r"lazyframes\.stack", lz.__array__, None, False)
     a = lz.__array__(None, True)
     np.testing.assert_array_equal(a, restate([f(v) for v in range(4)], "last"))
+
+
+def test_slot_ids_as_lists_tuples_numpy_ints(impl):
+    """Slot ids may be ints, numpy ints, (nested) lists/tuples or int arrays of any width."""
+    frames = rand_frames(3)
+    pool, slots = pool_with(impl, frames)
+    want = np.stack([restate([frames[0], frames[2]], "last")])
+    for idx in ([[0, 2]], ((0, 2),), [np.array([0, 2])], np.array([[0, 2]], np.int32),
+                [[np.int64(0), np.int64(2)]], np.array([[0, 2]], np.uint16)):
+        np.testing.assert_array_equal(pool.gather(idx, layout="last"), want)
+    for row in ([0, 2], (0, 2), [np.int64(0), np.int32(2)], np.array([0, 2], np.uint8)):
+        lz = pool.lazy(row, layout="last")
+        np.testing.assert_array_equal(np.asarray(lz), want[0])
+        pool.retain(row)
+        pool.release(row)
+        del lz
+    pool.retain(np.int64(1))
+    pool.retain([[1]])
+    assert pool.refcount(np.int32(1)) == 3
+    pool.release([[1], [1]])
+    assert pool.refcount(1) == 1
+    assert [pool.refcount(s) for s in slots] == [1, 1, 1] and pool.live_frames == 3
+    _expect(TypeError, "integers", pool.retain, [0.5])
+    _expect(TypeError, "integers", pool.gather, [[0, 1.5]])
+    _expect(TypeError, "integers", pool.lazy, ["0"])
+    assert [pool.refcount(s) for s in slots] == [1, 1, 1]
