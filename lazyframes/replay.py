@@ -315,7 +315,7 @@ class ReplayBuffer:
         if self._pool is None:
             return {"bytes_held": 0, "unique_frames": 0, "transitions": 0,
                     "table_bytes": table, "bytes_per_transition": 0.0, "frame_bytes": 0}
-        table += self._obs_slots.nbytes + self._next_slots.nbytes
+        table += self._slots.nbytes
         uniq = 0
         if n:
             uniq = int(np.unique(np.concatenate(
@@ -473,6 +473,9 @@ class ReplayBuffer:
             OverflowError: slot ids beyond int32 (more than 2**31 frames in the pool).
             Nothing is stored when an error is raised.
         """
+        if autoreset is None and self._pool is not None and self._add_fast(
+                obs, action, reward, next_obs, terminated, truncated):
+            return
         E = self._num_envs
         batched = E > 1 or _is_batched_obs(obs)
         lead = (E,) if batched else ()
@@ -555,11 +558,78 @@ class ReplayBuffer:
             self._row = 0
             self._full = True
 
+    def _add_fast(self, obs, action, reward, next_obs, terminated, truncated) -> bool:
+        """The hot path: observations of the buffer's pool, plain well-typed arguments.
+
+        Returns False (having written nothing) for anything else; :meth:`add` then takes
+        the general path, which checks everything and raises the errors.
+        """
+        pool, E, k = self._pool, self._num_envs, self._k
+        if getattr(obs, "pool", None) is not pool or getattr(next_obs, "pool", None) is not pool:
+            return False
+        if E == 1:
+            if not (_is_lazy(obs) and _is_lazy(next_obs)) or self._action_shape != ():
+                return False
+            if not (type(action) is int and self._action_dtype.kind in "iu"
+                    and type(reward) in (int, float)
+                    and type(terminated) is bool and type(truncated) is bool):
+                return False
+            so, sn = obs.slots, next_obs.slots
+            if len(so) != k or len(sn) != k:
+                return False
+            new = np.array((so + sn,), np.int64)
+            ok_fl = True
+        else:
+            so, sn = obs.slots, next_obs.slots
+            if not (isinstance(so, np.ndarray) and isinstance(sn, np.ndarray)
+                    and so.shape == (E, k) and sn.shape == (E, k)):
+                return False
+            if not (type(action) is np.ndarray and action.dtype == self._action_dtype
+                    and action.shape == (E,) + self._action_shape):
+                return False
+            if not (type(reward) is np.ndarray and reward.dtype.kind == "f"
+                    and reward.shape == (E,)):
+                return False
+            ok_fl = (type(terminated) is np.ndarray and type(truncated) is np.ndarray
+                     and terminated.dtype == np.bool_ and truncated.dtype == np.bool_
+                     and terminated.shape == (E,) and truncated.shape == (E,))
+            if not ok_fl:
+                return False
+            new = np.concatenate((so, sn), axis=1)
+        if new.max() > _INT32_MAX:
+            return False
+        pool.retain(new)
+        base = self._row * E
+        sl = slice(base, base + E)
+        if self._full:
+            if self._n_skip:
+                self._n_skip -= int(np.count_nonzero(self._flags[sl] & _SKIP))
+            pool.release(self._slots[sl].astype(np.int64))
+        self._slots[sl] = new
+        if E == 1:
+            self._actions[base] = action
+            self._rewards[base] = reward
+            self._flags[base] = terminated | (truncated << 1)
+        else:
+            self._actions[sl] = action
+            self._rewards[sl] = reward
+            fl = self._flags[sl]
+            np.left_shift(truncated, 1, out=fl, dtype=np.uint8)
+            np.bitwise_or(fl, terminated, out=fl, dtype=np.uint8)
+        self._row += 1
+        if self._row == self._rows:
+            self._row = 0
+            self._full = True
+        return True
+
     def _commit_geometry(self, geom, pool) -> None:
         self._layout, self._k, self._frame_shape, self._dtype, self._obs_shape = geom
         self._pool = pool
-        self._obs_slots = np.zeros((self._capacity, self._k), np.int32)
-        self._next_slots = np.zeros((self._capacity, self._k), np.int32)
+        # one table (capacity, 2k): obs slot ids then next obs slot ids, so the slots a
+        # row holds are one block (one release call when it is overwritten)
+        self._slots = np.zeros((self._capacity, 2 * self._k), np.int32)
+        self._obs_slots = self._slots[:, :self._k]
+        self._next_slots = self._slots[:, self._k:]
 
     def _drop(self, refs) -> None:
         if refs:

@@ -1,0 +1,390 @@
+"""Replay buffer benchmark: memory per transition, add and sample costs, against peers in one run.
+
+84x84 uint8 frames that change every step, stack k = 4. Buffers:
+
+- **lazyframes LazyBatch**: ``lazyframes.ReplayBuffer`` fed the observations of a
+  vector frame stacker (``lazyframes.vector.LazyBatch``, ``--num-envs`` envs): slot ids
+  only, the frames live once in the stacker's pool;
+- **lazyframes LazyFrames**: the same, one env, one ``LazyFrames`` per add;
+- **lazyframes ndarray**: the same, one env fed stacked ndarrays ``(4, 84, 84)`` (as
+  EnvPool or ale-py give): one new frame copied in per step, de-duplicated;
+- **SB3**: ``stable_baselines3`` ``ReplayBuffer(optimize_memory_usage=True,
+  handle_timeout_termination=False)``, ``--num-envs`` envs (its ``sample`` includes its
+  conversion to torch tensors, which users pay);
+- **cpprb**: ``cpprb.ReplayBuffer(..., next_of="obs", stack_compress="obs")``, one env
+  (its frame sharing needs consecutive transitions of one stream), obs ``(84, 84, 4)``;
+- **naive numpy**: two preallocated arrays of stacked obs and next obs, fancy-indexed;
+- **gather floor**: one ``pool.gather`` of the same bytes (obs + next obs, ``2 B``
+  stacks of random slots) into a preallocated array: our copy kernel's floor;
+- **np.take floor**: ``np.take`` of the same ``2 B k`` frames from one contiguous
+  array of frames into a preallocated array.
+
+Memory is the growth of the process's resident set (``/proc/self/statm``) while the
+buffer is built and filled to capacity, divided by the transitions held, and
+extrapolated to 1M transitions; for lazyframes also ``memory()``'s own figure. Peers
+whose storage grows with the capacity by whole observations are measured at
+``--peer-capacity`` (so the run fits in memory) and their per-transition figure holds
+at any capacity. ``add`` is timed around the add calls only (making frames and stacks
+is the env's cost); sample figures are medians. Missing peer packages: one line, rows
+skipped. Run: ``python -m bench.bench_replay [--capacity N] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import lazyframes
+from lazyframes.replay import ReplayBuffer
+
+H = W = 84
+K = 4
+FB = H * W
+TARGET_BPT = 7150
+TARGET_FLOOR = 1.2
+TARGET_PEER = 1.5
+TARGET_ADD_US = 1.0
+
+
+def rss() -> int:
+    """Resident set size of this process in bytes."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class FrameSource:
+    """Frames that change every step: a bank of random frames, each stamped with a counter."""
+
+    def __init__(self, seed, bank=512):
+        rng = np.random.default_rng(seed)
+        self.bank = rng.integers(0, 256, (bank, H, W), dtype=np.uint8)
+        self.t = 0
+
+    def next(self, n=1) -> np.ndarray:
+        idx = (self.t + np.arange(n)) % len(self.bank)
+        out = self.bank[idx]
+        out[:, 0, :8] = np.frombuffer((self.t + np.arange(n, dtype=np.int64)).tobytes(), np.uint8).reshape(n, 8)
+        self.t += n
+        return out
+
+
+class Stacker:
+    """A vector frame stacker's state: a ring of k slot ids per env in one pool."""
+
+    def __init__(self, num_envs, src):
+        self.E, self.src = num_envs, src
+        self.pool = lazyframes._backend.core().FramePool((H, W), np.uint8)
+        s = self.pool.push_many(src.next(num_envs))
+        self.rings = np.repeat(s[:, None], K, axis=1)
+        self.pool.retain(np.repeat(s, K - 1))
+
+    def step(self):
+        s = self.pool.push_many(self.src.next(self.E))
+        old = self.rings[:, 0].copy()
+        self.rings = np.concatenate([self.rings[:, 1:], s[:, None]], axis=1)
+        self.pool.release(old)
+
+    def batch(self):
+        from lazyframes.vector import LazyBatch
+        return LazyBatch(self.pool, self.rings, layout="stack")
+
+
+def _in_child(fn, *args):
+    """Run ``fn(*args)`` in a forked process (a clean heap: its RSS growth is its own)."""
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+
+    def target():
+        try:
+            child.send(("ok", fn(*args)))
+        except BaseException as e:  # report, don't hang
+            child.send(("error", f"{type(e).__name__}: {e}"))
+
+    proc = ctx.Process(target=target)
+    proc.start()
+    status, value = parent.recv()
+    proc.join()
+    if status != "ok":
+        raise RuntimeError(f"{fn.__name__} failed: {value}")
+    return value
+
+
+def _median_us(fn, repeats, warmup):
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e6
+
+
+def _row(name, capacity, held_rss, n, add_s, n_add, s32, s256, note="", bpt_own=None):
+    bpt = held_rss / n
+    return {"buffer": name, "capacity": capacity, "bytes_per_transition": bpt,
+            "memory_bpt": bpt_own, "gb_at_1M": bpt * 1e6 / 1e9,
+            "add_us": None if add_s is None else add_s / n_add * 1e6,
+            "sample32_us": s32, "sample256_us": s256, "note": note}
+
+
+def bench_lazyframes(mode, capacity, num_envs, repeats, warmup, seed):
+    src = FrameSource(seed)
+    gc.collect()
+    r0 = rss()
+    E = num_envs if mode == "LazyBatch" else 1
+    st = Stacker(E, src)
+    rb = ReplayBuffer(capacity, num_envs=E, seed=seed)
+    acts, rews, f = np.zeros(E, np.int64), np.ones(E, np.float32), np.zeros(E, bool)
+    add_s = 0.0
+    steps = capacity // E + 100
+    for t in range(steps):
+        if mode == "LazyBatch":
+            obs = st.batch()
+            st.step()
+            nxt = st.batch()
+            t0 = time.perf_counter()
+            rb.add(obs, acts, rews, nxt, f, f)
+        elif mode == "LazyFrames":
+            obs = st.pool.lazy(st.rings[0], layout="stack")
+            st.step()
+            nxt = st.pool.lazy(st.rings[0], layout="stack")
+            t0 = time.perf_counter()
+            rb.add(obs, 0, 1.0, nxt, False, False)
+        else:  # ndarray
+            obs = st.pool.gather(st.rings, layout="stack")[0]
+            st.step()
+            nxt = st.pool.gather(st.rings, layout="stack")[0]
+            t0 = time.perf_counter()
+            rb.add(obs, 0, 1.0, nxt, False, False)
+        add_s += time.perf_counter() - t0
+    del obs, nxt
+    gc.collect()
+    held = rss() - r0
+    mem = rb.memory()
+    s32 = _median_us(lambda: rb.sample(32), repeats, warmup)
+    s256 = _median_us(lambda: rb.sample(256), max(10, repeats // 4), warmup)
+    row = _row(f"lazyframes {mode}" + (f" x{E}" if E > 1 else ""), capacity, held, len(rb),
+               add_s, steps * E, s32, s256, bpt_own=mem["bytes_per_transition"])
+    if mode == "LazyBatch":
+        return [row] + bench_floors(rb, repeats, warmup, seed)
+    return [row]
+
+
+def bench_floors(rb, repeats, warmup, seed):
+    """The gather floor (same bytes via pool.gather) and np.take of frames."""
+    rng = np.random.default_rng(seed)
+    pool = rb.pool
+    n = len(rb)
+    live = np.unique(np.asarray(rb._obs_slots[:n]).ravel()).astype(np.int64)
+    rows = []
+    for name in ("gather floor", "np.take floor"):
+        res = {}
+        for B in (32, 256):
+            if name == "gather floor":
+                out = np.empty((2 * B, K, H, W), np.uint8)
+                slots = [live[rng.integers(0, live.size, (2 * B, K))] for _ in range(16)]
+                it = iter(range(10 ** 9))
+
+                def fn(out=out, slots=slots, it=it):
+                    pool.gather(slots[next(it) % 16], out=out, layout="stack")
+            else:
+                frames = np.empty((min(n, 20000), H, W), np.uint8)  # contiguous frames
+                frames[:] = np.random.default_rng(1).integers(0, 256, (1, H, W), dtype=np.uint8)
+                out = np.empty((2 * B * K, H, W), np.uint8)
+                idxs = [rng.integers(0, len(frames), 2 * B * K) for _ in range(16)]
+                it = iter(range(10 ** 9))
+
+                def fn(out=out, frames=frames, idxs=idxs, it=it):
+                    np.take(frames, idxs[next(it) % 16], axis=0, out=out)
+            res[B] = _median_us(fn, repeats if B == 32 else max(10, repeats // 4), warmup)
+        rows.append({"buffer": name, "capacity": None, "bytes_per_transition": None,
+                     "memory_bpt": None, "gb_at_1M": None, "add_us": None,
+                     "sample32_us": res[32], "sample256_us": res[256], "note": "copy only"})
+    return rows
+
+
+def bench_sb3(capacity, num_envs, repeats, warmup, seed):
+    try:
+        import gymnasium as gym
+        from stable_baselines3.common.buffers import ReplayBuffer as SB3Buffer
+    except ImportError as e:
+        print(f"stable-baselines3 not available ({e}): SB3 rows skipped")
+        return None
+    src = FrameSource(seed)
+    gc.collect()
+    r0 = rss()
+    E = num_envs
+    rb = SB3Buffer(capacity, gym.spaces.Box(0, 255, (K, H, W), np.uint8), gym.spaces.Discrete(6),
+                   device="cpu", n_envs=E, optimize_memory_usage=True,
+                   handle_timeout_termination=False)
+    rings = np.repeat(src.next(E)[:, None], K, axis=1)
+    acts, rews, f = np.zeros((E, 1), np.int64), np.ones(E, np.float32), np.zeros(E, np.float32)
+    infos = [{} for _ in range(E)]
+    add_s, steps = 0.0, capacity // E + 100
+    for _ in range(steps):
+        obs = rings
+        rings = np.concatenate([rings[:, 1:], src.next(E)[:, None]], axis=1)
+        t0 = time.perf_counter()
+        rb.add(obs, rings, acts, rews, f, infos)
+        add_s += time.perf_counter() - t0
+    gc.collect()
+    held = rss() - r0
+    import torch
+    torch.set_num_threads(1)
+    rb.seed = None
+    np.random.seed(seed)
+    s32 = _median_us(lambda: rb.sample(32), repeats, warmup)
+    s256 = _median_us(lambda: rb.sample(256), max(10, repeats // 4), warmup)
+    n = rb.buffer_size * rb.n_envs
+    return _row(f"SB3 optimize_memory x{E}", capacity, held, n, add_s, steps * E, s32, s256,
+                note="sample includes torch conversion")
+
+
+def bench_cpprb(capacity, repeats, warmup, seed):
+    try:
+        import cpprb
+    except ImportError as e:
+        print(f"cpprb not available ({e}): cpprb rows skipped")
+        return None
+    src = FrameSource(seed)
+    gc.collect()
+    r0 = rss()
+    rb = cpprb.ReplayBuffer(capacity, env_dict={
+        "obs": {"shape": (H, W, K), "dtype": np.uint8}, "act": {"dtype": np.int64},
+        "rew": {}, "done": {}}, next_of="obs", stack_compress="obs")
+    ring = np.repeat(src.next(1)[0][..., None], K, axis=-1)
+    add_s, steps = 0.0, capacity + 100
+    for _ in range(steps):
+        obs = ring
+        ring = np.concatenate([ring[..., 1:], src.next(1)[0][..., None]], axis=-1)
+        t0 = time.perf_counter()
+        rb.add(obs=obs, act=0, rew=1.0, next_obs=ring, done=0.0)
+        add_s += time.perf_counter() - t0
+    gc.collect()
+    held = rss() - r0
+    s32 = _median_us(lambda: rb.sample(32), repeats, warmup)
+    s256 = _median_us(lambda: rb.sample(256), max(10, repeats // 4), warmup)
+    return _row("cpprb stack_compress", capacity, held, rb.get_stored_size(), add_s, steps,
+                s32, s256)
+
+
+def bench_naive(capacity, num_envs, repeats, warmup, seed):
+    src = FrameSource(seed)
+    gc.collect()
+    r0 = rss()
+    obs_a = np.zeros((capacity, K, H, W), np.uint8)
+    next_a = np.zeros((capacity, K, H, W), np.uint8)
+    E = num_envs
+    rings = np.repeat(src.next(E)[:, None], K, axis=1)
+    pos, full, add_s, steps = 0, False, 0.0, capacity // E + 100
+    for _ in range(steps):
+        obs = rings
+        rings = np.concatenate([rings[:, 1:], src.next(E)[:, None]], axis=1)
+        t0 = time.perf_counter()
+        obs_a[pos:pos + E] = obs
+        next_a[pos:pos + E] = rings
+        pos += E
+        if pos + E > capacity:
+            pos, full = 0, True
+        add_s += time.perf_counter() - t0
+    held = rss() - r0
+    rng = np.random.default_rng(seed)
+    n = capacity if full else pos
+
+    def sample(B):
+        idx = rng.integers(0, n, B)
+        return obs_a[idx], next_a[idx]
+
+    s32 = _median_us(lambda: sample(32), repeats, warmup)
+    s256 = _median_us(lambda: sample(256), max(10, repeats // 4), warmup)
+    return _row(f"naive numpy x{E}", capacity, held, n, add_s, steps * E, s32, s256)
+
+
+COLUMNS = [("buffer", "buffer", "{}"), ("capacity", "capacity", "{:,}"),
+           ("bytes_per_transition", "B/transition (RSS)", "{:,.0f}"),
+           ("memory_bpt", "B/tr (memory())", "{:,.0f}"), ("gb_at_1M", "GB at 1M", "{:.2f}"),
+           ("add_us", "add us/tr", "{:.2f}"), ("sample32_us", "sample(32) us", "{:,.1f}"),
+           ("sample256_us", "sample(256) us", "{:,.1f}"), ("vs_floor", "s32/floor", "{:.2f}x"),
+           ("note", "note", "{}")]
+
+
+def format_table(rows, columns=COLUMNS) -> str:
+    cells = [[h for _, h, _ in columns]]
+    for r in rows:
+        cells.append(["-" if r.get(k) is None else fmt.format(r[k]) for k, _, fmt in columns])
+    widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+             for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> list[dict]:
+    """Run the replay benchmark, print one table and the targets; return the rows."""
+    p = argparse.ArgumentParser(
+        prog="python -m bench.bench_replay",
+        description="Replay buffers of 84x84 uint8 frames, k=4: memory per transition, add "
+                    "and sample costs; lazyframes against SB3, cpprb, a naive buffer and "
+                    "the copy floors.")
+    p.add_argument("--capacity", type=int, default=None,
+                   help="transitions of the lazyframes and cpprb buffers (default 100000; 5000 with --quick)")
+    p.add_argument("--peer-capacity", type=int, default=None,
+                   help="capacity of SB3 and the naive buffer, which hold whole observations "
+                        "(default min(capacity, 20000))")
+    p.add_argument("--num-envs", type=int, default=8, help="envs of the vector rows (default 8)")
+    p.add_argument("--repeats", type=int, default=None, help="timed sample calls (default 300; 30 with --quick)")
+    p.add_argument("--quick", action="store_true", help="a small, fast smoke run")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    cap = args.capacity or (5000 if args.quick else 100_000)
+    peer_cap = args.peer_capacity or min(cap, 20_000)
+    repeats = args.repeats or (30 if args.quick else 300)
+    warmup = 3 if args.quick else 20
+    E = args.num_envs
+    print(f"bench_replay: lazyframes {lazyframes.__version__}, core: {lazyframes.IMPLEMENTATION}, "
+          f"numpy {np.__version__}; {H}x{W} uint8 frames changing every step, k={K}; "
+          f"capacity {cap:,} (SB3/naive: {peer_cap:,}); sample = median of {repeats} calls")
+    rows = []
+    for mode, e in (("LazyBatch", E), ("LazyFrames", 1), ("ndarray", 1)):
+        rows += _in_child(bench_lazyframes, mode, cap, e, repeats, warmup, args.seed)
+    for fn, a in ((bench_sb3, (peer_cap, E)), (bench_cpprb, (cap,)), (bench_naive, (peer_cap, E))):
+        r = _in_child(fn, *a, repeats, warmup, args.seed)
+        if r is not None:
+            rows.append(r)
+    floor = {r["buffer"]: r for r in rows}["gather floor"]
+    for r in rows:
+        r["vs_floor"] = r["sample32_us"] / floor["sample32_us"]
+    print(format_table(rows))
+    ours = [r for r in rows if r["buffer"].startswith("lazyframes")]
+    peers = [r for r in rows if not r["buffer"].startswith("lazyframes") and r["add_us"] is not None]
+    main_row = ours[0]
+    rss_row = main_row
+    print(f"RSS check: {rss_row['bytes_per_transition']:,.0f} B/transition by RSS growth vs "
+          f"{rss_row['memory_bpt']:,.0f} by memory() ({rss_row['gb_at_1M']:.2f} GB at 1M)")
+    print("B/transition (RSS): resident-set growth while building and filling / transitions held; "
+          "GB at 1M: that x 1e6. s32/floor: sample(32) / gather floor (obs + next obs bytes).")
+    bpt = main_row["memory_bpt"]
+    print(f"target bytes/transition: {bpt:,.0f} (memory()), {main_row['bytes_per_transition']:,.0f} "
+          f"(RSS) (<= {TARGET_BPT:,}: {'met' if bpt <= TARGET_BPT else 'MISSED'})")
+    print(f"target sample(32): {main_row['vs_floor']:.2f}x the gather floor "
+          f"(<= {TARGET_FLOOR}x: {'met' if main_row['vs_floor'] <= TARGET_FLOOR else 'MISSED'})")
+    if peers:
+        best = min(peers, key=lambda r: r["sample32_us"])
+        sp = best["sample32_us"] / main_row["sample32_us"]
+        print(f"target sample(32): {sp:.2f}x faster than the fastest peer ({best['buffer']}) "
+              f"(>= {TARGET_PEER}x: {'met' if sp >= TARGET_PEER else 'MISSED'})")
+    print(f"target add: {main_row['add_us']:.2f} us/transition with {E} envs per call "
+          f"(<= {TARGET_ADD_US} us: {'met' if main_row['add_us'] <= TARGET_ADD_US else 'MISSED'})")
+    return rows
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
