@@ -63,7 +63,9 @@ class LazyBatch:
 
     @classmethod
     def _adopt(cls, pool, slots, layout, shape):
-        """A LazyBatch over ``slots`` whose references the caller has already taken."""
+        """A LazyBatch over ``slots`` whose references the caller has already taken.
+
+        ``slots`` (C-contiguous int64) may be shared but must never be written again."""
         self = cls.__new__(cls)
         self._pool = pool
         self._slots = slots
@@ -246,6 +248,9 @@ class FrameStackObservation(VectorWrapper):
         self._ring = None  # int64 (num_envs, k): slot ids, oldest first, one reference each
         self._autoreset = np.zeros(self._n, np.bool_)  # NEXT_STEP: reset frame comes next
         self._obs_shape = C.observation_shape(self._frame_shape, k, layout)
+        self._batch_shape = (self._n,) + self._obs_shape
+        self._next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
+        self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         self.single_observation_space = stacked_space(space, k, layout)
         self.observation_space = batch_space(self.single_observation_space, self._n)
 
@@ -262,13 +267,12 @@ class FrameStackObservation(VectorWrapper):
         rows = np.empty((new.shape[0], k), np.int64)
         rows[:, -1] = new
         rows[:, :-1] = (new if self._pad is None else np.full_like(new, self._pad))[:, None]
-        return rows, rows[:, :-1]
+        return rows, np.ascontiguousarray(rows[:, :-1])
 
     def _observe(self, ring):
         if self.lazy:
             self._pool.retain(ring)
-            return LazyBatch._adopt(self._pool, ring.copy(), self.layout,
-                                    (self._n,) + self._obs_shape)
+            return LazyBatch._adopt(self._pool, ring, self.layout, self._batch_shape)
         return self._pool.gather(ring, layout=self.layout)
 
     def _one(self, row):
@@ -305,8 +309,10 @@ class FrameStackObservation(VectorWrapper):
             rows, extra = self._rows(new)
             if extra.size:
                 pool.retain(extra)
-            old = self._ring[idx].copy()
-            self._ring[idx] = rows
+            old = self._ring[idx]
+            ring = self._ring.copy()  # LazyBatches share ring arrays: never write one in place
+            ring[idx] = rows
+            self._ring = ring
             self._autoreset[idx] = False
         if old is not None:
             pool.release(old)
@@ -314,40 +320,45 @@ class FrameStackObservation(VectorWrapper):
 
     def step(self, actions):
         """Step all sub-envs; returns (obs, rewards, terminations, truncations, info)."""
-        if self._ring is None:
+        ring = self._ring
+        if ring is None:
             raise gym.error.ResetNeeded("lazyframes.vector.FrameStackObservation: call reset() before step()")
         obs, rewards, terminations, truncations, info = self.env.step(actions)
-        frames = as_frames(obs, self._dtype)
+        if type(obs) is not np.ndarray or obs.dtype != self._dtype:
+            obs = as_frames(obs, self._dtype)
         pool = self._pool
-        ring = self._ring
-        mode = self.autoreset_mode
-        if mode == AutoresetMode.NEXT_STEP:
-            restart = self._autoreset
-        elif mode == AutoresetMode.SAME_STEP:
-            restart = np.logical_or(terminations, truncations)
+        done = np.asarray(terminations) | np.asarray(truncations)
+        if self._next_step:
+            restart, self._autoreset = self._autoreset, done
+        elif self._same_step:
+            restart = done
         else:
             restart = None
-        if restart is not None and mode == AutoresetMode.SAME_STEP and restart.any():
-            info = self._final_obs(info, np.flatnonzero(restart))
-        new = pool.push_many(frames)  # one reference each, handed to the ring
-        if restart is None or not restart.any():
+        # count_nonzero: the cheapest "any" on a small bool array
+        if restart is None or not np.count_nonzero(restart):
+            new = pool.push_many(obs)  # one reference each, handed to the ring
+            # a new ring array each step: the returned LazyBatch shares it, so never write it
+            nring = np.empty_like(ring)
+            nring[:, :-1] = ring[:, 1:]
+            nring[:, -1] = new
             dropped = ring[:, 0].copy()
-            ring[:, :-1] = ring[:, 1:]
-            ring[:, -1] = new
         else:
-            go = ~restart
             idx = np.flatnonzero(restart)
+            if self._same_step:
+                info = self._final_obs(info, idx)
+            new = pool.push_many(obs)
             rows, extra = self._rows(new[idx])
             if extra.size:
                 pool.retain(extra)
+            go = ~restart
+            nring = np.empty_like(ring)
+            nring[go, :-1] = ring[go, 1:]
+            nring[go, -1] = new[go]
+            nring[idx] = rows
             dropped = np.concatenate([ring[go, 0], ring[idx].ravel()])
-            ring[go, :-1] = ring[go, 1:]
-            ring[go, -1] = new[go]
-            ring[idx] = rows
-        if mode == AutoresetMode.NEXT_STEP:
-            self._autoreset = np.logical_or(terminations, truncations)
+        self._ring = nring
         pool.release(dropped)
-        return self._observe(ring), rewards, terminations, truncations, info
+        return self._observe(nring), rewards, terminations, truncations, info
 
     def _final_obs(self, info: dict, idx: np.ndarray) -> dict:
         """SAME_STEP: stack each ending env's final frame onto its ring, in info["final_obs"]."""

@@ -231,11 +231,17 @@ class FrameStack(_RingWrapper):
         return self._pool.lazy(self._ring, layout=self._layout), info
 
     def step(self, action):
-        if self._ring is None:
+        ring = self._ring
+        if ring is None:
             raise gym.error.ResetNeeded("FrameStack: call reset() before step()")
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._shift(self._push(obs))
-        return self._pool.lazy(self._ring, layout=self._layout), reward, terminated, truncated, info
+        pool = self._pool
+        if type(obs) is not np.ndarray or obs.dtype != self._dtype:
+            obs = as_frames(obs, self._dtype)
+        s = pool.push(obs)  # checks the frame before the ring changes
+        ring.append(s)
+        pool.release(ring.pop(0))
+        return pool.lazy(ring, layout=self._layout), reward, terminated, truncated, info
 
 
 class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
@@ -305,7 +311,7 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
     def _observe(self):
         if self.lazy:
             return self._pool.lazy(self._ring, layout=self._layout)
-        return self._pool.gather([self._ring], layout=self._layout)[0]
+        return self._pool.gather(np.array(self._ring, np.int64)[None], layout=self._layout)[0]
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
@@ -314,16 +320,25 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        s = self._push(obs)
-        if self._ring is None:
-            # Gymnasium's queue starts full of padding (zeros for "reset"/"zero").
-            if self._pad is None:  # "reset": a zero frame, this once
-                p = self._pool.push(np.asarray(self.padding_value, self._dtype))
-                if self._k > 1:
-                    self._pool.retain([p] * (self._k - 1))
-            else:
-                p = self._pad
-                self._pool.retain([p] * self._k)
-            self._ring = [p] * self._k
+        pool = self._pool
+        if type(obs) is not np.ndarray or obs.dtype != self._dtype:
+            obs = as_frames(obs, self._dtype)
+        s = pool.push(obs)  # checks the frame before the ring changes
+        ring = self._ring
+        if ring is not None:
+            ring.append(s)
+            pool.release(ring.pop(0))
+            if self.lazy:
+                return pool.lazy(ring, layout=self._layout), reward, terminated, truncated, info
+            return self._observe(), reward, terminated, truncated, info
+        # step before reset: Gymnasium's queue starts full of padding (zeros for "reset"/"zero")
+        if self._pad is None:  # "reset": a zero frame, this once
+            p = pool.push(np.asarray(self.padding_value, self._dtype))
+            if self._k > 1:
+                pool.retain([p] * (self._k - 1))
+        else:
+            p = self._pad
+            pool.retain([p] * self._k)
+        self._ring = [p] * self._k
         self._shift(s)
         return self._observe(), reward, terminated, truncated, info
