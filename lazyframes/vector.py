@@ -41,6 +41,10 @@ class LazyBatch:
 
     ``len(batch)`` is ``num_envs``; ``batch[i]`` is env i's observation as a
     :class:`~lazyframes.LazyFrames` (no frame copied); ``batch[a:b]`` is a LazyBatch.
+    ``np.asarray(batch)``, :meth:`numpy` (with ``out``, ``dtype``, ``scale``) and the DLPack
+    protocol (``torch.as_tensor(batch)``, ``np.from_dlpack(batch)``) each copy the batch
+    out once, in one ``gather`` call. (``torch.tensor(batch)`` walks the sequence protocol
+    instead and is ~100x slower: use ``torch.as_tensor``.)
 
     Example:
         >>> obs, info = envs.reset(seed=0)  # doctest: +SKIP
@@ -136,6 +140,14 @@ class LazyBatch:
         if copy is False:
             raise ValueError(C.COPY_FALSE_MESSAGE)
         return self._pool.gather(self._slots, layout=self._layout, dtype=dtype)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export of a fresh materialised batch: ``torch.as_tensor(batch)`` copies once
+        instead of walking the sequence protocol (case C05)."""
+        return C.dlpack(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self):
+        return C.DLPACK_DEVICE
 
     def __len__(self):
         return self._slots.shape[0]

@@ -188,3 +188,12 @@ def test_vector_equals_ale_native_stacking(impl, mode):
     finally:
         ale.close()
         ours.close()
+
+
+def test_vector_rejects_asynchronous_batches(impl):
+    envs = AtariVectorEnv("pong", num_envs=2, batch_size=1, stack_num=1, num_threads=1)
+    try:
+        with pytest.raises(ValueError, match="batch_size"):
+            vector.FrameStackObservation(envs, 4, layout="first")
+    finally:
+        envs.close()

@@ -124,10 +124,13 @@ def test_partial_reset_keeps_other_envs(impl):
     envs.step(np.zeros(2, np.int64))
     o, *_ = envs.step(np.zeros(2, np.int64))
     assert [values(x) for x in o] == [[10, 11, 12]] * 2
+    held, before = o, np.asarray(o)
     o, _ = envs.reset(options={"reset_mask": np.array([False, True])})
     assert [values(x) for x in o] == [[10, 11, 12], [20, 20, 20]]
     o, *_ = envs.step(np.zeros(2, np.int64))
     assert [values(x) for x in o] == [[11, 12, 13], [20, 20, 21]]
+    # an observation returned earlier is never changed by later resets or steps
+    np.testing.assert_array_equal(np.asarray(held), before)
 
 
 @pytest.mark.parametrize("mode", MODES, ids=["next_step", "same_step"])
@@ -189,6 +192,8 @@ def test_lazybatch_api(impl):
         obs[0, 1]
     with pytest.raises(ValueError, match="copy"):
         np.array(obs, copy=False)
+    np.testing.assert_array_equal(np.from_dlpack(obs), a)  # torch.as_tensor's fast path
+    assert obs.__dlpack_device__() == (1, 0)
     f32 = obs.numpy(dtype=np.float32, scale=1 / 255)
     np.testing.assert_allclose(f32, a.astype(np.float32) * np.float32(1 / 255))
     out = np.empty(obs.shape, np.uint8)
