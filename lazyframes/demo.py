@@ -21,6 +21,7 @@ import json
 import math
 import statistics
 import sys
+import textwrap
 import time
 from typing import Any
 
@@ -32,7 +33,7 @@ __all__ = ["add_arguments", "run", "format_report", "plot", "main"]
 #: Discrete action: int64 action, float32 reward, float32 done, float32 timeout.
 SB3_SCALAR_BYTES = 8 + 4 + 4 + 4
 
-DEFAULT_STEPS = 50_000
+DEFAULT_STEPS = 40_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -43,8 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "(frame_skip=4, 84x84 grayscale, as the DQN papers); other ids must have "
                         "a Box observation space and are stacked as they are")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
-                   help="total env steps, summed over all envs (default: %(default)s, about a "
-                        "minute and a half on 2 cores)")
+                   help="total env steps, summed over all envs (default: %(default)s, about "
+                        "1-2 minutes on 2 cores)")
     p.add_argument("--num-envs", type=int, default=1, metavar="N",
                    help="number of envs; > 1 runs a gymnasium SyncVectorEnv through "
                         "lazyframes.vector.FrameStackObservation and stores one transition per "
@@ -354,9 +355,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 **{name: per(b) for name, b in alt.items()},
             },
         },
+        "max_rss_bytes": _max_rss(),
         "series": series,
     }
     return report
+
+
+def _max_rss():
+    """Peak resident set size of this process in bytes (None where unknown)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(kb if sys.platform == "darwin" else kb * 1024)
 
 
 def _lazy_bytes(rb) -> int:
@@ -429,14 +441,15 @@ def format_report(r: dict) -> str:
         rows.append([label, _mb(m[key]), f"{per:,.0f}", f"{per * 1e6 / 2**30:,.1f} GiB",
                      f"{m[key] / lz:.1f}x" if lz else "-"])
     lines += _table(rows, "lrrrr")
-    lines += [
+    lines += textwrap.wrap(
         f"frames: {m['unique_frames']:,} unique x {m['frame_bytes']:,} B; one observation = "
         f"{m['observation_bytes']:,} B. SB3 and naive are computed from the observation size "
         f"(+{SB3_SCALAR_BYTES} B of action/reward/done/timeout, as SB3 stores them); "
         f"baselines-style from the {m['sampled_observations']:,} observations this run sampled "
         f"(each then caches its own {m['observation_bytes']:,} B copy). "
-        "'at 1M' extrapolates bytes/transition.",
-    ]
+        "'at 1M' extrapolates bytes/transition.", width=100)
+    if r.get("max_rss_bytes"):
+        lines.append(f"process peak RSS (whole demo: Python, ALE, buffer): {_mb(r['max_rss_bytes'])}")
     return "\n".join(lines)
 
 

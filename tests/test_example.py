@@ -32,3 +32,19 @@ def test_dqn_atari_example_trains_a_few_steps(tmp_path):
     assert int(stored) == 300
     # frames are stored once: far below one 28,224-byte observation per transition
     assert int(per.replace(",", "")) < 28_224
+
+
+def test_readme_python_examples_run(tmp_path):
+    """The README's python blocks, run in order as one script (they carry their own asserts)."""
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 4, "README lost its python examples"
+    script = tmp_path / "readme_examples.py"
+    script.write_text("\n".join(blocks) + "\nprint('README examples OK')\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "README examples OK" in r.stdout
+    assert "bytes_per_transition" in r.stdout and "live_frames" in r.stdout
