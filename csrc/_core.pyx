@@ -92,6 +92,48 @@ cdef inline int _layout_code(object layout) except -1:
     return -1
 
 
+cdef cnp.ndarray _slot_array(object slots):
+    """Slot ids as a contiguous int64 ndarray; fast for lists/tuples of ints and int64 arrays."""
+    cdef cnp.ndarray arr
+    cdef cnp.npy_intp n, i
+    cdef int64_t *a
+    if cnp.PyArray_CheckExact(slots):
+        arr = <cnp.ndarray>slots
+        if cnp.PyArray_TYPE(arr) == cnp.NPY_INT64 and cnp.PyArray_IS_C_CONTIGUOUS(arr):
+            return arr
+    elif type(slots) is list or type(slots) is tuple:
+        n = len(slots)
+        arr = cnp.PyArray_EMPTY(1, &n, cnp.NPY_INT64, 0)
+        a = <int64_t *>cnp.PyArray_DATA(arr)
+        try:
+            for i in range(n):
+                x = slots[i]
+                if type(x) is not int:
+                    raise TypeError
+                a[i] = x
+            return arr
+        except (TypeError, OverflowError):
+            pass
+    return C.as_slots(slots)
+
+
+cdef int _obs_dims(FramePool pool, int code, Py_ssize_t k, cnp.npy_intp *dims):
+    """Write the shape of one observation of k frames into dims; returns its ndim."""
+    cdef int i, nd = pool._nd
+    if code == 2:
+        dims[0] = k
+        for i in range(nd):
+            dims[i + 1] = pool._dims[i]
+        return nd + 1
+    for i in range(nd):
+        dims[i] = pool._dims[i]
+    if code == 0:
+        dims[nd - 1] *= k
+    else:
+        dims[0] *= k
+    return nd
+
+
 cdef inline void _check_slot(lf_pool *p, int64_t s) except *:
     if not lf_pool_in_range(p, s):
         raise IndexError(f"slot {s} is out of range for this pool")
@@ -140,6 +182,7 @@ cdef class FramePool:
     cdef int _layout_ok[3]          # 0 unknown, 1 fits, -1 does not fit
     cdef readonly object _refs      # slot -> FrameRef (pickling)
     cdef readonly dict _by_id       # id(ndarray) -> (weakref, slot): LazyFrames(list)
+    cdef dict _shapes               # (layout code, k) -> observation shape
     cdef object __weakref__
 
     def __cinit__(self):
@@ -173,6 +216,7 @@ cdef class FramePool:
             self._layout_ok[code] = 0
         self._refs = weakref.WeakValueDictionary()
         self._by_id = {}
+        self._shapes = {}
 
     def __dealloc__(self):
         lf_pool_free(&self.p)
@@ -343,7 +387,8 @@ cdef class FramePool:
         arr = np.asarray(frames)
         if arr.ndim != self._nd + 1:
             raise ValueError(f"frames have shape {arr.shape}, expected (n, *{self.frame_shape})")
-        arr = C.as_frame(arr, (arr.shape[0],) + self.frame_shape, self.dtype)
+        if arr.dtype is not self.dtype or arr.shape[1:] != self.frame_shape:
+            arr = C.as_frame(arr, (arr.shape[0],) + self.frame_shape, self.dtype)
         cdef Py_ssize_t n = arr.shape[0], i, j
         cdef cnp.ndarray out = np.empty(n, np.int64)
         cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
@@ -379,7 +424,7 @@ cdef class FramePool:
             _check_slot(&self.p, s)
             lf_pool_incref(&self.p, s)
             return
-        cdef cnp.ndarray arr = C.as_slots(slots)
+        cdef cnp.ndarray arr = _slot_array(slots)
         cdef const int64_t *a = <const int64_t *>cnp.PyArray_DATA(arr)
         cdef Py_ssize_t n = arr.size, i
         self._check_many(a, n)
@@ -402,7 +447,7 @@ cdef class FramePool:
             _check_slot(&self.p, s)
             lf_pool_decref(&self.p, s)
             return
-        cdef cnp.ndarray arr = C.as_slots(slots)
+        cdef cnp.ndarray arr = _slot_array(slots)
         cdef const int64_t *a = <const int64_t *>cnp.PyArray_DATA(arr)
         cdef Py_ssize_t n = arr.size, i, j
         self._check_many(a, n)
@@ -472,7 +517,7 @@ cdef class FramePool:
         Raises:
             IndexError, ValueError: bad slot ids; TypeError/ValueError: a bad ``out``.
         """
-        cdef cnp.ndarray arr = C.as_slots(slots)
+        cdef cnp.ndarray arr = _slot_array(slots)
         if arr.ndim != 2 or arr.shape[1] == 0:
             raise ValueError(f"slots must have shape (B, k) with k >= 1, got {(<object>arr).shape}")
         cdef int code = self._layout(layout)
@@ -498,22 +543,10 @@ cdef tuple _prepare_out(FramePool pool, int code, Py_ssize_t b, Py_ssize_t k, ob
     if out is None and dtype is None and scale is None:
         dst = pool.dtype
     else:
-        dst = C.output_dtype(pool.dtype, dtype if dtype is not None or out is None else out.dtype, scale)
+        dst = C.output_dtype(pool.dtype, C.requested_dtype(dtype, out), scale)
     # (B, *observation_shape)
     dims[0] = b
-    if code == 2:
-        nd = pool._nd + 2
-        dims[1] = k
-        for i in range(pool._nd):
-            dims[i + 2] = pool._dims[i]
-    else:
-        nd = pool._nd + 1
-        for i in range(pool._nd):
-            dims[i + 1] = pool._dims[i]
-        if code == 0:
-            dims[pool._nd] *= k
-        else:
-            dims[1] *= k
+    nd = _obs_dims(pool, code, k, dims + 1) + 1
     if out is None:
         res = cnp.PyArray_EMPTY(nd, dims, (<cnp.dtype>dst).type_num, 0)
     else:
@@ -539,14 +572,15 @@ cdef int _run(const unsigned char **src, Py_ssize_t b, Py_ssize_t k, FramePool p
     return 0
 
 
-_default_pools = weakref.WeakValueDictionary()
+_default_pools = {}  # kept for the process: an idle pool holds at most one empty chunk
 
 
 def default_pool(frame_shape, dtype):
     """The shared pool for frames of ``frame_shape`` and ``dtype``.
 
-    Used by ``LazyFrames(list_of_frames)`` and by unpickling. It lives as long as
-    something refers to it (any observation built on it does).
+    Used by ``LazyFrames(list_of_frames)`` and by unpickling. It lives for the
+    process, so its dedupe cache survives between observations; once idle it holds at
+    most one empty chunk (``chunk_bytes``, 1 MiB by default).
     """
     key = (C.frame_shape(frame_shape), C.frame_dtype(dtype))
     pool = _default_pools.get(key)
@@ -650,9 +684,9 @@ cdef class LazyFrames:
     def _from_slots(pool, slots, layout):
         if not isinstance(pool, FramePool):
             raise TypeError(f"pool must be a FramePool, got {type(pool).__name__}")
-        arr = C.as_slots(slots)
-        if arr.ndim != 1 or arr.size == 0:
-            raise ValueError(f"slots must be a non-empty 1-D sequence, got shape {arr.shape}")
+        cdef cnp.ndarray arr = _slot_array(slots)
+        if cnp.PyArray_NDIM(arr) != 1 or cnp.PyArray_SIZE(arr) == 0:
+            raise ValueError(f"slots must be a non-empty 1-D sequence, got shape {(<object>arr).shape}")
         cdef LazyFrames lz = LazyFrames.__new__(LazyFrames)
         lz._init(pool, arr, layout)
         return lz
@@ -708,7 +742,12 @@ cdef class LazyFrames:
     @property
     def shape(self):
         """Shape of ``np.asarray(self)``."""
-        return C.observation_shape(self._pool.frame_shape, self._k, _LAYOUT_NAMES[self._code])
+        key = (self._code, self._k)
+        shape = self._pool._shapes.get(key)
+        if shape is None:
+            shape = C.observation_shape(self._pool.frame_shape, self._k, _LAYOUT_NAMES[self._code])
+            self._pool._shapes[key] = shape
+        return shape
 
     @property
     def dtype(self):
@@ -731,11 +770,24 @@ cdef class LazyFrames:
     # -- copying out ---------------------------------------------------------------
     cdef cnp.ndarray _out(self, object dtype, object scale):
         cdef FramePool pool = self._pool
+        cdef cnp.npy_intp dims[MAX_NDIM + 1]
+        cdef const unsigned char *few[16]
+        cdef cnp.ndarray arr
+        cdef int nd
+        cdef Py_ssize_t i
+        if dtype is None and scale is None and self._k <= 16:
+            # the hot path of np.asarray(obs): no checks left to make, one kernel call
+            nd = _obs_dims(pool, self._code, self._k, dims)
+            arr = cnp.PyArray_EMPTY(nd, dims, pool._descr.type_num, 0)
+            for i in range(self._k):
+                few[i] = lf_pool_addr(&pool.p, self._slots[i])
+            lf_copy_stacks(few, 1, self._k, pool._outer[self._code], pool._inner[self._code],
+                           pool._ltype, pool._ltype, pool._itemsize, 0.0, 0, cnp.PyArray_DATA(arr))
+            return arr
         res, dst_type, sc, has_scale = _prepare_out(pool, self._code, 1, self._k, None, dtype, scale)
         cdef const unsigned char **src = <const unsigned char **>malloc(self._k * sizeof(void *))
         if src == NULL:
             raise MemoryError()
-        cdef Py_ssize_t i
         for i in range(self._k):
             src[i] = lf_pool_addr(&pool.p, self._slots[i])
         _run(src, 1, self._k, pool, self._code, dst_type, sc, has_scale, res)

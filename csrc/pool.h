@@ -1,8 +1,9 @@
 /* Plain-C refcounted frame pool of lazyframes: a chunked arena of fixed-size slots.
  *
  * Slots live in chunks of `spc` slots that never move. Slot id = chunk * spc + offset.
- * Allocation takes the lowest chunk with a free slot (a min-heap), the lowest free
- * offset in it first; a chunk whose slots all become free is returned to the OS,
+ * Allocation takes the lowest chunk with a free slot (a min-heap) and, in it, the
+ * most recently freed offset (a LIFO; a fresh chunk hands out offsets in increasing
+ * order); a chunk whose slots all become free is returned to the OS,
  * except one empty chunk kept to avoid churn. This is the same policy as the NumPy
  * twin in lazyframes/_reference.py, so both hand out the same slot ids.
  * Not thread-safe: the Cython layer calls it with the GIL held.

@@ -122,6 +122,17 @@ def geometry(shape: tuple, layout: str) -> tuple:
     return 1, n
 
 
+def requested_dtype(dtype, out):
+    """The output dtype a copy out is asked for: ``dtype``, else ``out``'s, else None.
+
+    Raises:
+        TypeError: if ``out`` is given but is not an ndarray.
+    """
+    if out is not None and not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    return dtype if dtype is not None or out is None else out.dtype
+
+
 def output_dtype(src: np.dtype, dtype, scale) -> np.dtype:
     """The dtype a copy out produces, checking the fused conversion is supported.
 

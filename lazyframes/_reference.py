@@ -363,7 +363,7 @@ def _materialise(frames, layout):
 
 def _copy_out(frames, shape, src, k, layout, out, dtype, scale):
     """Copy lists of frames (one list per observation) into ``out``."""
-    dst = C.output_dtype(src, dtype if dtype is not None or out is None else out.dtype, scale)
+    dst = C.output_dtype(src, C.requested_dtype(dtype, out), scale)
     full = (len(frames),) + C.observation_shape(shape, k, layout)
     if out is None:
         out = np.empty(full, dst)
@@ -376,14 +376,15 @@ def _copy_out(frames, shape, src, k, layout, out, dtype, scale):
     return out
 
 
-_default_pools = weakref.WeakValueDictionary()
+_default_pools = {}  # kept for the process: an idle pool holds at most one empty chunk
 
 
 def default_pool(frame_shape, dtype) -> FramePool:
     """The shared pool for frames of ``frame_shape`` and ``dtype``.
 
-    Used by ``LazyFrames(list_of_frames)`` and by unpickling. It lives as long as
-    something refers to it (any observation built on it does).
+    Used by ``LazyFrames(list_of_frames)`` and by unpickling. It lives for the
+    process, so its dedupe cache survives between observations; once idle it holds at
+    most one empty chunk (``chunk_bytes``, 1 MiB by default).
     """
     key = (C.frame_shape(frame_shape), C.frame_dtype(dtype))
     pool = _default_pools.get(key)
