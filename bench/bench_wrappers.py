@@ -9,8 +9,10 @@ Single env (one 84x84 uint8 frame per step, k = 4):
 
 Vector env (8 envs, k = 4), per env-step:
 
-- **lazyframes.vector.FrameStackObservation** over a ``SyncVectorEnv(copy=False)`` vs
-  **SB3 VecFrameStack** over a ``DummyVecEnv``, channels-last (SB3's Atari recipe:
+- **lazyframes.vector.FrameStackObservation** vs **SB3 VecFrameStack**, over vector envs
+  that return one preallocated batch of 8 frames (``--vec-env sync``: a
+  ``SyncVectorEnv(copy=False)`` / ``DummyVecEnv`` of counter envs, whose own ~100 us step
+  and its noise then dominate the difference), channels-last (SB3's Atari recipe:
   frames ``(84, 84, 1)`` -> ``(8, 84, 84, 4)``) and channels-first (``(1, 84, 84)`` ->
   ``(8, 4, 84, 84)``).
 
@@ -68,6 +70,64 @@ class CheapEnv(gym.Env):
 
     def step(self, action):
         return self.frame, 0.0, False, False, {}
+
+
+class CheapVectorEnv(gym.vector.VectorEnv):
+    """A Gymnasium VectorEnv of ``n`` counter envs at (almost) no cost: one preallocated batch."""
+
+    def __init__(self, n, shape):
+        self.num_envs = n
+        self.single_observation_space = gym.spaces.Box(0, 255, shape, np.uint8)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, n)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, n)
+        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+        self.obs = np.zeros((n,) + tuple(shape), np.uint8)
+        self.rewards, self.flags = np.zeros(n), np.zeros(n, np.bool_)
+
+    def reset(self, *, seed=None, options=None):
+        return self.obs, {}
+
+    def step(self, actions):
+        return self.obs, self.rewards, self.flags, self.flags, {}
+
+
+def _cheap_sb3_vec_env(n, shape):
+    """The same for SB3's VecEnv API (what DummyVecEnv returns, without its per-env loop)."""
+    from stable_baselines3.common.vec_env.base_vec_env import VecEnv
+
+    class CheapVecEnv(VecEnv):
+        def __init__(self):
+            super().__init__(n, gym.spaces.Box(0, 255, shape, np.uint8), gym.spaces.Discrete(2))
+            self.obs = np.zeros((n,) + tuple(shape), np.uint8)
+            self.rewards, self.dones = np.zeros(n, np.float32), np.zeros(n, np.bool_)
+            self.infos = [{} for _ in range(n)]
+
+        def reset(self):
+            return self.obs
+
+        def step_async(self, actions):
+            pass
+
+        def step_wait(self):
+            return self.obs, self.rewards, self.dones, self.infos
+
+        def close(self):
+            pass
+
+        def get_attr(self, attr_name, indices=None):
+            return [None] * n
+
+        def set_attr(self, attr_name, value, indices=None):
+            pass
+
+        def env_method(self, method_name, *args, indices=None, **kwargs):
+            return [None] * n
+
+        def env_is_wrapped(self, wrapper_class, indices=None):
+            return [False] * n
+
+    return CheapVecEnv()
 
 
 # -- step loops ---------------------------------------------------------------------------
@@ -162,7 +222,7 @@ def single_rows(steps: int, repeats: int) -> list[dict]:
     ]
 
 
-def vector_rows(steps: int, repeats: int) -> list[dict]:
+def vector_rows(steps: int, repeats: int, vec_env: str = "cheap") -> list[dict]:
     try:
         from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
     except ImportError:
@@ -173,14 +233,19 @@ def vector_rows(steps: int, repeats: int) -> list[dict]:
     rows = []
     for order, shape, layout in (("last", (84, 84, 1), "last"), ("first", (1, 84, 84), "first")):
         fns = [lambda: CheapEnv(shape)] * N_ENVS
+        if vec_env == "sync":
+            gym_venv = lambda: SyncVectorEnv(fns, copy=False)  # noqa: E731
+            sb3_venv = lambda: DummyVecEnv(fns)  # noqa: E731
+        else:
+            gym_venv = lambda: CheapVectorEnv(N_ENVS, shape)  # noqa: E731
+            sb3_venv = lambda: _cheap_sb3_vec_env(N_ENVS, shape)  # noqa: E731
         cases = {
-            "bare sync": lambda: _vector_loop(SyncVectorEnv(fns, copy=False), bare=True),
-            "lf": lambda: _vector_loop(lf_vector.FrameStackObservation(
-                SyncVectorEnv(fns, copy=False), K, layout=layout)),
+            "bare sync": lambda: _vector_loop(gym_venv(), bare=True),
+            "lf": lambda: _vector_loop(lf_vector.FrameStackObservation(gym_venv(), K, layout=layout)),
         }
         if VecFrameStack is not None:
-            cases["bare dummy"] = lambda: _vector_loop(DummyVecEnv(fns), bare=True)
-            cases["sb3"] = lambda: _vector_loop(VecFrameStack(DummyVecEnv(fns), K, channels_order=order))
+            cases["bare dummy"] = lambda: _vector_loop(sb3_venv(), bare=True)
+            cases["sb3"] = lambda: _vector_loop(VecFrameStack(sb3_venv(), K, channels_order=order))
         t = _measure(cases, max(1, steps // N_ENVS), repeats)
         ours = (t["lf"] - t["bare sync"]) / N_ENVS
         obs = f"vector 8 x {(4 * shape[0],) + shape[1:] if order == 'first' else shape[:-1] + (4,)}"
@@ -222,15 +287,20 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--quick", action="store_true", help="fewer steps and repeats (a smoke run)")
     p.add_argument("--steps", type=int, default=None, help="env steps per repeat (default 4000)")
     p.add_argument("--repeats", type=int, default=None, help="repeats per case (default 9)")
+    p.add_argument("--vec-env", choices=("cheap", "sync"), default="cheap",
+                   help="vector envs under the stackers: 'cheap' (default) returns one preallocated "
+                        "batch, so the stacker's overhead is not lost in the vector env's own noise; "
+                        "'sync' uses SyncVectorEnv(copy=False) / DummyVecEnv of counter envs")
     args = p.parse_args(argv)
     steps = args.steps or (400 if args.quick else 4000)
     repeats = args.repeats or (3 if args.quick else 9)
     print(f"bench_wrappers: lazyframes {lazyframes.__version__}, core: {lazyframes.IMPLEMENTATION}, "
           f"numpy {np.__version__}, gymnasium {gym.__version__}; k={K}, {steps} steps x "
           f"{repeats} repeats, median")
-    rows = single_rows(steps, repeats) + vector_rows(steps, repeats)
+    rows = single_rows(steps, repeats) + vector_rows(steps, repeats, args.vec_env)
     print(format_table(rows))
-    print("overhead = time with the stacker - time of the bare env (vector: per env-step, 8 envs); "
+    print("overhead = time with the stacker - time of the bare env (vector: per env-step, 8 envs, "
+          f"{'SyncVectorEnv / DummyVecEnv' if args.vec_env == 'sync' else 'a vector env returning one preallocated batch'}); "
           "each step includes np.asarray(obs)")
     by = {r["stacker"]: r for r in rows}
     gym_row = by["Gymnasium FrameStackObservation"]
