@@ -498,6 +498,68 @@ cdef class FramePool:
         memcpy(cnp.PyArray_DATA(out), lf_pool_addr(&self.p, s), self.p.frame_bytes)
         return out
 
+    def shift_rings(self, rings, frames, restart=None, *, pad=None):
+        """One step of ``n`` frame rings (a vector-env stacker) in one call.
+
+        ``rings`` is an int64 ``(n, k)`` array of slot ids, oldest first, each entry
+        owning one reference. The n ``frames`` (``(n, *S)``) are pushed; row i of the
+        result is row i of ``rings`` shifted left with frame i last, or, where
+        ``restart[i]`` (a new episode), k-1 copies of ``pad`` (a slot id; default: the
+        new frame itself, i.e. reset padding) then frame i. The references of ``rings``
+        pass to the result (the dropped ones are released): drop ``rings`` afterwards,
+        without releasing it. ``rings`` itself is never written.
+
+        Returns:
+            A new int64 ``(n, k)`` array whose entries each own one reference.
+
+        Raises:
+            ValueError, IndexError, TypeError: bad rings, frames, restart mask or pad;
+            checked before anything changes.
+        """
+        cdef cnp.ndarray r = _slot_array(rings)
+        if cnp.PyArray_NDIM(r) != 2 or r.shape[1] == 0:
+            raise ValueError(f"rings must have shape (n, k) with k >= 1, got {(<object>r).shape}")
+        cdef Py_ssize_t n = r.shape[0], k = r.shape[1], i, j
+        cdef const int64_t *a = <const int64_t *>cnp.PyArray_DATA(r)
+        self._check_many(a, n * k)
+        arr = np.asarray(frames)
+        if arr.shape[:1] != (n,):
+            raise ValueError(f"frames have shape {arr.shape}, expected ({n}, *{self.frame_shape})")
+        cdef cnp.ndarray m = None
+        cdef const unsigned char *mask = NULL
+        if restart is not None:
+            m = np.ascontiguousarray(restart, dtype=np.bool_)
+            if (<object>m).shape != (n,):
+                raise ValueError(f"restart has shape {(<object>m).shape}, expected ({n},)")
+            mask = <const unsigned char *>cnp.PyArray_DATA(m)
+        cdef int64_t p = -1
+        if pad is not None:
+            p = pad
+            _check_slot(&self.p, p)
+        # all checked: push (push_many validates the frames before storing any)
+        cdef cnp.ndarray new = self.push_many(arr)
+        cdef const int64_t *ns = <const int64_t *>cnp.PyArray_DATA(new)
+        cdef cnp.npy_intp dims[2]
+        dims[0] = n
+        dims[1] = k
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
+        cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
+        cdef int64_t fill
+        for i in range(n):
+            o[i * k + k - 1] = ns[i]
+            if mask != NULL and mask[i]:
+                fill = ns[i] if p < 0 else p
+                for j in range(k - 1):
+                    o[i * k + j] = fill
+                    lf_pool_incref(&self.p, fill)
+                for j in range(k):
+                    lf_pool_decref(&self.p, a[i * k + j])
+            else:
+                for j in range(k - 1):
+                    o[i * k + j] = a[i * k + j + 1]
+                lf_pool_decref(&self.p, a[i * k])
+        return out
+
     def lazy(self, slots, *, layout="last"):
         """A :class:`LazyFrames` over ``k`` slot ids, oldest first; copies no frame bytes.
 
@@ -844,6 +906,38 @@ cdef class LazyFrames:
             j, ch = divmod(i, self._pool._dims[self._pool._nd - 1])
             return self._pool.get(self._slots[j])[..., ch]
         return self._out(None, None)[..., i]
+
+    def shift(self, frame):
+        """The next observation: this one's last k-1 frames, then ``frame``.
+
+        ``frame`` is copied once into this observation's pool; the shared frames are
+        not copied. This is one step of a frame stacker (baselines' ``deque(maxlen=k)``)
+        in one call; ``self`` is unchanged.
+
+        Raises:
+            TypeError, ValueError: ``frame`` of the wrong dtype or shape.
+        """
+        cdef FramePool pool = self._pool
+        cdef cnp.ndarray arr = pool._as_frame(frame)
+        cdef LazyFrames lz = LazyFrames.__new__(LazyFrames)
+        lz._slots = <int64_t *>malloc(self._k * sizeof(int64_t))
+        if lz._slots == NULL:
+            raise MemoryError()
+        cdef int64_t s = pool._alloc()
+        try:
+            pool._write(s, arr)
+        except BaseException:
+            lf_pool_decref(&pool.p, s)
+            raise
+        cdef Py_ssize_t i
+        for i in range(self._k - 1):
+            lz._slots[i] = self._slots[i + 1]
+            lf_pool_incref(&pool.p, lz._slots[i])
+        lz._slots[self._k - 1] = s
+        lz._k = self._k
+        lz._pool = pool
+        lz._code = self._code
+        return lz
 
     def get_frame(self, j):
         """A copy of whole frame ``j`` (0 is the oldest), shape :attr:`frame_shape`.

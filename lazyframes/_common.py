@@ -46,7 +46,7 @@ def frame_dtype(dtype) -> np.dtype:
         raise TypeError(
             f"frames must have a fixed numeric dtype (bool, int, uint, float, complex), got {dt}"
         )
-    return dt.newbyteorder("=")
+    return np.dtype(dt.type)  # native byte order, NumPy's canonical instance
 
 
 def frame_shape(shape) -> tuple:

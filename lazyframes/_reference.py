@@ -320,6 +320,54 @@ class FramePool:
         c, off = self._locate(slot)
         return self._data[c][off].copy()
 
+    def shift_rings(self, rings, frames, restart=None, *, pad=None) -> np.ndarray:
+        """One step of ``n`` frame rings (a vector-env stacker) in one call.
+
+        ``rings`` is an int64 ``(n, k)`` array of slot ids, oldest first, each entry
+        owning one reference. The n ``frames`` (``(n, *S)``) are pushed; row i of the
+        result is row i of ``rings`` shifted left with frame i last, or, where
+        ``restart[i]`` (a new episode), k-1 copies of ``pad`` (a slot id; default: the
+        new frame itself, i.e. reset padding) then frame i. The references of ``rings``
+        pass to the result (the dropped ones are released): drop ``rings`` afterwards,
+        without releasing it. ``rings`` itself is never written.
+
+        Returns:
+            A new int64 ``(n, k)`` array whose entries each own one reference.
+
+        Raises:
+            ValueError, IndexError, TypeError: bad rings, frames, restart mask or pad;
+            checked before anything changes.
+        """
+        r = C.as_slots(rings)
+        if r.ndim != 2 or r.shape[1] == 0:
+            raise ValueError(f"rings must have shape (n, k) with k >= 1, got {r.shape}")
+        n, k = r.shape
+        self._check_live(r)
+        arr = np.asarray(frames)
+        if arr.shape[:1] != (n,):
+            raise ValueError(f"frames have shape {arr.shape}, expected ({n}, *{self._shape})")
+        mask = None
+        if restart is not None:
+            mask = np.ascontiguousarray(restart, dtype=np.bool_)
+            if mask.shape != (n,):
+                raise ValueError(f"restart has shape {mask.shape}, expected ({n},)")
+        if pad is not None:
+            self._locate(pad)
+        new = self.push_many(arr)
+        out = np.empty((n, k), np.int64)
+        out[:, -1] = new
+        for i in range(n):
+            if mask is not None and mask[i]:
+                fill = int(new[i]) if pad is None else int(pad)
+                out[i, :-1] = fill
+                if k > 1:
+                    self.retain([fill] * (k - 1))
+                self.release(r[i])
+            else:
+                out[i, :-1] = r[i, 1:]
+                self.release(r[i, 0])
+        return out
+
     def lazy(self, slots, *, layout: str = "last") -> "LazyFrames":
         """A :class:`LazyFrames` over ``k`` slot ids, oldest first; copies no frame bytes.
 
@@ -594,6 +642,22 @@ class LazyFrames:
             j, ch = divmod(i, c)
             return self._pool.get(self._slots[j])[..., ch]
         return np.asarray(self)[..., i]
+
+    def shift(self, frame) -> "LazyFrames":
+        """The next observation: this one's last k-1 frames, then ``frame``.
+
+        ``frame`` is copied once into this observation's pool; the shared frames are
+        not copied. This is one step of a frame stacker (baselines' ``deque(maxlen=k)``)
+        in one call; ``self`` is unchanged.
+
+        Raises:
+            TypeError, ValueError: ``frame`` of the wrong dtype or shape.
+        """
+        s = self._pool.push(frame)
+        try:
+            return LazyFrames._from_slots(self._pool, self._slots[1:] + (s,), self._layout)
+        finally:
+            self._pool.release(s)
 
     def get_frame(self, j) -> np.ndarray:
         """A copy of whole frame ``j`` (0 is the oldest), shape :attr:`frame_shape`.

@@ -341,36 +341,22 @@ class FrameStackObservation(VectorWrapper):
         pool = self._pool
         done = np.asarray(terminations) | np.asarray(truncations)
         if self._next_step:
-            restart, self._autoreset = self._autoreset, done
+            restart = self._autoreset
         elif self._same_step:
             restart = done
         else:
             restart = None
         # count_nonzero: the cheapest "any" on a small bool array
-        if restart is None or not np.count_nonzero(restart):
-            new = pool.push_many(obs)  # one reference each, handed to the ring
-            # a new ring array each step: the returned LazyBatch shares it, so never write it
-            nring = np.empty_like(ring)
-            nring[:, :-1] = ring[:, 1:]
-            nring[:, -1] = new
-            dropped = ring[:, 0].copy()
-        else:
-            idx = np.flatnonzero(restart)
-            if self._same_step:
-                info = self._final_obs(info, idx)
-            new = pool.push_many(obs)
-            rows, extra = self._rows(new[idx])
-            if extra.size:
-                pool.retain(extra)
-            go = ~restart
-            nring = np.empty_like(ring)
-            nring[go, :-1] = ring[go, 1:]
-            nring[go, -1] = new[go]
-            nring[idx] = rows
-            dropped = np.concatenate([ring[go, 0], ring[idx].ravel()])
-        self._ring = nring
-        pool.release(dropped)
-        return self._observe(nring), rewards, terminations, truncations, info
+        if restart is not None and not np.count_nonzero(restart):
+            restart = None
+        elif restart is not None and self._same_step:
+            info = self._final_obs(info, np.flatnonzero(restart))
+        # one core call: push the frames, shift the rings, restart the new episodes' rings;
+        # a new ring array each step (returned LazyBatches share it, so never write it)
+        self._ring = pool.shift_rings(ring, obs, restart, pad=self._pad)
+        if self._next_step:
+            self._autoreset = done  # only once the step has been taken
+        return self._observe(self._ring), rewards, terminations, truncations, info
 
     def _final_obs(self, info: dict, idx: np.ndarray) -> dict:
         """SAME_STEP: stack each ending env's final frame onto its ring, in info["final_obs"]."""

@@ -110,7 +110,12 @@ def as_frames(obs, dtype: np.dtype):
 
 
 class _RingWrapper(gym.Wrapper):
-    """Owns the pool and the ring of k slot ids (each entry holds one reference)."""
+    """Owns the pool and the current observation, a LazyFrames over the last k slots.
+
+    The current observation is the ring: each step is one ``LazyFrames.shift(frame)``
+    call (push the frame, share the k-1 newer frames), and dropping an observation
+    releases its references.
+    """
 
     def _setup(self, space: gym.spaces.Box, k: int, layout: str, pad_frame=None):
         C.check_layout(layout, tuple(space.shape))
@@ -119,7 +124,7 @@ class _RingWrapper(gym.Wrapper):
         self._dtype = C.frame_dtype(space.dtype)
         self._frame_shape = tuple(space.shape)
         self._pool = _backend.core().FramePool(self._frame_shape, self._dtype)
-        self._ring = None  # list of k slot ids, oldest first; each holds one reference
+        self._obs = None  # the current observation (LazyFrames), or None before reset
         self._pad = None  # slot of the padding frame (one reference) or None
         if pad_frame is not None:
             self._pad = self._pool.push(np.asarray(pad_frame).astype(self._dtype, copy=False))
@@ -134,42 +139,33 @@ class _RingWrapper(gym.Wrapper):
         """``"last"``, ``"first"`` or ``"stack"``."""
         return self._layout
 
-    def _push(self, obs) -> int:
-        return self._pool.push(as_frames(obs, self._dtype))
+    def _restart(self, frame, pad) -> None:
+        """Start a new episode at ``frame``: k-1 copies of ``pad`` (a slot id, or None to
+        repeat the frame), then the frame."""
+        pool = self._pool
+        s = pool.push(as_frames(frame, self._dtype))
+        try:
+            ring = [s if pad is None else pad] * (self._k - 1) + [s]
+            self._obs = pool.lazy(ring, layout=self._layout)
+        finally:
+            pool.release(s)
 
-    def _new_ring(self, s: int, pad) -> None:
-        """Start a ring ending with slot ``s`` (one reference, now the ring's), padded with
-        ``pad`` (a slot id, or None to repeat ``s``); releases the old ring."""
-        k = self._k
-        if k > 1:
-            p = s if pad is None else pad
-            self._pool.retain([p] * (k - 1))
-            ring = [p] * (k - 1) + [s]
-        else:
-            ring = [s]
-        old, self._ring = self._ring, ring
-        if old is not None:
-            self._pool.release(old)
-
-    def _shift(self, s: int) -> None:
-        ring = self._ring
-        dropped = ring.pop(0)
-        ring.append(s)
-        self._pool.release(dropped)
+    def _shift(self, frame) -> None:
+        if type(frame) is not np.ndarray or frame.dtype != self._dtype:
+            frame = as_frames(frame, self._dtype)
+        self._obs = self._obs.shift(frame)  # checks the frame before anything changes
 
     def _release_all(self) -> None:
         pool = getattr(self, "_pool", None)
         if pool is None:
             return
-        ring, self._ring = self._ring, None
+        self._obs = None
         pad, self._pad = self._pad, None
-        if ring is not None:
-            pool.release(ring)
         if pad is not None:
             pool.release(pad)
 
     def close(self):
-        """Release the ring's frames and close the environment."""
+        """Release the frames and close the environment."""
         try:
             self._release_all()
         finally:
@@ -227,21 +223,15 @@ class FrameStack(_RingWrapper):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
-        self._new_ring(self._push(obs), None)
-        return self._pool.lazy(self._ring, layout=self._layout), info
+        self._restart(obs, None)
+        return self._obs, info
 
     def step(self, action):
-        ring = self._ring
-        if ring is None:
+        if self._obs is None:
             raise gym.error.ResetNeeded("FrameStack: call reset() before step()")
         obs, reward, terminated, truncated, info = self.env.step(action)
-        pool = self._pool
-        if type(obs) is not np.ndarray or obs.dtype != self._dtype:
-            obs = as_frames(obs, self._dtype)
-        s = pool.push(obs)  # checks the frame before the ring changes
-        ring.append(s)
-        pool.release(ring.pop(0))
-        return pool.lazy(ring, layout=self._layout), reward, terminated, truncated, info
+        self._shift(obs)
+        return self._obs, reward, terminated, truncated, info
 
 
 class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
@@ -309,36 +299,21 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
         self.observation_space = stacked_space(space, k, layout)
 
     def _observe(self):
-        if self.lazy:
-            return self._pool.lazy(self._ring, layout=self._layout)
-        return self._pool.gather(np.array(self._ring, np.int64)[None], layout=self._layout)[0]
+        return self._obs if self.lazy else np.asarray(self._obs)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
-        self._new_ring(self._push(obs), self._pad)
+        self._restart(obs, self._pad)
         return self._observe(), info
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        pool = self._pool
-        if type(obs) is not np.ndarray or obs.dtype != self._dtype:
-            obs = as_frames(obs, self._dtype)
-        s = pool.push(obs)  # checks the frame before the ring changes
-        ring = self._ring
-        if ring is not None:
-            ring.append(s)
-            pool.release(ring.pop(0))
-            if self.lazy:
-                return pool.lazy(ring, layout=self._layout), reward, terminated, truncated, info
-            return self._observe(), reward, terminated, truncated, info
-        # step before reset: Gymnasium's queue starts full of padding (zeros for "reset"/"zero")
-        if self._pad is None:  # "reset": a zero frame, this once
-            p = pool.push(np.asarray(self.padding_value, self._dtype))
-            if self._k > 1:
-                pool.retain([p] * (self._k - 1))
+        if self._obs is None:
+            # step before reset: Gymnasium's queue starts full of padding (zeros for
+            # "reset"/"zero"), so the first frame comes after k-1 padding frames
+            frame = as_frames(obs, self._dtype)  # checked before the padding is pushed
+            self._restart(self.padding_value, None)
+            self._shift(frame)
         else:
-            p = self._pad
-            pool.retain([p] * self._k)
-        self._ring = [p] * self._k
-        self._shift(s)
+            self._shift(obs)
         return self._observe(), reward, terminated, truncated, info
