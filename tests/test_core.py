@@ -668,3 +668,84 @@ def test_slot_ids_as_lists_tuples_numpy_ints(impl):
     _expect(TypeError, "integers", pool.gather, [[0, 1.5]])
     _expect(TypeError, "integers", pool.lazy, ["0"])
     assert [pool.refcount(s) for s in slots] == [1, 1, 1]
+
+
+# -- stacker steps: LazyFrames.shift and FramePool.shift_rings ---------------------------
+
+
+def test_shift_shares_k_minus_1_frames_and_copies_one(impl):
+    pool = impl.FramePool(FRAME, np.uint8)
+    s = pool.push(f(0))
+    lz = pool.lazy([s] * 4)
+    pool.release(s)
+    src = f(1)
+    nxt = lz.shift(src)
+    src[...] = 99  # the env reuses its buffer: the stored frame must not change
+    assert [int(nxt.get_frame(j)[0, 0, 0]) for j in range(4)] == [0, 0, 0, 1]
+    assert nxt.slots[:3] == lz.slots[1:]
+    assert pool.live_frames == 2 and pool.refcount(s) == 4 + 3
+    np.testing.assert_array_equal(np.asarray(lz), restate([f(0)] * 4, "last"))  # unchanged
+    del lz, nxt
+    assert pool.live_frames == 0
+
+
+def test_shift_bad_frame_writes_nothing(impl):
+    pool = impl.FramePool(FRAME, np.uint8)
+    lz = pool.lazy([pool.push(f(0))] * 2)
+    before = snapshot(pool, lz.slots)
+    with pytest.raises(ValueError, match="shape"):
+        lz.shift(np.zeros((84, 84), np.uint8))
+    with pytest.raises(TypeError, match="dtype"):
+        lz.shift(np.zeros(FRAME, np.float32))
+    assert snapshot(pool, lz.slots) == before
+
+
+def _rings_model(rows, frames, restart, pad):
+    """shift_rings restated on lists: the rings' new contents as frame values."""
+    out = []
+    for i, row in enumerate(rows):
+        if restart is not None and restart[i]:
+            fill = frames[i] if pad is None else pad
+            out.append([fill] * (len(row) - 1) + [frames[i]])
+        else:
+            out.append(row[1:] + [frames[i]])
+    return out
+
+
+@pytest.mark.parametrize("restart", [None, [False, True, False], [True, True, True]])
+@pytest.mark.parametrize("use_pad", [False, True])
+def test_shift_rings_equals_the_model_and_balances_references(impl, restart, use_pad):
+    pool = impl.FramePool(FRAME, np.uint8)
+    values = [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]
+    rings = np.array([[pool.push(f(v)) for v in row] for row in values], np.int64)
+    pad = pool.push(f(0)) if use_pad else None
+    keep = rings.copy()
+    got = pool.shift_rings(rings, np.stack([f(20), f(21), f(22)]), restart, pad=pad)
+    np.testing.assert_array_equal(rings, keep)  # the old ring array is never written
+    want = _rings_model(values, [20, 21, 22], restart, 0 if use_pad else None)
+    assert [[int(pool.get(s)[0, 0, 0]) for s in row] for row in got] == want
+    # references passed to the new rings: releasing them (and the pad) frees everything
+    pool.release(got)
+    if pad is not None:
+        pool.release(pad)
+    assert pool.live_frames == 0
+
+
+def test_shift_rings_bad_input_writes_nothing(impl):
+    pool = impl.FramePool(FRAME, np.uint8)
+    rings = np.array([[pool.push(f(v)) for v in range(2)] for _ in range(2)], np.int64)
+    before = snapshot(pool, rings.ravel())
+    good = np.stack([f(5), f(6)])
+    with pytest.raises(ValueError, match="frames have shape"):
+        pool.shift_rings(rings, good[:1])
+    with pytest.raises(ValueError, match="shape"):
+        pool.shift_rings(rings, np.zeros((2, 84, 84), np.uint8))
+    with pytest.raises(TypeError, match="dtype"):
+        pool.shift_rings(rings, good.astype(np.int16))
+    with pytest.raises(ValueError, match="restart has shape"):
+        pool.shift_rings(rings, good, [True])
+    with pytest.raises(IndexError, match="out of range"):
+        pool.shift_rings(rings, good, [True, False], pad=10**6)
+    with pytest.raises(IndexError, match="out of range"):
+        pool.shift_rings(rings + 10**6, good)
+    assert snapshot(pool, rings.ravel()) == before
