@@ -83,18 +83,26 @@ def _baselines_frames(frames: np.ndarray, layout: str, start: int) -> BaselinesL
     return _StackedBaselines([frames[start + j, :, :, 0] for j in range(K)])
 
 
-def _time(fn, setup, repeats: int, warmup: int) -> float:
-    """Median wall time of ``fn(setup(i))`` in microseconds (setup untimed)."""
-    for i in range(warmup):
-        fn(setup(i))
-    times = []
+def _time(cases: dict, repeats: int, warmup: int) -> dict:
+    """Median wall time in microseconds of each ``name: (fn, setup)``: ``fn(setup(i))``, setup untimed.
+
+    The cases are timed round-robin (one call of each per repeat), so a burst of load
+    from elsewhere on the machine hits them alike and their ratios stay fair. Call ``j``
+    of repeat ``i`` gets ``setup(i * len(cases) + j)``: consecutive calls read different
+    sources, so no case finds its data in cache because another case just read it.
+    """
     perf = time.perf_counter_ns
-    for i in range(repeats):
-        arg = setup(warmup + i)
-        t0 = perf()
-        fn(arg)
-        times.append(perf() - t0)
-    return statistics.median(times) / 1000.0
+    times = {name: [] for name in cases}
+    n = len(cases)
+    for i in range(warmup + repeats):
+        for j, (name, (fn, setup)) in enumerate(cases.items()):
+            arg = setup(i * n + j)
+            t0 = perf()
+            fn(arg)
+            t1 = perf()
+            if i >= warmup:
+                times[name].append(t1 - t0)
+    return {name: statistics.median(t) / 1000.0 for name, t in times.items()}
 
 
 def _fmt_us(x: float | None) -> str:
@@ -155,10 +163,12 @@ def run(*, pool_frames: int, repeats: int, warmup: int, batch_sizes=(32, 256), s
         shape = np.asarray(lazy[0]).shape
         src1 = np.stack([np.asarray(o) for o in lazy])  # same bytes, contiguous
         dst1 = np.empty(shape, np.uint8)
-        lf = _time(np.asarray, lambda i: lazy[i % n_src], repeats, warmup)
-        floor = _time(lambda s: np.copyto(dst1, s), lambda i: src1[i % n_src], repeats, warmup)
-        base = _time(np.asarray, lambda i: _baselines_frames(frames, layout, int(starts[i % n_src])),
-                     repeats, warmup)
+        t = _time({
+            "lf": (np.asarray, lambda i: lazy[i % n_src]),
+            "floor": (lambda s: np.copyto(dst1, s), lambda i: src1[i % n_src]),
+            "base": (np.asarray, lambda i: _baselines_frames(frames, layout, int(starts[i % n_src]))),
+        }, repeats, warmup)
+        lf, floor, base = t["lf"], t["floor"], t["base"]
         rows.append(_row("1 obs", layout, "np.asarray(obs)", lf, floor, base, None))
 
         # -- batches ---------------------------------------------------------------
@@ -175,31 +185,27 @@ def run(*, pool_frames: int, repeats: int, warmup: int, batch_sizes=(32, 256), s
             def fresh(i, B=B, pos=pos):
                 return [_baselines_frames(frames, layout, int(p)) for p in pos[i % len(pos)]]
 
-            for fused in (False, True):
-                if not fused:
-                    lf = _time(lambda b: lazyframes.stack(b, out=out), lambda i: batches[i % n_batches],
-                               repeats, warmup)
-                    gather = _time(lambda s: pool.gather(s, out=out, layout=layout),
-                                   lambda i: slot_batches[i % n_batches], repeats, warmup)
-                    floor = _time(lambda s: np.copyto(out, s), lambda i: src[i % n_batches],
-                                  repeats, warmup)
-                    base = _time(lambda b: np.array([np.array(o) for o in b]), fresh, repeats, warmup)
-                    npa = _time(np.array, lambda i: batches[i % n_batches], repeats, warmup)
-                    rows.append(_row(f"batch {B}", layout, "stack(batch, out=)", lf, floor, base, npa))
-                    rows.append(_row(f"batch {B} gather", layout, "pool.gather(slots, out=)",
-                                     gather, floor, base, npa))
-                else:
-                    lf = _time(lambda b: lazyframes.stack(b, out=outf, dtype=np.float32, scale=1 / 255),
-                               lambda i: batches[i % n_batches], repeats, warmup)
-                    floor = _time(lambda s: np.multiply(s, scale, out=outf),
-                                  lambda i: src[i % n_batches], repeats, warmup)
-                    base = _time(lambda b: np.array([np.array(o) for o in b]).astype(np.float32) / 255,
-                                 fresh, repeats, warmup)
-                    npa = _time(lambda b: np.array(b).astype(np.float32) / 255,
-                                lambda i: batches[i % n_batches], repeats, warmup)
-                    rows.append(_row(f"batch {B} -> f32/255", layout,
-                                     "stack(batch, out=, dtype=f32, scale=1/255)",
-                                     lf, floor, base, npa))
+            batch = lambda i: batches[i % n_batches]  # noqa: E731
+            t = _time({
+                "lf": (lambda b: lazyframes.stack(b, out=out), batch),
+                "gather": (lambda s: pool.gather(s, out=out, layout=layout),
+                           lambda i: slot_batches[i % n_batches]),
+                "floor": (lambda s: np.copyto(out, s), lambda i: src[i % n_batches]),
+                "base": (lambda b: np.array([np.array(o) for o in b]), fresh),
+                "npa": (np.array, batch),
+            }, repeats, warmup)
+            rows.append(_row(f"batch {B}", layout, "stack(batch, out=)",
+                             t["lf"], t["floor"], t["base"], t["npa"]))
+            rows.append(_row(f"batch {B} gather", layout, "pool.gather(slots, out=)",
+                             t["gather"], t["floor"], t["base"], t["npa"]))
+            t = _time({
+                "lf": (lambda b: lazyframes.stack(b, out=outf, dtype=np.float32, scale=1 / 255), batch),
+                "floor": (lambda s: np.multiply(s, scale, out=outf), lambda i: src[i % n_batches]),
+                "base": (lambda b: np.array([np.array(o) for o in b]).astype(np.float32) / 255, fresh),
+                "npa": (lambda b: np.array(b).astype(np.float32) / 255, batch),
+            }, repeats, warmup)
+            rows.append(_row(f"batch {B} -> f32/255", layout, "stack(batch, out=, dtype=f32, scale=1/255)",
+                             t["lf"], t["floor"], t["base"], t["npa"]))
             del batches, src
     del lazy
     return rows
