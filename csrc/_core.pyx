@@ -22,7 +22,7 @@ from lazyframes import _common as C
 
 cnp.import_array()
 
-__all__ = ["FramePool", "LazyFrames", "stack", "default_pool"]
+__all__ = ["FramePool", "LazyFrames", "LazyBatch", "stack", "default_pool"]
 
 
 cdef extern from "kernels.h" nogil:
@@ -378,23 +378,31 @@ cdef class FramePool:
             self._by_id[key] = (weakref.ref(obj, forget), s)
         return s
 
-    def push_many(self, frames):
-        """Copy ``n`` frames (an array of shape ``(n, *S)``) in; returns int64 slot ids ``(n,)``.
-
-        Raises:
-            TypeError, ValueError: as :meth:`push`, before any frame is stored.
-        """
+    cdef cnp.ndarray _as_frames(self, object frames):
+        """``frames`` as a checked ndarray ``(n, *S)`` of the pool's dtype."""
+        cdef cnp.ndarray arr
+        cdef int i
+        if cnp.PyArray_CheckExact(frames):
+            arr = <cnp.ndarray>frames
+            if cnp.PyArray_NDIM(arr) == self._nd + 1 and arr.descr is self._descr:
+                for i in range(self._nd):
+                    if cnp.PyArray_DIMS(arr)[i + 1] != self._dims[i]:
+                        break
+                else:
+                    return arr
         arr = np.asarray(frames)
         if arr.ndim != self._nd + 1:
-            raise ValueError(f"frames have shape {arr.shape}, expected (n, *{self.frame_shape})")
-        if arr.dtype is not self.dtype or arr.shape[1:] != self.frame_shape:
-            arr = C.as_frame(arr, (arr.shape[0],) + self.frame_shape, self.dtype)
-        cdef Py_ssize_t n = arr.shape[0], i, j
-        cdef cnp.ndarray out = np.empty(n, np.int64)
+            raise ValueError(f"frames have shape {(<object>arr).shape}, expected (n, *{self.frame_shape})")
+        return C.as_frame(arr, (arr.shape[0],) + self.frame_shape, self.dtype)
+
+    cdef cnp.ndarray _push_checked(self, cnp.ndarray arr):
+        """Copy checked frames ``(n, *S)`` into n new slots; int64 slot ids ``(n,)``."""
+        cdef cnp.npy_intp n = arr.shape[0]
+        cdef Py_ssize_t i, j
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &n, cnp.NPY_INT64, 0)
         cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
         cdef const unsigned char *src
         cdef int64_t s
-        contiguous = arr.flags.c_contiguous
         for i in range(n):
             s = lf_pool_alloc(&self.p)
             if s < 0:
@@ -402,7 +410,7 @@ cdef class FramePool:
                     lf_pool_decref(&self.p, o[j])
                 raise MemoryError("the frame pool cannot grow")
             o[i] = s
-        if contiguous:
+        if cnp.PyArray_IS_C_CONTIGUOUS(arr):
             src = <const unsigned char *>cnp.PyArray_DATA(arr)
             for i in range(n):
                 memcpy(lf_pool_addr(&self.p, o[i]), src + i * self.p.frame_bytes, self.p.frame_bytes)
@@ -410,6 +418,14 @@ cdef class FramePool:
             for i in range(n):
                 np.copyto(self._view(o[i]), arr[i])
         return out
+
+    def push_many(self, frames):
+        """Copy ``n`` frames (an array of shape ``(n, *S)``) in; returns int64 slot ids ``(n,)``.
+
+        Raises:
+            TypeError, ValueError: as :meth:`push`, before any frame is stored.
+        """
+        return self._push_checked(self._as_frames(frames))
 
     def retain(self, slots):
         """Add one reference to each slot id in ``slots`` (an int or an int array).
@@ -522,22 +538,26 @@ cdef class FramePool:
         cdef Py_ssize_t n = r.shape[0], k = r.shape[1], i, j
         cdef const int64_t *a = <const int64_t *>cnp.PyArray_DATA(r)
         self._check_many(a, n * k)
-        arr = np.asarray(frames)
-        if arr.shape[:1] != (n,):
-            raise ValueError(f"frames have shape {arr.shape}, expected ({n}, *{self.frame_shape})")
         cdef cnp.ndarray m = None
         cdef const unsigned char *mask = NULL
         if restart is not None:
-            m = np.ascontiguousarray(restart, dtype=np.bool_)
-            if (<object>m).shape != (n,):
+            if (cnp.PyArray_CheckExact(restart) and cnp.PyArray_TYPE(<cnp.ndarray>restart) == cnp.NPY_BOOL
+                    and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>restart)):
+                m = <cnp.ndarray>restart
+            else:
+                m = np.ascontiguousarray(restart, dtype=np.bool_)
+            if cnp.PyArray_NDIM(m) != 1 or cnp.PyArray_SIZE(m) != n:
                 raise ValueError(f"restart has shape {(<object>m).shape}, expected ({n},)")
             mask = <const unsigned char *>cnp.PyArray_DATA(m)
         cdef int64_t p = -1
         if pad is not None:
             p = pad
             _check_slot(&self.p, p)
-        # all checked: push (push_many validates the frames before storing any)
-        cdef cnp.ndarray new = self.push_many(arr)
+        cdef cnp.ndarray arr = self._as_frames(frames)
+        if arr.shape[0] != n:
+            raise ValueError(f"frames have shape {(<object>arr).shape}, expected ({n}, *{self.frame_shape})")
+        # all checked: push
+        cdef cnp.ndarray new = self._push_checked(arr)
         cdef const int64_t *ns = <const int64_t *>cnp.PyArray_DATA(new)
         cdef cnp.npy_intp dims[2]
         dims[0] = n
@@ -559,6 +579,16 @@ cdef class FramePool:
                     o[i * k + j] = a[i * k + j + 1]
                 lf_pool_decref(&self.p, a[i * k])
         return out
+
+    def lazy_batch(self, slots, *, layout="stack"):
+        """A :class:`LazyBatch` over int ``(n, k)`` slot ids (one observation per row).
+
+        Takes its own reference on each slot; copies no frame bytes.
+
+        Raises:
+            IndexError, ValueError: as :meth:`retain`; ValueError for a bad shape or layout.
+        """
+        return LazyBatch._make(self, slots, layout)
 
     def lazy(self, slots, *, layout="last"):
         """A :class:`LazyFrames` over ``k`` slot ids, oldest first; copies no frame bytes.
@@ -1040,3 +1070,186 @@ def stack(observations, out=None, *, dtype=None, scale=None):
             src[i * k + j] = lf_pool_addr(&o._pool.p, o._slots[j])
     _run(src, b, k, fp, first._code, dst_type, sc, has_scale, res)
     return res
+
+
+@cython.final
+@cython.no_gc
+cdef class LazyBatch:
+    """A batch of ``n`` observations (one per sub-environment) as slot ids of one pool.
+
+    Holds one reference on each of its ``n * k`` slots, released when it is dropped, so
+    it stays valid however far the environments move on. No frame bytes are copied until
+    it is materialised. Made by :meth:`FramePool.lazy_batch` (or
+    ``lazyframes.vector.LazyBatch(pool, slots, layout=...)``).
+
+    ``len(batch)`` is ``n``; ``batch[i]`` is observation i as a :class:`LazyFrames` (no
+    frame copied); ``batch[a:b]`` is a LazyBatch. ``np.asarray(batch)``, :meth:`numpy`
+    (with ``out``, ``dtype``, ``scale``) and DLPack (``torch.as_tensor(batch)``) copy the
+    whole batch out once, in one C call with the GIL released.
+    """
+
+    cdef FramePool _pool
+    cdef int64_t *_slots
+    cdef Py_ssize_t _n, _k
+    cdef int _code
+
+    def __cinit__(self):
+        self._slots = NULL
+        self._n = 0
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("use FramePool.lazy_batch(slots, layout=...) to make a LazyBatch")
+
+    @staticmethod
+    cdef LazyBatch _make(FramePool pool, object slots, object layout):
+        cdef cnp.ndarray arr = _slot_array(slots)
+        if cnp.PyArray_NDIM(arr) != 2 or arr.shape[1] == 0:
+            raise ValueError(
+                f"slots must have shape (num_envs, k) with k >= 1, got {(<object>arr).shape}")
+        cdef int code = pool._layout(layout)
+        cdef Py_ssize_t n = arr.shape[0], k = arr.shape[1], i
+        cdef const int64_t *a = <const int64_t *>cnp.PyArray_DATA(arr)
+        pool._check_many(a, n * k)
+        cdef LazyBatch b = LazyBatch.__new__(LazyBatch)
+        b._slots = <int64_t *>malloc(max(1, n * k) * sizeof(int64_t))
+        if b._slots == NULL:
+            raise MemoryError()
+        for i in range(n * k):
+            b._slots[i] = a[i]
+            lf_pool_incref(&pool.p, a[i])
+        b._n = n
+        b._k = k
+        b._pool = pool
+        b._code = code
+        return b
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self._slots != NULL:
+            for i in range(self._n * self._k):
+                lf_pool_decref(&self._pool.p, self._slots[i])
+            free(self._slots)
+
+    @property
+    def pool(self):
+        """The pool holding the frames."""
+        return self._pool
+
+    @property
+    def slots(self):
+        """A copy of the slot ids, int64 ``(num_envs, k)``, oldest frame first."""
+        cdef cnp.npy_intp dims[2]
+        dims[0] = self._n
+        dims[1] = self._k
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
+        memcpy(cnp.PyArray_DATA(out), self._slots, self._n * self._k * sizeof(int64_t))
+        return out
+
+    @property
+    def layout(self):
+        """``"last"``, ``"first"`` or ``"stack"``."""
+        return _LAYOUT_NAMES[self._code]
+
+    @property
+    def stack_size(self):
+        """k, the frames per observation."""
+        return self._k
+
+    @property
+    def shape(self):
+        """Shape of ``np.asarray(self)``: ``(num_envs, *observation_shape)``."""
+        return (self._n,) + C.observation_shape(self._pool.frame_shape, self._k, self.layout)
+
+    @property
+    def dtype(self):
+        """dtype of the frames."""
+        return self._pool.dtype
+
+    @property
+    def ndim(self):
+        return self._pool._nd + (2 if self._code == 2 else 1)
+
+    @property
+    def nbytes(self):
+        """Bytes of the materialised array (not of the memory held; see the pool)."""
+        return self._n * self._k * self._pool.p.frame_bytes
+
+    def numpy(self, out=None, *, dtype=None, scale=None):
+        """Materialise the batch into ``out`` (or a new array) in one copy.
+
+        Args:
+            out: optional C-contiguous writeable ndarray of shape :attr:`shape`.
+            dtype: output dtype (same-kind casts, e.g. uint8 -> float32).
+            scale: multiply by this after converting (float output only), e.g. 1/255.
+
+        Returns:
+            ``out`` or a new array of shape :attr:`shape`.
+
+        Raises:
+            TypeError, ValueError: a bad ``out``, ``dtype`` or ``scale`` (nothing written).
+        """
+        cdef FramePool pool = self._pool
+        res, dst_type, sc, has_scale = _prepare_out(pool, self._code, self._n, self._k, out, dtype, scale)
+        cdef Py_ssize_t i, m = self._n * self._k
+        cdef const unsigned char **src = <const unsigned char **>malloc(max(1, m) * sizeof(void *))
+        if src == NULL:
+            raise MemoryError()
+        for i in range(m):
+            src[i] = lf_pool_addr(&pool.p, self._slots[i])
+        _run(src, self._n, self._k, pool, self._code, dst_type, sc, has_scale, res)
+        return res
+
+    def __array__(self, dtype=None, copy=None):
+        """Materialise into a fresh ``(num_envs, *observation_shape)`` array (NumPy 2 protocol).
+
+        ``copy=False`` raises ValueError: a copy cannot be avoided.
+        """
+        if copy is False:
+            raise ValueError(C.COPY_FALSE_MESSAGE)
+        return self.numpy(dtype=dtype)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export of a fresh materialised batch, so ``torch.as_tensor(batch)`` is fast."""
+        return C.dlpack(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self):
+        return C.DLPACK_DEVICE
+
+    def __len__(self):
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return LazyBatch._make(self._pool, self.slots[i], self.layout)
+        try:
+            j = C.index_frame(i, self._n)
+        except TypeError:
+            raise TypeError(
+                f"LazyBatch indices must be an int (one env's LazyFrames) or a slice, got "
+                f"{type(i).__name__}; use np.asarray(batch)[...] for array indexing"
+            ) from None
+        return self._row(j)
+
+    cdef LazyFrames _row(self, Py_ssize_t j):
+        cdef LazyFrames lz = LazyFrames.__new__(LazyFrames)
+        lz._slots = <int64_t *>malloc(self._k * sizeof(int64_t))
+        if lz._slots == NULL:
+            raise MemoryError()
+        cdef Py_ssize_t i
+        for i in range(self._k):
+            lz._slots[i] = self._slots[j * self._k + i]
+            lf_pool_incref(&self._pool.p, lz._slots[i])
+        lz._k = self._k
+        lz._pool = self._pool
+        lz._code = self._code
+        return lz
+
+    def __iter__(self):
+        cdef Py_ssize_t j
+        for j in range(self._n):
+            yield self._row(j)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"LazyBatch(shape={self.shape}, dtype={self.dtype}, layout={self.layout!r})"

@@ -12,6 +12,8 @@ never mixes frames of two episodes (case C14 of CASES.md).
 
 from __future__ import annotations
 
+import abc
+
 from typing import Any
 
 import gymnasium as gym
@@ -19,159 +21,51 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
-from . import _backend
+from . import _backend, _reference
 from . import _common as C
+
+try:
+    from . import _core as _compiled
+except ImportError:  # pragma: no cover - only without a build
+    _compiled = None
 from .wrappers import _box_of, as_frames, check_padding, check_stack_size, stacked_space
 
 __all__ = ["FrameStackObservation", "LazyBatch"]
 
 
-class LazyBatch:
+class LazyBatch(abc.ABC):
     """A batch of observations, one per sub-environment, stored as slot ids of one pool.
 
-    Holds one reference on each of its ``num_envs * k`` slots (released when it is
-    dropped), so it stays valid however far the environments move on. No frame bytes are
-    copied until it is materialised.
-
-    Attributes:
-        shape: ``(num_envs, *observation_shape)``, the shape of ``np.asarray(batch)``.
-        dtype: the frames' dtype.
-        pool: the :class:`~lazyframes.FramePool` holding the frames.
-        layout: ``"stack"``, ``"last"`` or ``"first"``.
+    The type of the vector stacker's observations. The class lives in the core
+    (``FramePool.lazy_batch``); this name constructs one and answers ``isinstance`` for
+    both cores. ``LazyBatch(pool, slots, layout="stack")`` takes a reference on each of
+    the int ``(num_envs, k)`` slot ids, so the batch stays valid however far the envs
+    move on; no frame bytes are copied until it is materialised.
 
     ``len(batch)`` is ``num_envs``; ``batch[i]`` is env i's observation as a
     :class:`~lazyframes.LazyFrames` (no frame copied); ``batch[a:b]`` is a LazyBatch.
-    ``np.asarray(batch)``, :meth:`numpy` (with ``out``, ``dtype``, ``scale``) and the DLPack
-    protocol (``torch.as_tensor(batch)``, ``np.from_dlpack(batch)``) each copy the batch
-    out once, in one ``gather`` call. (``torch.tensor(batch)`` walks the sequence protocol
-    instead and is ~100x slower: use ``torch.as_tensor``.)
+    ``np.asarray(batch)`` (shape ``(num_envs, *observation_shape)``), ``batch.numpy(out=None,
+    *, dtype=None, scale=None)`` and DLPack (``torch.as_tensor(batch)``, ``np.from_dlpack``)
+    each copy the batch out once, in one C call. (``torch.tensor(batch)`` walks the
+    sequence protocol instead, ~100x slower: use ``torch.as_tensor``.) Also ``shape``,
+    ``dtype``, ``ndim``, ``nbytes``, ``slots`` (an int64 copy), ``pool``, ``layout``,
+    ``stack_size``.
+
+    Raises:
+        IndexError, ValueError: slot ids out of range or free, a bad shape or layout.
 
     Example:
         >>> obs, info = envs.reset(seed=0)  # doctest: +SKIP
         >>> x = obs.numpy(dtype=np.float32, scale=1 / 255)  # (num_envs, 4, 84, 84) in [0, 1]
     """
 
-    __slots__ = ("_pool", "_slots", "_layout", "_shape", "__weakref__")
+    def __new__(cls, pool, slots, *, layout: str = "stack"):
+        return pool.lazy_batch(slots, layout=layout)
 
-    def __init__(self, pool, slots, *, layout: str = "stack"):
-        arr = C.as_slots(slots)
-        if arr.ndim != 2 or arr.shape[1] == 0:
-            raise ValueError(f"slots must have shape (num_envs, k) with k >= 1, got {arr.shape}")
-        C.check_layout(layout, pool.frame_shape)
-        arr = arr.copy()
-        pool.retain(arr)  # checks every slot before taking any reference
-        self._pool = pool
-        self._slots = arr
-        self._layout = layout
-        self._shape = (arr.shape[0],) + C.observation_shape(pool.frame_shape, arr.shape[1], layout)
 
-    @classmethod
-    def _adopt(cls, pool, slots, layout, shape):
-        """A LazyBatch over ``slots`` whose references the caller has already taken.
-
-        ``slots`` (C-contiguous int64) may be shared but must never be written again."""
-        self = cls.__new__(cls)
-        self._pool = pool
-        self._slots = slots
-        self._layout = layout
-        self._shape = shape
-        return self
-
-    def __del__(self):
-        try:
-            self._pool.release(self._slots)
-        except Exception:  # half-built object, or interpreter shutdown
-            pass
-
-    @property
-    def pool(self):
-        """The pool holding the frames."""
-        return self._pool
-
-    @property
-    def slots(self) -> np.ndarray:
-        """A copy of the slot ids, int64 ``(num_envs, k)``, oldest frame first."""
-        return self._slots.copy()
-
-    @property
-    def layout(self) -> str:
-        return self._layout
-
-    @property
-    def stack_size(self) -> int:
-        """k, the frames per observation."""
-        return self._slots.shape[1]
-
-    @property
-    def shape(self) -> tuple:
-        """Shape of ``np.asarray(self)``: ``(num_envs, *observation_shape)``."""
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._pool.dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self._shape)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the materialised array (not of the memory held; see the pool)."""
-        return int(np.prod(self._shape)) * self._pool.dtype.itemsize
-
-    def numpy(self, out=None, *, dtype=None, scale=None) -> np.ndarray:
-        """Materialise the batch into ``out`` (or a new array) in one copy.
-
-        Args:
-            out: optional C-contiguous writeable ndarray of shape :attr:`shape`.
-            dtype: output dtype (same-kind casts, e.g. uint8 -> float32).
-            scale: multiply by this after converting (float output only), e.g. 1/255.
-
-        Returns:
-            ``out`` or a new array of shape :attr:`shape`.
-
-        Raises:
-            TypeError, ValueError: a bad ``out``, ``dtype`` or ``scale`` (nothing written).
-        """
-        return self._pool.gather(self._slots, out, layout=self._layout, dtype=dtype, scale=scale)
-
-    def __array__(self, dtype=None, copy=None):
-        if copy is False:
-            raise ValueError(C.COPY_FALSE_MESSAGE)
-        return self._pool.gather(self._slots, layout=self._layout, dtype=dtype)
-
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """DLPack export of a fresh materialised batch: ``torch.as_tensor(batch)`` copies once
-        instead of walking the sequence protocol (case C05)."""
-        return C.dlpack(self, stream, max_version, dl_device, copy)
-
-    def __dlpack_device__(self):
-        return C.DLPACK_DEVICE
-
-    def __len__(self):
-        return self._slots.shape[0]
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return LazyBatch(self._pool, self._slots[i], layout=self._layout)
-        try:
-            j = C.index_frame(i, self._slots.shape[0])
-        except TypeError:
-            raise TypeError(
-                f"LazyBatch indices must be an int (one env's LazyFrames) or a slice, got "
-                f"{type(i).__name__}; use np.asarray(batch)[...] for array indexing"
-            ) from None
-        return self._pool.lazy(self._slots[j], layout=self._layout)
-
-    def __iter__(self):
-        for j in range(self._slots.shape[0]):
-            yield self._pool.lazy(self._slots[j], layout=self._layout)
-
-    __hash__ = None
-
-    def __repr__(self):
-        return f"LazyBatch(shape={self._shape}, dtype={self.dtype}, layout={self._layout!r})"
+LazyBatch.register(_reference.LazyBatch)
+if _compiled is not None:
+    LazyBatch.register(_compiled.LazyBatch)
 
 
 class FrameStackObservation(VectorWrapper):
@@ -283,8 +177,7 @@ class FrameStackObservation(VectorWrapper):
 
     def _observe(self, ring):
         if self.lazy:
-            self._pool.retain(ring)
-            return LazyBatch._adopt(self._pool, ring, self.layout, self._batch_shape)
+            return self._pool.lazy_batch(ring, layout=self.layout)
         return self._pool.gather(ring, layout=self.layout)
 
     def _one(self, row):
@@ -339,18 +232,15 @@ class FrameStackObservation(VectorWrapper):
         if type(obs) is not np.ndarray or obs.dtype != self._dtype:
             obs = as_frames(obs, self._dtype)
         pool = self._pool
-        done = np.asarray(terminations) | np.asarray(truncations)
+        done = np.logical_or(terminations, truncations)
         if self._next_step:
-            restart = self._autoreset
+            restart = self._autoreset  # shift_rings restarts the rings where it is set
         elif self._same_step:
             restart = done
+            if done.any():
+                info = self._final_obs(info, np.flatnonzero(done))
         else:
             restart = None
-        # count_nonzero: the cheapest "any" on a small bool array
-        if restart is not None and not np.count_nonzero(restart):
-            restart = None
-        elif restart is not None and self._same_step:
-            info = self._final_obs(info, np.flatnonzero(restart))
         # one core call: push the frames, shift the rings, restart the new episodes' rings;
         # a new ring array each step (returned LazyBatches share it, so never write it)
         self._ring = pool.shift_rings(ring, obs, restart, pad=self._pad)

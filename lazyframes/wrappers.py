@@ -150,10 +150,13 @@ class _RingWrapper(gym.Wrapper):
         finally:
             pool.release(s)
 
-    def _shift(self, frame) -> None:
-        if type(frame) is not np.ndarray or frame.dtype != self._dtype:
-            frame = as_frames(frame, self._dtype)
-        self._obs = self._obs.shift(frame)  # checks the frame before anything changes
+    def _shift(self, frame):
+        """The next observation, with ``frame`` (checked before anything changes)."""
+        try:
+            self._obs = obs = self._obs.shift(frame)
+        except TypeError:  # another dtype: cast as Gymnasium does, or raise its error
+            self._obs = obs = self._obs.shift(as_frames(frame, self._dtype))
+        return obs
 
     def _release_all(self) -> None:
         pool = getattr(self, "_pool", None)
@@ -230,8 +233,7 @@ class FrameStack(_RingWrapper):
         if self._obs is None:
             raise gym.error.ResetNeeded("FrameStack: call reset() before step()")
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._shift(obs)
-        return self._obs, reward, terminated, truncated, info
+        return self._shift(obs), reward, terminated, truncated, info
 
 
 class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
@@ -301,6 +303,7 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
     def _observe(self):
         return self._obs if self.lazy else np.asarray(self._obs)
 
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
         self._restart(obs, self._pad)
@@ -313,7 +316,6 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
             # "reset"/"zero"), so the first frame comes after k-1 padding frames
             frame = as_frames(obs, self._dtype)  # checked before the padding is pushed
             self._restart(self.padding_value, None)
-            self._shift(frame)
-        else:
-            self._shift(obs)
-        return self._observe(), reward, terminated, truncated, info
+            obs = frame
+        obs = self._shift(obs)
+        return (obs if self.lazy else np.asarray(obs)), reward, terminated, truncated, info
