@@ -10,7 +10,7 @@ which is the specification; see its docstrings for the full contracts.
 
 cimport cython
 cimport numpy as cnp
-from libc.stdint cimport int64_t, uint32_t, UINT32_MAX
+from libc.stdint cimport int32_t, int64_t, uint32_t, UINT32_MAX
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy
 
@@ -579,6 +579,103 @@ cdef class FramePool:
                     o[i * k + j] = a[i * k + j + 1]
                 lf_pool_decref(&self.p, a[i * k])
         return out
+
+    def write_slots(self, table, row, parts, *, release=True):
+        """Write observations' slot ids into rows of a table that owns references.
+
+        The replay buffer's store: ``table`` is a C-contiguous int32 or int64 array
+        ``(R, W)`` of slot ids, each entry owning one reference. ``parts`` (a tuple of
+        :class:`LazyBatch` ``(E, k_i)``, :class:`LazyFrames` (E = 1) or int arrays
+        ``(E, k_i)``, with ``sum(k_i) == W``) are written side by side into rows
+        ``row .. row + E - 1``: a reference is taken on each new id and, with
+        ``release``, the ids those rows held are released. One call, no frame copied.
+
+        Raises:
+            TypeError: a table of another dtype or an unknown part.
+            ValueError: shapes that do not fit, a read-only or non-contiguous table,
+                ids beyond int32 in an int32 table; IndexError/ValueError: dead slots.
+            Everything is checked before anything changes.
+        """
+        if not cnp.PyArray_CheckExact(table):
+            raise TypeError(f"table must be a numpy.ndarray, got {type(table).__name__}")
+        cdef cnp.ndarray t = <cnp.ndarray>table
+        cdef int tnum = cnp.PyArray_TYPE(t)
+        if tnum != cnp.NPY_INT32 and tnum != cnp.NPY_INT64:
+            raise TypeError(f"table must be int32 or int64, got {table.dtype}")
+        if cnp.PyArray_NDIM(t) != 2 or not cnp.PyArray_IS_C_CONTIGUOUS(t) or not table.flags.writeable:
+            raise ValueError("table must be a writeable C-contiguous 2-D array")
+        cdef Py_ssize_t R = t.shape[0], W = t.shape[1], E = -1, col = 0, i, j, c, e, q
+        cdef Py_ssize_t r0 = row
+        parts = tuple(parts)
+        cdef Py_ssize_t nparts = len(parts)
+        if nparts > 16:
+            raise ValueError("at most 16 parts")
+        # each part as (pointer to int64 ids (rows, k) row-major, rows, k); arrays are kept alive
+        cdef const int64_t *ptr[16]
+        cdef Py_ssize_t rows_[16]
+        cdef Py_ssize_t ks[16]
+        keep = []
+        cdef cnp.ndarray blk
+        for q in range(nparts):
+            part = parts[q]
+            if isinstance(part, LazyBatch):
+                if (<LazyBatch>part)._pool is not self:
+                    raise ValueError("a LazyBatch of another pool")
+                ptr[q] = (<LazyBatch>part)._slots
+                rows_[q] = (<LazyBatch>part)._n
+                ks[q] = (<LazyBatch>part)._k
+            elif isinstance(part, LazyFrames):
+                if (<LazyFrames>part)._pool is not self:
+                    raise ValueError("a LazyFrames of another pool")
+                ptr[q] = (<LazyFrames>part)._slots
+                rows_[q] = 1
+                ks[q] = (<LazyFrames>part)._k
+            else:
+                blk = _slot_array(part)
+                if cnp.PyArray_NDIM(blk) != 2:
+                    raise ValueError(f"slot ids must be 2-D (E, k), got shape {(<object>blk).shape}")
+                keep.append(blk)
+                ptr[q] = <const int64_t *>cnp.PyArray_DATA(blk)
+                rows_[q] = blk.shape[0]
+                ks[q] = blk.shape[1]
+            if E < 0:
+                E = rows_[q]
+            if rows_[q] != E:
+                raise ValueError(f"parts have {E} and {rows_[q]} rows")
+            col += ks[q]
+        if col != W:
+            raise ValueError(f"parts have {col} slot ids per row, the table {W}")
+        if r0 < 0 or E < 0 or r0 + E > R:
+            raise IndexError(f"rows {r0}..{r0 + E - 1} are out of range for a table of {R}")
+        for q in range(nparts):
+            self._check_many(ptr[q], E * ks[q])
+            if tnum == cnp.NPY_INT32:
+                for i in range(E * ks[q]):
+                    if ptr[q][i] > 2147483647:
+                        raise ValueError(f"slot {ptr[q][i]} does not fit an int32 table")
+        cdef int32_t *t32 = <int32_t *>cnp.PyArray_DATA(t)
+        cdef int64_t *t64 = <int64_t *>cnp.PyArray_DATA(t)
+        cdef Py_ssize_t base = r0 * W, n = E * W
+        if release:
+            for i in range(n):
+                if not lf_pool_is_live(&self.p, t32[base + i] if tnum == cnp.NPY_INT32 else t64[base + i]):
+                    raise ValueError(f"table row {r0 + i // W} holds a free slot")
+        # new references first (an id may be in both), then release and write
+        for q in range(nparts):
+            for i in range(E * ks[q]):
+                lf_pool_incref(&self.p, ptr[q][i])
+        if release:
+            for i in range(n):
+                lf_pool_decref(&self.p, t32[base + i] if tnum == cnp.NPY_INT32 else t64[base + i])
+        c = 0
+        for q in range(nparts):
+            for e in range(E):
+                for j in range(ks[q]):
+                    if tnum == cnp.NPY_INT32:
+                        t32[base + e * W + c + j] = <int32_t>ptr[q][e * ks[q] + j]
+                    else:
+                        t64[base + e * W + c + j] = ptr[q][e * ks[q] + j]
+            c += ks[q]
 
     def lazy_batch(self, slots, *, layout="stack"):
         """A :class:`LazyBatch` over int ``(n, k)`` slot ids (one observation per row).

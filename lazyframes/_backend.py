@@ -54,3 +54,17 @@ def _initial():
 
 
 _initial()
+
+
+def _cores():
+    mods = [importlib.import_module(_NAMES["reference"])]
+    try:
+        mods.append(importlib.import_module(_NAMES["compiled"]))
+    except ImportError:  # pragma: no cover - only without a build
+        pass
+    return mods
+
+
+#: The observation types of every available core, for isinstance checks.
+LAZYFRAMES_TYPES = tuple(m.LazyFrames for m in _cores())
+LAZYBATCH_TYPES = tuple(m.LazyBatch for m in _cores())

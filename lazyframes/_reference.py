@@ -368,6 +368,63 @@ class FramePool:
                 self.release(r[i, 0])
         return out
 
+    def write_slots(self, table, row, parts, *, release=True) -> None:
+        """Write observations' slot ids into rows of a table that owns references.
+
+        The replay buffer's store: ``table`` is a C-contiguous int32 or int64 array
+        ``(R, W)`` of slot ids, each entry owning one reference. ``parts`` (a tuple of
+        :class:`LazyBatch` ``(E, k_i)``, :class:`LazyFrames` (E = 1) or int arrays
+        ``(E, k_i)``, with ``sum(k_i) == W``) are written side by side into rows
+        ``row .. row + E - 1``: a reference is taken on each new id and, with
+        ``release``, the ids those rows held are released. One call, no frame copied.
+
+        Raises:
+            TypeError: a table of another dtype or an unknown part.
+            ValueError: shapes that do not fit, a read-only or non-contiguous table,
+                ids beyond int32 in an int32 table; IndexError/ValueError: dead slots.
+            Everything is checked before anything changes.
+        """
+        if type(table) is not np.ndarray:
+            raise TypeError(f"table must be a numpy.ndarray, got {type(table).__name__}")
+        if table.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+            raise TypeError(f"table must be int32 or int64, got {table.dtype}")
+        if table.ndim != 2 or not table.flags.c_contiguous or not table.flags.writeable:
+            raise ValueError("table must be a writeable C-contiguous 2-D array")
+        R, W = table.shape
+        blocks = []
+        for part in parts:
+            if isinstance(part, (LazyBatch, LazyFrames)):
+                if part.pool is not self:
+                    raise ValueError(f"a {type(part).__name__} of another pool")
+                blk = C.as_slots(part.slots).reshape(-1, len(part.slots) if isinstance(part, LazyFrames) else part.stack_size)
+            else:
+                blk = C.as_slots(part)
+                if blk.ndim != 2:
+                    raise ValueError(f"slot ids must be 2-D (E, k), got shape {blk.shape}")
+            if blocks and blk.shape[0] != blocks[0].shape[0]:
+                raise ValueError(f"parts have {blocks[0].shape[0]} and {blk.shape[0]} rows")
+            blocks.append(blk)
+        new = np.concatenate(blocks, axis=1)
+        if new.shape[1] != W:
+            raise ValueError(f"parts have {new.shape[1]} slot ids per row, the table {W}")
+        r0, E = int(row), new.shape[0]
+        if r0 < 0 or r0 + E > R:
+            raise IndexError(f"rows {r0}..{r0 + E - 1} are out of range for a table of {R}")
+        self._check_live(new)
+        if table.dtype == np.int32 and new.size and new.max() > np.iinfo(np.int32).max:
+            raise ValueError(f"slot {int(new.max())} does not fit an int32 table")
+        old = table[r0:r0 + E].astype(np.int64)
+        if release:
+            for i, s in enumerate(old.ravel()):
+                c, off = divmod(int(s), self._spc)
+                if not (0 <= s < len(self._data) * self._spc) or self._data[c] is None \
+                        or self._ref[c][off] == 0:
+                    raise ValueError(f"table row {r0 + i // W} holds a free slot")
+        self.retain(new)
+        if release:
+            self.release(old)
+        table[r0:r0 + E] = new
+
     def lazy_batch(self, slots, *, layout: str = "stack") -> "LazyBatch":
         """A :class:`LazyBatch` over int ``(n, k)`` slot ids (one observation per row).
 

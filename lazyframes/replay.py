@@ -32,6 +32,7 @@ __all__ = ["ReplayBuffer", "ReplaySamples"]
 _TERM = np.uint8(1)
 _TRUNC = np.uint8(2)
 _SKIP = np.uint8(4)
+_BOOL = np.dtype(np.bool_)
 _FORMAT = "lazyframes.ReplayBuffer"
 _VERSION = 1
 _INT32_MAX = np.iinfo(np.int32).max
@@ -73,16 +74,13 @@ class ReplaySamples(NamedTuple):
 
 
 def _is_lazy(x) -> bool:
-    """A LazyFrames of either core (duck-typed: pool, slots, layout)."""
-    return hasattr(x, "pool") and hasattr(x, "slots") and hasattr(x, "layout") and hasattr(
-        x, "stack_size") and not isinstance(x, np.ndarray)
+    """A LazyFrames of either core."""
+    return isinstance(x, _backend.LAZYFRAMES_TYPES)
 
 
 def _is_lazy_batch(x) -> bool:
-    """A LazyBatch of lazyframes.vector (duck-typed: pool and 2-D slots)."""
-    if isinstance(x, np.ndarray) or not (hasattr(x, "pool") and hasattr(x, "slots")):
-        return False
-    return np.ndim(x.slots) == 2
+    """A LazyBatch (the vector stacker's observations) of either core."""
+    return isinstance(x, _backend.LAZYBATCH_TYPES)
 
 
 def _is_batched_obs(x) -> bool:
@@ -574,38 +572,28 @@ class ReplayBuffer:
                     and type(reward) in (int, float)
                     and type(terminated) is bool and type(truncated) is bool):
                 return False
-            so, sn = obs.slots, next_obs.slots
-            if len(so) != k or len(sn) != k:
-                return False
-            new = np.array((so + sn,), np.int64)
-            ok_fl = True
         else:
-            so, sn = obs.slots, next_obs.slots
-            if not (isinstance(so, np.ndarray) and isinstance(sn, np.ndarray)
-                    and so.shape == (E, k) and sn.shape == (E, k)):
+            if not (_is_lazy_batch(obs) and _is_lazy_batch(next_obs)
+                    and len(obs) == E and len(next_obs) == E):
                 return False
-            if not (type(action) is np.ndarray and action.dtype == self._action_dtype
+            if not (type(action) is np.ndarray and action.dtype is self._action_dtype
                     and action.shape == (E,) + self._action_shape):
                 return False
             if not (type(reward) is np.ndarray and reward.dtype.kind == "f"
                     and reward.shape == (E,)):
                 return False
-            ok_fl = (type(terminated) is np.ndarray and type(truncated) is np.ndarray
-                     and terminated.dtype == np.bool_ and truncated.dtype == np.bool_
-                     and terminated.shape == (E,) and truncated.shape == (E,))
-            if not ok_fl:
+            if not (type(terminated) is np.ndarray and type(truncated) is np.ndarray
+                    and terminated.dtype is _BOOL and truncated.dtype is _BOOL
+                    and terminated.shape == (E,) and truncated.shape == (E,)):
                 return False
-            new = np.concatenate((so, sn), axis=1)
-        if new.max() > _INT32_MAX:
+        if obs.stack_size != k or next_obs.stack_size != k:
             return False
-        pool.retain(new)
         base = self._row * E
+        if self._full and self._n_skip:
+            self._n_skip -= int(np.count_nonzero(self._flags[base:base + E] & _SKIP))
+        # one core call: references on the new slot ids, release of the evicted row's
+        pool.write_slots(self._slots, base, (obs, next_obs), release=self._full)
         sl = slice(base, base + E)
-        if self._full:
-            if self._n_skip:
-                self._n_skip -= int(np.count_nonzero(self._flags[sl] & _SKIP))
-            pool.release(self._slots[sl].astype(np.int64))
-        self._slots[sl] = new
         if E == 1:
             self._actions[base] = action
             self._rewards[base] = reward
@@ -613,9 +601,11 @@ class ReplayBuffer:
         else:
             self._actions[sl] = action
             self._rewards[sl] = reward
+            # flags = terminated + 2 * truncated (_TERM, _TRUNC), as uint8 without casts
             fl = self._flags[sl]
-            np.left_shift(truncated, 1, out=fl, dtype=np.uint8)
-            np.bitwise_or(fl, terminated, out=fl, dtype=np.uint8)
+            tr8 = truncated.view(np.uint8)
+            np.add(terminated.view(np.uint8), tr8, out=fl)
+            np.add(fl, tr8, out=fl)
         self._row += 1
         if self._row == self._rows:
             self._row = 0

@@ -21,13 +21,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
-from . import _backend, _reference
+from . import _backend
 from . import _common as C
-
-try:
-    from . import _core as _compiled
-except ImportError:  # pragma: no cover - only without a build
-    _compiled = None
 from .wrappers import _box_of, as_frames, check_padding, check_stack_size, stacked_space
 
 __all__ = ["FrameStackObservation", "LazyBatch"]
@@ -63,9 +58,8 @@ class LazyBatch(abc.ABC):
         return pool.lazy_batch(slots, layout=layout)
 
 
-LazyBatch.register(_reference.LazyBatch)
-if _compiled is not None:
-    LazyBatch.register(_compiled.LazyBatch)
+for _cls in _backend.LAZYBATCH_TYPES:
+    LazyBatch.register(_cls)
 
 
 class FrameStackObservation(VectorWrapper):

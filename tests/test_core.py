@@ -749,3 +749,54 @@ def test_shift_rings_bad_input_writes_nothing(impl):
     with pytest.raises(IndexError, match="out of range"):
         pool.shift_rings(rings + 10**6, good)
     assert snapshot(pool, rings.ravel()) == before
+
+
+# -- write_slots: the replay buffer's reference-owning table -------------------------------
+
+
+@pytest.mark.parametrize("table_dtype", [np.int32, np.int64])
+def test_write_slots_takes_new_and_releases_old_references(impl, table_dtype):
+    pool = impl.FramePool(FRAME, np.uint8)
+    a = [pool.push(f(v)) for v in range(4)]
+    obs = pool.lazy_batch(np.array([a[:2], a[1:3]]), layout="stack")
+    nxt = np.array([a[1:3], a[2:4]])  # a plain int array part
+    table = np.zeros((4, 4), table_dtype)
+    pool.write_slots(table, 1, (obs, nxt), release=False)
+    np.testing.assert_array_equal(table[1:3], np.hstack([obs.slots, nxt]))
+    # push + batch + table
+    assert [pool.refcount(s) for s in a] == [1 + 1 + 1, 1 + 2 + 3, 1 + 1 + 3, 1 + 0 + 1]
+    one = pool.lazy([a[3], a[3]], layout="stack")
+    pool.write_slots(table, 1, (one, one), release=True)  # E = 1: row 1 only
+    assert table[1].tolist() == [a[3]] * 4
+    # row 1 held a0 a1 a1 a2 (released) and now a3 x4; `one` holds a3 x2
+    assert [pool.refcount(s) for s in a] == [3 - 1, 6 - 2, 5 - 1, 2 + 2 + 4]
+    del obs, one
+    pool.release(table[1:3].astype(np.int64))
+    pool.release(a)
+    assert pool.live_frames == 0
+
+
+def test_write_slots_bad_input_writes_nothing(impl):
+    pool = impl.FramePool(FRAME, np.uint8)
+    a = np.array([[pool.push(f(v)) for v in range(2)]], np.int64)
+    table = np.zeros((2, 4), np.int32)
+    pool.write_slots(table, 0, (a, a), release=False)
+    before = (snapshot(pool, a.ravel()), table.copy())
+    with pytest.raises(TypeError, match="int32 or int64"):
+        pool.write_slots(table.astype(np.int16), 0, (a, a))
+    with pytest.raises(ValueError, match="slot ids per row"):
+        pool.write_slots(table, 0, (a,))
+    with pytest.raises(IndexError, match="out of range"):
+        pool.write_slots(table, 2, (a, a))
+    with pytest.raises(IndexError, match="out of range"):
+        pool.write_slots(table, 0, (a, a + 10**6))
+    stale = table.copy()
+    stale[1] = 999  # a row holding ids that are not live
+    with pytest.raises(ValueError, match="free slot"):
+        pool.write_slots(stale, 1, (a, a), release=True)
+    with pytest.raises(ValueError, match="writeable"):
+        pool.write_slots(table[:, ::2], 0, (a,))
+    other = impl.FramePool(FRAME, np.uint8)
+    with pytest.raises(ValueError, match="another pool"):
+        pool.write_slots(table, 0, (other.lazy_batch([[other.push(f(1))] * 2]), a))
+    assert (snapshot(pool, a.ravel()), table.tolist()) == (before[0], before[1].tolist())
