@@ -677,6 +677,74 @@ cdef class FramePool:
                         t64[base + e * W + c + j] = ptr[q][e * ks[q] + j]
             c += ks[q]
 
+    def push_dedup(self, frames, candidates=None):
+        """Push ``(E, k, *S)`` frames, reusing a slot where a frame's bytes are already stored.
+
+        Frame j of row e reuses, in this order, a slot of ``candidates[e]`` (int ``(E, m)``
+        slot ids, e.g. that env's previous observation; -1 for none) with equal bytes, or
+        an earlier frame of the same row with equal bytes (reset padding); otherwise it is
+        copied into a new slot. This is how observations that arrive as plain stacked
+        arrays (EnvPool, SB3's VecFrameStack) cost one new frame per step.
+
+        Returns:
+            int64 ``(E, k)`` slot ids, each owning one new reference (release them once
+            stored elsewhere).
+
+        Raises:
+            TypeError, ValueError: frames of the wrong dtype or shape, candidates of the
+            wrong shape; IndexError/ValueError: dead candidate slots. Checked first.
+        """
+        arr = np.asarray(frames)
+        if arr.ndim != self._nd + 2:
+            raise ValueError(f"frames have shape {arr.shape}, expected (E, k, *{self.frame_shape})")
+        arr = C.as_frame(arr, arr.shape[:2] + self.frame_shape, self.dtype)
+        cdef cnp.ndarray a = np.ascontiguousarray(arr)
+        cdef Py_ssize_t E = a.shape[0], k = a.shape[1], m = 0, e, j, jj, c, i
+        cdef cnp.ndarray cand = None
+        cdef const int64_t *cp = NULL
+        if candidates is not None:
+            cand = _slot_array(candidates)
+            if cnp.PyArray_NDIM(cand) != 2 or cand.shape[0] != E:
+                raise ValueError(f"candidates have shape {(<object>cand).shape}, expected ({E}, m)")
+            m = cand.shape[1]
+            cp = <const int64_t *>cnp.PyArray_DATA(cand)
+            for i in range(E * m):
+                if cp[i] != -1 and not lf_pool_is_live(&self.p, cp[i]):
+                    _check_slot(&self.p, cp[i])
+        cdef size_t fb = self.p.frame_bytes
+        cdef const unsigned char *src = <const unsigned char *>cnp.PyArray_DATA(a)
+        cdef cnp.npy_intp dims[2]
+        dims[0] = E
+        dims[1] = k
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
+        cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
+        cdef int64_t found
+        cdef const unsigned char *f
+        for e in range(E):
+            for j in range(k):
+                f = src + (e * k + j) * fb
+                found = -1
+                for c in range(m):
+                    if cp[e * m + c] != -1 and memcmp(lf_pool_addr(&self.p, cp[e * m + c]), f, fb) == 0:
+                        found = cp[e * m + c]
+                        break
+                if found < 0:
+                    for jj in range(j):
+                        if memcmp(src + (e * k + jj) * fb, f, fb) == 0:
+                            found = o[e * k + jj]
+                            break
+                if found >= 0:
+                    lf_pool_incref(&self.p, found)
+                else:
+                    found = lf_pool_alloc(&self.p)
+                    if found < 0:
+                        for i in range(e * k + j):
+                            lf_pool_decref(&self.p, o[i])
+                        raise MemoryError("the frame pool cannot grow")
+                    memcpy(lf_pool_addr(&self.p, found), f, fb)
+                o[e * k + j] = found
+        return out
+
     def lazy_batch(self, slots, *, layout="stack"):
         """A :class:`LazyBatch` over int ``(n, k)`` slot ids (one observation per row).
 

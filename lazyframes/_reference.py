@@ -425,6 +425,55 @@ class FramePool:
             self.release(old)
         table[r0:r0 + E] = new
 
+    def push_dedup(self, frames, candidates=None) -> np.ndarray:
+        """Push ``(E, k, *S)`` frames, reusing a slot where a frame's bytes are already stored.
+
+        Frame j of row e reuses, in this order, a slot of ``candidates[e]`` (int ``(E, m)``
+        slot ids, e.g. that env's previous observation; -1 for none) with equal bytes, or
+        an earlier frame of the same row with equal bytes (reset padding); otherwise it is
+        copied into a new slot. This is how observations that arrive as plain stacked
+        arrays (EnvPool, SB3's VecFrameStack) cost one new frame per step.
+
+        Returns:
+            int64 ``(E, k)`` slot ids, each owning one new reference (release them once
+            stored elsewhere).
+
+        Raises:
+            TypeError, ValueError: frames of the wrong dtype or shape, candidates of the
+            wrong shape; IndexError/ValueError: dead candidate slots. Checked first.
+        """
+        arr = np.asarray(frames)
+        if arr.ndim != len(self._shape) + 2:
+            raise ValueError(f"frames have shape {arr.shape}, expected (E, k, *{self._shape})")
+        arr = C.as_frame(arr, arr.shape[:2] + self._shape, self._dtype)
+        E, k = arr.shape[:2]
+        cand = None
+        if candidates is not None:
+            cand = C.as_slots(candidates)
+            if cand.ndim != 2 or cand.shape[0] != E:
+                raise ValueError(f"candidates have shape {cand.shape}, expected ({E}, m)")
+            self._check_live(cand[cand != -1])
+        out = np.empty((E, k), np.int64)
+        for e in range(E):
+            for j in range(k):
+                f = arr[e, j].tobytes()
+                found = None
+                for c in ([] if cand is None else cand[e]):
+                    if c != -1 and self.get(c).tobytes() == f:
+                        found = int(c)
+                        break
+                if found is None:
+                    for jj in range(j):
+                        if arr[e, jj].tobytes() == f:
+                            found = int(out[e, jj])
+                            break
+                if found is None:
+                    out[e, j] = self.push(arr[e, j])
+                else:
+                    self.retain(found)
+                    out[e, j] = found
+        return out
+
     def lazy_batch(self, slots, *, layout: str = "stack") -> "LazyBatch":
         """A :class:`LazyBatch` over int ``(n, k)`` slot ids (one observation per row).
 

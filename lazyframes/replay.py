@@ -94,11 +94,11 @@ class _Obs:
     in the buffer layout (or ``layout`` for frames gathered from a foreign pool).
     """
 
-    __slots__ = ("kind", "pool", "slots", "arr", "layout", "k", "frame_shape", "dtype", "_frames")
+    __slots__ = ("kind", "pool", "slots", "arr", "layout", "k", "frame_shape", "dtype")
 
     def __init__(self):
         self.kind = self.pool = self.slots = self.arr = self.layout = None
-        self.k = self.frame_shape = self.dtype = self._frames = None
+        self.k = self.frame_shape = self.dtype = None
 
 
 def _frames_view(arr: np.ndarray, layout: str, k: int) -> np.ndarray:
@@ -517,9 +517,9 @@ class ReplayBuffer:
         base = row * E
         prev = self._next_slots[base - E:base] if self._row > 0 else (
             self._next_slots[(self._rows - 1) * E:] if self._full else None)
-        os_, new_refs = self._slots_for(o, None, prev)
+        os_, new_refs = self._slots_for(o, prev)
         try:
-            ns, more = self._slots_for(n, o, None, obs_slots=os_)
+            ns, more = self._slots_for(n, os_)
         except BaseException:
             self._drop(new_refs)
             raise
@@ -625,55 +625,25 @@ class ReplayBuffer:
         if refs:
             self._pool.release(np.asarray(refs, np.int64))
 
-    def _slots_for(self, d: _Obs, obs_d, prev, obs_slots=None):
+    def _slots_for(self, d: _Obs, candidates):
         """Slot ids (E, k) in the buffer's pool for one argument, and the new references.
 
         Lazy input of the buffer's pool is used as is. Frames (ndarrays, or LazyFrames of
-        another pool) are pushed, except a frame equal to: the same frame of the env's
-        previous next observation (when the whole observation is unchanged), the next
-        frame of ``obs`` (for ``next_obs``, the usual shift by one), or the previous
-        frame of the same observation (reset padding). Returned new references (one per
-        push) are the caller's to release once the table holds its own.
+        another pool) are pushed in one ``push_dedup`` call, except a frame whose bytes
+        equal a slot of ``candidates`` (the env's previous next observation for ``obs``,
+        the stored ``obs`` for ``next_obs``: the usual shift by one) or an earlier frame
+        of the same observation (reset padding). Returned new references (one per entry)
+        are the caller's to release once the table holds its own.
         """
-        pool, E, k = self._pool, self._num_envs, self._k
+        pool, k = self._pool, self._k
         if d.kind == "lazy" and d.pool is pool:
             return d.slots, []
         if d.kind == "lazy":  # another pool: copy its frames out once
             frames = d.pool.gather(d.slots, layout="stack")
         else:
             frames = _frames_view(d.arr, d.layout or self._layout, k)
-        out = np.empty((E, k), np.int64)
-        done = np.zeros((E, k), bool)
-        if prev is not None:  # the whole observation equals the env's previous next obs
-            ref = pool.gather(prev.astype(np.int64), layout="stack")
-            same = np.all((ref == frames).reshape(E, -1), axis=1)
-            out[same] = prev[same]
-            done[same] = True
-        if obs_d is not None and k > 1:  # next_obs frame j == obs frame j + 1
-            ofr = getattr(obs_d, "_frames", None)
-            if ofr is not None:
-                eq = np.all((frames[:, :-1] == ofr[:, 1:]).reshape(E, k - 1, -1), axis=2)
-                eq &= ~done[:, :-1]
-                out[:, :-1][eq] = obs_slots[:, 1:][eq]
-                done[:, :-1] |= eq
-        d._frames = frames
-        new = []
-        try:
-            for e in range(E):
-                for j in range(k):
-                    if done[e, j]:
-                        continue
-                    f = frames[e, j]
-                    if j > 0 and np.array_equal(f, frames[e, j - 1]):
-                        out[e, j] = out[e, j - 1]
-                    else:
-                        s = int(pool.push(f))
-                        new.append(s)
-                        out[e, j] = s
-        except BaseException:
-            self._drop(new)
-            raise
-        return out, new
+        out = pool.push_dedup(frames, candidates)
+        return out, list(out.ravel())
 
     # -- sample ---------------------------------------------------------------------
     def _window(self, idx: np.ndarray):

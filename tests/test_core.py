@@ -800,3 +800,39 @@ def test_write_slots_bad_input_writes_nothing(impl):
     with pytest.raises(ValueError, match="another pool"):
         pool.write_slots(table, 0, (other.lazy_batch([[other.push(f(1))] * 2]), a))
     assert (snapshot(pool, a.ravel()), table.tolist()) == (before[0], before[1].tolist())
+
+
+# -- push_dedup: stacked ndarray observations cost one new frame per step ------------------
+
+
+def test_push_dedup_reuses_candidates_and_earlier_frames(impl):
+    pool = impl.FramePool(FRAME, np.uint8)
+    prev = np.array([[pool.push(f(v)) for v in (1, 2, 3, 4)]], np.int64)
+    # the next stacked observation: 2 3 4 5 -> only frame 5 is new
+    got = pool.push_dedup(np.stack([f(2), f(3), f(4), f(5)])[None], prev)
+    assert got[0, :3].tolist() == prev[0, 1:].tolist()
+    assert pool.live_frames == 5
+    # reset padding 9 9 9 9, no candidates: one frame stored, shared four times
+    pad = pool.push_dedup(np.stack([f(9)] * 4)[None])
+    assert len(set(pad[0].tolist())) == 1 and pool.live_frames == 6
+    assert [int(pool.get(s)[0, 0, 0]) for s in got[0]] == [2, 3, 4, 5]
+    pool.release(got)
+    pool.release(pad)
+    pool.release(prev)
+    assert pool.live_frames == 0
+
+
+def test_push_dedup_bad_input_writes_nothing(impl):
+    pool = impl.FramePool(FRAME, np.uint8)
+    prev = np.array([[pool.push(f(1))]], np.int64)
+    before = snapshot(pool, prev.ravel())
+    good = np.stack([f(1)])[None]
+    with pytest.raises(ValueError, match="expected"):
+        pool.push_dedup(good[0])
+    with pytest.raises(TypeError, match="dtype"):
+        pool.push_dedup(good.astype(np.int16))
+    with pytest.raises(ValueError, match="candidates have shape"):
+        pool.push_dedup(good, prev.ravel())
+    with pytest.raises(IndexError, match="out of range"):
+        pool.push_dedup(good, prev + 10**6)
+    assert snapshot(pool, prev.ravel()) == before
