@@ -797,13 +797,24 @@ cdef tuple _prepare_out(FramePool pool, int code, Py_ssize_t b, Py_ssize_t k, ob
     """Check or allocate the output of a copy out: (array, dst type, scale, has_scale)."""
     cdef cnp.npy_intp dims[MAX_NDIM + 1]
     cdef int nd, i
-    if out is None and dtype is None and scale is None:
-        dst = pool.dtype
-    else:
-        dst = C.output_dtype(pool.dtype, C.requested_dtype(dtype, out), scale)
-    # (B, *observation_shape)
     dims[0] = b
-    nd = _obs_dims(pool, code, k, dims + 1) + 1
+    nd = _obs_dims(pool, code, k, dims + 1) + 1  # (B, *observation_shape)
+    cdef cnp.ndarray o
+    if dtype is None and scale is None:
+        if out is None:
+            return cnp.PyArray_EMPTY(nd, dims, pool._descr.type_num, 0), pool._ltype, 0.0, False
+        if cnp.PyArray_CheckExact(out):
+            # the common out= case, checked in C: same dtype, shape, C-contiguous, writeable
+            o = <cnp.ndarray>out
+            if (o.descr is pool._descr and cnp.PyArray_NDIM(o) == nd
+                    and cnp.PyArray_IS_C_CONTIGUOUS(o) and cnp.PyArray_ISWRITEABLE(o)
+                    and cnp.PyArray_ISALIGNED(o)):
+                for i in range(nd):
+                    if cnp.PyArray_DIMS(o)[i] != dims[i]:
+                        break
+                else:
+                    return o, pool._ltype, 0.0, False
+    dst = C.output_dtype(pool.dtype, C.requested_dtype(dtype, out), scale)
     if out is None:
         res = cnp.PyArray_EMPTY(nd, dims, (<cnp.dtype>dst).type_num, 0)
     else:
