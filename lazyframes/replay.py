@@ -33,6 +33,10 @@ _TERM = np.uint8(1)
 _TRUNC = np.uint8(2)
 _SKIP = np.uint8(4)
 _BOOL = np.dtype(np.bool_)
+# scalar types the single-env fast path of add() takes as they are
+_INTS = (int, np.int64, np.int32, np.int16, np.int8, np.uint32, np.uint16, np.uint8)
+_REALS = _INTS + (float, np.float64, np.float32)
+_BOOLS = (bool, np.bool_)
 _FORMAT = "lazyframes.ReplayBuffer"
 _VERSION = 1
 _INT32_MAX = np.iinfo(np.int32).max
@@ -471,8 +475,8 @@ class ReplayBuffer:
             OverflowError: slot ids beyond int32 (more than 2**31 frames in the pool).
             Nothing is stored when an error is raised.
         """
-        if autoreset is None and self._pool is not None and self._add_fast(
-                obs, action, reward, next_obs, terminated, truncated):
+        if self._pool is not None and self._add_fast(
+                obs, action, reward, next_obs, terminated, truncated, autoreset):
             return
         E = self._num_envs
         batched = E > 1 or _is_batched_obs(obs)
@@ -556,7 +560,7 @@ class ReplayBuffer:
             self._row = 0
             self._full = True
 
-    def _add_fast(self, obs, action, reward, next_obs, terminated, truncated) -> bool:
+    def _add_fast(self, obs, action, reward, next_obs, terminated, truncated, autoreset) -> bool:
         """The hot path: observations of the buffer's pool, plain well-typed arguments.
 
         Returns False (having written nothing) for anything else; :meth:`add` then takes
@@ -568,9 +572,10 @@ class ReplayBuffer:
         if E == 1:
             if not (_is_lazy(obs) and _is_lazy(next_obs)) or self._action_shape != ():
                 return False
-            if not (type(action) is int and self._action_dtype.kind in "iu"
-                    and type(reward) in (int, float)
-                    and type(terminated) is bool and type(truncated) is bool):
+            if not (type(action) in _INTS and self._action_dtype.kind in "iu"
+                    and type(reward) in _REALS
+                    and type(terminated) in _BOOLS and type(truncated) in _BOOLS
+                    and (autoreset is None or type(autoreset) in _BOOLS)):
                 return False
         else:
             if not (_is_lazy_batch(obs) and _is_lazy_batch(next_obs)
@@ -586,6 +591,10 @@ class ReplayBuffer:
                     and terminated.dtype is _BOOL and truncated.dtype is _BOOL
                     and terminated.shape == (E,) and truncated.shape == (E,)):
                 return False
+            if autoreset is not None and not (
+                    type(autoreset) is np.ndarray and autoreset.dtype is _BOOL
+                    and autoreset.shape == (E,)):
+                return False
         if obs.stack_size != k or next_obs.stack_size != k:
             return False
         base = self._row * E
@@ -597,15 +606,22 @@ class ReplayBuffer:
         if E == 1:
             self._actions[base] = action
             self._rewards[base] = reward
-            self._flags[base] = terminated | (truncated << 1)
+            fl = bool(terminated) | (bool(truncated) << 1)
+            if autoreset:
+                fl |= 4  # _SKIP
+                self._n_skip += 1
+            self._flags[base] = fl
         else:
             self._actions[sl] = action
             self._rewards[sl] = reward
-            # flags = terminated + 2 * truncated (_TERM, _TRUNC), as uint8 without casts
+            # flags = terminated + 2 * truncated (+ 4 * autoreset): _TERM, _TRUNC, _SKIP
             fl = self._flags[sl]
             tr8 = truncated.view(np.uint8)
             np.add(terminated.view(np.uint8), tr8, out=fl)
             np.add(fl, tr8, out=fl)
+            if autoreset is not None and autoreset.any():
+                np.bitwise_or(fl, autoreset.view(np.uint8) << 2, out=fl)
+                self._n_skip += int(np.count_nonzero(autoreset))
         self._row += 1
         if self._row == self._rows:
             self._row = 0
