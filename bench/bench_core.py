@@ -12,7 +12,7 @@ the same batches converted to float32 in [0, 1]), it times:
   preallocated array (for the float cases: ``np.multiply(src, 1/255, out=f32)``, the
   best NumPy does from contiguous bytes);
 - **baselines-style**: OpenAI baselines' LazyFrames (``np.concatenate`` on the last axis
-  and its ``_out`` cache, restated below as tests/baselines_reference.py does; a fresh
+  and its ``_out`` cache, restated in bench/baselines_reference.py; a fresh
   object for every observation so the cache does not make it free), batched as
   baselines' replay buffer does (``np.array([np.array(o) for o in batch])``), and for
   the float cases followed by ``.astype(np.float32) / 255``;
@@ -35,31 +35,12 @@ import time
 import numpy as np
 
 import lazyframes
+from bench.baselines_reference import BaselinesLazyFrames
 
 FRAME_SHAPE = (84, 84, 1)
 K = 4
 TARGET_FLOOR = 1.2  # batch of 32 within this factor of the copy floor
 TARGET_BASELINES = 5.0  # at least this much faster than the baselines-style path
-
-
-class BaselinesLazyFrames:
-    """OpenAI baselines' ``atari_wrappers.LazyFrames`` (same code as tests/baselines_reference.py)."""
-
-    def __init__(self, frames):
-        self._frames = frames
-        self._out = None
-
-    def _force(self):
-        if self._out is None:
-            self._out = np.concatenate(self._frames, axis=-1)
-            self._frames = None
-        return self._out
-
-    def __array__(self, dtype=None, copy=None):
-        out = self._force()
-        if dtype is not None:
-            out = out.astype(dtype)
-        return out
 
 
 class _StackedBaselines(BaselinesLazyFrames):

@@ -5,7 +5,7 @@ Single env (one 84x84 uint8 frame per step, k = 4):
 - **lazyframes FrameStackObservation** (``layout="stack"``, ``(4, 84, 84)``) vs
   **Gymnasium 1.x FrameStackObservation**; the lazyframes ``lazy=False`` variant too;
 - **lazyframes FrameStack** (``(84, 84, 4)``) vs **baselines' FrameStack** (restated in
-  tests/baselines_reference.py, with its LazyFrames), frames ``(84, 84, 1)``.
+  bench/baselines_reference.py, with its LazyFrames), frames ``(84, 84, 1)``.
 
 Vector env (8 envs, k = 4), per env-step:
 
@@ -30,9 +30,7 @@ Run: ``python -m bench.bench_wrappers [--quick]`` from the source checkout, or
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 
 import gymnasium as gym
@@ -47,11 +45,7 @@ N_ENVS = 8
 TARGET_GYM = 7.0  # at least this much less overhead than Gymnasium's FrameStackObservation
 TARGET_SB3 = 30.0  # at least this much less per env-step than SB3's channels-last VecFrameStack
 
-try:  # the baselines restatement lives with the tests
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-    from baselines_reference import BaselinesFrameStack
-finally:
-    sys.path.pop(0)
+from bench.baselines_reference import BaselinesFrameStack
 
 
 class CheapEnv(gym.Env):

@@ -30,3 +30,12 @@ def impl(request):
 def f(v, shape=(84, 84, 1), dtype=np.uint8):
     """CASES.md's f(v): a frame filled with v."""
     return np.full(shape, v, dtype)
+
+
+def restate(frames, layout):
+    """One observation restated with NumPy: baselines' concatenate / Gymnasium's stack."""
+    if layout == "last":
+        return np.concatenate(frames, axis=-1)
+    if layout == "first":
+        return np.concatenate(frames, axis=0)
+    return np.stack(frames, axis=0)

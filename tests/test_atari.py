@@ -23,7 +23,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import AtariPreprocessing, TimeLimit
 from gymnasium.wrappers import FrameStackObservation as GymFSO
 
-from baselines_reference import BaselinesFrameStack
+from bench.baselines_reference import BaselinesFrameStack
 from lazyframes import vector
 from lazyframes.wrappers import FrameStack, FrameStackObservation
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from baselines_reference import BaselinesLazyFrames
+from bench.baselines_reference import BaselinesLazyFrames
 from conftest import f
 
 FB = 84 * 84  # bytes of f(v)

@@ -13,20 +13,13 @@ import re
 import numpy as np
 import pytest
 
-from conftest import f
+from conftest import f, restate
 
 FRAME = (84, 84, 1)
 FB = 84 * 84  # bytes of one FRAME uint8 frame
 LAYOUT_SHAPES = {"last": (84, 84, 1), "first": (1, 84, 84), "stack": (84, 84)}
 
 
-def restate(frames, layout):
-    """One observation restated with NumPy: baselines' concatenate / Gymnasium's stack."""
-    if layout == "last":
-        return np.concatenate(frames, axis=-1)
-    if layout == "first":
-        return np.concatenate(frames, axis=0)
-    return np.stack(frames, axis=0)
 
 
 def rand_frames(n, shape=FRAME, dtype=np.uint8, seed=0):

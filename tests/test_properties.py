@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from conftest import restate
 from lazyframes import _backend
 
 LAYOUTS = ("last", "first", "stack")
@@ -39,12 +40,6 @@ def core(name):
     return importlib.import_module(_backend._NAMES[name])
 
 
-def restate(frames, layout):
-    if layout == "last":
-        return np.concatenate(frames, axis=-1)
-    if layout == "first":
-        return np.concatenate(frames, axis=0)
-    return np.stack(frames, axis=0)
 
 
 def random_frames(rng, n, shape, dtype):

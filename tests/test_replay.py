@@ -12,12 +12,11 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from conftest import f
-from lazyframes import _common as C
 from lazyframes.replay import ReplayBuffer, ReplaySamples
 from lazyframes.vector import LazyBatch
 

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from gymnasium.wrappers import FrameStackObservation as GymFSO
 
-import lazyframes
-from baselines_reference import BaselinesFrameStack
+from bench.baselines_reference import BaselinesFrameStack
 from conftest import f
 from lazyframes.wrappers import FrameStack, FrameStackObservation
 
