@@ -127,10 +127,8 @@ cdef int _obs_dims(FramePool pool, int code, Py_ssize_t k, cnp.npy_intp *dims):
         return nd + 1
     for i in range(nd):
         dims[i] = pool._dims[i]
-    if code == 0:
-        dims[nd - 1] *= k
-    else:
-        dims[0] *= k
+    if nd > 0:  # always: concatenating layouts reject scalar frames
+        dims[nd - 1 if code == 0 else 0] *= k
     return nd
 
 
@@ -902,7 +900,8 @@ cdef class LazyFrames:
     """
 
     cdef FramePool _pool
-    cdef int64_t *_slots
+    cdef int64_t *_slots            # _inline for k <= 4 (Atari's stack size), else malloc'd
+    cdef int64_t _inline[4]
     cdef Py_ssize_t _k
     cdef int _code
 
@@ -964,9 +963,7 @@ cdef class LazyFrames:
         cdef Py_ssize_t k = slots.size, i
         cdef const int64_t *a = <const int64_t *>cnp.PyArray_DATA(slots)
         pool._check_many(a, k)
-        self._slots = <int64_t *>malloc(k * sizeof(int64_t))
-        if self._slots == NULL:
-            raise MemoryError()
+        self._alloc_slots(k)
         for i in range(k):
             self._slots[i] = a[i]
             lf_pool_incref(&pool.p, a[i])
@@ -974,12 +971,22 @@ cdef class LazyFrames:
         self._pool = pool
         self._code = code
 
+    cdef int _alloc_slots(self, Py_ssize_t k) except -1:
+        if k <= 4:
+            self._slots = self._inline
+        else:
+            self._slots = <int64_t *>malloc(k * sizeof(int64_t))
+            if self._slots == NULL:
+                raise MemoryError()
+        return 0
+
     def __dealloc__(self):
         cdef Py_ssize_t i
         if self._slots != NULL:
             for i in range(self._k):
                 lf_pool_decref(&self._pool.p, self._slots[i])
-            free(self._slots)
+            if self._slots != self._inline:
+                free(self._slots)
 
     # -- array-likeness without materialising ----------------------------------------
     @property
@@ -1126,9 +1133,7 @@ cdef class LazyFrames:
         cdef FramePool pool = self._pool
         cdef cnp.ndarray arr = pool._as_frame(frame)
         cdef LazyFrames lz = LazyFrames.__new__(LazyFrames)
-        lz._slots = <int64_t *>malloc(self._k * sizeof(int64_t))
-        if lz._slots == NULL:
-            raise MemoryError()
+        lz._alloc_slots(self._k)
         cdef int64_t s = pool._alloc()
         try:
             pool._write(s, arr)
@@ -1408,9 +1413,7 @@ cdef class LazyBatch:
 
     cdef LazyFrames _row(self, Py_ssize_t j):
         cdef LazyFrames lz = LazyFrames.__new__(LazyFrames)
-        lz._slots = <int64_t *>malloc(self._k * sizeof(int64_t))
-        if lz._slots == NULL:
-            raise MemoryError()
+        lz._alloc_slots(self._k)
         cdef Py_ssize_t i
         for i in range(self._k):
             lz._slots[i] = self._slots[j * self._k + i]
