@@ -96,24 +96,16 @@ class Stacker:
 
 
 def _in_child(fn, *args):
-    """Run ``fn(*args)`` in a forked process (a clean heap: its RSS growth is its own)."""
+    """Run ``fn(*args)`` in a fresh (spawned) process: its RSS growth is its own.
+
+    A forked child would inherit the parent's freed heap and reuse it without growing
+    its RSS, under-counting the buffer's memory.
+    """
     import multiprocessing as mp
-    ctx = mp.get_context("fork")
-    parent, child = ctx.Pipe(duplex=False)
+    from concurrent.futures import ProcessPoolExecutor
 
-    def target():
-        try:
-            child.send(("ok", fn(*args)))
-        except BaseException as e:  # report, don't hang
-            child.send(("error", f"{type(e).__name__}: {e}"))
-
-    proc = ctx.Process(target=target)
-    proc.start()
-    status, value = parent.recv()
-    proc.join()
-    if status != "ok":
-        raise RuntimeError(f"{fn.__name__} failed: {value}")
-    return value
+    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as ex:
+        return ex.submit(fn, *args).result()
 
 
 def _median_us(fn, repeats, warmup):
