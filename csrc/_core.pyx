@@ -14,6 +14,7 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, UINT32_MAX
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy
 
+import operator
 import weakref
 
 import numpy as np
@@ -130,6 +131,11 @@ cdef int _obs_dims(FramePool pool, int code, Py_ssize_t k, cnp.npy_intp *dims):
     if nd > 0:  # always: concatenating layouts reject scalar frames
         dims[nd - 1 if code == 0 else 0] *= k
     return nd
+
+
+cdef inline int64_t _index(object slot) except? -1:
+    """A slot id given as any integer (``operator.index``: 1.5 is a TypeError)."""
+    return slot if type(slot) is int else operator.index(slot)
 
 
 cdef inline void _check_slot(lf_pool *p, int64_t s) except *:
@@ -279,8 +285,14 @@ cdef class FramePool:
         )
 
     # -- internals --------------------------------------------------------------------
+    cdef int _ready(self) except -1:
+        if self.frame_shape is None:
+            raise TypeError("this FramePool was not initialised (FramePool.__new__ without __init__)")
+        return 0
+
     cdef int _layout(self, object layout) except -1:
         """Layout code, checking once per pool that it fits the frame shape."""
+        self._ready()
         cdef int code = _layout_code(layout)
         if self._layout_ok[code] != 1:
             C.check_layout(layout, self.frame_shape)
@@ -291,6 +303,7 @@ cdef class FramePool:
         """``frame`` as an ndarray of exactly the pool's shape and dtype (checked)."""
         cdef cnp.ndarray arr
         cdef int i
+        self._ready()
         if cnp.PyArray_CheckExact(frame):
             arr = <cnp.ndarray>frame
             if cnp.PyArray_NDIM(arr) == self._nd and (
@@ -380,6 +393,7 @@ cdef class FramePool:
         """``frames`` as a checked ndarray ``(n, *S)`` of the pool's dtype."""
         cdef cnp.ndarray arr
         cdef int i
+        self._ready()
         if cnp.PyArray_CheckExact(frames):
             arr = <cnp.ndarray>frames
             if cnp.PyArray_NDIM(arr) == self._nd + 1 and arr.descr is self._descr:
@@ -436,6 +450,8 @@ cdef class FramePool:
         if type(slots) is int:
             s = slots
             _check_slot(&self.p, s)
+            if lf_pool_refcount(&self.p, s) >= UINT32_MAX - 1:
+                raise OverflowError(f"slot {s} has too many references")
             lf_pool_incref(&self.p, s)
             return
         cdef cnp.ndarray arr = _slot_array(slots)
@@ -495,7 +511,7 @@ cdef class FramePool:
         Raises:
             IndexError: out of range.
         """
-        cdef int64_t s = slot
+        cdef int64_t s = _index(slot)
         if not lf_pool_in_range(&self.p, s):
             raise IndexError(f"slot {s} is out of range for this pool")
         return lf_pool_refcount(&self.p, s)
@@ -506,7 +522,7 @@ cdef class FramePool:
         Raises:
             IndexError, ValueError: as :meth:`retain`.
         """
-        cdef int64_t s = slot
+        cdef int64_t s = _index(slot)
         _check_slot(&self.p, s)
         cdef cnp.ndarray out = cnp.PyArray_EMPTY(self._nd, self._dims, self._descr.type_num, 0)
         memcpy(cnp.PyArray_DATA(out), lf_pool_addr(&self.p, s), self.p.frame_bytes)
@@ -549,7 +565,7 @@ cdef class FramePool:
             mask = <const unsigned char *>cnp.PyArray_DATA(m)
         cdef int64_t p = -1
         if pad is not None:
-            p = pad
+            p = _index(pad)
             _check_slot(&self.p, p)
         cdef cnp.ndarray arr = self._as_frames(frames)
         if arr.shape[0] != n:
@@ -783,11 +799,21 @@ cdef class FramePool:
         cdef const unsigned char **src = <const unsigned char **>malloc(max(1, b * k) * sizeof(void *))
         if src == NULL:
             raise MemoryError()
+        # the copy runs without the GIL: hold a reference on every slot meanwhile, so
+        # another thread releasing them (a replay buffer's add) cannot free the frames
         for i in range(b * k):
             src[i] = lf_pool_addr(&self.p, a[i])
-        _run(src, b, k, self, code, dst_type, sc, has_scale, res)
+            lf_pool_incref(&self.p, a[i])
+        try:
+            _run(src, b, k, self, code, dst_type, sc, has_scale, res)
+        finally:
+            for i in range(b * k):
+                lf_pool_decref(&self.p, a[i])
         return res
 
+
+
+cdef FramePool _EMPTY_POOL = FramePool((1,), np.uint8)
 
 
 cdef tuple _prepare_out(FramePool pool, int code, Py_ssize_t b, Py_ssize_t k, object out,
@@ -864,6 +890,10 @@ def _restore_lazyframes(refs, layout):
     return refs[0].pool.lazy([r.slot for r in refs], layout=layout)
 
 
+def _restore_lazybatch(rows, layout):
+    return C.restore_lazybatch(rows, layout)
+
+
 @cython.final
 @cython.no_gc
 cdef class LazyFrames:
@@ -910,6 +940,7 @@ cdef class LazyFrames:
     def __cinit__(self):
         self._slots = NULL
         self._k = 0
+        self._pool = _EMPTY_POOL  # until initialised: an empty observation, never NULL
 
     def __init__(self, frames, *, layout="last"):
         if self._slots != NULL:
@@ -1074,8 +1105,9 @@ cdef class LazyFrames:
         ``copy=False`` raises ValueError: the frames are not one array, so a copy cannot
         be avoided. ``dtype`` is fused into the copy (same-kind casts).
         """
-        if copy is False:
-            raise ValueError(C.COPY_FALSE_MESSAGE)
+        return C.array_protocol(self, dtype, copy, self._fused)
+
+    def _fused(self, dtype):
         return self._out(dtype, None)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
@@ -1213,7 +1245,7 @@ def stack(observations, out=None, *, dtype=None, scale=None):
         TypeError: a non-LazyFrames element, mismatched dtypes, an unsupported
             conversion, or ``out`` of the wrong dtype.
     """
-    obs = observations if type(observations) is list else list(observations)
+    obs = list(observations)  # our own references: the caller's list may change meanwhile
     cdef Py_ssize_t b = len(obs), i, j, k
     if b == 0:
         raise ValueError("stack needs at least one observation")
@@ -1228,19 +1260,8 @@ def stack(observations, out=None, *, dtype=None, scale=None):
     cdef FramePool fp = first._pool
     for x in obs:
         o = x
-        if o._pool is not fp:
-            if o.shape != first.shape or o._code != first._code:
-                raise ValueError(
-                    f"observations differ: shape {first.shape} ({first.layout!r}) and "
-                    f"{o.shape} ({o.layout!r})"
-                )
-            if o.dtype != first.dtype:
-                raise TypeError(f"observations have different dtypes: {first.dtype} and {o.dtype}")
-        elif o._k != k or o._code != first._code:
-            raise ValueError(
-                f"observations differ: shape {first.shape} ({first.layout!r}) and "
-                f"{o.shape} ({o.layout!r})"
-            )
+        if o._pool is not fp or o._k != k or o._code != first._code:
+            C.check_same_geometry(first, o)  # raises unless only the pools differ
     res, dst_type, sc, has_scale = _prepare_out(fp, first._code, b, k, out, dtype, scale)
     cdef const unsigned char **src = <const unsigned char **>malloc(b * k * sizeof(void *))
     if src == NULL:
@@ -1277,6 +1298,8 @@ cdef class LazyBatch:
     def __cinit__(self):
         self._slots = NULL
         self._n = 0
+        self._k = 0
+        self._pool = _EMPTY_POOL  # until initialised: an empty batch, never NULL
 
     def __init__(self, *args, **kwargs):
         raise TypeError("use FramePool.lazy_batch(slots, layout=...) to make a LazyBatch")
@@ -1385,8 +1408,9 @@ cdef class LazyBatch:
 
         ``copy=False`` raises ValueError: a copy cannot be avoided.
         """
-        if copy is False:
-            raise ValueError(C.COPY_FALSE_MESSAGE)
+        return C.array_protocol(self, dtype, copy, self._fused)
+
+    def _fused(self, dtype):
         return self.numpy(dtype=dtype)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
@@ -1403,7 +1427,7 @@ cdef class LazyBatch:
         if isinstance(i, slice):
             return LazyBatch._make(self._pool, self.slots[i], self.layout)
         try:
-            j = C.index_frame(i, self._n)
+            j = C.index_frame(i, self._n, "environments")
         except TypeError:
             raise TypeError(
                 f"LazyBatch indices must be an int (one env's LazyFrames) or a slice, got "
@@ -1427,6 +1451,16 @@ cdef class LazyBatch:
         cdef Py_ssize_t j
         for j in range(self._n):
             yield self._row(j)
+
+    def __copy__(self):
+        # frames are immutable, so a copy shares them (no frame bytes copied)
+        return LazyBatch._make(self._pool, self.slots, self.layout)
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
+    def __reduce__(self):
+        return C.reduce_lazybatch(self)
 
     __hash__ = None
 

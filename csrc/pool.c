@@ -98,6 +98,7 @@ static int grow_tables(lf_pool *p) {
 
 int64_t lf_pool_alloc(lf_pool *p) {
     size_t c;
+    if (p->spc == 0) return -1; /* not initialised */
     while (p->n_heap) {
         c = p->heap[0];
         if (p->chunks[c].data && p->chunks[c].live < p->spc) break;

@@ -117,7 +117,7 @@ def geometry(shape: tuple, layout: str) -> tuple:
     (a frame is one contiguous block); ``"last"`` interleaves channels.
     """
     n = math.prod(shape)
-    if layout == "last":
+    if layout == "last" and shape:
         return n // shape[-1], shape[-1]
     return 1, n
 
@@ -226,8 +226,8 @@ def as_slots(slots, k=None) -> np.ndarray:
     return arr
 
 
-def index_frame(i, count: int) -> int:
-    """Normalise a frame/channel index like a sequence index.
+def index_frame(i, count: int, what: str = "frames") -> int:
+    """Normalise a frame/channel (or env) index like a sequence index.
 
     Raises:
         IndexError: out of range.
@@ -236,8 +236,24 @@ def index_frame(i, count: int) -> int:
     if i < 0:
         i += count
     if not 0 <= i < count:
-        raise IndexError(f"index {i} is out of range for {count} frames")
+        raise IndexError(f"index {i} is out of range for {count} {what}")
     return i
+
+
+def check_same_geometry(first, o) -> None:
+    """Observations stacked into one batch must have one geometry (``stack``).
+
+    Raises:
+        ValueError: different stack sizes, frame shapes or layouts.
+        TypeError: different dtypes.
+    """
+    if (o.stack_size, o.frame_shape, o.layout) != (first.stack_size, first.frame_shape, first.layout):
+        raise ValueError(
+            f"observations differ: {first.stack_size} frames of {first.frame_shape} "
+            f"({first.layout!r}) and {o.stack_size} frames of {o.frame_shape} ({o.layout!r})"
+        )
+    if o.dtype != first.dtype:
+        raise TypeError(f"observations have different dtypes: {first.dtype} and {o.dtype}")
 
 
 COPY_FALSE_MESSAGE = (
@@ -289,6 +305,34 @@ def restore_frame(default_pool, frame):
     frame = np.asarray(frame)
     pool = default_pool(frame.shape, frame.dtype)
     return FrameRef(pool, pool.push(frame))
+
+
+def reduce_lazybatch(batch):
+    """``__reduce__`` of a LazyBatch of either core: its rows, sharing frames as LazyFrames do."""
+    core = importlib.import_module(type(batch.pool).__module__)
+    return core._restore_lazybatch, (tuple(batch), batch.layout)
+
+
+def restore_lazybatch(rows, layout):
+    """Unpickle a LazyBatch from its rows (LazyFrames of one pool)."""
+    return rows[0].pool.lazy_batch([r.slots for r in rows], layout=layout)
+
+
+def array_protocol(lz, dtype, copy, fused):
+    """``__array__(dtype, copy)`` of an observation or batch (NumPy 2 protocol).
+
+    ``fused(dtype)`` is the one copy out with the conversion fused; a conversion the
+    kernels do not fuse (e.g. float16 frames, or a cast NumPy calls unsafe) is done as
+    NumPy would, on the copied-out array.
+    """
+    if copy is False:
+        raise ValueError(COPY_FALSE_MESSAGE)
+    if dtype is None:
+        return fused(None)
+    try:
+        return fused(dtype)
+    except TypeError:
+        return fused(None).astype(dtype)
 
 
 def reduce_lazyframes(lz):

@@ -9,6 +9,7 @@ when the extension is not built.
 from __future__ import annotations
 
 import heapq
+import operator
 import weakref
 
 import numpy as np
@@ -190,7 +191,7 @@ class FramePool:
 
     def _locate(self, slot) -> tuple:
         """(chunk, offset) of a live slot; IndexError/ValueError otherwise."""
-        s = int(slot)
+        s = operator.index(slot)
         if not 0 <= s < len(self._data) * self._spc:
             raise IndexError(f"slot {s} is out of range for this pool")
         c, off = divmod(s, self._spc)
@@ -305,7 +306,7 @@ class FramePool:
         Raises:
             IndexError: out of range.
         """
-        s = int(slot)
+        s = operator.index(slot)
         if not 0 <= s < len(self._data) * self._spc:
             raise IndexError(f"slot {s} is out of range for this pool")
         c, off = divmod(s, self._spc)
@@ -566,6 +567,10 @@ def _restore_lazyframes(refs, layout):
     return refs[0].pool.lazy([r.slot for r in refs], layout=layout)
 
 
+def _restore_lazybatch(rows, layout):
+    return C.restore_lazybatch(rows, layout)
+
+
 class LazyFrames:
     """k frames shown as one observation, stored once in a :class:`FramePool`.
 
@@ -715,9 +720,9 @@ class LazyFrames:
         ``copy=False`` raises ValueError: the frames are not one array, so a copy cannot
         be avoided. ``dtype`` is fused into the copy (same-kind casts).
         """
-        if copy is False:
-            raise ValueError(C.COPY_FALSE_MESSAGE)
-        return self._pool.gather([self._slots], layout=self._layout, dtype=dtype)[0]
+        return C.array_protocol(
+            self, dtype, copy,
+            lambda dt: self._pool.gather([self._slots], layout=self._layout, dtype=dt)[0])
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """DLPack export of a fresh materialised array, so ``torch.as_tensor(obs)`` is fast."""
@@ -917,9 +922,9 @@ class LazyBatch:
         return self._pool.gather(self._slots, out, layout=self._layout, dtype=dtype, scale=scale)
 
     def __array__(self, dtype=None, copy=None):
-        if copy is False:
-            raise ValueError(C.COPY_FALSE_MESSAGE)
-        return self._pool.gather(self._slots, layout=self._layout, dtype=dtype)
+        return C.array_protocol(
+            self, dtype, copy,
+            lambda dt: self._pool.gather(self._slots, layout=self._layout, dtype=dt))
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """DLPack export of a fresh materialised batch: ``torch.as_tensor(batch)`` copies once
@@ -936,7 +941,7 @@ class LazyBatch:
         if isinstance(i, slice):
             return LazyBatch._make(self._pool, self._slots[i], self._layout)
         try:
-            j = C.index_frame(i, self._slots.shape[0])
+            j = C.index_frame(i, self._slots.shape[0], "environments")
         except TypeError:
             raise TypeError(
                 f"LazyBatch indices must be an int (one env's LazyFrames) or a slice, got "
@@ -947,6 +952,16 @@ class LazyBatch:
     def __iter__(self):
         for j in range(self._slots.shape[0]):
             yield self._pool.lazy(self._slots[j], layout=self._layout)
+
+    def __copy__(self):
+        # frames are immutable, so a copy shares them (no frame bytes copied)
+        return LazyBatch._make(self._pool, self._slots, self._layout)
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
+    def __reduce__(self):
+        return C.reduce_lazybatch(self)
 
     __hash__ = None
 
@@ -987,13 +1002,7 @@ def stack(observations, out=None, *, dtype=None, scale=None) -> np.ndarray:
             raise TypeError(
                 f"stack takes LazyFrames, got {type(o).__name__}; use np.stack for ndarrays"
             )
-        if o.shape != first.shape or o.layout != first.layout or o.stack_size != first.stack_size:
-            raise ValueError(
-                f"observations differ: shape {first.shape} ({first.layout!r}) and "
-                f"{o.shape} ({o.layout!r})"
-            )
-        if o.dtype != first.dtype:
-            raise TypeError(f"observations have different dtypes: {first.dtype} and {o.dtype}")
+        C.check_same_geometry(first, o)
     frames = []
     for o in obs:
         p = o.pool

@@ -586,8 +586,10 @@ def test_unsupported_conversion_writes_nothing(impl, dtype, scale, exc, pattern)
     _expect(exc, pattern, impl.stack, obs, dtype=dtype, scale=scale)
     _expect(exc, pattern, pool.gather, idx, out, layout="last", dtype=dtype, scale=scale)
     _expect(exc, pattern, obs[0].astype, out_dt, scale=scale)
-    if scale is None:
-        _expect(exc, pattern, np.asarray, obs[0], dtype=dtype)
+    if scale is None:  # the NumPy protocol casts as NumPy would, unfused
+        np.testing.assert_array_equal(np.asarray(obs[0], dtype=dtype),
+                                      np.asarray(obs[0]).astype(dtype))
+        assert np.asarray(obs[0], dtype=dtype).dtype == np.dtype(dtype or np.uint8)
     assert snapshot(pool, slots) == before
     np.testing.assert_array_equal(out, keep)
 
@@ -598,7 +600,9 @@ def test_no_float_to_int_nor_signed_to_unsigned(impl):
     _expect(TypeError, "cannot convert", impl.stack, [lz], dtype=np.int64)
     lz16 = impl.LazyFrames([np.full(3, -2, np.int16)] * 2)
     _expect(TypeError, "cannot convert", lz16.astype, np.uint16)
-    _expect(TypeError, "cannot convert", np.asarray, lz16, dtype=np.uint8)
+    # np.asarray(obs, dtype) is NumPy's protocol: it casts as NumPy casts an ndarray
+    np.testing.assert_array_equal(np.asarray(lz16, dtype=np.uint8),
+                                  np.full(6, -2, np.int16).astype(np.uint8))
     np.testing.assert_array_equal(lz16.astype(np.float64, scale=0.5), np.full(6, -1.0))
 
 
@@ -829,3 +833,95 @@ def test_push_dedup_bad_input_writes_nothing(impl):
     with pytest.raises(IndexError, match="out of range"):
         pool.push_dedup(good, prev + 10**6)
     assert snapshot(pool, prev.ravel()) == before
+
+
+# -- found by a fresh user: each of these crashed the compiled core or misbehaved -------
+
+
+def test_stack_rejects_same_shape_from_other_geometry(impl):
+    a = impl.LazyFrames([f(i) for i in range(4)])  # (84, 84, 4): 4 frames of (84, 84, 1)
+    b = impl.LazyFrames([f(9, (84, 84, 4))])  # (84, 84, 4): 1 frame of (84, 84, 4)
+    assert a.shape == b.shape
+    for batch in ([a, b], [b, a]):
+        with pytest.raises(ValueError, match="4 frames of \\(84, 84, 1\\).*1 frames of|1 frames of .*4 frames of"):
+            impl.stack(batch)
+    np.testing.assert_array_equal(np.array([b, a])[1], restate([f(i) for i in range(4)], "last"))
+
+
+def test_stack_and_gather_hold_references_while_copying(impl):
+    # The copy runs without the GIL. Another thread dropping the observations (clearing
+    # the caller's list) or releasing the slots meanwhile must not free the frames being
+    # read: that was a use-after-free (a crash, or torn frames).
+    import threading
+
+    pool = impl.FramePool(FRAME, np.uint8)
+    want = restate([f(v) for v in range(4)], "last").astype(np.float64)
+    for _ in range(30):
+        slots = [pool.push(f(v)) for v in range(4)]
+        lst = [pool.lazy(slots) for _ in range(300)]
+        idx = np.array([slots] * 300, np.int64)
+        t = threading.Thread(target=lambda: (lst.clear(), pool.release(slots)))
+        t.start()
+        got = [impl.stack(lst, dtype=np.float64) if lst else None,
+               pool.gather(idx, dtype=np.float64) if pool.live_frames else None]
+        t.join()
+        for g in got:
+            if g is not None:
+                assert (g == want).all()
+    assert pool.live_frames == 0
+
+
+def test_uninitialised_objects_do_not_crash(impl):
+    # __new__ without __init__: an empty observation in the compiled core (the twin has
+    # no state to read), never a NULL dereference
+    lz = impl.LazyFrames.__new__(impl.LazyFrames)
+    if impl.__name__.endswith("_core"):
+        assert np.asarray(lz).size == 0 and len(lz) == 0
+        repr(lz)
+        impl.stack([lz])
+    pool = impl.FramePool.__new__(impl.FramePool)
+    with pytest.raises((TypeError, AttributeError)):
+        pool.push(f(1))
+    with pytest.raises((TypeError, AttributeError, IndexError)):
+        pool.lazy([0])
+
+
+def test_slot_ids_must_be_integers(impl):
+    pool = impl.FramePool(FRAME, np.uint8)
+    s = pool.push(f(1))
+    for call in (pool.get, pool.refcount, pool.retain, pool.release):
+        with pytest.raises(TypeError):
+            call(float(s) + 0.5)
+    assert pool.refcount(s) == 1
+
+
+def test_lazybatch_pickles_and_copies_sharing_frames(impl):
+    import copy as copy_mod
+
+    pool = impl.FramePool(FRAME, np.uint8)
+    s = [pool.push(f(v)) for v in range(5)]
+    batch = pool.lazy_batch([s[0:4], s[1:5]], layout="last")
+    want = np.asarray(batch)
+    for other in (copy_mod.copy(batch), copy_mod.deepcopy(batch)):
+        np.testing.assert_array_equal(np.asarray(other), want)
+        assert other.pool is pool
+    data = pickle.dumps(batch)
+    assert len(data) < 6 * FB  # 5 distinct frames, not 8
+    back = pickle.loads(data)
+    np.testing.assert_array_equal(np.asarray(back), want)
+    assert back.layout == "last" and len(back) == 2
+    with pytest.raises(IndexError, match="2 environments"):
+        batch[5]
+
+
+def test_scalar_frames_stack_on_a_new_axis(impl):
+    lz = impl.LazyFrames([np.uint8(1), np.uint8(2), np.uint8(3)], layout="stack")
+    assert lz.shape == (3,) and len(lz) == 3
+    np.testing.assert_array_equal(np.asarray(lz), [1, 2, 3])
+
+
+def test_numpy_protocol_casts_what_the_kernels_do_not_fuse(impl):
+    lz = impl.LazyFrames([np.full((2, 3), 1.5, np.float16)] * 2, layout="stack")
+    got = np.asarray(lz, dtype=np.float32)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.full((2, 2, 3), 1.5, np.float32))
