@@ -371,7 +371,7 @@ def main(argv=None) -> list[dict]:
     if peers:
         best = min(peers, key=lambda r: r["sample32_us"])
         sp = best["sample32_us"] / main_row["sample32_us"]
-        print(f"target sample(32): {sp:.2f}x faster than the fastest peer ({best['buffer']}) "
+        print(f"target sample(32): the fastest peer ({best['buffer']}) takes {sp:.2f}x our time "
               f"(>= {TARGET_PEER}x: {'met' if sp >= TARGET_PEER else 'MISSED'})")
     print(f"target add: {main_row['add_us']:.2f} us/transition with {E} envs per call "
           f"(<= {TARGET_ADD_US} us: {'met' if main_row['add_us'] <= TARGET_ADD_US else 'MISSED'})")
