@@ -811,6 +811,72 @@ cdef class FramePool:
                 lf_pool_decref(&self.p, a[i])
         return res
 
+    def gather_pairs(self, first, second, out=None, *, layout="last", dtype=None, scale=None):
+        """:meth:`gather` of two slot arrays ``(B, k)`` at once, row by row.
+
+        Row i of ``first`` then row i of ``second`` are copied one after the other, so
+        frames they share (a transition's obs and next_obs share k-1) are read from
+        memory once and from cache the second time. The replay buffer's sample.
+
+        Args:
+            first, second: int ``(B, k)`` slot ids.
+            out: optional pair of arrays ``(B, *observation_shape)`` (see :meth:`gather`).
+
+        Returns:
+            A pair of arrays ``(B, *observation_shape)``.
+
+        Raises:
+            As :meth:`gather`, for either array; nothing is written then.
+        """
+        cdef cnp.ndarray a1 = _slot_array(first), a2 = _slot_array(second)
+        if (cnp.PyArray_NDIM(a1) != 2 or a1.shape[1] == 0 or cnp.PyArray_NDIM(a2) != 2
+                or a1.shape[0] != a2.shape[0] or a1.shape[1] != a2.shape[1]):
+            raise ValueError(f"slots must be two arrays of one shape (B, k) with k >= 1, got "
+                             f"{(<object>a1).shape} and {(<object>a2).shape}")
+        if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
+            raise TypeError("out must be a pair of ndarrays")
+        cdef int code = self._layout(layout)
+        cdef Py_ssize_t b = a1.shape[0], k = a1.shape[1], i, j, n = b * k
+        cdef const int64_t *p1 = <const int64_t *>cnp.PyArray_DATA(a1)
+        cdef const int64_t *p2 = <const int64_t *>cnp.PyArray_DATA(a2)
+        self._check_many(p1, n)
+        self._check_many(p2, n)
+        o1, o2 = (None, None) if out is None else out
+        res1, dst_type, sc, has_scale = _prepare_out(self, code, b, k, o1, dtype, scale)
+        res2, _, _, _ = _prepare_out(self, code, b, k, o2, dtype, scale)
+        if res1.dtype != res2.dtype:
+            raise TypeError(f"the two arrays of out have different dtypes: {res1.dtype} and {res2.dtype}")
+        if res1 is res2 or (out is not None and np.may_share_memory(res1, res2)):
+            raise ValueError("the two arrays of out overlap")
+        cdef const unsigned char **src = <const unsigned char **>malloc(max(1, 2 * n) * sizeof(void *))
+        if src == NULL:
+            raise MemoryError()
+        for i in range(n):  # the copy runs without the GIL: hold references meanwhile
+            src[i] = lf_pool_addr(&self.p, p1[i])
+            src[n + i] = lf_pool_addr(&self.p, p2[i])
+            lf_pool_incref(&self.p, p1[i])
+            lf_pool_incref(&self.p, p2[i])
+        cdef unsigned char *d1 = <unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>res1)
+        cdef unsigned char *d2 = <unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>res2)
+        cdef size_t obs_bytes = cnp.PyArray_NBYTES(<cnp.ndarray>res1) // max(1, b)
+        cdef size_t outer = self._outer[code], inner = self._inner[code], isz = self._itemsize
+        cdef int st = self._ltype, dt = dst_type, rc = 0
+        cdef double scv = sc
+        cdef int hs = has_scale
+        with nogil:
+            for i in range(b):
+                rc |= lf_copy_stacks(src + i * k, 1, k, outer, inner, st, dt, isz, scv, hs,
+                                     d1 + i * obs_bytes)
+                rc |= lf_copy_stacks(src + n + i * k, 1, k, outer, inner, st, dt, isz, scv, hs,
+                                     d2 + i * obs_bytes)
+        free(src)
+        for i in range(n):
+            lf_pool_decref(&self.p, p1[i])
+            lf_pool_decref(&self.p, p2[i])
+        if rc != 0:
+            raise TypeError(f"no fused conversion from {self.dtype} to {res1.dtype}")
+        return res1, res2
+
 
 
 cdef FramePool _EMPTY_POOL = FramePool((1,), np.uint8)

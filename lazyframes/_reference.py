@@ -516,6 +516,45 @@ class FramePool:
                   for row in arr]
         return _copy_out(frames, self._shape, self._dtype, k, layout, out, dtype, scale)
 
+    def gather_pairs(self, first, second, out=None, *, layout="last", dtype=None, scale=None):
+        """:meth:`gather` of two slot arrays ``(B, k)`` at once, row by row.
+
+        Row i of ``first`` then row i of ``second`` are copied one after the other, so
+        frames they share (a transition's obs and next_obs share k-1) are read from
+        memory once and from cache the second time. The replay buffer's sample.
+
+        Args:
+            first, second: int ``(B, k)`` slot ids.
+            out: optional pair of arrays ``(B, *observation_shape)`` (see :meth:`gather`).
+
+        Returns:
+            A pair of arrays ``(B, *observation_shape)``.
+
+        Raises:
+            As :meth:`gather`, for either array; nothing is written then.
+        """
+        a1, a2 = C.as_slots(first), C.as_slots(second)
+        if a1.ndim != 2 or a1.shape[1] == 0 or a1.shape != a2.shape:
+            raise ValueError(f"slots must be two arrays of one shape (B, k) with k >= 1, got "
+                             f"{a1.shape} and {a2.shape}")
+        if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
+            raise TypeError("out must be a pair of ndarrays")
+        C.check_layout(layout, self._shape)
+        self._check_live(a1)
+        self._check_live(a2)
+        o1, o2 = (None, None) if out is None else out
+        full = (a1.shape[0],) + C.observation_shape(self._shape, a1.shape[1], layout)
+        for o in (o1, o2):  # check both outs before writing either
+            if o is not None:
+                C.check_out(o, full, C.output_dtype(self._dtype, C.requested_dtype(dtype, o), scale))
+        d1, d2 = (C.output_dtype(self._dtype, C.requested_dtype(dtype, o), scale) for o in (o1, o2))
+        if d1 != d2:
+            raise TypeError(f"the two arrays of out have different dtypes: {d1} and {d2}")
+        if o1 is not None and o2 is not None and np.may_share_memory(o1, o2):
+            raise ValueError("the two arrays of out overlap")
+        return (self.gather(a1, o1, layout=layout, dtype=dtype, scale=scale),
+                self.gather(a2, o2, layout=layout, dtype=dtype, scale=scale))
+
 
 def _materialise(frames, layout):
     """One observation from its frames: baselines' np.concatenate / Gymnasium's np.stack."""

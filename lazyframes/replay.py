@@ -785,10 +785,9 @@ class ReplayBuffer:
             discounts = (self._gamma ** m).astype(np.float32)
         pool, layout = self._pool, self._layout
         # the tables are int32 (memory); the pool takes int64 slot ids
-        pool.gather(self._obs_slots[idx].astype(np.int64), out=obs_out, layout=layout,
-                    dtype=dst, scale=scale)
-        pool.gather(self._next_slots[last].astype(np.int64), out=next_out, layout=layout,
-                    dtype=dst, scale=scale)
+        pool.gather_pairs(self._obs_slots[idx].astype(np.int64),
+                          self._next_slots[last].astype(np.int64), (obs_out, next_out),
+                          layout=layout, dtype=dst, scale=scale)
         return ReplaySamples(obs_out, self._actions[idx], next_out, dones, rewards, truncs,
                              idx.astype(np.int64, copy=False), discounts)
 

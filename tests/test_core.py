@@ -925,3 +925,44 @@ def test_numpy_protocol_casts_what_the_kernels_do_not_fuse(impl):
     got = np.asarray(lz, dtype=np.float32)
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, np.full((2, 2, 3), 1.5, np.float32))
+
+
+# -- gather_pairs: a replay sample's obs and next_obs, row-interleaved ---------------------
+
+
+@pytest.mark.parametrize("layout", ["last", "stack"])
+def test_gather_pairs_equals_two_gathers(impl, layout):
+    frames = rand_frames(12, LAYOUT_SHAPES[layout] if layout != "stack" else (84, 84))
+    pool, slots = pool_with(impl, frames)
+    rng = np.random.default_rng(0)
+    starts = rng.integers(0, 8, 5)
+    a = np.array([slots[s:s + 4] for s in starts], np.int64)
+    b = np.array([slots[s + 1:s + 5] for s in starts], np.int64)
+    got = pool.gather_pairs(a, b, layout=layout, dtype=np.float32, scale=0.5)
+    for g, sl in zip(got, (a, b)):
+        np.testing.assert_array_equal(g, pool.gather(sl, layout=layout, dtype=np.float32, scale=0.5))
+    outs = (np.empty_like(got[0]), np.empty_like(got[1]))
+    res = pool.gather_pairs(a, b, outs, layout=layout, scale=0.5)
+    assert res[0] is outs[0] and res[1] is outs[1]
+    np.testing.assert_array_equal(outs[1], got[1])
+
+
+def test_gather_pairs_bad_input_writes_nothing(impl):
+    frames = rand_frames(6)
+    pool, slots = pool_with(impl, frames)
+    a = np.array([slots[0:4]], np.int64)
+    good = np.zeros((1, 84, 84, 4), np.float32)
+    keep = good.copy()
+    before = snapshot(pool, slots)
+    with pytest.raises(ValueError, match="one shape"):
+        pool.gather_pairs(a, a[:, :3])
+    with pytest.raises(TypeError, match="different dtypes"):
+        pool.gather_pairs(a, a, (good, np.zeros((1, 84, 84, 4), np.float64)))
+    with pytest.raises(ValueError, match="overlap"):
+        pool.gather_pairs(a, a, (good, good))
+    with pytest.raises(ValueError, match="shape"):
+        pool.gather_pairs(a, a, (good, np.zeros((2, 84, 84, 4), np.float32)))
+    with pytest.raises(IndexError, match="out of range"):
+        pool.gather_pairs(a, a + 10**6, (good, np.zeros_like(good)))
+    assert snapshot(pool, slots) == before
+    np.testing.assert_array_equal(good, keep)
