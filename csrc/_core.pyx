@@ -882,6 +882,68 @@ cdef class FramePool:
 cdef FramePool _EMPTY_POOL = FramePool((1,), np.uint8)
 
 
+def _write_transitions(FramePool pool, table, Py_ssize_t row, obs, next_obs, bint release,
+                       cnp.ndarray actions, action, cnp.ndarray rewards, reward,
+                       cnp.ndarray flags, terminated, truncated, autoreset):
+    """The replay buffer's batched add in one call (internal).
+
+    Writes E transitions at rows ``row .. row + E - 1``: slot ids as
+    :meth:`FramePool.write_slots`, ``actions[rows] = action`` (same dtype),
+    ``rewards[rows] = reward`` (float32 from float32/float64), and
+    ``flags[rows] = terminated + 2 * truncated + 4 * autoreset`` (contiguous bool
+    arrays). Returns the number of autoreset rows, or None, having written nothing, when
+    an argument is not of these exact kinds (the buffer then takes its checked path).
+    """
+    cdef Py_ssize_t E = len(obs), i
+    for a in (actions, rewards, flags):
+        if (not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a) or cnp.PyArray_NDIM(<cnp.ndarray>a) < 1
+                or row < 0 or row + E > (<cnp.ndarray>a).shape[0]):
+            return None
+    if rewards.dtype.num != cnp.NPY_FLOAT32 or flags.dtype.num != cnp.NPY_UINT8:
+        return None
+    if not (cnp.PyArray_CheckExact(action) and cnp.PyArray_CheckExact(reward)):
+        return None
+    cdef cnp.ndarray act = <cnp.ndarray>action, rew = <cnp.ndarray>reward
+    cdef size_t arow = cnp.PyArray_NBYTES(actions) // actions.shape[0]
+    if (act.dtype != actions.dtype or not cnp.PyArray_IS_C_CONTIGUOUS(act)
+            or cnp.PyArray_NDIM(act) != cnp.PyArray_NDIM(actions) or act.shape[0] != E
+            or <size_t>cnp.PyArray_NBYTES(act) != E * arow):
+        return None
+    for i in range(1, cnp.PyArray_NDIM(act)):
+        if act.shape[i] != actions.shape[i]:
+            return None
+    cdef int rnum = rew.dtype.num
+    if ((rnum != cnp.NPY_FLOAT32 and rnum != cnp.NPY_FLOAT64) or cnp.PyArray_NDIM(rew) != 1
+            or rew.shape[0] != E or not cnp.PyArray_IS_C_CONTIGUOUS(rew)):
+        return None
+    masks = (terminated, truncated) if autoreset is None else (terminated, truncated, autoreset)
+    for m in masks:
+        if (not cnp.PyArray_CheckExact(m) or (<cnp.ndarray>m).dtype.num != cnp.NPY_BOOL
+                or cnp.PyArray_NDIM(<cnp.ndarray>m) != 1 or (<cnp.ndarray>m).shape[0] != E
+                or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>m)):
+            return None
+    pool.write_slots(table, row, (obs, next_obs), release=release)  # checks, then writes
+    memcpy(<char *>cnp.PyArray_DATA(actions) + row * arow, cnp.PyArray_DATA(act), E * arow)
+    cdef float *rw = <float *>cnp.PyArray_DATA(rewards) + row
+    cdef unsigned char *fl = <unsigned char *>cnp.PyArray_DATA(flags) + row
+    cdef const unsigned char *te = <const unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>terminated)
+    cdef const unsigned char *tr = <const unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>truncated)
+    cdef const unsigned char *au = NULL
+    if autoreset is not None:
+        au = <const unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>autoreset)
+    cdef Py_ssize_t skipped = 0
+    for i in range(E):
+        if rnum == cnp.NPY_FLOAT32:
+            rw[i] = (<const float *>cnp.PyArray_DATA(rew))[i]
+        else:
+            rw[i] = <float>(<const double *>cnp.PyArray_DATA(rew))[i]
+        fl[i] = (te[i] != 0) | ((tr[i] != 0) << 1)
+        if au != NULL and au[i]:
+            fl[i] |= 4
+            skipped += 1
+    return skipped
+
+
 cdef tuple _prepare_out(FramePool pool, int code, Py_ssize_t b, Py_ssize_t k, object out,
                         object dtype, object scale):
     """Check or allocate the output of a copy out: (array, dst type, scale, has_scale)."""

@@ -556,6 +556,35 @@ class FramePool:
                 self.gather(a2, o2, layout=layout, dtype=dtype, scale=scale))
 
 
+def _write_transitions(pool, table, row, obs, next_obs, release, actions, action, rewards,
+                       reward, flags, terminated, truncated, autoreset):
+    """The replay buffer's batched add in one call (internal).
+
+    Writes E transitions at rows ``row .. row + E - 1``: slot ids as
+    :meth:`FramePool.write_slots`, ``actions[rows] = action`` (same dtype),
+    ``rewards[rows] = reward`` (float32 from float32/float64), and
+    ``flags[rows] = terminated + 2 * truncated + 4 * autoreset`` (contiguous bool
+    arrays). Returns the number of autoreset rows, or None, having written nothing, when
+    an argument is not of these exact kinds (the buffer then takes its checked path).
+    """
+    E = len(obs)
+    masks = (terminated, truncated) + (() if autoreset is None else (autoreset,))
+    if not (0 <= row <= min(len(actions), len(rewards), len(flags)) - E
+            and type(action) is np.ndarray and action.dtype == actions.dtype
+            and action.shape == (E,) + actions.shape[1:]
+            and type(reward) is np.ndarray and reward.dtype in (np.float32, np.float64)
+            and reward.shape == (E,)
+            and all(type(m) is np.ndarray and m.dtype == np.bool_ and m.shape == (E,) for m in masks)):
+        return None
+    pool.write_slots(table, row, (obs, next_obs), release=release)
+    sl = slice(row, row + E)
+    actions[sl] = action
+    rewards[sl] = reward
+    skip = np.zeros(E, bool) if autoreset is None else autoreset
+    flags[sl] = terminated.astype(np.uint8) | truncated.astype(np.uint8) << 1 | skip.astype(np.uint8) << 2
+    return int(np.count_nonzero(skip))
+
+
 def _materialise(frames, layout):
     """One observation from its frames: baselines' np.concatenate / Gymnasium's np.stack."""
     if layout == "last":

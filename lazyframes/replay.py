@@ -18,6 +18,7 @@ import json
 import math
 import operator
 import os
+import sys
 import tempfile
 import zipfile
 from typing import NamedTuple
@@ -75,6 +76,11 @@ class ReplaySamples(NamedTuple):
     truncations: np.ndarray
     indices: np.ndarray
     discounts: np.ndarray
+
+
+def _backend_of(pool):
+    """The core module a pool belongs to."""
+    return sys.modules[type(pool).__module__]
 
 
 def _is_lazy(x) -> bool:
@@ -577,33 +583,17 @@ class ReplayBuffer:
                     and type(terminated) in _BOOLS and type(truncated) in _BOOLS
                     and (autoreset is None or type(autoreset) in _BOOLS)):
                 return False
-        else:
-            if not (_is_lazy_batch(obs) and _is_lazy_batch(next_obs)
-                    and len(obs) == E and len(next_obs) == E):
-                return False
-            if not (type(action) is np.ndarray and action.dtype is self._action_dtype
-                    and action.shape == (E,) + self._action_shape):
-                return False
-            if not (type(reward) is np.ndarray and reward.dtype.kind == "f"
-                    and reward.shape == (E,)):
-                return False
-            if not (type(terminated) is np.ndarray and type(truncated) is np.ndarray
-                    and terminated.dtype is _BOOL and truncated.dtype is _BOOL
-                    and terminated.shape == (E,) and truncated.shape == (E,)):
-                return False
-            if autoreset is not None and not (
-                    type(autoreset) is np.ndarray and autoreset.dtype is _BOOL
-                    and autoreset.shape == (E,)):
-                return False
+        elif not (_is_lazy_batch(obs) and _is_lazy_batch(next_obs)
+                  and len(obs) == E and len(next_obs) == E):
+            return False
         if obs.stack_size != k or next_obs.stack_size != k:
             return False
         base = self._row * E
-        if self._full and self._n_skip:
-            self._n_skip -= int(np.count_nonzero(self._flags[base:base + E] & _SKIP))
-        # one core call: references on the new slot ids, release of the evicted row's
-        pool.write_slots(self._slots, base, (obs, next_obs), release=self._full)
-        sl = slice(base, base + E)
+        evicted_skips = (int(np.count_nonzero(self._flags[base:base + E] & _SKIP))
+                         if self._full and self._n_skip else 0)
         if E == 1:
+            # one core call: references on the new slot ids, release of the evicted row's
+            pool.write_slots(self._slots, base, (obs, next_obs), release=self._full)
             self._actions[base] = action
             self._rewards[base] = reward
             fl = bool(terminated) | (bool(truncated) << 1)
@@ -612,16 +602,16 @@ class ReplayBuffer:
                 self._n_skip += 1
             self._flags[base] = fl
         else:
-            self._actions[sl] = action
-            self._rewards[sl] = reward
-            # flags = terminated + 2 * truncated (+ 4 * autoreset): _TERM, _TRUNC, _SKIP
-            fl = self._flags[sl]
-            tr8 = truncated.view(np.uint8)
-            np.add(terminated.view(np.uint8), tr8, out=fl)
-            np.add(fl, tr8, out=fl)
-            if autoreset is not None and autoreset.any():
-                np.bitwise_or(fl, autoreset.view(np.uint8) << 2, out=fl)
-                self._n_skip += int(np.count_nonzero(autoreset))
+            # one core call for the whole row: slot ids (new references, the evicted
+            # row's released), actions, rewards and flags (_TERM | _TRUNC | _SKIP);
+            # None when an argument is not a plain array of the right kind
+            skipped = _backend_of(pool)._write_transitions(
+                pool, self._slots, base, obs, next_obs, self._full, self._actions, action,
+                self._rewards, reward, self._flags, terminated, truncated, autoreset)
+            if skipped is None:
+                return False
+            self._n_skip += skipped
+        self._n_skip -= evicted_skips
         self._row += 1
         if self._row == self._rows:
             self._row = 0

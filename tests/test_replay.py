@@ -181,7 +181,12 @@ def run_episode_steps(rb, streams, model, rng, steps, p_end=0.3, autoreset_mode=
         if autoreset_mode:
             kw["autoreset"] = pending.copy() if E > 1 else bool(pending[0])
         if E > 1:
-            rb.add(rep, action, reward, nrep, term, trunc, **kw)
+            # plain arrays take the one-call fast path; other kinds (a strided action,
+            # a list of rewards) the checked path: both must store the same transitions
+            kind = len(model.history) % 3  # not from rng: keep the episodes' random stream
+            a_arg = np.repeat(action, 2)[::2] if kind == 1 else action
+            r_arg = reward.tolist() if kind == 2 else reward
+            rb.add(rep, a_arg, r_arg, nrep, term, trunc, **kw)
         else:
             rb.add(rep, action[0], reward[0], nrep, term[0], trunc[0], **kw)
         model.add([(arr[e], action[e], reward[e], narr[e], bool(term[e]), bool(trunc[e]),
