@@ -610,6 +610,9 @@ cdef class FramePool:
                 ids beyond int32 in an int32 table; IndexError/ValueError: dead slots.
             Everything is checked before anything changes.
         """
+        self._write_slots(table, row, tuple(parts), release)
+
+    cdef _write_slots(self, table, Py_ssize_t r0, tuple parts, bint release):
         if not cnp.PyArray_CheckExact(table):
             raise TypeError(f"table must be a numpy.ndarray, got {type(table).__name__}")
         cdef cnp.ndarray t = <cnp.ndarray>table
@@ -619,8 +622,6 @@ cdef class FramePool:
         if cnp.PyArray_NDIM(t) != 2 or not cnp.PyArray_IS_C_CONTIGUOUS(t) or not table.flags.writeable:
             raise ValueError("table must be a writeable C-contiguous 2-D array")
         cdef Py_ssize_t R = t.shape[0], W = t.shape[1], E = -1, col = 0, i, j, c, e, q
-        cdef Py_ssize_t r0 = row
-        parts = tuple(parts)
         cdef Py_ssize_t nparts = len(parts)
         if nparts > 16:
             raise ValueError("at most 16 parts")
@@ -922,7 +923,7 @@ def _write_transitions(FramePool pool, table, Py_ssize_t row, obs, next_obs, bin
                 or cnp.PyArray_NDIM(<cnp.ndarray>m) != 1 or (<cnp.ndarray>m).shape[0] != E
                 or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>m)):
             return None
-    pool.write_slots(table, row, (obs, next_obs), release=release)  # checks, then writes
+    pool._write_slots(table, row, (obs, next_obs), release)  # checks, then writes
     memcpy(<char *>cnp.PyArray_DATA(actions) + row * arow, cnp.PyArray_DATA(act), E * arow)
     cdef float *rw = <float *>cnp.PyArray_DATA(rewards) + row
     cdef unsigned char *fl = <unsigned char *>cnp.PyArray_DATA(flags) + row

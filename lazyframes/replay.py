@@ -78,11 +78,6 @@ class ReplaySamples(NamedTuple):
     discounts: np.ndarray
 
 
-def _backend_of(pool):
-    """The core module a pool belongs to."""
-    return sys.modules[type(pool).__module__]
-
-
 def _is_lazy(x) -> bool:
     """A LazyFrames of either core."""
     return isinstance(x, _backend.LAZYFRAMES_TYPES)
@@ -605,7 +600,7 @@ class ReplayBuffer:
             # one core call for the whole row: slot ids (new references, the evicted
             # row's released), actions, rewards and flags (_TERM | _TRUNC | _SKIP);
             # None when an argument is not a plain array of the right kind
-            skipped = _backend_of(pool)._write_transitions(
+            skipped = self._core._write_transitions(
                 pool, self._slots, base, obs, next_obs, self._full, self._actions, action,
                 self._rewards, reward, self._flags, terminated, truncated, autoreset)
             if skipped is None:
@@ -621,6 +616,7 @@ class ReplayBuffer:
     def _commit_geometry(self, geom, pool) -> None:
         self._layout, self._k, self._frame_shape, self._dtype, self._obs_shape = geom
         self._pool = pool
+        self._core = sys.modules[type(pool).__module__]  # the core the pool belongs to
         # one table (capacity, 2k): obs slot ids then next obs slot ids, so the slots a
         # row holds are one block (one release call when it is overwritten)
         self._slots = np.zeros((self._capacity, 2 * self._k), np.int32)
