@@ -1234,6 +1234,8 @@ cdef class LazyFrames:
         ``copy=False`` raises ValueError: the frames are not one array, so a copy cannot
         be avoided. ``dtype`` is fused into the copy (same-kind casts).
         """
+        if dtype is None and copy is not False:
+            return self._out(None, None)  # the hot path of np.asarray(obs)
         return C.array_protocol(self, dtype, copy, self._fused)
 
     def _fused(self, dtype):
@@ -1537,6 +1539,8 @@ cdef class LazyBatch:
 
         ``copy=False`` raises ValueError: a copy cannot be avoided.
         """
+        if dtype is None and copy is not False:
+            return self.numpy()
         return C.array_protocol(self, dtype, copy, self._fused)
 
     def _fused(self, dtype):

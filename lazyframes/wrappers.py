@@ -310,12 +310,14 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
         return self._observe(), info
 
     def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        frame, reward, terminated, truncated, info = self.env.step(action)
         if self._obs is None:
             # step before reset: Gymnasium's queue starts full of padding (zeros for
             # "reset"/"zero"), so the first frame comes after k-1 padding frames
-            frame = as_frames(obs, self._dtype)  # checked before the padding is pushed
+            frame = as_frames(frame, self._dtype)  # checked before the padding is pushed
             self._restart(self.padding_value, None)
-            obs = frame
-        obs = self._shift(obs)
+        try:  # one core call: push the frame, share the k-1 newer ones
+            self._obs = obs = self._obs.shift(frame)
+        except TypeError:  # another dtype: cast as Gymnasium does, or raise its error
+            self._obs = obs = self._obs.shift(as_frames(frame, self._dtype))
         return (obs if self.lazy else np.asarray(obs)), reward, terminated, truncated, info
