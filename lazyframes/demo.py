@@ -97,12 +97,10 @@ def _timed_classes():
     import gymnasium as gym
     from gymnasium.vector import VectorWrapper
 
-    class Timed(gym.Wrapper):
+    class _Timed:
         """Accumulates the seconds spent inside the wrapped env (below the stacker)."""
 
-        def __init__(self, env):
-            super().__init__(env)
-            self.seconds = 0.0
+        seconds = 0.0
 
         def step(self, action):
             t = time.perf_counter()
@@ -118,26 +116,11 @@ def _timed_classes():
             finally:
                 self.seconds += time.perf_counter() - t
 
-    class TimedVector(VectorWrapper):
-        """The vector version of Timed."""
+    class Timed(_Timed, gym.Wrapper):
+        pass
 
-        def __init__(self, envs):
-            super().__init__(envs)
-            self.seconds = 0.0
-
-        def step(self, actions):
-            t = time.perf_counter()
-            try:
-                return self.env.step(actions)
-            finally:
-                self.seconds += time.perf_counter() - t
-
-        def reset(self, **kwargs):
-            t = time.perf_counter()
-            try:
-                return self.env.reset(**kwargs)
-            finally:
-                self.seconds += time.perf_counter() - t
+    class TimedVector(_Timed, VectorWrapper):
+        pass
 
     return Timed, TimedVector
 

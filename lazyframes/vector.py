@@ -147,8 +147,6 @@ class FrameStackObservation(VectorWrapper):
             self._pad = self._pool.push(np.asarray(padding_value).astype(self._dtype, copy=False))
         self._ring = None  # int64 (num_envs, k): slot ids, oldest first, one reference each
         self._autoreset = np.zeros(self._n, np.bool_)  # NEXT_STEP: reset frame comes next
-        self._obs_shape = C.observation_shape(self._frame_shape, k, layout)
-        self._batch_shape = (self._n,) + self._obs_shape
         self._next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
         self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         self.single_observation_space = stacked_space(space, k, layout)
