@@ -57,7 +57,7 @@ cdef extern from "pool.h" nogil:
 cdef extern from *:
     """
     static uint32_t *_pool_refcnt_ptr(lf_pool *p, int64_t slot) {
-        return &p->chunks[(size_t)slot / p->spc].refcnt[(size_t)slot % p->spc];
+        return &lf_pool_chunk(p, slot)->refcnt[lf_pool_offset(p, slot)];
     }
     """
     uint32_t *_pool_refcnt_ptr(lf_pool *p, int64_t slot)
@@ -151,8 +151,8 @@ cdef class FramePool:
     """A refcounted store of frames of one shape and dtype, in a chunked arena.
 
     Each frame is copied in once (:meth:`push`) and lives in a slot until its refcount
-    drops to zero; the slot is then reused. Chunks hold ``max(1, chunk_bytes //
-    frame_bytes)`` slots and never move; a chunk whose slots are all free is returned
+    drops to zero; the slot is then reused. Chunks hold the largest power of two of
+    slots that fits ``chunk_bytes`` (at least one) and never move; a chunk whose slots are all free is returned
     to the OS (one empty chunk is kept to avoid churn).
 
     Args:

@@ -34,9 +34,14 @@ int lf_pool_init(lf_pool *p, size_t frame_bytes, size_t chunk_bytes) {
     memset(p, 0, sizeof(*p));
     if (frame_bytes == 0) return -1;
     p->frame_bytes = frame_bytes;
-    p->spc = chunk_bytes / frame_bytes;
-    if (p->spc == 0) p->spc = 1;
-    if (p->spc > UINT32_MAX) p->spc = UINT32_MAX;
+    size_t n = chunk_bytes / frame_bytes;
+    if (n > ((size_t)1 << 31)) n = (size_t)1 << 31; /* offsets fit a uint32 */
+    p->spc = 1;
+    p->spc_shift = 0;
+    while (p->spc * 2 <= n) {
+        p->spc *= 2;
+        p->spc_shift++;
+    }
     return 0;
 }
 
@@ -136,29 +141,9 @@ int64_t lf_pool_alloc(lf_pool *p) {
     return (int64_t)(c * p->spc + off);
 }
 
-int lf_pool_in_range(const lf_pool *p, int64_t slot) {
-    return slot >= 0 && (uint64_t)slot < (uint64_t)p->n_chunks * p->spc;
-}
-
-int lf_pool_is_live(const lf_pool *p, int64_t slot) {
-    if (!lf_pool_in_range(p, slot)) return 0;
-    const lf_chunk *ch = &p->chunks[(size_t)slot / p->spc];
-    return ch->data != NULL && ch->refcnt[(size_t)slot % p->spc] > 0;
-}
-
-uint32_t lf_pool_refcount(const lf_pool *p, int64_t slot) {
-    const lf_chunk *ch = &p->chunks[(size_t)slot / p->spc];
-    return ch->data ? ch->refcnt[(size_t)slot % p->spc] : 0;
-}
-
-void lf_pool_incref(lf_pool *p, int64_t slot) {
-    p->chunks[(size_t)slot / p->spc].refcnt[(size_t)slot % p->spc]++;
-}
-
-void lf_pool_decref(lf_pool *p, int64_t slot) {
-    size_t c = (size_t)slot / p->spc, off = (size_t)slot % p->spc;
+void lf_pool_free_slot(lf_pool *p, int64_t slot) {
+    size_t c = (size_t)slot >> p->spc_shift, off = lf_pool_offset(p, slot);
     lf_chunk *ch = &p->chunks[c];
-    if (--ch->refcnt[off]) return;
     ch->free_stack[ch->n_free++] = (uint32_t)off;
     ch->live--;
     p->live_frames--;

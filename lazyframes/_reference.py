@@ -23,8 +23,8 @@ class FramePool:
     """A refcounted store of frames of one shape and dtype, in a chunked arena.
 
     Each frame is copied in once (:meth:`push`) and lives in a slot until its refcount
-    drops to zero; the slot is then reused. Chunks hold ``max(1, chunk_bytes //
-    frame_bytes)`` slots and never move; a chunk whose slots are all free is returned
+    drops to zero; the slot is then reused. Chunks hold the largest power of two of
+    slots that fits ``chunk_bytes`` (at least one) and never move; a chunk whose slots are all free is returned
     to the OS (one empty chunk is kept to avoid churn).
 
     Args:
@@ -52,7 +52,8 @@ class FramePool:
         if chunk_bytes <= 0:
             raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
         self._frame_bytes = int(np.prod(self._shape, dtype=np.int64)) * self._dtype.itemsize
-        self._spc = max(1, chunk_bytes // self._frame_bytes)
+        # the largest power of two that fits (a shift and a mask find a slot in C)
+        self._spc = 1 << (min(max(1, chunk_bytes // self._frame_bytes), 1 << 31).bit_length() - 1)
         self._data = []  # per chunk: ndarray (spc, *S) or None when released
         self._ref = []  # per chunk: int64 refcounts or None
         self._free = []  # per chunk: LIFO of free offsets (pops the lowest first)

@@ -468,14 +468,15 @@ def test_machine_model_alone_detects_a_leak():
 @pytest.mark.parametrize("name", ["compiled", "reference"])
 def test_same_slot_ids_under_churn(name):
     """Allocation policy pinned on a fixed sequence (both cores must give these ids)."""
-    pool = core(name).FramePool(SHAPE, DT, chunk_bytes=3 * FRAME_BYTES)
+    pool = core(name).FramePool(SHAPE, DT, chunk_bytes=5 * FRAME_BYTES)
+    assert pool.slots_per_chunk == 4  # the largest power of two that fits 5 frames
     z = np.zeros(SHAPE, DT)
-    got = [pool.push(z) for _ in range(7)]  # chunks 0, 1 full, chunk 2 has one
-    pool.release([4, 3, 5])  # chunk 1 empties: kept as the spare
-    assert pool.bytes_held == 9 * FRAME_BYTES
-    pool.release([0, 1, 2])  # chunk 0 empties: released (a spare exists)
-    assert pool.bytes_held == 6 * FRAME_BYTES
-    got += [pool.push(z) for _ in range(5)]  # chunk 1, last freed first; then chunk 2
+    got = [pool.push(z) for _ in range(9)]  # chunks 0, 1 full, chunk 2 has one
+    pool.release([5, 4, 6, 7])  # chunk 1 empties: kept as the spare
+    assert pool.bytes_held == 12 * FRAME_BYTES
+    pool.release([0, 1, 2, 3])  # chunk 0 empties: released (a spare exists)
+    assert pool.bytes_held == 8 * FRAME_BYTES
+    got += [pool.push(z) for _ in range(7)]  # chunk 1, last freed first; then chunk 2
     got += [pool.push(z)]  # then the released chunk 0 again, from offset 0
-    assert got == [0, 1, 2, 3, 4, 5, 6, 5, 3, 4, 7, 8, 0]
-    assert pool.bytes_held == pool.peak_bytes == 9 * FRAME_BYTES
+    assert got == [0, 1, 2, 3, 4, 5, 6, 7, 8, 7, 6, 4, 5, 9, 10, 11, 0]
+    assert pool.bytes_held == pool.peak_bytes == 12 * FRAME_BYTES
