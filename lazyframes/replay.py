@@ -78,6 +78,14 @@ class ReplaySamples(NamedTuple):
     discounts: np.ndarray
 
 
+def _own_pool(frame_shape, dtype, capacity):
+    """The buffer's own pool (for ndarray observations): chunks small enough that a partly
+    filled one wastes less than 1/256 of the capacity's frame memory."""
+    fb = math.prod(frame_shape) * np.dtype(dtype).itemsize
+    chunk = int(min(C.DEFAULT_CHUNK_BYTES, max(1, capacity * fb // 256)))
+    return _backend.core().FramePool(frame_shape, dtype, chunk_bytes=chunk)
+
+
 def _is_lazy(x) -> bool:
     """A LazyFrames of either core."""
     return isinstance(x, _backend.LAZYFRAMES_TYPES)
@@ -510,11 +518,7 @@ class ReplayBuffer:
         if first:
             pool = o.pool if o.kind == "lazy" else n.pool if n.kind == "lazy" else None
             if pool is None:
-                layout, k, fs, dt, _ = geom
-                fb = math.prod(fs) * dt.itemsize
-                # chunks small enough that a partly filled one wastes < 1/256 of capacity
-                chunk = int(min(C.DEFAULT_CHUNK_BYTES, max(1, self._capacity * fb // 256)))
-                pool = _backend.core().FramePool(fs, dt, chunk_bytes=chunk)
+                pool = _own_pool(geom[2], geom[3], self._capacity)
             self._commit_geometry(geom, pool)
 
         # -- the write: new references first, then evict the row being overwritten --
@@ -987,8 +991,7 @@ class ReplayBuffer:
         if "frames" not in npz.files:
             raise ValueError("missing entry 'frames'")
         fb = math.prod(fs) * dt.itemsize
-        chunk = int(min(C.DEFAULT_CHUNK_BYTES, max(1, capacity * fb // 256)))
-        pool = _backend.core().FramePool(fs, dt, chunk_bytes=chunk)
+        pool = _own_pool(fs, dt, capacity)
         with npz.zip.open("frames.npy") as f:
             version = np.lib.format.read_magic(f)
             if version == (1, 0):
