@@ -1381,26 +1381,30 @@ def stack(observations, out=None, *, dtype=None, scale=None):
     if b == 0:
         raise ValueError("stack needs at least one observation")
     cdef LazyFrames o, first
-    for x in obs:
-        if not isinstance(x, LazyFrames):
-            raise TypeError(
-                f"stack takes LazyFrames, got {type(x).__name__}; use np.stack for ndarrays"
-            )
-    first = obs[0]
+    x = obs[0]
+    if not isinstance(x, LazyFrames):
+        raise TypeError(f"stack takes LazyFrames, got {type(x).__name__}; use np.stack for ndarrays")
+    first = x
     k = first._k
     cdef FramePool fp = first._pool
-    for x in obs:
-        o = x
-        if o._pool is not fp or o._k != k or o._code != first._code:
-            C.check_same_geometry(first, o)  # raises unless only the pools differ
-    res, dst_type, sc, has_scale = _prepare_out(fp, first._code, b, k, out, dtype, scale)
-    cdef const unsigned char **src = <const unsigned char **>malloc(b * k * sizeof(void *))
+    cdef const unsigned char **src = <const unsigned char **>malloc(max(1, b * k) * sizeof(void *))
     if src == NULL:
         raise MemoryError()
-    for i in range(b):
-        o = obs[i]
-        for j in range(k):
-            src[i * k + j] = lf_pool_addr(&o._pool.p, o._slots[j])
+    try:  # one pass: check each observation and take its frames' addresses
+        for i in range(b):
+            x = obs[i]
+            if not isinstance(x, LazyFrames):
+                raise TypeError(
+                    f"stack takes LazyFrames, got {type(x).__name__}; use np.stack for ndarrays")
+            o = x
+            if o._pool is not fp or o._k != k or o._code != first._code:
+                C.check_same_geometry(first, o)  # raises unless only the pools differ
+            for j in range(k):
+                src[i * k + j] = lf_pool_addr(&o._pool.p, o._slots[j])
+        res, dst_type, sc, has_scale = _prepare_out(fp, first._code, b, k, out, dtype, scale)
+    except BaseException:
+        free(src)
+        raise
     _run(src, b, k, fp, first._code, dst_type, sc, has_scale, res)
     return res
 
