@@ -6,7 +6,7 @@ import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-# Portable by default: no -march=native, so wheels run on any x86-64 / aarch64.
+# Portable by default: no CPU-specific tuning flags, so wheels run on any x86-64 / aarch64.
 extra = ["-O3", "-std=c99"] if os.name != "nt" else ["/O2"]
 
 ext = Extension(
