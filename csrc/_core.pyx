@@ -795,8 +795,10 @@ cdef class FramePool:
         cdef int code = self._layout(layout)
         cdef Py_ssize_t b = arr.shape[0], k = arr.shape[1], i
         cdef const int64_t *a = <const int64_t *>cnp.PyArray_DATA(arr)
-        self._check_many(a, b * k)
         res, dst_type, sc, has_scale = _prepare_out(self, code, b, k, out, dtype, scale)
+        # no Python code runs from the liveness check to the references taken below, so
+        # another thread cannot free a slot in between
+        self._check_many(a, b * k)
         cdef const unsigned char **src = <const unsigned char **>malloc(max(1, b * k) * sizeof(void *))
         if src == NULL:
             raise MemoryError()
@@ -840,8 +842,6 @@ cdef class FramePool:
         cdef Py_ssize_t b = a1.shape[0], k = a1.shape[1], i, j, n = b * k
         cdef const int64_t *p1 = <const int64_t *>cnp.PyArray_DATA(a1)
         cdef const int64_t *p2 = <const int64_t *>cnp.PyArray_DATA(a2)
-        self._check_many(p1, n)
-        self._check_many(p2, n)
         o1, o2 = (None, None) if out is None else out
         res1, dst_type, sc, has_scale = _prepare_out(self, code, b, k, o1, dtype, scale)
         res2, _, _, _ = _prepare_out(self, code, b, k, o2, dtype, scale)
@@ -849,6 +849,9 @@ cdef class FramePool:
             raise TypeError(f"the two arrays of out have different dtypes: {res1.dtype} and {res2.dtype}")
         if res1 is res2 or (out is not None and np.may_share_memory(res1, res2)):
             raise ValueError("the two arrays of out overlap")
+        # no Python code runs from here to the references taken below (see gather)
+        self._check_many(p1, n)
+        self._check_many(p2, n)
         cdef const unsigned char **src = <const unsigned char **>malloc(max(1, 2 * n) * sizeof(void *))
         if src == NULL:
             raise MemoryError()

@@ -512,7 +512,8 @@ class FramePool:
             raise ValueError(f"slots must have shape (B, k) with k >= 1, got {arr.shape}")
         k = arr.shape[1]
         C.check_layout(layout, self._shape)
-        self._check_live(arr)
+        _check_copy_out(self._shape, self._dtype, arr.shape[0], k, layout, out, dtype, scale)
+        self._check_live(arr)  # after the output checks, as the compiled core
         frames = [[self._data[c][off] for c, off in (divmod(int(s), self._spc) for s in row)]
                   for row in arr]
         return _copy_out(frames, self._shape, self._dtype, k, layout, out, dtype, scale)
@@ -541,18 +542,15 @@ class FramePool:
         if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
             raise TypeError("out must be a pair of ndarrays")
         C.check_layout(layout, self._shape)
-        self._check_live(a1)
-        self._check_live(a2)
         o1, o2 = (None, None) if out is None else out
-        full = (a1.shape[0],) + C.observation_shape(self._shape, a1.shape[1], layout)
-        for o in (o1, o2):  # check both outs before writing either
-            if o is not None:
-                C.check_out(o, full, C.output_dtype(self._dtype, C.requested_dtype(dtype, o), scale))
-        d1, d2 = (C.output_dtype(self._dtype, C.requested_dtype(dtype, o), scale) for o in (o1, o2))
+        d1, d2 = (_check_copy_out(self._shape, self._dtype, a1.shape[0], a1.shape[1], layout, o,
+                                  dtype, scale) for o in (o1, o2))  # both before writing either
         if d1 != d2:
             raise TypeError(f"the two arrays of out have different dtypes: {d1} and {d2}")
         if o1 is not None and o2 is not None and np.may_share_memory(o1, o2):
             raise ValueError("the two arrays of out overlap")
+        self._check_live(a1)
+        self._check_live(a2)
         return (self.gather(a1, o1, layout=layout, dtype=dtype, scale=scale),
                 self.gather(a2, o2, layout=layout, dtype=dtype, scale=scale))
 
@@ -595,14 +593,19 @@ def _materialise(frames, layout):
     return np.stack(frames, axis=0)
 
 
+def _check_copy_out(shape, src, b, k, layout, out, dtype, scale):
+    """Check the output of a copy of ``b`` observations; returns the output dtype."""
+    dst = C.output_dtype(src, C.requested_dtype(dtype, out), scale)
+    if out is not None:
+        C.check_out(out, (b,) + C.observation_shape(shape, k, layout), dst)
+    return dst
+
+
 def _copy_out(frames, shape, src, k, layout, out, dtype, scale):
     """Copy lists of frames (one list per observation) into ``out``."""
-    dst = C.output_dtype(src, C.requested_dtype(dtype, out), scale)
-    full = (len(frames),) + C.observation_shape(shape, k, layout)
+    dst = _check_copy_out(shape, src, len(frames), k, layout, out, dtype, scale)
     if out is None:
-        out = np.empty(full, dst)
-    else:
-        C.check_out(out, full, dst)
+        out = np.empty((len(frames),) + C.observation_shape(shape, k, layout), dst)
     for b, fr in enumerate(frames):
         out[b] = _materialise(fr, layout).astype(dst)
     if scale is not None:
