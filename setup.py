@@ -1,5 +1,6 @@
 """Build the compiled core ``lazyframes._core`` from ``csrc/`` (Cython + plain C)."""
 
+import glob
 import os
 
 import numpy as np
@@ -15,11 +16,18 @@ ext = Extension(
     include_dirs=["csrc", np.get_include()],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
     extra_compile_args=extra,
+    # _core.pyx includes one .pxi per topic: a change to any of them rebuilds the module
+    depends=sorted(glob.glob("csrc/*.pxi") + glob.glob("csrc/*.h")),
 )
 
 setup(
     ext_modules=cythonize(
         [ext],
-        compiler_directives={"language_level": 3, "embedsignature": True},
+        compiler_directives={
+            "language_level": 3,
+            "binding": True,  # introspectable signatures (inspect.signature works)
+            "embedsignature": False,
+            "auto_pickle": False,  # every class defines __reduce__ itself
+        },
     )
 )

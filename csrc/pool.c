@@ -68,7 +68,7 @@ static int chunk_alloc(lf_pool *p, size_t c) {
     lf_chunk *ch = &p->chunks[c];
     /* frame_bytes * spc cannot overflow: spc <= chunk_bytes / frame_bytes, or 1 */
     ch->data = malloc(p->frame_bytes * p->spc);
-    ch->refcnt = calloc(p->spc, sizeof(uint32_t));
+    ch->refcnt = calloc(p->spc, sizeof(uint64_t));
     ch->free_stack = malloc(p->spc * sizeof(uint32_t));
     if (!ch->data || !ch->refcnt || !ch->free_stack) {
         chunk_release(ch);

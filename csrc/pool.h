@@ -5,9 +5,10 @@
  * that finding a slot is a shift and a mask, not a division.
  * Allocation takes the lowest chunk with a free slot (a min-heap) and, in it, the
  * most recently freed offset (a LIFO; a fresh chunk hands out offsets in increasing
- * order); a chunk whose slots all become free is returned to the OS,
- * except one empty chunk kept to avoid churn. This is the same policy as the NumPy
- * twin in lazyframes/_reference.py, so both hand out the same slot ids.
+ * order); a chunk whose slots all become free is returned to the OS, except one empty
+ * chunk kept to avoid churn.
+ * Refcounts are 64-bit: every reference is an 8-byte id held in some owner's memory, so
+ * a count cannot reach 2**64 and needs no overflow check.
  * Not thread-safe: the Cython layer calls it with the GIL held.
  */
 #ifndef LAZYFRAMES_POOL_H
@@ -22,7 +23,7 @@ extern "C" {
 
 typedef struct {
     unsigned char *data;   /* spc * frame_bytes, or NULL when released */
-    uint32_t *refcnt;      /* spc refcounts */
+    uint64_t *refcnt;      /* spc refcounts: 64-bit, so they cannot wrap */
     uint32_t *free_stack;  /* free offsets; top pops the lowest */
     size_t n_free;
     size_t live;
@@ -70,7 +71,7 @@ static inline int lf_pool_is_live(const lf_pool *p, int64_t slot) {
 }
 
 /* Refcount of an in-range slot (0 if free). */
-static inline uint32_t lf_pool_refcount(const lf_pool *p, int64_t slot) {
+static inline uint64_t lf_pool_refcount(const lf_pool *p, int64_t slot) {
     const lf_chunk *ch = lf_pool_chunk(p, slot);
     return ch->data ? ch->refcnt[lf_pool_offset(p, slot)] : 0;
 }

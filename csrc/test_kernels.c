@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "layout.h"
 #include "pool.h"
 
 static long n_pass = 0, n_fail = 0;
@@ -45,7 +46,6 @@ static void fill_random(unsigned char *p, size_t n) {
     for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(rnd() >> 56);
 }
 
-enum { LAST = 0, FIRST = 1, STACK = 2 };
 static const char *layout_name[] = {"last", "first", "stack"};
 
 /* ------------------------------------------------------------------------------ */
@@ -53,7 +53,7 @@ static const char *layout_name[] = {"last", "first", "stack"};
 
 /* Frame shape (d0, d1, d2) in elements of `isz` bytes. "last": (H, W, C) = (d0, d1, d2);
  * "first": (C, H, W) = (d0, d1, d2); "stack": any. Returns 0 when equal. */
-static int naive_check(int layout, size_t n_obs, size_t k, size_t d0, size_t d1, size_t d2,
+static int naive_check(lf_layout layout, size_t n_obs, size_t k, size_t d0, size_t d1, size_t d2,
                        size_t isz, unsigned char **frames, const unsigned char *out) {
     size_t n = d0 * d1 * d2;
     size_t obs_bytes = k * n * isz;
@@ -65,9 +65,9 @@ static int naive_check(int layout, size_t n_obs, size_t k, size_t d0, size_t d1,
                 for (size_t y = 0; y < d1; y++)
                     for (size_t z = 0; z < d2; z++) {
                         size_t fi = (x * d1 + y) * d2 + z, oi;
-                        if (layout == LAST) /* (H, W, k*C) */
+                        if (layout == LF_LAST) /* (H, W, k*C) */
                             oi = (x * d1 + y) * (k * d2) + j * d2 + z;
-                        else if (layout == FIRST) /* (k*C, H, W) */
+                        else if (layout == LF_FIRST) /* (k*C, H, W) */
                             oi = ((j * d0 + x) * d1 + y) * d2 + z;
                         else /* (k, *S) */
                             oi = j * n + fi;
@@ -78,7 +78,7 @@ static int naive_check(int layout, size_t n_obs, size_t k, size_t d0, size_t d1,
     return 0;
 }
 
-static void geometry_case(int layout, size_t n_obs, size_t k, size_t d0, size_t d1, size_t d2,
+static void geometry_case(lf_layout layout, size_t n_obs, size_t k, size_t d0, size_t d1, size_t d2,
                           int type, size_t isz) {
     size_t n = d0 * d1 * d2, fb = n * isz;
     size_t n_frames = 3 + k; /* observations reuse frames, as in a frame stack */
@@ -88,7 +88,8 @@ static void geometry_case(int layout, size_t n_obs, size_t k, size_t d0, size_t 
     fill_random(store, n_frames * fb);
     for (size_t i = 0; i < n_obs * k; i++) src[i] = store + ((i * 7 + i / k) % n_frames) * fb;
     out[n_obs * k * fb] = 0xA5; /* canary just past the end */
-    size_t outer = layout == LAST ? d0 * d1 : 1, inner = layout == LAST ? d2 : n;
+    size_t outer, inner;
+    lf_layout_geometry(layout, n, d2, &outer, &inner);
     int rc = lf_copy_stacks(src, n_obs, k, outer, inner, type, type, isz, 0.0, 0, out);
     CHECK(rc == 0, "layout %s type %d returned %d", layout_name[layout], type, rc);
     CHECK(naive_check(layout, n_obs, k, d0, d1, d2, isz, (unsigned char **)src, out) == 0,
@@ -98,6 +99,25 @@ static void geometry_case(int layout, size_t n_obs, size_t k, size_t d0, size_t 
     free(store);
     free(src);
     free(out);
+}
+
+/* The observation shape of each layout, as DESIGN.md's table gives it. */
+static void test_layout_shapes(void) {
+    const intptr_t hwc[3] = {84, 84, 1}, chw[3] = {3, 5, 7};
+    intptr_t obs[4];
+    CHECK(lf_layout_obs_shape(LF_LAST, hwc, 3, 4, obs) == 3 && obs[0] == 84 && obs[1] == 84 &&
+              obs[2] == 4, "last");
+    CHECK(lf_layout_obs_shape(LF_FIRST, chw, 3, 4, obs) == 3 && obs[0] == 12 && obs[1] == 5 &&
+              obs[2] == 7, "first");
+    CHECK(lf_layout_obs_shape(LF_STACK, chw, 3, 4, obs) == 4 && obs[0] == 4 && obs[1] == 3 &&
+              obs[2] == 5 && obs[3] == 7, "stack");
+    size_t outer, inner;
+    lf_layout_geometry(LF_LAST, 84 * 84 * 2, 2, &outer, &inner);
+    CHECK(outer == 84 * 84 && inner == 2, "last geometry");
+    lf_layout_geometry(LF_FIRST, 105, 7, &outer, &inner);
+    CHECK(outer == 1 && inner == 105, "first geometry");
+    lf_layout_geometry(LF_STACK, 105, 7, &outer, &inner);
+    CHECK(outer == 1 && inner == 105, "stack geometry");
 }
 
 static void test_geometry(void) {
@@ -113,10 +133,10 @@ static void test_geometry(void) {
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
         for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
             for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
-                for (int layout = 0; layout < 3; layout++) {
+                for (int layout = 0; layout < LF_NLAYOUTS; layout++) {
                     size_t n_obs = 1 + (rnd() % 3);
                     if (shapes[s][0] == 84 && ks[ki] == 16) n_obs = 1;
-                    geometry_case(layout, n_obs, ks[ki], shapes[s][0], shapes[s][1],
+                    geometry_case((lf_layout)layout, n_obs, ks[ki], shapes[s][0], shapes[s][1],
                                   shapes[s][2], types[t][0], (size_t)types[t][1]);
                 }
     /* the Atari case exactly: 4 frames f(v) of 84x84x1, "last" -> pixel p = [0,1,2,3] */
@@ -338,6 +358,13 @@ static void test_pool_policy(void) {
     lf_pool_decref(&p, 5);
     lf_pool_decref(&p, 5);
     CHECK(lf_pool_refcount(&p, 5) == 1 && lf_pool_is_live(&p, 5), "decref");
+    /* refcounts are 64-bit: past 2**32 they neither wrap nor free the slot */
+    lf_pool_chunk(&p, 5)->refcnt[lf_pool_offset(&p, 5)] = UINT32_MAX;
+    lf_pool_incref(&p, 5);
+    CHECK(lf_pool_refcount(&p, 5) == (uint64_t)UINT32_MAX + 1 && lf_pool_is_live(&p, 5), "no wrap");
+    lf_pool_decref(&p, 5);
+    CHECK(lf_pool_refcount(&p, 5) == UINT32_MAX, "64-bit decref");
+    lf_pool_chunk(&p, 5)->refcnt[lf_pool_offset(&p, 5)] = 1;
     /* reuse: the most recently freed slot of the lowest chunk with a free slot */
     lf_pool_decref(&p, 1);
     lf_pool_decref(&p, 3);
@@ -385,7 +412,7 @@ static void test_pool_random_walk(void) {
     enum { FB = 24, MAXS = 4096, STEPS = 200000 };
     lf_pool p;
     CHECK(lf_pool_init(&p, FB, 3 * FB) == 0, "init");
-    static uint32_t model_rc[MAXS];
+    static uint64_t model_rc[MAXS];
     static unsigned char model_tag[MAXS];
     static int64_t live[MAXS];
     size_t n_live = 0, live_model = 0;
@@ -461,6 +488,7 @@ static void test_pool_random_walk(void) {
 
 int main(void) {
     test_type_sizes();
+    test_layout_shapes();
     test_geometry();
     test_u8_to_f32_scale();
     test_i16_to_f64();

@@ -1,0 +1,782 @@
+# LazyFrames (one observation), LazyBatch (n observations) and stack().
+#
+# Included by _core.pyx. Both owners hold one reference per frame id in a private C
+# array that never changes after construction; dropping the owner drops them.
+
+
+cdef LazyFrames _new_lazy(lf_layout code, Py_ssize_t k):
+    """An observation with room for k ids and no references yet (the caller fills it)."""
+    cdef LazyFrames lz = LazyFrames.__new__(LazyFrames)
+    lz._alloc(k)
+    lz._code = code
+    return lz
+
+
+cdef LazyFrames _lazy_from(FramePool pool, lf_layout code, const int64_t *ids, Py_ssize_t k,
+                           bint check):
+    """A new observation over k ids of ``pool``, taking a reference on each (checked first)."""
+    if check:
+        _check_ids(&pool.p, ids, k)
+    cdef LazyFrames lz = _new_lazy(code, k)
+    memcpy(lz._slots, ids, k * sizeof(int64_t))
+    _incref_all(&pool.p, ids, k)
+    lz._k = k
+    lz._pool = pool  # last: from here on, dealloc drops the references
+    return lz
+
+
+@cython.final
+@cython.no_gc
+cdef class LazyFrames:
+    """LazyFrames(frames, *, layout='last')
+--
+
+k frames shown as one observation, stored once in a :class:`FramePool`.
+
+    A drop-in for baselines' ``atari_wrappers.LazyFrames``: ``LazyFrames(frames)``
+    concatenates on the last axis, and ``len``, ``[i]``, ``count()`` and ``frame(i)``
+    behave as baselines' on the materialised array. Unlike baselines it never caches the
+    materialised stack: ``np.asarray`` copies the frames out each time into a fresh
+    array, so holding observations costs only the unique frames. The observation owns
+    one reference per frame and never changes; :meth:`shift` returns a new one.
+
+    Args:
+        frames: a non-empty sequence of k array-likes of one shape ``S`` and dtype,
+            oldest first, copied into the shared :func:`default_pool`. An ndarray that
+            is already stored there with the same bytes (as when baselines' FrameStack
+            passes the same frame to k consecutive observations) is not copied again.
+        layout: ``"last"`` (baselines, default), ``"first"`` (SB3 channels-first) or
+            ``"stack"`` (Gymnasium, ``(k, *S)``); see ``lazyframes.LAYOUTS``.
+
+    Raises:
+        ValueError: an empty sequence, frames of different shapes, or a layout that
+            does not fit the frame shape (e.g. ``"last"`` for ``(1, 84, 84)`` frames).
+        TypeError: frames of different dtypes, or object arrays.
+
+    Equality: ``a == b`` is a single bool, True when both materialise to arrays of the
+    same shape with equal values (as ``np.array_equal``); comparing with an ndarray
+    works the same way in both directions. Observations are unhashable, like ndarrays.
+
+    Example:
+        >>> frames = [np.full((84, 84, 1), v, np.uint8) for v in range(4)]
+        >>> lz = LazyFrames(frames)
+        >>> lz.shape, np.asarray(lz).shape, lz.count(), len(lz)
+        ((84, 84, 4), (84, 84, 4), 4, 84)
+        >>> pool = FramePool((84, 84, 1), np.uint8)
+        >>> refs = [pool.push(f) for f in frames]
+        >>> obs = pool.lazy(refs)
+        >>> del refs; pool.live_frames
+        4
+        >>> obs = obs.shift(np.zeros((84, 84, 1), np.uint8)); pool.live_frames
+        4
+    """
+
+    cdef FramePool _pool            # None until initialised
+    cdef int64_t *_slots            # _inline for k <= 4 (Atari's stack size), else malloc'd
+    cdef int64_t _inline[4]
+    cdef Py_ssize_t _k
+    cdef lf_layout _code
+
+    __array_priority__ = 10.0  # so ndarray == LazyFrames defers to __eq__
+
+    def __cinit__(self):
+        self._slots = NULL
+        self._k = 0
+        self._pool = None
+
+    def __init__(self, frames, *, layout="last"):
+        if self._pool is not None:
+            raise RuntimeError("LazyFrames.__init__ called twice")
+        if isinstance(frames, np.ndarray) and frames.ndim >= 1:
+            frames = list(frames)
+        frames = list(frames)
+        if not frames:
+            raise ValueError(C.NO_FRAMES)
+        arrays = []
+        for f in frames:
+            a = np.asarray(f)
+            if a.dtype.kind == "O":
+                raise TypeError(C.OBJECT_FRAME)
+            arrays.append(a)
+        shape, dt = arrays[0].shape, C.frame_dtype(arrays[0].dtype)
+        for a in arrays:
+            if a.shape != shape:
+                raise ValueError(C.frames_differ("shapes", shape, a.shape))
+            if a.dtype.newbyteorder("=") != dt:
+                raise TypeError(C.frames_differ("dtypes", dt, a.dtype))
+        C.check_layout(layout, shape)
+        cdef FramePool pool = default_pool(shape, dt)
+        cdef lf_layout code = pool._layout(layout)
+        refs = [pool._push_known(f, a) for f, a in zip(frames, arrays)]
+        cdef Py_ssize_t k = len(refs), i
+        self._alloc(k)
+        for i in range(k):
+            self._slots[i] = (<FrameRef>refs[i])._slot
+        _incref_all(&pool.p, self._slots, k)
+        self._k = k
+        self._code = code
+        self._pool = pool
+
+    def __dealloc__(self):
+        if self._pool is not None:
+            _decref_all(&self._pool.p, self._slots, self._k)
+        if self._slots != self._inline:
+            free(self._slots)
+
+    cdef int _alloc(self, Py_ssize_t k) except -1:
+        """Room for k ids: inline for k <= 4 (Atari's stack size), else malloc'd."""
+        if k <= 4:
+            self._slots = self._inline
+        else:
+            self._slots = <int64_t *>malloc(k * sizeof(int64_t))
+            if self._slots == NULL:
+                raise MemoryError()
+        return 0
+
+    cdef inline int _ready(self) except -1:
+        if self._pool is None:
+            _uninitialised(self)
+        return 0
+
+    # -- array-likeness without materialising ----------------------------------------
+    @property
+    def pool(self):
+        """The pool holding the frames."""
+        self._ready()
+        return self._pool
+
+    @property
+    def slots(self):
+        """Slot ids of the k frames, oldest first."""
+        self._ready()
+        return tuple([self._slots[i] for i in range(self._k)])
+
+    @property
+    def layout(self):
+        """``"last"``, ``"first"`` or ``"stack"``."""
+        self._ready()
+        return C.LAYOUTS[self._code]
+
+    @property
+    def stack_size(self):
+        """k, the number of frames."""
+        self._ready()
+        return self._k
+
+    @property
+    def frame_shape(self):
+        """Shape ``S`` of one frame."""
+        self._ready()
+        return self._pool._shape
+
+    @property
+    def shape(self):
+        """Shape of ``np.asarray(self)``."""
+        self._ready()
+        return self._pool._obs_shape(self._code, self._k)
+
+    @property
+    def dtype(self):
+        """The dtype of ``np.asarray(self)``."""
+        self._ready()
+        return self._pool._dtype
+
+    @property
+    def ndim(self):
+        """Number of axes of ``np.asarray(self)``."""
+        self._ready()
+        return self._pool._nd + (self._code == LF_STACK)
+
+    @property
+    def size(self):
+        """Number of elements of ``np.asarray(self)``."""
+        self._ready()
+        return self._k * self._pool.p.frame_bytes // self._pool._itemsize
+
+    @property
+    def nbytes(self):
+        """Bytes of the materialised array (not of the memory held; see the pool)."""
+        self._ready()
+        return self._k * self._pool.p.frame_bytes
+
+    # -- copying out ---------------------------------------------------------------
+    cdef cnp.ndarray _out(self, object dtype, object scale):
+        """This observation copied out into a fresh array of :attr:`shape`."""
+        return _copy_out(self._pool, self._code, self._slots, 1, self._k, None, dtype, scale, False)
+
+    def __array__(self, dtype=None, copy=None):
+        """Materialise into a fresh array (NumPy 2 protocol).
+
+        ``copy=False`` raises ValueError: the frames are not one array, so a copy cannot
+        be avoided. ``dtype`` is fused into the copy (same-kind casts).
+        """
+        self._ready()
+        if dtype is None and copy is not False:  # the hot path of np.asarray(obs)
+            return self._out(None, None)
+        return C.array_protocol(self, dtype, copy, self._fused)
+
+    def _fused(self, dtype):
+        """The copy out with ``dtype`` fused (TypeError when the kernels cannot fuse it)."""
+        self._ready()
+        return self._out(dtype, None)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export of a fresh materialised array, so ``torch.as_tensor(obs)`` is fast."""
+        self._ready()
+        return C.dlpack(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self):
+        """The device of :meth:`__dlpack__`: the CPU."""
+        self._ready()
+        return C.DLPACK_DEVICE
+
+    def astype(self, dtype, *, scale=None):
+        """A new array of ``dtype``, optionally times ``scale`` (fused into the copy).
+
+        ``obs.astype(np.float32, scale=1/255)`` is baselines' ScaledFloatFrame.
+        """
+        self._ready()
+        return self._out(dtype, scale)
+
+    def __len__(self):
+        self._ready()
+        cdef cnp.npy_intp dims[MAX_NDIM + 1]
+        self._pool._obs_dims(self._code, self._k, dims)
+        return dims[0]
+
+    def __getitem__(self, key):
+        return np.asarray(self)[key]
+
+    def count(self):
+        """Size of the last axis of the materialised array, as baselines' ``count()``."""
+        return self.shape[-1]
+
+    def frame(self, i):
+        """``np.asarray(self)[..., i]`` as baselines' ``frame(i)``: a channel when C > 1.
+
+        Copies only what it returns in the ``"last"`` layout.
+
+        Raises:
+            IndexError: out of range.
+        """
+        i = C.index_frame(i, self.count())
+        if self._code == LF_LAST:
+            j, ch = divmod(i, self._pool._dims[self._pool._nd - 1])
+            return self._pool._get(self._slots[j])[..., ch]
+        return np.asarray(self)[..., i]
+
+    def get_frame(self, j):
+        """A copy of whole frame ``j`` (0 is the oldest), shape :attr:`frame_shape`.
+
+        Raises:
+            IndexError: out of range.
+        """
+        self._ready()
+        j = C.index_frame(j, self._k)
+        return self._pool._get(self._slots[j])
+
+    def shift(self, frame):
+        """The next observation: this one's last k-1 frames, then ``frame``.
+
+        ``frame`` is copied once into this observation's pool; the shared frames are
+        not copied. This is one step of a frame stacker (baselines' ``deque(maxlen=k)``)
+        in one call; ``self`` is unchanged.
+
+        Raises:
+            TypeError, ValueError: ``frame`` of the wrong dtype or shape.
+        """
+        self._ready()
+        cdef FramePool pool = self._pool
+        cdef cnp.ndarray arr = pool._as_frames(frame, 0)
+        cdef Py_ssize_t k = self._k
+        cdef LazyFrames lz = _new_lazy(self._code, k)
+        pool._push_into(arr, 1, &lz._slots[k - 1])
+        memcpy(lz._slots, self._slots + 1, (k - 1) * sizeof(int64_t))
+        _incref_all(&pool.p, lz._slots, k - 1)
+        lz._k = k
+        lz._pool = pool
+        return lz
+
+    def copy(self):
+        """A new observation sharing the same frames (no frame bytes copied)."""
+        self._ready()
+        return _lazy_from(self._pool, self._code, self._slots, self._k, False)
+
+    def __copy__(self):
+        return self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    def __reduce__(self):
+        self._ready()
+        refs = tuple([self._pool._ref_of(self._slots[i]) for i in range(self._k)])
+        return _restore_lazyframes, (refs, C.LAYOUTS[self._code])
+
+    def __eq__(self, other):
+        self._ready()
+        return C.lazyframes_eq(self, other)
+
+    def __ne__(self, other):
+        self._ready()
+        eq = C.lazyframes_eq(self, other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
+    def __repr__(self):
+        self._ready()
+        return (
+            f"LazyFrames(shape={self.shape}, dtype={self.dtype}, layout={self.layout!r}, "
+            f"stack_size={self._k})"
+        )
+
+
+def stack(observations, out=None, *, dtype=None, scale=None):
+    """Materialise a batch of observations into one array: ``(B, *observation_shape)``.
+
+    The fast equivalent of ``np.array(list_of_lazyframes)``: one C call with the GIL
+    released; ``dtype`` and ``scale`` are fused into the copy, e.g.
+    ``stack(batch, dtype=np.float32, scale=1/255)`` for ``uint8 -> [0, 1]``.
+
+    Args:
+        observations: a non-empty sequence of :class:`LazyFrames` with one shape, dtype
+            and layout (they may come from different pools).
+        out: optional C-contiguous, writeable ndarray of shape ``(B, *obs_shape)`` to
+            fill; its dtype is the output dtype when ``dtype`` is None.
+        dtype: output dtype (same-kind casts, e.g. uint8 -> float32). Default: the frames'.
+        scale: multiply by this after converting (float output dtypes only).
+
+    Returns:
+        ``out``, or a new array.
+
+    Raises:
+        ValueError: no observations, mismatched shapes or layouts, or a bad ``out``
+            (shape, contiguity, read-only).
+        TypeError: a non-LazyFrames element, mismatched dtypes, an unsupported
+            conversion, or ``out`` of the wrong dtype.
+
+    Example:
+        >>> obs = LazyFrames([np.zeros((2, 2, 1), np.uint8)] * 4)
+        >>> stack([obs, obs], dtype=np.float32, scale=1 / 255).shape
+        (2, 2, 2, 4)
+    """
+    obs = list(observations)  # our own references: the caller's list may change meanwhile
+    cdef Py_ssize_t b = len(obs), i, k
+    if b == 0:
+        raise ValueError(C.NO_OBSERVATIONS)
+    cdef LazyFrames o, first = None
+    for x in obs:
+        if type(x) is not LazyFrames:
+            raise TypeError(C.stack_not_lazyframes(x))
+        o = x
+        o._ready()
+        if first is None:
+            first = o
+        elif o._pool is not first._pool or o._k != first._k or o._code != first._code:
+            C.check_same_geometry(first, o)  # raises unless only the pools differ
+    k = first._k
+    cdef FramePool fp = first._pool
+    cdef _Copy c
+    memset(&c, 0, sizeof(c))
+    c.n_out = 1
+    res = _output(fp, first._code, b, k, out, dtype, scale, &c, 0)
+    cdef int64_t *ids = <int64_t *>malloc(max(1, b * k) * sizeof(int64_t))
+    cdef lf_pool **pools = <lf_pool **>malloc(max(1, b) * sizeof(lf_pool *))
+    try:
+        if ids == NULL or pools == NULL:
+            raise MemoryError()
+        for i in range(b):
+            o = obs[i]
+            memcpy(ids + i * k, o._slots, k * sizeof(int64_t))
+            pools[i] = &o._pool.p
+        c.ids = ids
+        c.pools = pools
+        _copy(&c)
+    finally:
+        free(ids)
+        free(pools)
+    return res
+
+
+cdef LazyBatch _new_batch(lf_layout code, Py_ssize_t n, Py_ssize_t k):
+    """A batch with room for n * k ids and no references yet (the caller fills it)."""
+    if n > 0 and k > (<Py_ssize_t>(INT64_MAX // 8)) // n:
+        raise MemoryError(f"a batch of {n} x {k} frames is too large")
+    cdef LazyBatch b = LazyBatch.__new__(LazyBatch)
+    b._slots = <int64_t *>malloc(max(1, n * k) * sizeof(int64_t))
+    if b._slots == NULL:
+        raise MemoryError()
+    b._k = k
+    b._code = code
+    return b
+
+
+cdef LazyBatch _batch_from(FramePool pool, lf_layout code, const int64_t *ids, Py_ssize_t n,
+                           Py_ssize_t k, bint check):
+    """A new batch over ``(n, k)`` ids of ``pool``, taking a reference on each (checked first)."""
+    if check:
+        _check_ids(&pool.p, ids, n * k)
+    cdef LazyBatch b = _new_batch(code, n, k)
+    memcpy(b._slots, ids, n * k * sizeof(int64_t))
+    _incref_all(&pool.p, ids, n * k)
+    b._n = n
+    b._pool = pool  # last: from here on, dealloc drops the references
+    return b
+
+
+cdef LazyBatch _check_batch(FramePool pool, object x, str what, str expected="a LazyBatch"):
+    """``x`` as an initialised LazyBatch of ``pool`` (TypeError/ValueError otherwise)."""
+    if type(x) is not LazyBatch:
+        raise TypeError(C.wrong_type(what, expected, x))
+    (<LazyBatch>x)._ready()
+    if (<LazyBatch>x)._pool is not pool:
+        raise ValueError(C.other_pool("LazyBatch"))
+    return <LazyBatch>x
+
+
+cdef int _check_pad(FramePool pool, object pad) except -1:
+    """``pad`` must be None or a FrameRef of ``pool``."""
+    if pad is None:
+        return 0
+    if type(pad) is not FrameRef:
+        raise TypeError(C.wrong_type("pad", "a FrameRef or None", pad))
+    (<FrameRef>pad)._slot_of(pool)
+    return 0
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef LazyBatch _step(FramePool pool, lf_layout code, LazyBatch prev, Py_ssize_t k,
+                     cnp.ndarray frames, const unsigned char *restart, object pad):
+    """Push ``frames`` (n, *S) and build the next batch (all arguments checked).
+
+    Row i is row i of ``prev`` shifted left with new frame i last or, where ``prev`` is
+    None or ``restart[i]``, ``[p] * (k - 1) + [new i]`` with ``p`` the slot of ``pad``
+    (a FrameRef the caller holds, so live) or new frame i. One C loop.
+    """
+    cdef Py_ssize_t n = frames.shape[0], i, j
+    cdef LazyBatch b = _new_batch(code, n, k)
+    cdef int64_t *new = <int64_t *>malloc(max(1, n) * sizeof(int64_t))
+    if new == NULL:
+        raise MemoryError()
+    try:
+        pool._push_into(frames, n, new)
+    except BaseException:
+        free(new)
+        raise
+    cdef int64_t p = -1 if pad is None else (<FrameRef>pad)._slot, fill
+    cdef int64_t *row
+    for i in range(n):
+        row = b._slots + i * k
+        row[k - 1] = new[i]  # the new reference passes to the batch
+        if prev is None or (restart != NULL and restart[i]):
+            fill = new[i] if p < 0 else p
+            for j in range(k - 1):
+                row[j] = fill
+                lf_pool_incref(&pool.p, fill)
+        else:
+            for j in range(k - 1):
+                row[j] = prev._slots[i * k + j + 1]
+                lf_pool_incref(&pool.p, row[j])
+    free(new)
+    b._n = n
+    b._pool = pool
+    return b
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef LazyBatch _dedup(FramePool pool, cnp.ndarray arr, LazyBatch cand):
+    """:meth:`FramePool._push_dedup` on checked C-contiguous frames ``(E, k, *S)``."""
+    cdef Py_ssize_t E = arr.shape[0], k = arr.shape[1], m = 0, e, j, jj, q
+    cdef const int64_t *cp = NULL
+    if cand is not None:
+        m = cand._k
+        cp = cand._slots
+    cdef size_t fb = pool.p.frame_bytes
+    cdef const unsigned char *src = <const unsigned char *>cnp.PyArray_DATA(arr)
+    cdef const unsigned char *f
+    cdef LazyBatch b = _new_batch(LF_STACK, E, k)
+    cdef int64_t *o = b._slots
+    cdef int64_t found
+    for e in range(E):
+        for j in range(k):
+            f = src + (e * k + j) * fb
+            found = -1
+            for q in range(m):
+                if memcmp(lf_pool_addr(&pool.p, cp[e * m + q]), f, fb) == 0:
+                    found = cp[e * m + q]
+                    break
+            if found < 0:
+                for jj in range(j):
+                    if memcmp(src + (e * k + jj) * fb, f, fb) == 0:
+                        found = o[e * k + jj]
+                        break
+            if found >= 0:
+                lf_pool_incref(&pool.p, found)
+            else:
+                found = lf_pool_alloc(&pool.p)
+                if found < 0:
+                    _decref_all(&pool.p, o, e * k + j)
+                    raise MemoryError("the frame pool cannot grow")
+                memcpy(lf_pool_addr(&pool.p, found), f, fb)
+            o[e * k + j] = found
+    b._n = E
+    b._pool = pool
+    return b
+
+
+@cython.final
+@cython.no_gc
+cdef class LazyBatch:
+    """A batch of ``n`` observations (one per sub-environment) as slot ids of one pool.
+
+    Holds one reference on each of its ``n * k`` frames, dropped when it is dropped, so
+    it stays valid however far the environments move on; it never changes (:meth:`shift`
+    and :meth:`replace` return new batches). No frame bytes are copied until it is
+    materialised. Made by :meth:`FramePool.lazy_batch`, :meth:`FramePool.push_batch`,
+    :meth:`shift` and :meth:`SlotTable.batch`; there is no public constructor.
+
+    ``len(batch)`` is ``n``; ``batch[i]`` is observation i as a :class:`LazyFrames` (no
+    frame copied); ``batch[a:b]`` is a LazyBatch. ``np.asarray(batch)``, :meth:`numpy`
+    (with ``out``, ``dtype``, ``scale``) and DLPack (``torch.as_tensor(batch)``) copy the
+    whole batch out once, in one C call with the GIL released.
+
+    Example:
+        >>> pool = FramePool((2, 2), np.uint8)
+        >>> batch = pool.push_batch(np.zeros((3, 2, 2), np.uint8), k=4)
+        >>> batch.shape, pool.live_frames
+        ((3, 4, 2, 2), 3)
+        >>> batch = batch.shift(np.ones((3, 2, 2), np.uint8), np.array([False, True, False]))
+        >>> np.asarray(batch)[:, :, 0, 0].tolist()
+        [[0, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 1]]
+    """
+
+    cdef FramePool _pool  # None until initialised
+    cdef int64_t *_slots
+    cdef Py_ssize_t _n, _k
+    cdef lf_layout _code
+
+    def __cinit__(self):
+        self._slots = NULL
+        self._n = 0
+        self._k = 0
+        self._pool = None
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(C.LAZYBATCH_NO_CONSTRUCTOR)
+
+    def __dealloc__(self):
+        if self._pool is not None:
+            _decref_all(&self._pool.p, self._slots, self._n * self._k)
+        free(self._slots)
+
+    cdef inline int _ready(self) except -1:
+        if self._pool is None:
+            _uninitialised(self)
+        return 0
+
+    @property
+    def pool(self):
+        """The pool holding the frames."""
+        self._ready()
+        return self._pool
+
+    @property
+    def slots(self):
+        """A copy of the slot ids, int64 ``(num_envs, k)``, oldest frame first."""
+        self._ready()
+        cdef cnp.npy_intp dims[2]
+        dims[0] = self._n
+        dims[1] = self._k
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
+        memcpy(cnp.PyArray_DATA(out), self._slots, self._n * self._k * sizeof(int64_t))
+        return out
+
+    @property
+    def layout(self):
+        """``"last"``, ``"first"`` or ``"stack"``."""
+        self._ready()
+        return C.LAYOUTS[self._code]
+
+    @property
+    def stack_size(self):
+        """k, the frames per observation."""
+        self._ready()
+        return self._k
+
+    @property
+    def shape(self):
+        """Shape of ``np.asarray(self)``: ``(num_envs, *observation_shape)``."""
+        self._ready()
+        return (self._n,) + self._pool._obs_shape(self._code, self._k)
+
+    @property
+    def dtype(self):
+        """The dtype of the frames."""
+        self._ready()
+        return self._pool._dtype
+
+    @property
+    def ndim(self):
+        """Number of axes of ``np.asarray(self)``."""
+        self._ready()
+        return self._pool._nd + 1 + (self._code == LF_STACK)
+
+    @property
+    def nbytes(self):
+        """Bytes of the materialised array (not of the memory held; see the pool)."""
+        self._ready()
+        return self._n * self._k * self._pool.p.frame_bytes
+
+    def numpy(self, out=None, *, dtype=None, scale=None):
+        """Materialise the batch into ``out`` (or a new array) in one copy.
+
+        Args:
+            out: optional C-contiguous writeable ndarray of shape :attr:`shape`.
+            dtype: output dtype (same-kind casts, e.g. uint8 -> float32).
+            scale: multiply by this after converting (float output only), e.g. 1/255.
+
+        Returns:
+            ``out`` or a new array of shape :attr:`shape`.
+
+        Raises:
+            TypeError, ValueError: a bad ``out``, ``dtype`` or ``scale`` (nothing written).
+        """
+        self._ready()
+        return _copy_out(self._pool, self._code, self._slots, self._n, self._k, out, dtype, scale)
+
+    def __array__(self, dtype=None, copy=None):
+        """Materialise into a fresh ``(n, *observation_shape)`` array (NumPy 2 protocol).
+
+        ``copy=False`` raises ValueError: a copy cannot be avoided.
+        """
+        self._ready()
+        if dtype is None and copy is not False:
+            return self.numpy()
+        return C.array_protocol(self, dtype, copy, self._fused)
+
+    def _fused(self, dtype):
+        """The copy out with ``dtype`` fused (TypeError when the kernels cannot fuse it)."""
+        return self.numpy(dtype=dtype)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export of a fresh materialised batch, so ``torch.as_tensor(batch)`` is fast."""
+        self._ready()
+        return C.dlpack(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self):
+        """The device of :meth:`__dlpack__`: the CPU."""
+        self._ready()
+        return C.DLPACK_DEVICE
+
+    def __len__(self):
+        self._ready()
+        return self._n
+
+    def __getitem__(self, i):
+        self._ready()
+        cdef cnp.ndarray rows
+        if isinstance(i, slice):
+            rows = np.ascontiguousarray(self.slots[i])
+            return _batch_from(self._pool, self._code, <const int64_t *>cnp.PyArray_DATA(rows),
+                               rows.shape[0], self._k, False)
+        try:
+            j = C.index_frame(i, self._n, "environments")
+        except TypeError:
+            raise TypeError(C.lazybatch_index(i)) from None
+        return self._row(j)
+
+    cdef LazyFrames _row(self, Py_ssize_t j):
+        return _lazy_from(self._pool, self._code, self._slots + j * self._k, self._k, False)
+
+    def __iter__(self):
+        self._ready()
+        cdef Py_ssize_t j
+        for j in range(self._n):
+            yield self._row(j)
+
+    def shift(self, frames, restart=None, *, pad=None):
+        """The next batch: each row shifted left with its new frame last, or restarted.
+
+        One step of ``n`` sub-environments in one C loop. Where ``restart[i]`` (a new
+        episode), row i is instead ``[p] * (k - 1) + [frame i]``, with ``p`` = ``pad``
+        or frame i itself (reset padding). ``self`` is unchanged.
+
+        Args:
+            frames: an array ``(n, *S)`` of the pool's dtype.
+            restart: None, or a bool mask ``(n,)``.
+            pad: None, or a :class:`FrameRef` of this pool.
+
+        Returns:
+            A new :class:`LazyBatch` of the same shape and layout.
+
+        Raises:
+            TypeError, ValueError: frames, mask or pad that do not fit; checked before
+                any frame is stored.
+        """
+        self._ready()
+        cdef FramePool pool = self._pool
+        cdef cnp.ndarray arr = pool._as_frames(frames, 1)
+        if arr.shape[0] != self._n:
+            raise ValueError(C.frames_shape((<object>arr).shape, str(self._n), pool._shape))
+        cdef cnp.ndarray m = None
+        if restart is not None:
+            m = np.array(restart, dtype=np.bool_, order="C")  # a private copy
+            if cnp.PyArray_NDIM(m) != 1 or m.shape[0] != self._n:
+                raise ValueError(C.restart_shape((<object>m).shape, self._n))
+        _check_pad(pool, pad)
+        cdef const unsigned char *mask = NULL
+        if m is not None:
+            mask = <const unsigned char *>cnp.PyArray_DATA(m)
+        return _step(pool, self._code, self, self._k, arr, mask, pad)
+
+    def replace(self, rows, other):
+        """A new batch with rows ``rows`` taken from ``other`` (a batch with one row per index).
+
+        Args:
+            rows: 1-D ints, distinct row indices ``0 <= r < n``.
+            other: a :class:`LazyBatch` of this pool with the same ``k`` and layout and
+                ``len(rows)`` rows; row i of ``other`` becomes row ``rows[i]``.
+
+        Raises:
+            TypeError, ValueError, IndexError: arguments that do not fit (checked first).
+        """
+        self._ready()
+        cdef cnp.ndarray r = _row_ids(rows, self._n, True)
+        cdef LazyBatch o = _check_batch(self._pool, other, "other")
+        if o._k != self._k or o._code != self._code:
+            raise ValueError(C.batch_geometry(self._k, self.layout, o._k, o.layout))
+        cdef Py_ssize_t e = r.shape[0], i
+        cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
+        if e != o._n:
+            raise ValueError(C.rows_count("other", o._n, e))
+        cdef LazyBatch b = _batch_from(self._pool, self._code, self._slots, self._n, self._k, False)
+        cdef Py_ssize_t k = self._k
+        for i in range(e):  # take the new references before dropping the old ones
+            _incref_all(&b._pool.p, o._slots + i * k, k)
+            _decref_all(&b._pool.p, b._slots + ri[i] * k, k)
+            memcpy(b._slots + ri[i] * k, o._slots + i * k, k * sizeof(int64_t))
+        return b
+
+    def copy(self):
+        """A new batch sharing the same frames (no frame bytes copied)."""
+        self._ready()
+        return _batch_from(self._pool, self._code, self._slots, self._n, self._k, False)
+
+    def __copy__(self):
+        return self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    def __reduce__(self):
+        self._ready()
+        return _restore_lazybatch, (tuple(self), C.LAYOUTS[self._code])
+
+    __hash__ = None
+
+    def __repr__(self):
+        self._ready()
+        return f"LazyBatch(shape={self.shape}, dtype={self.dtype}, layout={self.layout!r})"

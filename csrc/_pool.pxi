@@ -1,0 +1,675 @@
+# FramePool and FrameRef: the arena's Python face, and how slot ids come in.
+#
+# Included by _core.pyx. Slot ids given as ints are only ever read: _ids copies them
+# into private memory, and _check_ids checks each one right before it is used.
+
+
+cdef int _lf_type(object dt):
+    """The kernels' element type of a native-order dtype (LF_RAW when not convertible)."""
+    cdef str kind = dt.kind
+    cdef int size = dt.itemsize
+    if kind == "b":
+        return LF_BOOL
+    if kind == "i":
+        return {1: LF_INT8, 2: LF_INT16, 4: LF_INT32, 8: LF_INT64}.get(size, LF_RAW)
+    if kind == "u":
+        return {1: LF_UINT8, 2: LF_UINT16, 4: LF_UINT32, 8: LF_UINT64}.get(size, LF_RAW)
+    if kind == "f":
+        return {4: LF_FLOAT32, 8: LF_FLOAT64}.get(size, LF_RAW)
+    return LF_RAW
+
+
+cdef inline lf_layout _layout_code(object layout) except *:
+    """The enum value of a layout name (ValueError for an unknown one)."""
+    if layout == "last":
+        return LF_LAST
+    if layout == "first":
+        return LF_FIRST
+    if layout == "stack":
+        return LF_STACK
+    C.check_layout(layout, ())  # raises the shared message
+    raise AssertionError(layout)
+
+
+cdef int64_t _one_id(FramePool pool, object x) except? -1:
+    """One slot id: an int (``operator.index``) or a FrameRef of ``pool``."""
+    if type(x) is FrameRef:
+        return (<FrameRef>x)._slot_of(pool)
+    try:
+        v = x if type(x) is int else operator.index(x)
+    except TypeError:
+        raise TypeError(C.wrong_type("a slot id", "an int or a FrameRef", x)) from None
+    if not -INT64_MAX - 1 <= v <= INT64_MAX:
+        raise IndexError(C.slot_out_of_range(v))
+    return v
+
+
+cdef cnp.ndarray _ids(FramePool pool, object slots):
+    """``slots`` (ints or FrameRefs of ``pool``, any shape) as a private C-contiguous int64 copy.
+
+    The copy belongs to the caller: Python code that runs later (another argument's
+    ``__index__`` or ``__array__``) cannot change the ids it holds.
+    """
+    cdef cnp.ndarray arr
+    cdef cnp.npy_intp n, i
+    cdef int64_t *a
+    if type(slots) is list or type(slots) is tuple:  # the common case, without NumPy
+        n = len(slots)
+        arr = cnp.PyArray_EMPTY(1, &n, cnp.NPY_INT64, 0)
+        a = <int64_t *>cnp.PyArray_DATA(arr)
+        for i in range(n):
+            x = slots[i]
+            if type(x) is not int and type(x) is not FrameRef:
+                break
+            a[i] = _one_id(pool, x)
+        else:
+            return arr
+    src = np.asarray(slots)
+    if src.dtype == object:
+        flat = [_one_id(pool, x) for x in src.ravel()]
+        return np.array(flat, dtype=np.int64).reshape(src.shape)
+    return np.array(C.as_slots(src), dtype=np.int64, order="C", copy=True)
+
+
+cdef cnp.ndarray _row_ids(object rows, Py_ssize_t n, bint distinct):
+    """Row indices as a private 1-D int64 copy, each ``0 <= r < n`` (and distinct if asked).
+
+    Compared, never computed with, so no value (``2**63 - 1``, a huge uint64) can wrap.
+    The common inputs (an int64 array, a list of ints) are checked in C; anything else,
+    and any error, goes through ``_common.as_rows``, which raises the shared messages.
+    """
+    cdef cnp.ndarray a = None
+    cdef cnp.npy_intp m, i, j
+    cdef int64_t *r
+    if type(rows) is list:
+        m = len(rows)
+        a = cnp.PyArray_EMPTY(1, &m, cnp.NPY_INT64, 0)
+        r = <int64_t *>cnp.PyArray_DATA(a)
+        for i in range(m):
+            x = rows[i]
+            if type(x) is not int or not 0 <= x < n:
+                a = None
+                break
+            r[i] = x
+    elif (cnp.PyArray_CheckExact(rows) and cnp.PyArray_TYPE(<cnp.ndarray>rows) == cnp.NPY_INT64
+            and cnp.PyArray_NDIM(<cnp.ndarray>rows) == 1):
+        a = cnp.PyArray_NewCopy(<cnp.ndarray>rows, cnp.NPY_CORDER)
+        r = <int64_t *>cnp.PyArray_DATA(a)
+        for i in range(a.shape[0]):
+            if r[i] < 0 or r[i] >= n:
+                a = None
+                break
+    if a is not None and distinct:
+        if a.shape[0] <= 32:
+            for i in range(a.shape[0]):
+                for j in range(i):
+                    if r[i] == r[j]:
+                        a = None
+                        break
+                if a is None:
+                    break
+        elif np.unique(a).shape[0] != a.shape[0]:
+            a = None
+    if a is None:
+        a = np.ascontiguousarray(C.as_rows(rows, n, distinct=distinct), dtype=np.int64)
+    return a
+
+
+cdef int _check_ids(lf_pool *p, const int64_t *a, Py_ssize_t n) except -1:
+    """Raise unless every id is a live slot of ``p`` (no Python code runs otherwise)."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if not lf_pool_is_live(p, a[i]):
+            if not lf_pool_in_range(p, a[i]):
+                raise IndexError(C.slot_out_of_range(a[i]))
+            raise ValueError(C.slot_free(a[i]))
+    return 0
+
+
+cdef inline void _incref_all(lf_pool *p, const int64_t *a, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        lf_pool_incref(p, a[i])
+
+
+cdef inline void _decref_all(lf_pool *p, const int64_t *a, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        lf_pool_decref(p, a[i])
+
+
+cdef object _uninitialised(object obj):
+    raise TypeError(C.not_initialised(type(obj).__name__))
+
+
+@cython.final
+@cython.no_gc
+cdef class FrameRef:
+    """One reference on one frame of a :class:`FramePool`; pickles as the frame itself.
+
+    Made by :meth:`FramePool.push` (there is no public constructor). ``slot`` is
+    information only: passing the FrameRef itself (to :meth:`FramePool.lazy`,
+    :meth:`FramePool.get`, ...) is what keeps the frame alive. A FrameRef is not an
+    int. It pickles as its frame; unpickling pushes the frame into :func:`default_pool`.
+
+    Example:
+        >>> pool = FramePool((2, 2, 1), np.uint8)
+        >>> ref = pool.push(np.ones((2, 2, 1), np.uint8))
+        >>> ref.pool is pool, pool.refcount(ref)
+        (True, 1)
+        >>> del ref; pool.live_frames
+        0
+    """
+
+    cdef FramePool _pool  # None when uninitialised (FrameRef.__new__(FrameRef))
+    cdef int64_t _slot
+    cdef object __weakref__
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(C.FRAMEREF_NO_CONSTRUCTOR)
+
+    @staticmethod
+    cdef FrameRef _own(FramePool pool, int64_t slot):
+        """A FrameRef taking over one reference the caller holds on a live ``slot``."""
+        cdef FrameRef r = FrameRef.__new__(FrameRef)
+        r._pool = pool
+        r._slot = slot
+        return r
+
+    def __dealloc__(self):
+        if self._pool is not None:
+            lf_pool_decref(&self._pool.p, self._slot)
+
+    cdef int64_t _slot_of(self, FramePool pool) except? -1:
+        """The slot id, checking that this FrameRef is initialised and of ``pool``."""
+        if self._pool is not pool:
+            if self._pool is None:
+                _uninitialised(self)
+            raise ValueError(C.other_pool("FrameRef"))
+        return self._slot
+
+    @property
+    def pool(self):
+        """The pool holding the frame."""
+        if self._pool is None:
+            _uninitialised(self)
+        return self._pool
+
+    @property
+    def slot(self):
+        """The frame's slot id in :attr:`pool` (the int owns nothing; this FrameRef does)."""
+        if self._pool is None:
+            _uninitialised(self)
+        return self._slot
+
+    def __reduce__(self):
+        if self._pool is None:
+            _uninitialised(self)
+        return _restore_frame, (self._pool.get(self),)
+
+    def __repr__(self):
+        if self._pool is None:
+            _uninitialised(self)
+        pool = self._pool
+        return f"FrameRef(slot={self._slot}, frame_shape={pool._shape}, dtype={pool._dtype})"
+
+
+@cython.final
+@cython.no_gc_clear
+cdef class FramePool:
+    """FramePool(frame_shape, dtype, *, chunk_bytes=1048576)
+--
+
+A refcounted store of frames of one shape and dtype, in a chunked arena.
+
+    Each frame is copied in once (:meth:`push`) and lives in a slot until its refcount
+    drops to zero; the slot is then reused. Chunks hold the largest power of two of
+    slots that fits ``chunk_bytes`` (at least one) and never move; a chunk whose slots
+    are all free is returned to the OS (one empty chunk is kept to avoid churn).
+
+    References are owned by objects, never by bare ints: a :class:`FrameRef` (one
+    frame), :class:`LazyFrames` (one observation), :class:`LazyBatch` (a batch of
+    observations) or :class:`SlotTable` (a replay buffer's store). A frame is freed when
+    its last owner is dropped. Methods that read slot ids given as ints (:meth:`get`,
+    :meth:`lazy`, :meth:`gather`, ...) check each id right before use.
+
+    Args:
+        frame_shape: shape ``S`` of one frame, e.g. ``(84, 84, 1)``.
+        dtype: numeric dtype of the frames, e.g. ``np.uint8``.
+        chunk_bytes: size of one arena chunk in bytes (default 1 MiB).
+
+    Raises:
+        TypeError: non-numeric dtype or a shape that is not a tuple of ints.
+        ValueError: a non-positive dimension or ``chunk_bytes``.
+
+    Example:
+        >>> pool = FramePool((84, 84, 1), np.uint8)
+        >>> ref = pool.push(np.zeros((84, 84, 1), np.uint8))
+        >>> pool.live_frames, pool.refcount(ref)
+        (1, 1)
+        >>> del ref; pool.live_frames
+        0
+    """
+
+    cdef lf_pool p
+    cdef tuple _shape               # None until initialised
+    cdef object _dtype
+    cdef cnp.dtype _descr
+    cdef int _ltype
+    cdef size_t _itemsize
+    cdef int _nd
+    cdef cnp.npy_intp _dims[MAX_NDIM]
+    cdef size_t _outer[LF_NLAYOUTS]
+    cdef size_t _inner[LF_NLAYOUTS]
+    cdef bint _layout_ok[LF_NLAYOUTS]  # checked once per pool that the layout fits
+    cdef object _refs                   # slot -> FrameRef, weakly (pickling shares frames)
+    cdef dict _by_id                    # id(ndarray) -> (weakref, slot): LazyFrames(list)
+    cdef object __weakref__
+
+    def __cinit__(self):
+        self.p.spc = 0
+
+    def __init__(self, frame_shape, dtype, *, chunk_bytes=C.DEFAULT_CHUNK_BYTES):
+        if self._shape is not None:
+            raise RuntimeError("FramePool.__init__ called twice")
+        shape = C.frame_shape(frame_shape)
+        dt = C.frame_dtype(dtype)
+        chunk_bytes = operator.index(chunk_bytes)
+        if chunk_bytes <= 0:
+            raise ValueError(C.chunk_bytes_not_positive(chunk_bytes))
+        if len(shape) > MAX_NDIM:
+            raise ValueError(f"frames have more than {MAX_NDIM} dimensions: {shape}")
+        nbytes = math.prod(shape) * dt.itemsize  # a Python int: it cannot wrap
+        if nbytes > INT64_MAX:
+            raise MemoryError(f"frames of shape {shape} and dtype {dt} are too large")
+        if lf_pool_init(&self.p, nbytes, chunk_bytes) != 0:
+            raise MemoryError("cannot create the frame pool")
+        self._dtype = dt
+        self._descr = dt
+        self._ltype = _lf_type(dt)
+        self._itemsize = dt.itemsize
+        self._nd = len(shape)
+        for i in range(self._nd):
+            self._dims[i] = shape[i]
+        for code in range(LF_NLAYOUTS):
+            lf_layout_geometry(<lf_layout>code, nbytes // dt.itemsize, shape[-1] if shape else 1,
+                               &self._outer[code], &self._inner[code])
+            self._layout_ok[<int>code] = False
+        self._refs = weakref.WeakValueDictionary()
+        self._by_id = {}
+        self._shape = shape  # last: marks the pool initialised
+
+    def __dealloc__(self):
+        lf_pool_free(&self.p)
+
+    cdef inline int _ready(self) except -1:
+        if self._shape is None:
+            _uninitialised(self)
+        return 0
+
+    @property
+    def frame_shape(self):
+        """Shape ``S`` of one frame."""
+        self._ready()
+        return self._shape
+
+    @property
+    def dtype(self):
+        """The dtype of the stored frames (native byte order)."""
+        self._ready()
+        return self._dtype
+
+    # -- stats ----------------------------------------------------------------------
+    @property
+    def frame_bytes(self):
+        """Bytes of one frame."""
+        return self.p.frame_bytes
+
+    @property
+    def slots_per_chunk(self):
+        """Slots in one arena chunk."""
+        return self.p.spc
+
+    @property
+    def live_frames(self):
+        """Frames with a refcount above zero."""
+        return self.p.live_frames
+
+    @property
+    def live_bytes(self):
+        """Bytes of the live frames: ``live_frames * frame_bytes``."""
+        return self.p.live_frames * self.p.frame_bytes
+
+    @property
+    def capacity(self):
+        """Slots in chunks that currently hold memory."""
+        return self.p.n_alloc * self.p.spc
+
+    @property
+    def bytes_held(self):
+        """Bytes of frame memory currently held (whole chunks)."""
+        return lf_pool_bytes_held(&self.p)
+
+    @property
+    def peak_bytes(self):
+        """Largest :attr:`bytes_held` so far."""
+        return self.p.peak_bytes
+
+    def stats(self):
+        """Live frames, capacity, frame bytes, bytes held and peak bytes, as a dict."""
+        return {
+            "live_frames": self.live_frames,
+            "live_bytes": self.live_bytes,
+            "capacity": self.capacity,
+            "frame_bytes": self.frame_bytes,
+            "bytes_held": self.bytes_held,
+            "peak_bytes": self.peak_bytes,
+        }
+
+    def __repr__(self):
+        return (
+            f"FramePool(frame_shape={self.frame_shape}, dtype={self.dtype}, "
+            f"live_frames={self.live_frames}, bytes_held={self.bytes_held})"
+        )
+
+    def __reduce__(self):
+        raise TypeError(C.POOL_NOT_PICKLABLE)
+
+    # -- internals --------------------------------------------------------------------
+    cdef lf_layout _layout(self, object layout) except *:
+        """Layout code, checking once per pool that it fits the frame shape."""
+        self._ready()
+        cdef lf_layout code = _layout_code(layout)
+        if not self._layout_ok[<int>code]:
+            C.check_layout(layout, self._shape)
+            self._layout_ok[<int>code] = True
+        return code
+
+    cdef int _obs_dims(self, lf_layout code, Py_ssize_t k, cnp.npy_intp *dims) noexcept:
+        """Write the shape of one observation of k frames into dims; returns its ndim."""
+        return lf_layout_obs_shape(code, self._dims, self._nd, k, dims)
+
+    cdef tuple _obs_shape(self, lf_layout code, Py_ssize_t k):
+        cdef cnp.npy_intp dims[MAX_NDIM + 1]
+        cdef int nd = self._obs_dims(code, k, dims)
+        return tuple([dims[i] for i in range(nd)])
+
+    cdef cnp.ndarray _as_frames(self, object frames, int lead):
+        """``frames`` as a checked ndarray ``(*lead, *S)`` of the pool's dtype."""
+        cdef cnp.ndarray arr
+        cdef int i
+        self._ready()
+        if cnp.PyArray_CheckExact(frames):
+            arr = <cnp.ndarray>frames
+            if cnp.PyArray_NDIM(arr) == self._nd + lead and arr.descr is self._descr:
+                for i in range(self._nd):
+                    if cnp.PyArray_DIMS(arr)[i + lead] != self._dims[i]:
+                        break
+                else:
+                    return arr
+        if lead == 0:
+            return C.as_frame(frames, self._shape, self._dtype)
+        return C.as_frames(frames, self._shape, self._dtype, "n" if lead == 1 else "E, k")
+
+    cdef int _write(self, int64_t slot, cnp.ndarray arr, Py_ssize_t i) except -1:
+        """Copy frame ``i`` of checked frames ``arr`` into a fresh slot: the one copy in."""
+        cdef size_t fb = self.p.frame_bytes
+        cdef unsigned char[::1] mv
+        if cnp.PyArray_IS_C_CONTIGUOUS(arr):
+            memcpy(lf_pool_addr(&self.p, slot), <unsigned char *>cnp.PyArray_DATA(arr) + i * fb, fb)
+        else:  # strided: NumPy copies straight into the slot
+            mv = <unsigned char[:fb]>lf_pool_addr(&self.p, slot)
+            view = np.asarray(mv).view(self._dtype).reshape(self._shape)
+            np.copyto(view, arr[i] if cnp.PyArray_NDIM(arr) > self._nd else arr)
+        return 0
+
+    cdef int _push_into(self, cnp.ndarray arr, Py_ssize_t n, int64_t *out) except -1:
+        """Copy n checked frames into n new slots; ``out`` receives the ids, one reference each."""
+        cdef Py_ssize_t i
+        cdef int64_t s
+        for i in range(n):
+            s = lf_pool_alloc(&self.p)
+            if s < 0:
+                _decref_all(&self.p, out, i)
+                raise MemoryError("the frame pool cannot grow")
+            out[i] = s
+        try:
+            for i in range(n):
+                self._write(out[i], arr, i)
+        except BaseException:
+            _decref_all(&self.p, out, n)
+            raise
+        return 0
+
+    cdef FrameRef _ref_of(self, int64_t slot):
+        """The shared FrameRef of a live slot (one per slot while it lives): pickling."""
+        ref = self._refs.get(slot)
+        if ref is None:
+            lf_pool_incref(&self.p, slot)
+            ref = FrameRef._own(self, slot)
+            self._refs[slot] = ref
+        return ref
+
+    # -- single frames ------------------------------------------------------------------
+    def push(self, frame):
+        """Copy one frame into a free slot; the returned :class:`FrameRef` owns its reference.
+
+        The FrameRef owns the one reference of the new slot: the frame lives until it
+        (and every observation made from it) is dropped. Views, read-only and
+        non-contiguous arrays are accepted; the frame is copied exactly once.
+
+        Args:
+            frame: an array-like of shape :attr:`frame_shape` and dtype :attr:`dtype`.
+
+        Returns:
+            A new :class:`FrameRef`.
+
+        Raises:
+            TypeError: object arrays or a dtype other than :attr:`dtype`.
+            ValueError: a shape other than :attr:`frame_shape`.
+        """
+        cdef cnp.ndarray arr = self._as_frames(frame, 0)
+        cdef int64_t s
+        self._push_into(arr, 1, &s)
+        return FrameRef._own(self, s)
+
+    def _push_known(self, obj, arr):
+        """:meth:`push`, reusing the slot of the same ndarray ``obj`` if its bytes are unchanged.
+
+        How ``LazyFrames(list_of_frames)`` stores a frame once when baselines'
+        FrameStack passes the same ndarray to k consecutive observations: the pool
+        remembers (weakly) which slot each ndarray was last copied into.
+
+        Returns:
+            A new :class:`FrameRef`.
+        """
+        cdef cnp.ndarray a = self._as_frames(arr, 0)
+        cdef int64_t s
+        key = id(obj)
+        hit = self._by_id.get(key)
+        if hit is not None and hit[0]() is obj:
+            s = hit[1]
+            if lf_pool_is_live(&self.p, s) and cnp.PyArray_IS_C_CONTIGUOUS(a) and memcmp(
+                    lf_pool_addr(&self.p, s), cnp.PyArray_DATA(a), self.p.frame_bytes) == 0:
+                lf_pool_incref(&self.p, s)
+                return FrameRef._own(self, s)
+        ref = self.push(a)
+        if isinstance(obj, np.ndarray):
+            pool = weakref.ref(self)
+
+            def forget(wr, key=key):
+                p = pool()
+                if p is not None:
+                    p._forget(key, wr)
+
+            self._by_id[key] = (weakref.ref(obj, forget), (<FrameRef>ref)._slot)
+        return ref
+
+    def _forget(self, key, wr):
+        """Drop the dedupe entry of a dead ndarray (weakref callback of :meth:`_push_known`)."""
+        if self._by_id.get(key, (None,))[0] is wr:
+            del self._by_id[key]
+
+    cdef cnp.ndarray _get(self, int64_t slot):
+        """A copy of the frame of a live slot (checked by the caller)."""
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(self._nd, self._dims, self._descr.type_num, 0)
+        memcpy(cnp.PyArray_DATA(out), lf_pool_addr(&self.p, slot), self.p.frame_bytes)
+        return out
+
+    def get(self, slot):
+        """A copy of the frame in ``slot``, shape :attr:`frame_shape`.
+
+        Args:
+            slot: a :class:`FrameRef` of this pool, or a slot id (int).
+
+        Raises:
+            IndexError: an id out of range. ValueError: a free slot, or a FrameRef of
+                another pool.
+        """
+        self._ready()
+        cdef int64_t s = _one_id(self, slot)
+        _check_ids(&self.p, &s, 1)
+        return self._get(s)
+
+    def refcount(self, slot):
+        """References held on ``slot`` (0 for a free slot in range).
+
+        Args:
+            slot: a :class:`FrameRef` of this pool (its own reference counts), or an int.
+
+        Raises:
+            IndexError: an id out of range. ValueError: a FrameRef of another pool.
+        """
+        self._ready()
+        cdef int64_t s = _one_id(self, slot)
+        if not lf_pool_in_range(&self.p, s):
+            raise IndexError(C.slot_out_of_range(s))
+        return lf_pool_refcount(&self.p, s)
+
+    # -- owners -------------------------------------------------------------------------
+    def lazy(self, slots, *, layout="last"):
+        """A :class:`LazyFrames` over ``k`` slots (ints or FrameRefs), oldest first.
+
+        The observation takes its own reference on each frame.
+
+        Args:
+            slots: a non-empty 1-D sequence of :class:`FrameRef` of this pool or slot ids.
+            layout: ``"last"``, ``"first"`` or ``"stack"`` (see ``lazyframes.LAYOUTS``).
+
+        Raises:
+            IndexError, ValueError: an id out of range or free, a FrameRef of another
+                pool, an empty or non-1-D ``slots``, or a layout that does not fit.
+        """
+        self._ready()
+        cdef cnp.ndarray a = _ids(self, slots)
+        if cnp.PyArray_NDIM(a) != 1 or cnp.PyArray_SIZE(a) == 0:
+            raise ValueError(C.bad_slots_shape((<object>a).shape, "k"))
+        cdef lf_layout code = self._layout(layout)
+        return _lazy_from(self, code, <const int64_t *>cnp.PyArray_DATA(a), cnp.PyArray_SIZE(a),
+                          True)
+
+    def lazy_batch(self, slots, *, layout="stack"):
+        """A :class:`LazyBatch` over ``(n, k)`` slots (ints or FrameRefs), a row per observation.
+
+        Takes its own reference on each frame; copies no frame bytes.
+
+        Args:
+            slots: ``(n, k)`` slot ids or :class:`FrameRef` of this pool, ``k >= 1``.
+            layout: ``"last"``, ``"first"`` or ``"stack"``.
+
+        Raises:
+            IndexError, ValueError: as :meth:`lazy`; ValueError for a bad shape.
+        """
+        self._ready()
+        cdef cnp.ndarray a = _ids(self, slots)
+        if cnp.PyArray_NDIM(a) != 2 or a.shape[1] == 0:
+            raise ValueError(C.bad_slots_shape((<object>a).shape))
+        cdef lf_layout code = self._layout(layout)
+        return _batch_from(self, code, <const int64_t *>cnp.PyArray_DATA(a), a.shape[0],
+                           a.shape[1], True)
+
+    def push_batch(self, frames, *, k=1, pad=None, layout="stack"):
+        """Push ``n`` frames; row i of the result is ``k - 1`` pads then frame i.
+
+        Row i of the result is ``[p] * (k - 1) + [frame i]``, where ``p`` is ``pad`` or,
+        when ``pad`` is None, frame i itself (reset padding). This is the first
+        observation of ``n`` sub-environments, and how a checkpoint loads its frames
+        (``k=1``).
+
+        Args:
+            frames: an array ``(n, *S)``, ``n >= 1``.
+            k: frames per observation, ``k >= 1``.
+            pad: None, or a :class:`FrameRef` of this pool.
+            layout: ``"last"``, ``"first"`` or ``"stack"``.
+
+        Raises:
+            TypeError, ValueError: frames of the wrong dtype or shape, no frames, a bad
+                ``k`` or ``pad``. Checked before any frame is stored.
+        """
+        cdef cnp.ndarray arr = self._as_frames(frames, 1)
+        if arr.shape[0] == 0:
+            raise ValueError(C.PUSH_BATCH_EMPTY)
+        k = operator.index(k)
+        if k < 1:
+            raise ValueError(C.stack_size_not_positive(k))
+        _check_pad(self, pad)
+        cdef lf_layout code = self._layout(layout)
+        return _step(self, code, None, k, arr, NULL, pad)
+
+    def _push_dedup(self, frames, candidates=None):
+        """Push ``(E, k, *S)`` frames as a :class:`LazyBatch`, reusing slots whose bytes are equal.
+
+        Frame j of row e reuses, in this order, a frame of row e of ``candidates`` (a
+        LazyBatch ``(E, m)`` of this pool, e.g. that env's previous observation) with
+        equal bytes, or an earlier frame of the same row with equal bytes (reset
+        padding); otherwise it is copied into a new slot. This is how observations that
+        arrive as plain stacked arrays (EnvPool, SB3's VecFrameStack) cost one new frame
+        per step. The result has the ``"stack"`` layout.
+
+        Raises:
+            TypeError, ValueError: frames of the wrong dtype or shape, candidates of
+                another pool or with another number of rows. Checked first.
+        """
+        self._ready()
+        cdef cnp.ndarray arr = self._as_frames(frames, 2)
+        cdef LazyBatch cand = None
+        if candidates is not None:
+            cand = _check_batch(self, candidates, "candidates", "a LazyBatch or None")
+            if cand._n != arr.shape[0]:
+                raise ValueError(C.rows_count("candidates", cand._n, arr.shape[0]))
+        return _dedup(self, np.ascontiguousarray(arr), cand)
+
+    def gather(self, slots, out=None, *, layout="last", dtype=None, scale=None):
+        """Copy ``B`` observations of ``k`` slots each (ints ``(B, k)``) into one array.
+
+        One C call with the GIL released; dtype conversion and ``scale`` are fused into
+        the copy. Everything is checked before anything is written.
+
+        Args:
+            slots: ``(B, k)`` slot ids or :class:`FrameRef` of this pool.
+            out: optional C-contiguous writeable ndarray to fill; it may not overlap
+                ``slots``.
+            layout: ``"last"``, ``"first"`` or ``"stack"``.
+            dtype: output dtype (same-kind casts, e.g. uint8 -> float32).
+            scale: multiply by this after converting (float output dtypes only).
+
+        Returns:
+            ``out``, or a new array.
+
+        Raises:
+            IndexError, ValueError: bad slot ids; TypeError/ValueError: a bad ``out``,
+                ``dtype`` or ``scale``, or ``out`` overlapping ``slots``.
+        """
+        self._ready()
+        cdef cnp.ndarray a = _ids(self, slots)
+        if cnp.PyArray_NDIM(a) != 2 or a.shape[1] == 0:
+            raise ValueError(C.bad_slots_shape((<object>a).shape, "(B, k)"))
+        cdef lf_layout code = self._layout(layout)
+        cdef _Copy c
+        memset(&c, 0, sizeof(c))
+        c.n_out = 1
+        res = _output(self, code, a.shape[0], a.shape[1], out, dtype, scale, &c, 0)
+        C.check_no_overlap(out, {"slots": slots})
+        c.ids = <const int64_t *>cnp.PyArray_DATA(a)
+        _copy(&c)
+        return res

@@ -1,0 +1,421 @@
+# SlotTable: R rows of W frame ids, the replay buffer's store.
+#
+# Included by _core.pyx. The table owns one reference per non-empty entry (-1 is
+# empty). It changes only through its own methods, which check every argument first,
+# then take the new references, then drop the old ones, then write.
+
+
+cdef tuple _columns(object cols, Py_ssize_t width):
+    """``cols`` as ints ``(start, stop)``, ``0 <= start < stop <= width`` (else ValueError)."""
+    try:
+        start, stop = [operator.index(c) for c in cols]
+    except (TypeError, ValueError):
+        raise ValueError(C.bad_columns(cols, width)) from None
+    if not 0 <= start < stop <= width:
+        raise ValueError(C.bad_columns(cols, width))
+    return start, stop
+
+
+@cython.final
+@cython.no_gc
+cdef class SlotTable:
+    """SlotTable(pool, rows, width)
+--
+
+A ``(rows, width)`` table of slot ids that owns one reference per non-empty entry.
+
+    The replay buffer's store: row r holds the frames of transition r side by side
+    (e.g. the k frames of an observation then the new frame of the next one). Entries
+    start empty (-1). :meth:`set` writes observations' frames into rows, :meth:`gather`
+    and :meth:`gather_pairs` copy observations out of column ranges, :meth:`batch` makes
+    owners of them. Row indices are checked without arithmetic that could overflow, and
+    every argument is checked before anything changes. A table cannot be pickled.
+
+    Args:
+        pool: the :class:`FramePool` of every frame the table holds.
+        rows: number of rows R, ``>= 0``.
+        width: frame ids per row W, ``>= 1``.
+
+    Raises:
+        TypeError: ``pool`` is not a FramePool. ValueError: ``rows < 0``, ``width < 1``
+            or a table too large to address. MemoryError: no memory for the table.
+
+    Example:
+        >>> pool = FramePool((2, 2), np.uint8)
+        >>> table = SlotTable(pool, 8, 5)
+        >>> obs = pool.push_batch(np.zeros((2, 2, 2), np.uint8), k=4)
+        >>> new = pool.push_batch(np.ones((2, 2, 2), np.uint8))
+        >>> table.set([0, 1], (obs, new))
+        >>> a, b = table.gather_pairs([0, 1], (0, 4), [0, 1], (1, 5), layout="stack")
+        >>> a.shape, b[:, -1, 0, 0].tolist()
+        ((2, 4, 2, 2), [1, 1])
+        >>> del obs, new; pool.live_frames
+        4
+    """
+
+    cdef FramePool _pool  # None until initialised
+    cdef int64_t *_t      # R * W ids, row-major; -1 is empty
+    cdef Py_ssize_t _R, _W
+
+    def __cinit__(self):
+        self._pool = None
+        self._t = NULL
+        self._R = 0
+        self._W = 0
+
+    def __init__(self, pool, rows, width):
+        if self._pool is not None:
+            raise RuntimeError("SlotTable.__init__ called twice")
+        if type(pool) is not FramePool:
+            raise TypeError(C.wrong_type("pool", "a FramePool", pool))
+        (<FramePool>pool)._ready()
+        R = operator.index(rows)
+        W = operator.index(width)
+        if R < 0 or W < 1:
+            raise ValueError(C.table_shape(R, W))
+        if R > (INT64_MAX // 8) // W:  # compared, not multiplied: cannot overflow
+            raise ValueError(C.table_too_large(R, W))
+        self._t = <int64_t *>malloc(max(1, R * W) * sizeof(int64_t))
+        if self._t == NULL:
+            raise MemoryError(C.table_too_large(R, W))
+        memset(self._t, 0xFF, R * W * sizeof(int64_t))  # every entry -1: empty
+        self._R = R
+        self._W = W
+        self._pool = pool
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self._pool is not None:
+            for i in range(self._R * self._W):
+                if self._t[i] >= 0:
+                    lf_pool_decref(&self._pool.p, self._t[i])
+        free(self._t)
+
+    cdef inline int _ready(self) except -1:
+        if self._pool is None:
+            _uninitialised(self)
+        return 0
+
+    @property
+    def pool(self):
+        """The pool holding the frames."""
+        self._ready()
+        return self._pool
+
+    @property
+    def shape(self):
+        """``(rows, width)``."""
+        self._ready()
+        return (self._R, self._W)
+
+    def __len__(self):
+        self._ready()
+        return self._R
+
+    def memory(self):
+        """Bytes of the table itself (``rows * width * 8``), not of the frames."""
+        self._ready()
+        return self._R * self._W * <Py_ssize_t>sizeof(int64_t)
+
+    def ids(self, rows=None):
+        """A copy of the slot ids of ``rows`` (default: all), int64; -1 marks an empty entry.
+
+        Args:
+            rows: None (every row) or 1-D row indices.
+
+        Raises:
+            IndexError: a row out of range.
+        """
+        self._ready()
+        cdef cnp.npy_intp dims[2]
+        cdef cnp.ndarray out, r
+        cdef Py_ssize_t i
+        dims[1] = self._W
+        if rows is None:
+            dims[0] = self._R
+            out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
+            memcpy(cnp.PyArray_DATA(out), self._t, self._R * self._W * sizeof(int64_t))
+            return out
+        r = _row_ids(rows, self._R, False)
+        dims[0] = r.shape[0]
+        out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
+        for i in range(dims[0]):
+            memcpy(<int64_t *>cnp.PyArray_DATA(out) + i * self._W,
+                   self._t + (<const int64_t *>cnp.PyArray_DATA(r))[i] * self._W,
+                   self._W * sizeof(int64_t))
+        return out
+
+    cdef void _drop_rows(self, const int64_t *r, Py_ssize_t e) noexcept:
+        """Drop the references of rows ``r`` and mark them empty."""
+        cdef Py_ssize_t i, j
+        cdef int64_t *row
+        for i in range(e):
+            row = self._t + r[i] * self._W
+            for j in range(self._W):
+                if row[j] >= 0:
+                    lf_pool_decref(&self._pool.p, row[j])
+                    row[j] = -1
+
+    def set(self, rows, parts):
+        """Store ``E`` observations side by side in ``rows``; part widths sum to the width.
+
+        Row ``rows[i]`` becomes row i of each part, one after the other. The table takes
+        a reference on each new id, then drops the references those rows held; no frame
+        bytes are copied.
+
+        Args:
+            rows: 1-D ints, E distinct row indices in ``[0, rows)``.
+            parts: a tuple of :class:`LazyBatch` (E rows each) or :class:`LazyFrames`
+                (when E is 1) of this table's pool, whose stack sizes sum to ``width``.
+
+        Raises:
+            IndexError: a row out of range. ValueError: duplicate rows, parts of another
+                pool or of the wrong size. TypeError: a part of another type. Nothing
+                changes then.
+        """
+        self._ready()
+        cdef cnp.ndarray r = _row_ids(rows, self._R, True)
+        if type(parts) is not tuple and type(parts) is not list:
+            raise TypeError(C.wrong_type("parts", "a tuple of LazyBatch or LazyFrames", parts))
+        cdef Py_ssize_t e = r.shape[0], n = len(parts), q, rows_, width = 0
+        for part in parts:
+            if type(part) is LazyBatch:
+                (<LazyBatch>part)._ready()
+                if (<LazyBatch>part)._pool is not self._pool:
+                    raise ValueError(C.other_pool("LazyBatch"))
+                rows_ = (<LazyBatch>part)._n
+                width += (<LazyBatch>part)._k
+            elif type(part) is LazyFrames:
+                (<LazyFrames>part)._ready()
+                if (<LazyFrames>part)._pool is not self._pool:
+                    raise ValueError(C.other_pool("LazyFrames"))
+                rows_ = 1
+                width += (<LazyFrames>part)._k
+            else:
+                raise TypeError(C.wrong_type("parts", "a tuple of LazyBatch or LazyFrames", part))
+            if rows_ != e:
+                raise ValueError(C.rows_count("a part", rows_, e))
+        if width != self._W:
+            raise ValueError(C.parts_width(width, self._W))
+        # all checked: no Python code from here on
+        cdef const int64_t **src = <const int64_t **>malloc(max(1, n) * sizeof(void *))
+        cdef Py_ssize_t *ks = <Py_ssize_t *>malloc(max(1, n) * sizeof(Py_ssize_t))
+        if src == NULL or ks == NULL:
+            free(src)
+            free(ks)
+            raise MemoryError()
+        for q in range(n):
+            part = parts[q]
+            if type(part) is LazyBatch:
+                src[q] = (<LazyBatch>part)._slots
+                ks[q] = (<LazyBatch>part)._k
+            else:
+                src[q] = (<LazyFrames>part)._slots
+                ks[q] = (<LazyFrames>part)._k
+        _table_write(self, <const int64_t *>cnp.PyArray_DATA(r), e, src, ks, n)
+        free(src)
+        free(ks)
+
+    def clear(self, rows=None):
+        """Empty ``rows`` (default: all), dropping their references.
+
+        Raises:
+            IndexError: a row out of range (nothing changes then).
+        """
+        self._ready()
+        cdef cnp.ndarray r
+        if rows is None:
+            r = np.arange(self._R, dtype=np.int64)
+        else:
+            r = _row_ids(rows, self._R, True)
+        self._drop_rows(<const int64_t *>cnp.PyArray_DATA(r), r.shape[0])
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef cnp.ndarray _select(self, object rows, object cols):
+        """The ids of columns ``cols = (start, stop)`` of ``rows``, a private int64 ``(B, k)`` copy.
+
+        Raises:
+            IndexError: a row out of range. ValueError: bad columns, or an empty entry.
+        """
+        cdef cnp.ndarray r = _row_ids(rows, self._R, False)
+        start, stop = _columns(cols, self._W)
+        cdef cnp.npy_intp dims[2]
+        dims[0] = r.shape[0]
+        dims[1] = stop - start
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
+        cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
+        cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
+        cdef const int64_t *row
+        cdef Py_ssize_t i, j, k = dims[1]
+        for i in range(dims[0]):
+            row = self._t + ri[i] * self._W + <Py_ssize_t>start
+            for j in range(k):
+                if row[j] < 0:
+                    raise ValueError(C.row_empty(ri[i]))
+                o[i * k + j] = row[j]
+        return out
+
+    def batch(self, rows, start, stop, *, layout="stack"):
+        """A :class:`LazyBatch` of columns ``[start, stop)`` of ``rows``.
+
+        Raises:
+            IndexError: a row out of range. ValueError: bad columns, an empty entry or a
+                layout that does not fit.
+        """
+        self._ready()
+        cdef cnp.ndarray ids = self._select(rows, (start, stop))
+        cdef lf_layout code = self._pool._layout(layout)
+        return _batch_from(self._pool, code, <const int64_t *>cnp.PyArray_DATA(ids), ids.shape[0],
+                           ids.shape[1], True)
+
+    def gather(self, rows, start, stop, out=None, *, layout="last", dtype=None, scale=None):
+        """Copy the observations in columns ``[start, stop)`` of ``rows`` into one array.
+
+        :meth:`FramePool.gather` of the table's entries: ``(B, *observation_shape)``,
+        one C call with the GIL released, dtype and ``scale`` fused.
+
+        Args:
+            rows: 1-D ints, B row indices (repeats allowed).
+            start, stop: the columns of one observation, ``0 <= start < stop <= width``.
+            out: optional C-contiguous writeable ndarray; it may not overlap ``rows``.
+            layout, dtype, scale: as :meth:`FramePool.gather`.
+
+        Raises:
+            IndexError: a row out of range. ValueError: bad columns, an empty entry, or
+                a bad ``out``. TypeError: a bad ``out``, ``dtype`` or ``scale``.
+        """
+        self._ready()
+        cdef cnp.ndarray ids = self._select(rows, (start, stop))
+        C.check_no_overlap(out, {"rows": rows})
+        cdef lf_layout code = self._pool._layout(layout)
+        cdef _Copy c
+        memset(&c, 0, sizeof(c))
+        c.n_out = 1
+        res = _output(self._pool, code, ids.shape[0], ids.shape[1], out, dtype, scale, &c, 0)
+        c.ids = <const int64_t *>cnp.PyArray_DATA(ids)
+        _copy(&c)  # checks the ids again: Python code ran since they were read
+        return res
+
+    def gather_pairs(self, rows1, cols1, rows2, cols2, out=None, *, layout="last", dtype=None,
+                     scale=None):
+        """Copy two sets of observations (e.g. obs and next obs) row by row into two arrays.
+
+        Observation i of the first array is columns ``cols1`` of row ``rows1[i]``, of
+        the second columns ``cols2`` of row ``rows2[i]``. They are copied one after the
+        other, so frames they share (a transition's obs and next obs share k-1) are read
+        from memory once and from cache the second time. One call, GIL released.
+
+        Args:
+            rows1, rows2: 1-D ints of one length B.
+            cols1, cols2: ``(start, stop)`` column ranges of one width k.
+            out: None, or a pair of arrays ``(B, *observation_shape)`` that overlap
+                neither each other nor ``rows1``/``rows2``.
+            layout, dtype, scale: as :meth:`FramePool.gather`.
+
+        Returns:
+            A pair of arrays ``(B, *observation_shape)``.
+
+        Raises:
+            As :meth:`gather`, for either half; nothing is written then.
+        """
+        self._ready()
+        cdef cnp.ndarray ids1 = self._select(rows1, cols1)
+        cdef cnp.ndarray ids2 = self._select(rows2, cols2)
+        if ids1.shape[0] != ids2.shape[0]:
+            raise ValueError(C.pair_lengths(ids1.shape[0], ids2.shape[0]))
+        if ids1.shape[1] != ids2.shape[1]:
+            raise ValueError(C.pair_widths(ids1.shape[1], ids2.shape[1]))
+        if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
+            raise TypeError(C.OUT_PAIR)
+        o1, o2 = (None, None) if out is None else out
+        cdef lf_layout code = self._pool._layout(layout)
+        cdef Py_ssize_t e = ids1.shape[0], k = ids1.shape[1], i
+        cdef _Copy c
+        memset(&c, 0, sizeof(c))
+        c.n_out = 2
+        res1 = _output(self._pool, code, e, k, o1, dtype, scale, &c, 0)
+        dst_type = c.dst_type
+        res2 = _output(self._pool, code, e, k, o2, dtype, scale, &c, 1)
+        if res1.dtype != res2.dtype or c.dst_type != dst_type:
+            raise TypeError(C.pair_dtypes(res1.dtype, res2.dtype))
+        if o1 is not None and o2 is not None and np.may_share_memory(o1, o2):
+            raise ValueError(C.OUT_PAIR_OVERLAP)
+        C.check_no_overlap(out, {"rows1": rows1, "rows2": rows2})
+        cdef cnp.npy_intp dims[2]
+        dims[0] = e
+        dims[1] = 2 * k
+        cdef cnp.ndarray ids = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
+        cdef int64_t *x = <int64_t *>cnp.PyArray_DATA(ids)
+        for i in range(e):  # obs i then next obs i: the order they are copied in
+            memcpy(x + 2 * i * k, <int64_t *>cnp.PyArray_DATA(ids1) + i * k, k * sizeof(int64_t))
+            memcpy(x + (2 * i + 1) * k, <int64_t *>cnp.PyArray_DATA(ids2) + i * k,
+                   k * sizeof(int64_t))
+        c.ids = x
+        _copy(&c)  # checks the ids again: Python code ran since they were read
+        return res1, res2
+
+    def take(self, rows, source, index):
+        """Fill ``rows`` with slots of ``source`` by flat position (-1: empty); checkpoint load.
+
+        Entry ``(rows[i], j)`` becomes the id at flat position ``index[i, j]`` of
+        ``source`` (its ``m * k`` ids, row-major), or empty where ``index[i, j]`` is -1.
+        The new references are taken before the old ones of those rows are dropped.
+
+        Args:
+            rows: 1-D ints, distinct row indices.
+            source: a :class:`LazyBatch` of this table's pool, ``(m, k)``.
+            index: ints ``(len(rows), width)``, each -1 or in ``[0, m * k)``.
+
+        Raises:
+            IndexError: a row or position out of range. ValueError: duplicate rows, a
+                source of another pool, an index of the wrong shape. TypeError: a
+                non-integer index. Nothing changes then.
+        """
+        self._ready()
+        cdef cnp.ndarray r = _row_ids(rows, self._R, True)
+        cdef LazyBatch s = _check_batch(self._pool, source, "source")
+        cdef Py_ssize_t e = r.shape[0], i, j, m = s._n * s._k
+        idx = C.as_ints(index, "index")
+        if idx.shape != (e, self._W):
+            raise ValueError(C.index_shape(idx.shape, e, self._W))
+        bad = np.flatnonzero((idx < -1) | (idx >= m))
+        if bad.size:
+            raise IndexError(C.index_out_of_range(int(idx.ravel()[bad[0]]), m))
+        cdef cnp.ndarray ix = np.array(idx, dtype=np.int64, order="C", copy=True)
+        cdef const int64_t *x = <const int64_t *>cnp.PyArray_DATA(ix)
+        # all checked: new references, then the old ones dropped, then written
+        for i in range(e * self._W):
+            if x[i] >= 0:
+                lf_pool_incref(&self._pool.p, s._slots[x[i]])
+        cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
+        self._drop_rows(ri, e)
+        for i in range(e):
+            for j in range(self._W):
+                if x[i * self._W + j] >= 0:
+                    self._t[ri[i] * self._W + j] = s._slots[x[i * self._W + j]]
+
+    def __reduce__(self):
+        raise TypeError(C.TABLE_NOT_PICKLABLE)
+
+    def __repr__(self):
+        self._ready()
+        return f"SlotTable(shape={self.shape}, pool={self._pool!r})"
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _table_write(SlotTable t, const int64_t *r, Py_ssize_t e, const int64_t **src,
+                       const Py_ssize_t *ks, Py_ssize_t n) noexcept:
+    """Rows ``r`` := parts ``src`` side by side (checked): new references, old dropped, written."""
+    cdef Py_ssize_t q, i, j, col
+    cdef lf_pool *p = &t._pool.p
+    for q in range(n):
+        _incref_all(p, src[q], e * ks[q])
+    t._drop_rows(r, e)
+    for i in range(e):
+        col = 0
+        for q in range(n):
+            for j in range(ks[q]):
+                t._t[r[i] * t._W + col + j] = src[q][i * ks[q] + j]
+            col += ks[q]
