@@ -6,8 +6,7 @@ so both implementations raise the very same exceptions with the very same messag
 
 from __future__ import annotations
 
-import importlib
-import math
+import functools
 import operator
 
 import numpy as np
@@ -22,15 +21,28 @@ import numpy as np
 #:   ``FrameStackObservation`` and PyTorch's ``(k, H, W)``.
 LAYOUTS = ("last", "first", "stack")
 
+#: Most axes a frame may have (an observation batch adds two; NumPy allows 64).
+MAX_NDIM = 32
+
 #: Default size of one arena chunk of a FramePool, in bytes (148 Atari frames of 84x84).
 DEFAULT_CHUNK_BYTES = 1 << 20
 
 # dtypes the fused conversion kernels know (kind, itemsize); any other numeric dtype
 # can still be stored and copied out unconverted.
 _CONVERTIBLE = frozenset(
-    np.dtype(t) for t in (
-        np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
-        np.int64, np.uint64, np.float32, np.float64,
+    np.dtype(t)
+    for t in (
+        np.bool_,
+        np.int8,
+        np.uint8,
+        np.int16,
+        np.uint16,
+        np.int32,
+        np.uint32,
+        np.int64,
+        np.uint64,
+        np.float32,
+        np.float64,
     )
 )
 
@@ -54,7 +66,8 @@ def frame_shape(shape) -> tuple:
 
     Raises:
         TypeError: if ``shape`` is not a sequence of integers.
-        ValueError: if any dimension is not positive.
+        ValueError: if any dimension is not positive, or there are more than
+            :data:`MAX_NDIM` of them.
     """
     try:
         shape = tuple(operator.index(d) for d in shape)
@@ -62,11 +75,13 @@ def frame_shape(shape) -> tuple:
         raise TypeError(f"frame shape must be a tuple of ints, got {shape!r}") from None
     if any(d <= 0 for d in shape):
         raise ValueError(f"frame shape {shape} has a dimension that is not positive")
+    if len(shape) > MAX_NDIM:
+        raise ValueError(f"frames have more than {MAX_NDIM} dimensions: {shape}")
     return shape
 
 
 def check_layout(layout: str, shape: tuple) -> None:
-    """Reject a layout that does not fit frames of ``shape`` (case C06 of CASES.md).
+    """Reject a layout that does not fit frames of ``shape`` (case C06 in docs/CASES.md).
 
     ``"last"`` concatenates on the channel axis, so that axis must be last: it must be
     (one of) the smallest, as SB3's ``is_image_space_channels_first`` decides; 1-D frames
@@ -109,19 +124,6 @@ def observation_shape(shape: tuple, k: int, layout: str) -> tuple:
     return (k,) + shape
 
 
-def geometry(shape: tuple, layout: str) -> tuple:
-    """``(outer, inner)`` element counts of the copy kernel for one frame.
-
-    Frame j of an observation lands, for each ``p < outer``, in the ``inner`` elements
-    starting at ``(p * k + j) * inner``. ``"first"`` and ``"stack"`` have the same bytes
-    (a frame is one contiguous block); ``"last"`` interleaves channels.
-    """
-    n = math.prod(shape)
-    if layout == "last" and shape:
-        return n // shape[-1], shape[-1]
-    return 1, n
-
-
 def requested_dtype(dtype, out):
     """The output dtype a copy out is asked for: ``dtype``, else ``out``'s, else None.
 
@@ -155,8 +157,7 @@ def output_dtype(src: np.dtype, dtype, scale) -> np.dtype:
     if scale is not None:
         if dst.kind != "f" or dst not in _CONVERTIBLE:
             raise TypeError(
-                f"scale needs a float32 or float64 output dtype, got {dst}; "
-                f"pass dtype=np.float32"
+                f"scale needs a float32 or float64 output dtype, got {dst}; pass dtype=np.float32"
             )
         if not isinstance(scale, (int, float, np.integer, np.floating)) or isinstance(scale, bool):
             raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
@@ -247,75 +248,14 @@ def check_same_geometry(first, o) -> None:
         ValueError: different stack sizes, frame shapes or layouts.
         TypeError: different dtypes.
     """
-    if (o.stack_size, o.frame_shape, o.layout) != (first.stack_size, first.frame_shape, first.layout):
+    geometry = (first.stack_size, first.frame_shape, first.layout)
+    if (o.stack_size, o.frame_shape, o.layout) != geometry:
         raise ValueError(
             f"observations differ: {first.stack_size} frames of {first.frame_shape} "
             f"({first.layout!r}) and {o.stack_size} frames of {o.frame_shape} ({o.layout!r})"
         )
     if o.dtype != first.dtype:
         raise TypeError(f"observations have different dtypes: {first.dtype} and {o.dtype}")
-
-
-COPY_FALSE_MESSAGE = (
-    "a LazyFrames observation is not stored as one array, so it cannot be converted "
-    "without a copy (copy=False). Use np.asarray(obs) (copies once, as NumPy 2 expects), "
-    "or lazyframes.stack(observations, out=...) to fill a preallocated batch; the old "
-    "idiom np.array(obs, copy=False) meant 'copy only if needed', which is "
-    "np.asarray(obs) in NumPy 2"
-)
-
-
-class FrameRef:
-    """One reference on one slot: the unit of sharing when observations are pickled.
-
-    Within one ``pickle.dumps``, every observation that holds a slot gets the same
-    ``FrameRef`` (the pool caches them weakly in ``pool._refs``; the pickler's memo keeps
-    them alive), so each frame is written once (case C10). Unpickling pushes the frame
-    into the ``default_pool`` of the core that pickled it.
-    """
-
-    __slots__ = ("pool", "slot", "__weakref__")
-
-    def __init__(self, pool, slot):
-        self.pool = pool
-        self.slot = slot  # this object owns one reference
-
-    @staticmethod
-    def of(pool, slot):
-        ref = pool._refs.get(slot)
-        if ref is None:
-            pool.retain(slot)
-            ref = FrameRef(pool, slot)
-            pool._refs[slot] = ref
-        return ref
-
-    def __del__(self):
-        try:
-            self.pool.release(self.slot)
-        except Exception:  # interpreter shutdown
-            pass
-
-    def __reduce__(self):
-        core = importlib.import_module(type(self.pool).__module__)
-        return core._restore_frame, (self.pool.get(self.slot),)
-
-
-def restore_frame(default_pool, frame):
-    """Unpickle one frame into ``default_pool(shape, dtype)``; returns its FrameRef."""
-    frame = np.asarray(frame)
-    pool = default_pool(frame.shape, frame.dtype)
-    return FrameRef(pool, pool.push(frame))
-
-
-def reduce_lazybatch(batch):
-    """``__reduce__`` of a LazyBatch of either core: its rows, sharing frames as LazyFrames do."""
-    core = importlib.import_module(type(batch.pool).__module__)
-    return core._restore_lazybatch, (tuple(batch), batch.layout)
-
-
-def restore_lazybatch(rows, layout):
-    """Unpickle a LazyBatch from its rows (LazyFrames of one pool)."""
-    return rows[0].pool.lazy_batch([r.slots for r in rows], layout=layout)
 
 
 def array_protocol(lz, dtype, copy, fused):
@@ -333,13 +273,6 @@ def array_protocol(lz, dtype, copy, fused):
         return fused(dtype)
     except TypeError:
         return fused(None).astype(dtype)
-
-
-def reduce_lazyframes(lz):
-    """``__reduce__`` of a LazyFrames of either core: frames as shared FrameRefs."""
-    core = importlib.import_module(type(lz.pool).__module__)
-    refs = tuple(FrameRef.of(lz.pool, s) for s in lz.slots)
-    return core._restore_lazyframes, (refs, lz.layout)
 
 
 def dlpack(lz, stream=None, max_version=None, dl_device=None, copy=None):
@@ -368,3 +301,274 @@ def lazyframes_eq(lz, other):
         o = np.asarray(other)
         return lz.shape == o.shape and bool(np.array_equal(np.asarray(lz), o))
     return NotImplemented
+
+
+# -- the types of both cores ------------------------------------------------------
+# Recognised by class name and module, so this module never imports the compiled core.
+_CORE_MODULES = ("lazyframes._core", "lazyframes._reference")
+
+
+@functools.lru_cache(maxsize=256)
+def _core_type_names(cls: type) -> frozenset:
+    """Names of the core classes ``cls`` is or derives from (cached: a hot-path check)."""
+    return frozenset(c.__name__ for c in cls.__mro__ if c.__module__ in _CORE_MODULES)
+
+
+def _is_core_type(x: object, name: str) -> bool:
+    return name in _core_type_names(type(x))  # type: ignore[arg-type]  # types hash
+
+
+def is_framepool(x) -> bool:
+    """Whether ``x`` is a ``FramePool`` of either core."""
+    return _is_core_type(x, "FramePool")
+
+
+def is_frameref(x) -> bool:
+    """Whether ``x`` is a ``FrameRef`` of either core."""
+    return _is_core_type(x, "FrameRef")
+
+
+def is_lazyframes(x) -> bool:
+    """Whether ``x`` is a ``LazyFrames`` of either core."""
+    return _is_core_type(x, "LazyFrames")
+
+
+def is_lazybatch(x) -> bool:
+    """Whether ``x`` is a ``LazyBatch`` of either core."""
+    return _is_core_type(x, "LazyBatch")
+
+
+def check_pool(x, pool, what: str) -> None:
+    """Refuse an owner (``FrameRef``, ``LazyFrames``, ...) of another pool than ``pool``.
+
+    Raises:
+        ValueError: ``x.pool is not pool``.
+    """
+    if x.pool is not pool:
+        raise ValueError(other_pool(what))
+
+
+# -- rows, frames and outputs -------------------------------------------------------
+def as_ints(x, what: str) -> np.ndarray:
+    """``x`` as an ndarray of an integer dtype (an empty list is fine), not yet converted.
+
+    Raises:
+        TypeError: non-integer values.
+    """
+    arr = np.asarray(x)
+    if arr.dtype.kind in "iu":
+        return arr
+    if arr.size == 0 and arr.dtype.kind == "f":
+        return arr.astype(np.int64)
+    raise TypeError(f"{what} must be integers, got dtype {arr.dtype}")
+
+
+def as_rows(rows, n: int, *, distinct: bool = False) -> np.ndarray:
+    """Row indices as a fresh int64 array, each in ``[0, n)`` (no negative indexing).
+
+    The range is checked on the caller's values before any conversion, so no value
+    (e.g. ``2**63 - 1`` or a huge uint64) can wrap or overflow.
+
+    Raises:
+        TypeError: non-integer rows.
+        ValueError: not 1-D, or (``distinct``) a row given twice.
+        IndexError: a row out of range.
+    """
+    arr = as_ints(rows, "rows")
+    if arr.ndim != 1:
+        raise ValueError(f"rows must be a 1-D array, got shape {arr.shape}")
+    bad = np.flatnonzero((arr < 0) | (arr >= n))
+    if bad.size:
+        raise IndexError(row_out_of_range(int(arr[bad[0]]), n))
+    arr = arr.astype(np.int64)
+    if distinct:
+        uniq, counts = np.unique(arr, return_counts=True)
+        if uniq.size != arr.size:
+            raise ValueError(f"row {int(uniq[counts > 1][0])} appears more than once in rows")
+    return arr
+
+
+def as_frames(frames, shape: tuple, dtype: np.dtype, lead: str = "n") -> np.ndarray:
+    """View frames ``(*lead, *shape)`` (``lead``: ``"n"`` or ``"E, k"``) as :func:`as_frame` does.
+
+    Raises:
+        TypeError: object arrays, or a dtype that differs from the pool's.
+        ValueError: a shape other than ``(*lead, *shape)``.
+    """
+    arr = np.asarray(frames)
+    nlead = lead.count(",") + 1
+    if arr.ndim != len(shape) + nlead:
+        raise ValueError(frames_shape(arr.shape, lead, shape))
+    return as_frame(arr, arr.shape[:nlead] + shape, dtype)
+
+
+def check_no_overlap(out, inputs: dict) -> None:
+    """``out`` (an array, or a pair of arrays) may not share memory with any input array.
+
+    Runs before the other output checks; an ``out`` that is not an ndarray is left to them.
+
+    Raises:
+        ValueError: the two arrays of a pair overlap, or ``out`` overlaps the named input.
+    """
+    outs = [
+        o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, np.ndarray)
+    ]
+    if len(outs) == 2 and np.may_share_memory(outs[0], outs[1]):
+        raise ValueError(OUT_PAIR_OVERLAP)
+    for o in outs:
+        for name, x in inputs.items():
+            if isinstance(x, np.ndarray) and np.may_share_memory(o, x):
+                raise ValueError(out_overlaps(name))
+
+
+# -- messages -----------------------------------------------------------------------
+# Every error message both cores raise that is not written in a check above.
+COPY_FALSE_MESSAGE = (
+    "a LazyFrames observation is not stored as one array, so it cannot be converted "
+    "without a copy (copy=False). Use np.asarray(obs) (copies once, as NumPy 2 expects), "
+    "or lazyframes.stack(observations, out=...) to fill a preallocated batch; the old "
+    "idiom np.array(obs, copy=False) meant 'copy only if needed', which is "
+    "np.asarray(obs) in NumPy 2"
+)
+POOL_NOT_PICKLABLE = (
+    "a FramePool cannot be pickled; pickle the observations (LazyFrames) or use ReplayBuffer.save"
+)
+TABLE_NOT_PICKLABLE = "a SlotTable cannot be pickled; use ReplayBuffer.save"
+FRAMEREF_NO_CONSTRUCTOR = "FrameRef has no public constructor; FramePool.push returns one"
+LAZYBATCH_NO_CONSTRUCTOR = "use FramePool.lazy_batch(slots, layout=...) to make a LazyBatch"
+OBJECT_FRAME = "frame is an object array; frames must be numeric ndarrays"
+NO_FRAMES = "LazyFrames needs at least one frame"
+NO_OBSERVATIONS = "stack needs at least one observation"
+PUSH_BATCH_EMPTY = "push_batch needs at least one frame"
+OUT_PAIR = "out must be a pair of ndarrays"
+ALREADY_INITIALISED = "FramePool.__init__ called twice"
+OUT_PAIR_OVERLAP = "the two arrays of out overlap"
+
+
+def frames_shape(shape: tuple, lead: str, frame_shape: tuple) -> str:
+    return f"frames have shape {shape}, expected ({lead}, *{frame_shape})"
+
+
+def slot_out_of_range(s: int) -> str:
+    return f"slot {s} is out of range for this pool"
+
+
+def slot_free(s: int) -> str:
+    return f"slot {s} is free (its frame was released)"
+
+
+def not_initialised(name: str) -> str:
+    return f"this {name} was not initialised"
+
+
+def not_restorable(name: str) -> str:
+    return f"a {name} cannot be restored from pickled state"
+
+
+def other_pool(what: str) -> str:
+    return f"this {what} belongs to another pool"
+
+
+def out_overlaps(what: str) -> str:
+    return f"out overlaps {what}"
+
+
+def wrong_type(what: str, expected: str, x) -> str:
+    return f"{what} must be {expected}, got {type(x).__name__}"
+
+
+def bad_slots_shape(shape: tuple, dims: str = "(n, k)") -> str:
+    if dims == "k":
+        return f"slots must be a non-empty 1-D sequence, got shape {shape}"
+    return f"slots must have shape {dims} with k >= 1, got {shape}"
+
+
+def chunk_bytes_not_positive(n: int) -> str:
+    return f"chunk_bytes must be positive, got {n}"
+
+
+def frames_differ(what: str, a, b) -> str:
+    return f"frames have different {what}: {a} and {b}"
+
+
+def stack_not_lazyframes(x) -> str:
+    return f"stack takes LazyFrames, got {type(x).__name__}; use np.stack for ndarrays"
+
+
+def lazybatch_index(x) -> str:
+    return (
+        f"LazyBatch indices must be an int (one env's LazyFrames) or a slice, got "
+        f"{type(x).__name__}; use np.asarray(batch)[...] for array indexing"
+    )
+
+
+def stack_size_not_positive(k: int) -> str:
+    return f"k must be at least 1, got {k}"
+
+
+def restart_shape(shape: tuple, n: int) -> str:
+    return f"restart has shape {shape}, expected ({n},)"
+
+
+def rows_count(what: str, got: int, expected: int) -> str:
+    return f"{what} has {got} rows, expected {expected}"
+
+
+def batch_geometry(k: int, layout: str, k2: int, layout2: str) -> str:
+    return f"other has {k2} frames per row in layout {layout2!r}, expected {k} in layout {layout!r}"
+
+
+def row_out_of_range(r: int, n: int) -> str:
+    return f"row {r} is out of range for {n} rows"
+
+
+def row_empty(r: int) -> str:
+    return f"row {r} is empty"
+
+
+def table_shape(rows: int, width: int) -> str:
+    return f"a SlotTable needs rows >= 0 and width >= 1, got ({rows}, {width})"
+
+
+def table_too_large(rows: int, width: int) -> str:
+    """ValueError when ``rows * width * 8`` bytes exceed 2**63 - 1 (MemoryError if malloc fails)."""
+    return f"a SlotTable of ({rows}, {width}) slot ids is too large"
+
+
+def parts_width(got: int, width: int) -> str:
+    return f"parts have {got} frames per row, the table {width}"
+
+
+def bad_columns(cols, width: int) -> str:
+    return f"columns {cols!r} must be (start, stop) with 0 <= start < stop <= {width}"
+
+
+def pair_widths(k1: int, k2: int) -> str:
+    return f"cols1 and cols2 have different widths: {k1} and {k2}"
+
+
+def pair_lengths(n1: int, n2: int) -> str:
+    return f"rows1 and rows2 have different lengths: {n1} and {n2}"
+
+
+def pair_dtypes(d1, d2) -> str:
+    return f"the two arrays of out have different dtypes: {d1} and {d2}"
+
+
+def index_shape(shape: tuple, n: int, width: int) -> str:
+    return f"index has shape {shape}, expected ({n}, {width})"
+
+
+def index_out_of_range(v: int, m: int) -> str:
+    return f"index {v} is out of range for a source of {m} frames"
+
+
+def restore_needs(what: str, x) -> str:
+    got = type(x).__name__
+    if isinstance(x, tuple):
+        got = f"a tuple of {', '.join(sorted({type(i).__name__ for i in x}))}" if x else "()"
+    return f"a pickled {what} is malformed: got {got}"
+
+
+def rows_stack_sizes(a: int, b: int) -> str:
+    return f"rows have different stack sizes: {a} and {b}"

@@ -1,14 +1,21 @@
 """The pure-NumPy twin of the compiled core: readable specification, fallback and test oracle.
 
-Same public API, same allocation policy (so the same slot ids), same errors as
-``lazyframes._core``. It restates baselines' semantics with ``np.concatenate`` and
-Gymnasium's with ``np.stack``; it is selected with ``LAZYFRAMES_NO_EXTENSIONS=1`` or
-when the extension is not built.
+It has the public API, values, errors, refcounts and ``live_frames`` of
+``lazyframes._core``, but not its arena: frames live in a list of read-only arrays,
+references are counted in a list of ints, and observations are built with
+``np.concatenate`` (baselines) and ``np.stack`` (Gymnasium). Slot ids, allocation order
+and the memory figures are its own (docs/DESIGN.md, "The two cores"). The documentation
+is written once, in the compiled core; each docstring here is its first line.
+
+Every owner (``FrameRef``, ``LazyFrames``, ``LazyBatch``, ``SlotTable``) takes its
+references when it is made and registers a ``weakref.finalize`` that drops them when it
+is collected, so only a reference the pool really issued to an owner is ever dropped.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import operator
 import weakref
 
@@ -16,57 +23,83 @@ import numpy as np
 
 from . import _common as C
 
-__all__ = ["FramePool", "LazyFrames", "LazyBatch", "stack", "default_pool"]
+__all__ = [
+    "FramePool",
+    "FrameRef",
+    "LazyBatch",
+    "LazyFrames",
+    "SlotTable",
+    "default_pool",
+    "stack",
+]
 
 
-class FramePool:
-    """A refcounted store of frames of one shape and dtype, in a chunked arena.
+class _Guarded:
+    """Base of the core types: reading the state of an uninitialised object raises TypeError."""
 
-    Each frame is copied in once (:meth:`push`) and lives in a slot until its refcount
-    drops to zero; the slot is then reused. Chunks hold the largest power of two of
-    slots that fits ``chunk_bytes`` (at least one) and never move; a chunk whose slots are all free is returned
-    to the OS (one empty chunk is kept to avoid churn).
+    __slots__ = ()
 
-    Args:
-        frame_shape: shape ``S`` of one frame, e.g. ``(84, 84, 1)``.
-        dtype: numeric dtype of the frames, e.g. ``np.uint8``.
-        chunk_bytes: size of one arena chunk in bytes (default 1 MiB).
+    def __getattr__(self, name):
+        # Called only when normal lookup fails, e.g. a slot of ``X.__new__(X)`` never set.
+        if name in type(self).__slots__:
+            raise TypeError(C.not_initialised(type(self).__name__))
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    Raises:
-        TypeError: non-numeric dtype or a shape that is not a tuple of ints.
-        ValueError: a non-positive dimension or ``chunk_bytes``.
+    def __setstate__(self, state):
+        raise TypeError(C.not_restorable(type(self).__name__))
 
-    Example:
-        >>> pool = FramePool((84, 84, 1), np.uint8)
-        >>> s = pool.push(np.zeros((84, 84, 1), np.uint8))
-        >>> pool.live_frames, pool.refcount(s)
-        (1, 1)
-        >>> pool.release(s); pool.live_frames
-        0
-    """
 
-    def __init__(self, frame_shape, dtype, *, chunk_bytes: int = C.DEFAULT_CHUNK_BYTES):
+def _own(owner, pool, ids) -> None:
+    """Give ``owner`` one reference on each id of ``ids``, dropped when it is collected."""
+    pool._incref(ids)
+    weakref.finalize(owner, pool._decref, ids).atexit = False
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.tobytes() == b.tobytes()
+
+
+class FramePool(_Guarded):
+    """A refcounted store of frames of one shape and dtype, in a chunked arena."""
+
+    __slots__ = (
+        "__weakref__",
+        "_by_id",
+        "_counts",
+        "_dtype",
+        "_frame_bytes",
+        "_frames",
+        "_free",
+        "_live",
+        "_peak",
+        "_refs",
+        "_shape",
+        "_spc",
+    )
+
+    def __init__(self, frame_shape, dtype, *, chunk_bytes=C.DEFAULT_CHUNK_BYTES):
+        try:
+            object.__getattribute__(self, "_frames")  # bypasses _Guarded.__getattr__
+        except AttributeError:
+            pass
+        else:  # owners hold references into the state a second __init__ would replace
+            raise RuntimeError(C.ALREADY_INITIALISED)
         self._shape = C.frame_shape(frame_shape)
         self._dtype = C.frame_dtype(dtype)
-        chunk_bytes = int(chunk_bytes)
+        chunk_bytes = operator.index(chunk_bytes)
         if chunk_bytes <= 0:
-            raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
-        self._frame_bytes = int(np.prod(self._shape, dtype=np.int64)) * self._dtype.itemsize
-        # the largest power of two that fits (a shift and a mask find a slot in C)
+            raise ValueError(C.chunk_bytes_not_positive(chunk_bytes))
+        self._frame_bytes = math.prod(self._shape) * self._dtype.itemsize
+        # as the arena: the largest power of two of frames that fits a chunk (at least one)
         self._spc = 1 << (min(max(1, chunk_bytes // self._frame_bytes), 1 << 31).bit_length() - 1)
-        self._data = []  # per chunk: ndarray (spc, *S) or None when released
-        self._ref = []  # per chunk: int64 refcounts or None
-        self._free = []  # per chunk: LIFO of free offsets (pops the lowest first)
-        self._live = []  # per chunk: live slots
-        self._in_heap = []
-        self._heap = []  # chunks with memory and a free slot (lazy deletion)
-        self._released = []  # ids of released chunks (a heap)
-        self._n_empty = 0  # chunks with memory and no live slot
-        self._n_alloc = 0
-        self._live_frames = 0
+        self._frames: list = []  # slot -> read-only frame, or None while the slot is free
+        self._counts: list = []  # slot -> references held on it
+        self._free: list = []  # heap of free slots: the lowest is reused first
+        self._live = 0
         self._peak = 0
-        self._refs = weakref.WeakValueDictionary()  # slot -> FrameRef, for pickling
-        self._by_id = {}  # id(ndarray) -> (weakref, slot): LazyFrames(list) dedupe
+        # slot -> FrameRef, so the observations pickled together share each frame
+        self._refs: weakref.WeakValueDictionary[int, FrameRef] = weakref.WeakValueDictionary()
+        self._by_id: dict = {}  # id(ndarray) -> (weakref, slot): LazyFrames(list) dedupe
 
     # -- properties ---------------------------------------------------------------
     @property
@@ -76,7 +109,7 @@ class FramePool:
 
     @property
     def dtype(self) -> np.dtype:
-        """dtype of the stored frames (native byte order)."""
+        """The dtype of the stored frames (native byte order)."""
         return self._dtype
 
     @property
@@ -92,22 +125,22 @@ class FramePool:
     @property
     def live_frames(self) -> int:
         """Frames with a refcount above zero."""
-        return self._live_frames
+        return self._live
 
     @property
     def live_bytes(self) -> int:
         """Bytes of the live frames: ``live_frames * frame_bytes``."""
-        return self._live_frames * self._frame_bytes
+        return self._live * self._frame_bytes
 
     @property
     def capacity(self) -> int:
         """Slots in chunks that currently hold memory."""
-        return self._n_alloc * self._spc
+        return len(self._frames)
 
     @property
     def bytes_held(self) -> int:
         """Bytes of frame memory currently held (whole chunks)."""
-        return self._n_alloc * self._spc * self._frame_bytes
+        return self.live_bytes  # the twin frees a frame's memory as soon as it is free
 
     @property
     def peak_bytes(self) -> int:
@@ -128,118 +161,117 @@ class FramePool:
     def __repr__(self):
         return (
             f"FramePool(frame_shape={self._shape}, dtype={self._dtype}, "
-            f"live_frames={self._live_frames}, bytes_held={self.bytes_held})"
+            f"live_frames={self._live}, bytes_held={self.bytes_held})"
         )
 
     def __reduce__(self):
-        raise TypeError(
-            "a FramePool cannot be pickled; pickle the observations (LazyFrames) or use "
-            "ReplayBuffer.save"
-        )
+        raise TypeError(C.POOL_NOT_PICKLABLE)
 
-    # -- slots --------------------------------------------------------------------
-    def _alloc(self) -> int:
-        heap = self._heap
-        while heap:
-            c = heap[0]
-            if self._data[c] is not None and self._live[c] < self._spc:
-                break
-            heapq.heappop(heap)
-            self._in_heap[c] = False
-        else:
-            if self._released:
-                c = heapq.heappop(self._released)
-            else:
-                c = len(self._data)
-                self._data.append(None)
-                self._ref.append(None)
-                self._free.append(None)
-                self._live.append(0)
-                self._in_heap.append(False)
-            self._data[c] = np.empty((self._spc,) + self._shape, self._dtype)
-            self._ref[c] = np.zeros(self._spc, np.int64)
-            self._free[c] = list(range(self._spc - 1, -1, -1))
-            self._n_alloc += 1
-            self._n_empty += 1
-            self._peak = max(self._peak, self.bytes_held)
-            heapq.heappush(heap, c)
-            self._in_heap[c] = True
-        off = self._free[c].pop()
-        if self._live[c] == 0:
-            self._n_empty -= 1
-        self._live[c] += 1
-        if self._live[c] == self._spc:
-            heapq.heappop(heap)
-            self._in_heap[c] = False
-        self._ref[c][off] = 1
-        self._live_frames += 1
-        return c * self._spc + off
+    # -- references (private: only owners call these) -----------------------------
+    def _incref(self, ids) -> None:
+        """One more reference on each id (-1, an empty table entry, is skipped)."""
+        for s in np.asarray(ids, np.int64).ravel().tolist():
+            if s >= 0:
+                if self._counts[s] == 0:
+                    self._live += 1
+                self._counts[s] += 1
+        self._peak = max(self._peak, self.bytes_held)
 
-    def _free_slot(self, c: int, off: int) -> None:
-        self._free[c].append(off)
-        self._live[c] -= 1
-        self._live_frames -= 1
-        if not self._in_heap[c]:
-            heapq.heappush(self._heap, c)
-            self._in_heap[c] = True
-        if self._live[c] == 0:
-            if self._n_empty >= 1:
-                self._data[c] = self._ref[c] = self._free[c] = None
-                self._n_alloc -= 1
-                heapq.heappush(self._released, c)
-            else:
-                self._n_empty += 1
+    def _decref(self, ids) -> None:
+        """One reference less on each id (-1 skipped); a slot at zero is free again."""
+        for s in np.asarray(ids, np.int64).ravel().tolist():
+            if s >= 0:
+                self._counts[s] -= 1
+                if self._counts[s] == 0:
+                    self._frames[s] = None
+                    heapq.heappush(self._free, s)
+                    self._live -= 1
 
-    def _locate(self, slot) -> tuple:
-        """(chunk, offset) of a live slot; IndexError/ValueError otherwise."""
-        s = operator.index(slot)
-        if not 0 <= s < len(self._data) * self._spc:
-            raise IndexError(f"slot {s} is out of range for this pool")
-        c, off = divmod(s, self._spc)
-        if self._data[c] is None or self._ref[c][off] == 0:
-            raise ValueError(f"slot {s} is free (its frame was released)")
-        return c, off
+    def _id(self, x) -> int:
+        """One slot id given as an int or a FrameRef of this pool (not yet checked live)."""
+        if C.is_frameref(x):
+            C.check_pool(x, self, "FrameRef")
+            return x.slot
+        try:
+            return operator.index(x)
+        except TypeError:
+            raise TypeError(C.wrong_type("a slot id", "an int or a FrameRef", x)) from None
 
-    def _check_live(self, slots: np.ndarray) -> None:
-        for s in slots.ravel():
-            self._locate(s)
+    def _ids(self, slots) -> np.ndarray:
+        """Slot ids (ints or FrameRefs of this pool) as a private int64 array (not checked live)."""
+        arr = np.asarray(slots)
+        if arr.dtype == object:
+            return np.array([self._id(x) for x in arr.ravel()], np.int64).reshape(arr.shape)
+        return C.as_slots(arr).copy()
 
-    def push(self, frame) -> int:
-        """Copy one frame into a free slot and return its slot id.
+    def _check(self, s: int) -> None:
+        """Raise unless ``s`` is a live slot."""
+        if not 0 <= s < len(self._frames):
+            raise IndexError(C.slot_out_of_range(s))
+        if self._counts[s] == 0:
+            raise ValueError(C.slot_free(s))
 
-        The caller owns the one reference of the new slot and must :meth:`release` it
-        (or hand it to :meth:`lazy` and release its own). Views, read-only and
-        non-contiguous arrays are accepted; the frame is copied exactly once, so later
-        changes to the caller's array never reach the pool.
+    def _check_live(self, ids: np.ndarray) -> None:
+        for s in ids.ravel().tolist():
+            self._check(s)
 
-        Raises:
-            TypeError: object arrays or a dtype other than :attr:`dtype`.
-            ValueError: a shape other than :attr:`frame_shape`.
-        """
+    def _pad(self, pad):
+        """The live slot of a ``pad`` FrameRef of this pool, or None."""
+        if pad is None:
+            return None
+        if not C.is_frameref(pad):
+            raise TypeError(C.wrong_type("pad", "a FrameRef or None", pad))
+        C.check_pool(pad, self, "FrameRef")
+        return pad.slot
+
+    def _frameref(self, s: int) -> FrameRef:
+        """The FrameRef pickling uses for live slot ``s``: one per slot while it is alive."""
+        ref = self._refs.get(s)
+        if ref is None:
+            ref = self._refs[s] = FrameRef._make(self, s)
+        return ref
+
+    # -- frames in ----------------------------------------------------------------
+    def push(self, frame) -> FrameRef:
+        """Copy one frame into a free slot; the returned :class:`FrameRef` owns its reference."""
         arr = C.as_frame(frame, self._shape, self._dtype)
-        s = self._alloc()
-        c, off = divmod(s, self._spc)
-        self._data[c][off] = arr
-        return s
+        stored = arr.copy()
+        stored.flags.writeable = False
+        if self._free:
+            s = heapq.heappop(self._free)
+        else:
+            s = len(self._frames)
+            self._frames.append(None)
+            self._counts.append(0)
+        self._frames[s] = stored
+        return FrameRef._make(self, s)  # its one reference makes the slot live
 
-    def _push_known(self, obj, arr) -> int:
-        """:meth:`push`, but reuse the slot of the same ndarray ``obj`` if its bytes are unchanged.
+    def push_batch(self, frames, *, k=1, pad=None, layout="stack") -> LazyBatch:
+        """Push ``n`` frames; row i of the result is ``k - 1`` pads then frame i."""
+        arr = C.as_frames(frames, self._shape, self._dtype)
+        if len(arr) == 0:
+            raise ValueError(C.PUSH_BATCH_EMPTY)
+        k = operator.index(k)
+        if k < 1:
+            raise ValueError(C.stack_size_not_positive(k))
+        p = self._pad(pad)
+        C.check_layout(layout, self._shape)
+        if p is not None:
+            self._check(p)
+        new = [self.push(f) for f in arr]  # each holds its frame until the batch owns it
+        ids = [[r.slot if p is None else p] * (k - 1) + [r.slot] for r in new]
+        return LazyBatch._make(self, np.array(ids, np.int64), layout)
 
-        This is how ``LazyFrames(list_of_frames)`` stores a frame once when baselines'
-        FrameStack hands the same frame objects to k consecutive observations. The
-        cache holds no reference: a hit needs a live slot whose bytes equal the array's
-        now, so an env that rewrites its buffer in place (case C11) gets a fresh copy.
-        """
+    def _push_known(self, obj, arr) -> FrameRef:
+        """:meth:`push`, reusing the slot of the same ndarray ``obj`` if its bytes are unchanged."""
+        arr = C.as_frame(arr, self._shape, self._dtype)
         key = id(obj)
         hit = self._by_id.get(key)
         if hit is not None and hit[0]() is obj:
             s = hit[1]
-            c, off = divmod(s, self._spc)
-            if (self._data[c] is not None and self._ref[c][off] > 0
-                    and self._data[c][off].tobytes() == arr.tobytes()):
-                self._ref[c][off] += 1
-                return s
-        s = self.push(arr)
+            if self._counts[s] > 0 and _same_bytes(self._frames[s], arr):
+                return FrameRef._make(self, s)
+        ref = self.push(arr)
         if isinstance(obj, np.ndarray):
             pool = weakref.ref(self)
 
@@ -248,493 +280,155 @@ class FramePool:
                 if p is not None and p._by_id.get(key, (None,))[0] is wr:
                     del p._by_id[key]
 
-            self._by_id[key] = (weakref.ref(obj, forget), s)
-        return s
+            self._by_id[key] = (weakref.ref(obj, forget), ref.slot)
+        return ref
 
-    def push_many(self, frames) -> np.ndarray:
-        """Copy ``n`` frames (an array of shape ``(n, *S)``) in; returns int64 slot ids ``(n,)``.
-
-        Raises:
-            TypeError, ValueError: as :meth:`push`, before any frame is stored.
-        """
-        arr = np.asarray(frames)
-        if arr.ndim != len(self._shape) + 1:
-            raise ValueError(
-                f"frames have shape {arr.shape}, expected (n, *{self._shape})"
-            )
-        arr = C.as_frame(arr, (arr.shape[0],) + self._shape, self._dtype)
-        return np.array([self.push(f) for f in arr], dtype=np.int64)
-
-    def retain(self, slots) -> None:
-        """Add one reference to each slot id in ``slots`` (an int or an int array).
-
-        Raises:
-            IndexError: a slot id out of range; ValueError: a free slot. Checked for
-            every id before any refcount changes.
-        """
-        arr = C.as_slots(slots)
-        self._check_live(arr)
-        for s in arr.ravel():
-            c, off = divmod(int(s), self._spc)
-            self._ref[c][off] += 1
-
-    def release(self, slots) -> None:
-        """Drop one reference from each slot id in ``slots``; a slot at zero is free again.
-
-        Raises:
-            IndexError, ValueError: as :meth:`retain`, and a ValueError if ``slots``
-            names a slot more often than it has references; nothing is released then.
-        """
-        arr = C.as_slots(slots)
-        self._check_live(arr)
-        ids, counts = np.unique(arr.ravel(), return_counts=True)
-        for s, n in zip(ids, counts):
-            c, off = divmod(int(s), self._spc)
-            if self._ref[c][off] < n:
-                raise ValueError(
-                    f"slot {int(s)} released {int(n)} times but has "
-                    f"{int(self._ref[c][off])} references"
-                )
-        for s in arr.ravel():
-            c, off = divmod(int(s), self._spc)
-            self._ref[c][off] -= 1
-            if self._ref[c][off] == 0:
-                self._free_slot(c, off)
-
-    def refcount(self, slot) -> int:
-        """References held on ``slot`` (0 for a free slot in range).
-
-        Raises:
-            IndexError: out of range.
-        """
-        s = operator.index(slot)
-        if not 0 <= s < len(self._data) * self._spc:
-            raise IndexError(f"slot {s} is out of range for this pool")
-        c, off = divmod(s, self._spc)
-        return 0 if self._data[c] is None else int(self._ref[c][off])
-
-    def get(self, slot) -> np.ndarray:
-        """A copy of the frame in ``slot``, shape :attr:`frame_shape`.
-
-        Raises:
-            IndexError, ValueError: as :meth:`retain`.
-        """
-        c, off = self._locate(slot)
-        return self._data[c][off].copy()
-
-    def shift_rings(self, rings, frames, restart=None, *, pad=None) -> np.ndarray:
-        """One step of ``n`` frame rings (a vector-env stacker) in one call.
-
-        ``rings`` is an int64 ``(n, k)`` array of slot ids, oldest first, each entry
-        owning one reference. The n ``frames`` (``(n, *S)``) are pushed; row i of the
-        result is row i of ``rings`` shifted left with frame i last, or, where
-        ``restart[i]`` (a new episode), k-1 copies of ``pad`` (a slot id; default: the
-        new frame itself, i.e. reset padding) then frame i. The references of ``rings``
-        pass to the result (the dropped ones are released): drop ``rings`` afterwards,
-        without releasing it. ``rings`` itself is never written.
-
-        Returns:
-            A new int64 ``(n, k)`` array whose entries each own one reference.
-
-        Raises:
-            ValueError, IndexError, TypeError: bad rings, frames, restart mask or pad;
-            checked before anything changes.
-        """
-        r = C.as_slots(rings)
-        if r.ndim != 2 or r.shape[1] == 0:
-            raise ValueError(f"rings must have shape (n, k) with k >= 1, got {r.shape}")
-        n, k = r.shape
-        self._check_live(r)
-        arr = np.asarray(frames)
-        if arr.shape[:1] != (n,):
-            raise ValueError(f"frames have shape {arr.shape}, expected ({n}, *{self._shape})")
-        mask = None
-        if restart is not None:
-            mask = np.ascontiguousarray(restart, dtype=np.bool_)
-            if mask.shape != (n,):
-                raise ValueError(f"restart has shape {mask.shape}, expected ({n},)")
-        if pad is not None:
-            self._locate(pad)
-        new = self.push_many(arr)
-        out = np.empty((n, k), np.int64)
-        out[:, -1] = new
-        for i in range(n):
-            if mask is not None and mask[i]:
-                fill = int(new[i]) if pad is None else int(pad)
-                out[i, :-1] = fill
-                if k > 1:
-                    self.retain([fill] * (k - 1))
-                self.release(r[i])
-            else:
-                out[i, :-1] = r[i, 1:]
-                self.release(r[i, 0])
-        return out
-
-    def write_slots(self, table, row, parts, *, release=True) -> None:
-        """Write observations' slot ids into rows of a table that owns references.
-
-        The replay buffer's store: ``table`` is a C-contiguous int32 or int64 array
-        ``(R, W)`` of slot ids, each entry owning one reference. ``parts`` (a tuple of
-        :class:`LazyBatch` ``(E, k_i)``, :class:`LazyFrames` (E = 1) or int arrays
-        ``(E, k_i)``, with ``sum(k_i) == W``) are written side by side into rows
-        ``row .. row + E - 1``: a reference is taken on each new id and, with
-        ``release``, the ids those rows held are released. One call, no frame copied.
-
-        Raises:
-            TypeError: a table of another dtype or an unknown part.
-            ValueError: shapes that do not fit, a read-only or non-contiguous table,
-                ids beyond int32 in an int32 table; IndexError/ValueError: dead slots.
-            Everything is checked before anything changes.
-        """
-        if type(table) is not np.ndarray:
-            raise TypeError(f"table must be a numpy.ndarray, got {type(table).__name__}")
-        if table.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
-            raise TypeError(f"table must be int32 or int64, got {table.dtype}")
-        if table.ndim != 2 or not table.flags.c_contiguous or not table.flags.writeable:
-            raise ValueError("table must be a writeable C-contiguous 2-D array")
-        R, W = table.shape
-        blocks = []
-        for part in parts:
-            if isinstance(part, (LazyBatch, LazyFrames)):
-                if part.pool is not self:
-                    raise ValueError(f"a {type(part).__name__} of another pool")
-                blk = C.as_slots(part.slots).reshape(-1, len(part.slots) if isinstance(part, LazyFrames) else part.stack_size)
-            else:
-                blk = C.as_slots(part)
-                if blk.ndim != 2:
-                    raise ValueError(f"slot ids must be 2-D (E, k), got shape {blk.shape}")
-            if blocks and blk.shape[0] != blocks[0].shape[0]:
-                raise ValueError(f"parts have {blocks[0].shape[0]} and {blk.shape[0]} rows")
-            blocks.append(blk)
-        new = np.concatenate(blocks, axis=1)
-        if new.shape[1] != W:
-            raise ValueError(f"parts have {new.shape[1]} slot ids per row, the table {W}")
-        r0, E = int(row), new.shape[0]
-        if r0 < 0 or r0 + E > R:
-            raise IndexError(f"rows {r0}..{r0 + E - 1} are out of range for a table of {R}")
-        self._check_live(new)
-        if table.dtype == np.int32 and new.size and new.max() > np.iinfo(np.int32).max:
-            raise ValueError(f"slot {int(new.max())} does not fit an int32 table")
-        old = table[r0:r0 + E].astype(np.int64)
-        if release:
-            for i, s in enumerate(old.ravel()):
-                c, off = divmod(int(s), self._spc)
-                if not (0 <= s < len(self._data) * self._spc) or self._data[c] is None \
-                        or self._ref[c][off] == 0:
-                    raise ValueError(f"table row {r0 + i // W} holds a free slot")
-        self.retain(new)
-        if release:
-            self.release(old)
-        table[r0:r0 + E] = new
-
-    def push_dedup(self, frames, candidates=None) -> np.ndarray:
-        """Push ``(E, k, *S)`` frames, reusing a slot where a frame's bytes are already stored.
-
-        Frame j of row e reuses, in this order, a slot of ``candidates[e]`` (int ``(E, m)``
-        slot ids, e.g. that env's previous observation; -1 for none) with equal bytes, or
-        an earlier frame of the same row with equal bytes (reset padding); otherwise it is
-        copied into a new slot. This is how observations that arrive as plain stacked
-        arrays (EnvPool, SB3's VecFrameStack) cost one new frame per step.
-
-        Returns:
-            int64 ``(E, k)`` slot ids, each owning one new reference (release them once
-            stored elsewhere).
-
-        Raises:
-            TypeError, ValueError: frames of the wrong dtype or shape, candidates of the
-            wrong shape; IndexError/ValueError: dead candidate slots. Checked first.
-        """
-        arr = np.asarray(frames)
-        if arr.ndim != len(self._shape) + 2:
-            raise ValueError(f"frames have shape {arr.shape}, expected (E, k, *{self._shape})")
-        arr = C.as_frame(arr, arr.shape[:2] + self._shape, self._dtype)
+    def _push_dedup(self, frames, candidates=None) -> LazyBatch:
+        """Push ``(E, k, *S)`` frames, reusing a slot where a frame's bytes are already stored."""
+        arr = C.as_frames(frames, self._shape, self._dtype, "E, k")
         E, k = arr.shape[:2]
-        cand = None
+        cand = np.empty((E, 0), np.int64)
         if candidates is not None:
-            cand = C.as_slots(candidates)
-            if cand.ndim != 2 or cand.shape[0] != E:
-                raise ValueError(f"candidates have shape {cand.shape}, expected ({E}, m)")
-            self._check_live(cand[cand != -1])
-        out = np.empty((E, k), np.int64)
+            if not C.is_lazybatch(candidates):
+                raise TypeError(C.wrong_type("candidates", "a LazyBatch or None", candidates))
+            C.check_pool(candidates, self, "LazyBatch")
+            if len(candidates) != E:
+                raise ValueError(C.rows_count("candidates", len(candidates), E))
+            cand = candidates._slots
+        new = []  # FrameRefs of the new slots, held until the batch owns them
+        ids = np.empty((E, k), np.int64)
         for e in range(E):
             for j in range(k):
-                f = arr[e, j].tobytes()
-                found = None
-                for c in ([] if cand is None else cand[e]):
-                    if c != -1 and self.get(c).tobytes() == f:
-                        found = int(c)
-                        break
-                if found is None:
-                    for jj in range(j):
-                        if arr[e, jj].tobytes() == f:
-                            found = int(out[e, jj])
-                            break
-                if found is None:
-                    out[e, j] = self.push(arr[e, j])
-                else:
-                    self.retain(found)
-                    out[e, j] = found
-        return out
+                f = arr[e, j]
+                s = next((c for c in cand[e].tolist() if _same_bytes(self._frames[c], f)), None)
+                if s is None:
+                    s = next((int(ids[e, i]) for i in range(j) if _same_bytes(arr[e, i], f)), None)
+                if s is None:
+                    new.append(self.push(f))
+                    s = new[-1].slot
+                ids[e, j] = s
+        return LazyBatch._make(self, ids, "stack")
 
-    def lazy_batch(self, slots, *, layout: str = "stack") -> "LazyBatch":
-        """A :class:`LazyBatch` over int ``(n, k)`` slot ids (one observation per row).
+    # -- frames out ---------------------------------------------------------------
+    def refcount(self, slot) -> int:
+        """References held on ``slot`` (0 for a free slot in range)."""
+        s = self._id(slot)
+        if not 0 <= s < len(self._frames):
+            raise IndexError(C.slot_out_of_range(s))
+        return self._counts[s]
 
-        Takes its own reference on each slot; copies no frame bytes.
+    def get(self, slot) -> np.ndarray:
+        """A copy of the frame in ``slot``, shape :attr:`frame_shape`."""
+        s = self._id(slot)
+        self._check(s)
+        return self._frames[s].copy()
 
-        Raises:
-            IndexError, ValueError: as :meth:`retain`; ValueError for a bad shape or layout.
-        """
-        return LazyBatch._make(self, slots, layout)
-
-    def lazy(self, slots, *, layout: str = "last") -> "LazyFrames":
-        """A :class:`LazyFrames` over ``k`` slot ids, oldest first; copies no frame bytes.
-
-        The observation takes its own reference on each slot.
-
-        Raises:
-            IndexError, ValueError: as :meth:`retain`; ValueError for a bad layout.
-        """
-        return LazyFrames._from_slots(self, slots, layout)
-
-    def gather(self, slots, out=None, *, layout: str = "last", dtype=None, scale=None):
-        """Copy ``B`` observations of ``k`` slots each (``slots``: ints ``(B, k)``) into one array.
-
-        Returns ``out`` (or a new array) of shape ``(B, *observation_shape)``; dtype
-        conversion and ``scale`` are fused into the copy. Everything is checked before
-        anything is written.
-
-        Raises:
-            IndexError, ValueError: bad slot ids; TypeError/ValueError: a bad ``out``
-            (see :func:`stack`).
-        """
-        arr = C.as_slots(slots)
-        if arr.ndim != 2 or arr.shape[1] == 0:
-            raise ValueError(f"slots must have shape (B, k) with k >= 1, got {arr.shape}")
-        k = arr.shape[1]
+    def lazy(self, slots, *, layout="last") -> LazyFrames:
+        """A :class:`LazyFrames` over ``k`` slots (ints or FrameRefs), oldest first."""
+        ids = self._ids(slots)
+        if ids.ndim != 1 or ids.size == 0:
+            raise ValueError(C.bad_slots_shape(ids.shape, "k"))
         C.check_layout(layout, self._shape)
-        _check_copy_out(self._shape, self._dtype, arr.shape[0], k, layout, out, dtype, scale)
-        self._check_live(arr)  # after the output checks, as the compiled core
-        frames = [[self._data[c][off] for c, off in (divmod(int(s), self._spc) for s in row)]
-                  for row in arr]
-        return _copy_out(frames, self._shape, self._dtype, k, layout, out, dtype, scale)
+        self._check_live(ids)
+        return LazyFrames._make(self, tuple(ids.tolist()), layout)
 
-    def gather_pairs(self, first, second, out=None, *, layout="last", dtype=None, scale=None):
-        """:meth:`gather` of two slot arrays ``(B, k)`` at once, row by row.
-
-        Row i of ``first`` then row i of ``second`` are copied one after the other, so
-        frames they share (a transition's obs and next_obs share k-1) are read from
-        memory once and from cache the second time. The replay buffer's sample.
-
-        Args:
-            first, second: int ``(B, k)`` slot ids.
-            out: optional pair of arrays ``(B, *observation_shape)`` (see :meth:`gather`).
-
-        Returns:
-            A pair of arrays ``(B, *observation_shape)``.
-
-        Raises:
-            As :meth:`gather`, for either array; nothing is written then.
-        """
-        a1, a2 = C.as_slots(first), C.as_slots(second)
-        if a1.ndim != 2 or a1.shape[1] == 0 or a1.shape != a2.shape:
-            raise ValueError(f"slots must be two arrays of one shape (B, k) with k >= 1, got "
-                             f"{a1.shape} and {a2.shape}")
-        if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
-            raise TypeError("out must be a pair of ndarrays")
+    def lazy_batch(self, slots, *, layout="stack") -> LazyBatch:
+        """A :class:`LazyBatch` over ``(n, k)`` slots (ints or FrameRefs), a row per observation."""
+        ids = self._ids(slots)
+        if ids.ndim != 2 or ids.shape[1] == 0:
+            raise ValueError(C.bad_slots_shape(ids.shape))
         C.check_layout(layout, self._shape)
-        o1, o2 = (None, None) if out is None else out
-        d1, d2 = (_check_copy_out(self._shape, self._dtype, a1.shape[0], a1.shape[1], layout, o,
-                                  dtype, scale) for o in (o1, o2))  # both before writing either
-        if d1 != d2:
-            raise TypeError(f"the two arrays of out have different dtypes: {d1} and {d2}")
-        if o1 is not None and o2 is not None and np.may_share_memory(o1, o2):
-            raise ValueError("the two arrays of out overlap")
-        self._check_live(a1)
-        self._check_live(a2)
-        return (self.gather(a1, o1, layout=layout, dtype=dtype, scale=scale),
-                self.gather(a2, o2, layout=layout, dtype=dtype, scale=scale))
+        self._check_live(ids)
+        return LazyBatch._make(self, ids, layout)
+
+    def gather(self, slots, out=None, *, layout="last", dtype=None, scale=None) -> np.ndarray:
+        """Copy ``B`` observations of ``k`` slots each (ints ``(B, k)``) into one array."""
+        ids = self._ids(slots)
+        if ids.ndim != 2 or ids.shape[1] == 0:
+            raise ValueError(C.bad_slots_shape(ids.shape, "(B, k)"))
+        C.check_layout(layout, self._shape)
+        dst = _check_copy_out(self, len(ids), ids.shape[1], layout, out, dtype, scale)
+        C.check_no_overlap(out, {"slots": slots})
+        self._check_live(ids)
+        frames = [[self._frames[s] for s in row] for row in ids.tolist()]
+        return _copy_out(frames, self._shape, ids.shape[1], layout, out, dst, scale)
 
 
-def _write_transitions(pool, table, row, obs, next_obs, release, actions, action, rewards,
-                       reward, flags, terminated, truncated, autoreset):
-    """The replay buffer's batched add in one call (internal).
+class FrameRef(_Guarded):
+    """One reference on one frame of a :class:`FramePool`; pickles as the frame itself."""
 
-    Writes E transitions at rows ``row .. row + E - 1``: slot ids as
-    :meth:`FramePool.write_slots`, ``actions[rows] = action`` (same dtype),
-    ``rewards[rows] = reward`` (float32 from float32/float64), and
-    ``flags[rows] = terminated + 2 * truncated + 4 * autoreset`` (contiguous bool
-    arrays). Returns the number of autoreset rows, or None, having written nothing, when
-    an argument is not of these exact kinds (the buffer then takes its checked path).
-    """
-    E = len(obs)
-    masks = (terminated, truncated) + (() if autoreset is None else (autoreset,))
-    if not (0 <= row <= min(len(actions), len(rewards), len(flags)) - E
-            and type(action) is np.ndarray and action.dtype == actions.dtype
-            and action.shape == (E,) + actions.shape[1:]
-            and type(reward) is np.ndarray and reward.dtype in (np.float32, np.float64)
-            and reward.shape == (E,)
-            and all(type(m) is np.ndarray and m.dtype == np.bool_ and m.shape == (E,) for m in masks)):
-        return None
-    pool.write_slots(table, row, (obs, next_obs), release=release)
-    sl = slice(row, row + E)
-    actions[sl] = action
-    rewards[sl] = reward
-    skip = np.zeros(E, bool) if autoreset is None else autoreset
-    flags[sl] = terminated.astype(np.uint8) | truncated.astype(np.uint8) << 1 | skip.astype(np.uint8) << 2
-    return int(np.count_nonzero(skip))
+    __slots__ = ("__weakref__", "_pool", "_slot")
+    _pool: FramePool
+    _slot: int
 
+    def __init__(self, *args, **kwargs):
+        raise TypeError(C.FRAMEREF_NO_CONSTRUCTOR)
 
-def _materialise(frames, layout):
-    """One observation from its frames: baselines' np.concatenate / Gymnasium's np.stack."""
-    if layout == "last":
-        return np.concatenate(frames, axis=-1)
-    if layout == "first":
-        return np.concatenate(frames, axis=0)
-    return np.stack(frames, axis=0)
+    @classmethod
+    def _make(cls, pool: FramePool, s: int) -> FrameRef:
+        ref = object.__new__(cls)
+        ref._pool = pool
+        ref._slot = s
+        _own(ref, pool, (s,))
+        return ref
+
+    @property
+    def pool(self) -> FramePool:
+        """The pool holding the frame."""
+        return self._pool
+
+    @property
+    def slot(self) -> int:
+        """The frame's slot id in :attr:`pool` (the int owns nothing; this FrameRef does)."""
+        return self._slot
+
+    def __reduce__(self):
+        return _restore_frame, (self._pool.get(self._slot),)
+
+    def __repr__(self):
+        pool = self._pool
+        return f"FrameRef(slot={self._slot}, frame_shape={pool.frame_shape}, dtype={pool.dtype})"
 
 
-def _check_copy_out(shape, src, b, k, layout, out, dtype, scale):
-    """Check the output of a copy of ``b`` observations; returns the output dtype."""
-    dst = C.output_dtype(src, C.requested_dtype(dtype, out), scale)
-    if out is not None:
-        C.check_out(out, (b,) + C.observation_shape(shape, k, layout), dst)
-    return dst
+class LazyFrames(_Guarded):
+    """k frames shown as one observation, stored once in a :class:`FramePool`."""
 
-
-def _copy_out(frames, shape, src, k, layout, out, dtype, scale):
-    """Copy lists of frames (one list per observation) into ``out``."""
-    dst = _check_copy_out(shape, src, len(frames), k, layout, out, dtype, scale)
-    if out is None:
-        out = np.empty((len(frames),) + C.observation_shape(shape, k, layout), dst)
-    for b, fr in enumerate(frames):
-        out[b] = _materialise(fr, layout).astype(dst)
-    if scale is not None:
-        np.multiply(out, dst.type(scale), out=out)
-    return out
-
-
-_default_pools = {}  # kept for the process: an idle pool holds at most one empty chunk
-
-
-def default_pool(frame_shape, dtype) -> FramePool:
-    """The shared pool for frames of ``frame_shape`` and ``dtype``.
-
-    Used by ``LazyFrames(list_of_frames)`` and by unpickling. It lives for the
-    process, so its dedupe cache survives between observations; once idle it holds at
-    most one empty chunk (``chunk_bytes``, 1 MiB by default).
-    """
-    key = (C.frame_shape(frame_shape), C.frame_dtype(dtype))
-    pool = _default_pools.get(key)
-    if pool is None:
-        pool = FramePool(*key)
-        _default_pools[key] = pool
-    return pool
-
-
-def _restore_frame(frame):
-    return C.restore_frame(default_pool, frame)
-
-
-def _restore_lazyframes(refs, layout):
-    return refs[0].pool.lazy([r.slot for r in refs], layout=layout)
-
-
-def _restore_lazybatch(rows, layout):
-    return C.restore_lazybatch(rows, layout)
-
-
-class LazyFrames:
-    """k frames shown as one observation, stored once in a :class:`FramePool`.
-
-    A drop-in for baselines' ``atari_wrappers.LazyFrames``: ``LazyFrames(frames)``
-    concatenates on the last axis, and ``len``, ``[i]``, ``count()`` and ``frame(i)``
-    behave as baselines' on the materialised array. Unlike baselines it never caches the
-    materialised stack (``np.asarray`` copies the frames out each time into a fresh
-    array), so holding observations costs only the unique frames.
-
-    Args:
-        frames: a non-empty sequence of k array-likes of one shape ``S`` and dtype,
-            oldest first, copied into the shared :func:`default_pool`. An ndarray that
-            is already stored there with the same bytes (as when baselines' FrameStack
-            passes the same frame to k consecutive observations) is not copied again.
-        layout: ``"last"`` (baselines, default), ``"first"`` (SB3 channels-first) or
-            ``"stack"`` (Gymnasium, ``(k, *S)``); see ``lazyframes.LAYOUTS``.
-
-    Raises:
-        ValueError: an empty sequence, frames of different shapes, or a layout that
-            does not fit the frame shape (e.g. ``"last"`` for ``(1, 84, 84)`` frames).
-        TypeError: frames of different dtypes, or object arrays.
-
-    Equality: ``a == b`` is a single bool, True when both materialise to arrays of the
-    same shape and dtype kind with equal values (as ``np.array_equal``); comparing with
-    an ndarray works the same way. Observations are unhashable, like ndarrays.
-
-    Example:
-        >>> frames = [np.full((84, 84, 1), v, np.uint8) for v in range(4)]
-        >>> lz = LazyFrames(frames)
-        >>> lz.shape, np.asarray(lz).shape, lz.count(), len(lz)
-        ((84, 84, 4), (84, 84, 4), 4, 84)
-    """
-
+    __slots__ = ("__weakref__", "_layout", "_pool", "_slots")
     __array_priority__ = 10.0  # so ndarray == LazyFrames defers to __eq__ below
 
-    def __init__(self, frames, *, layout: str = "last"):
+    def __init__(self, frames, *, layout="last"):
         if isinstance(frames, np.ndarray) and frames.ndim >= 1:
             frames = list(frames)
         frames = list(frames)
         if not frames:
-            raise ValueError("LazyFrames needs at least one frame")
-        arrays = []
-        for f in frames:
-            a = np.asarray(f)
+            raise ValueError(C.NO_FRAMES)
+        arrays = [np.asarray(f) for f in frames]
+        for a in arrays:
             if a.dtype.kind == "O":
-                raise TypeError("frame is an object array; frames must be numeric ndarrays")
-            arrays.append(a)
+                raise TypeError(C.OBJECT_FRAME)
         shape, dt = arrays[0].shape, C.frame_dtype(arrays[0].dtype)
         for a in arrays:
             if a.shape != shape:
-                raise ValueError(f"frames have different shapes: {shape} and {a.shape}")
+                raise ValueError(C.frames_differ("shapes", shape, a.shape))
             if a.dtype.newbyteorder("=") != dt:
-                raise TypeError(f"frames have different dtypes: {dt} and {a.dtype}")
+                raise TypeError(C.frames_differ("dtypes", dt, a.dtype))
         C.check_layout(layout, shape)
         pool = default_pool(shape, dt)
-        slots = []
-        try:
-            for f, a in zip(frames, arrays):
-                slots.append(pool._push_known(f, a))
-            self._init(pool, C.as_slots(slots), layout)
-        finally:
-            if slots:
-                pool.release(slots)
+        refs = [pool._push_known(f, a) for f, a in zip(frames, arrays, strict=True)]
+        self._init(pool, tuple(r.slot for r in refs), layout)
 
     @classmethod
-    def from_slots(cls, pool, slots, *, layout: str = "last"):
-        """An observation over ``k`` live slot ids of ``pool``; copies no frame bytes."""
-        return cls._from_slots(pool, slots, layout)
+    def _make(cls, pool: FramePool, ids: tuple, layout: str) -> LazyFrames:
+        """An observation over live slot ids (checked by the caller)."""
+        lz = object.__new__(cls)
+        lz._init(pool, ids, layout)
+        return lz
 
-    @classmethod
-    def _from_slots(cls, pool, slots, layout):
-        if not isinstance(pool, FramePool):
-            raise TypeError(f"pool must be a FramePool, got {type(pool).__name__}")
-        arr = C.as_slots(slots)
-        if arr.ndim != 1 or arr.size == 0:
-            raise ValueError(f"slots must be a non-empty 1-D sequence, got shape {arr.shape}")
-        C.check_layout(layout, pool.frame_shape)
-        self = cls.__new__(cls)
-        self._init(pool, arr, layout)
-        return self
-
-    def _init(self, pool, slots, layout):
-        pool.retain(slots)  # checks every slot before taking any reference
+    def _init(self, pool, ids, layout):
+        _own(self, pool, ids)
         self._pool = pool
-        self._slots = tuple(int(s) for s in slots)
+        self._slots = ids
         self._layout = layout
-
-    def __del__(self):
-        try:
-            self._pool.release(self._slots)
-        except Exception:  # half-built object, or interpreter shutdown
-            pass
 
     # -- array-likeness without materialising --------------------------------------
     @property
@@ -769,16 +463,18 @@ class LazyFrames:
 
     @property
     def dtype(self) -> np.dtype:
-        """dtype of ``np.asarray(self)``."""
+        """The dtype of ``np.asarray(self)``."""
         return self._pool.dtype
 
     @property
     def ndim(self) -> int:
+        """Number of axes of ``np.asarray(self)``."""
         return len(self.shape)
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape))
+        """Number of elements of ``np.asarray(self)``."""
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -786,92 +482,65 @@ class LazyFrames:
         return self.size * self.dtype.itemsize
 
     # -- copying out ---------------------------------------------------------------
-    def __array__(self, dtype=None, copy=None):
-        """Materialise into a fresh array (NumPy 2 protocol).
+    def _out(self, dtype=None, scale=None) -> np.ndarray:
+        return self._pool.gather([self._slots], layout=self._layout, dtype=dtype, scale=scale)[0]
 
-        ``copy=False`` raises ValueError: the frames are not one array, so a copy cannot
-        be avoided. ``dtype`` is fused into the copy (same-kind casts).
-        """
-        return C.array_protocol(
-            self, dtype, copy,
-            lambda dt: self._pool.gather([self._slots], layout=self._layout, dtype=dt)[0])
+    def __array__(self, dtype=None, copy=None):
+        """Materialise into a fresh array (NumPy 2 protocol)."""
+        return C.array_protocol(self, dtype, copy, self._out)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """DLPack export of a fresh materialised array, so ``torch.as_tensor(obs)`` is fast."""
         return C.dlpack(self, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self):
+        self._pool  # noqa: B018 - an uninitialised object raises TypeError here
         return C.DLPACK_DEVICE
 
     def astype(self, dtype, *, scale=None) -> np.ndarray:
-        """A new array of ``dtype``, optionally times ``scale`` (fused into the copy).
-
-        ``obs.astype(np.float32, scale=1/255)`` is baselines' ScaledFloatFrame.
-        """
-        return self._pool.gather([self._slots], layout=self._layout, dtype=dtype, scale=scale)[0]
+        """A new array of ``dtype``, optionally times ``scale`` (fused into the copy)."""
+        return self._out(dtype, scale)
 
     def __len__(self):
         return self.shape[0]
 
     def __getitem__(self, key):
-        return np.asarray(self)[key]
+        return self._out()[key]
 
     def count(self) -> int:
         """Size of the last axis of the materialised array, as baselines' ``count()``."""
         return self.shape[-1]
 
     def frame(self, i) -> np.ndarray:
-        """``np.asarray(self)[..., i]`` as baselines' ``frame(i)``: a channel when C > 1.
-
-        Copies only what it returns in the ``"last"`` layout.
-
-        Raises:
-            IndexError: out of range.
-        """
-        n = self.count()
-        i = C.index_frame(i, n)
+        """``np.asarray(self)[..., i]`` as baselines' ``frame(i)``: a channel when C > 1."""
+        i = C.index_frame(i, self.count())
         if self._layout == "last":
-            c = self._pool.frame_shape[-1]
-            j, ch = divmod(i, c)
+            j, ch = divmod(i, self._pool.frame_shape[-1])
             return self._pool.get(self._slots[j])[..., ch]
-        return np.asarray(self)[..., i]
-
-    def shift(self, frame) -> "LazyFrames":
-        """The next observation: this one's last k-1 frames, then ``frame``.
-
-        ``frame`` is copied once into this observation's pool; the shared frames are
-        not copied. This is one step of a frame stacker (baselines' ``deque(maxlen=k)``)
-        in one call; ``self`` is unchanged.
-
-        Raises:
-            TypeError, ValueError: ``frame`` of the wrong dtype or shape.
-        """
-        s = self._pool.push(frame)
-        try:
-            return LazyFrames._from_slots(self._pool, self._slots[1:] + (s,), self._layout)
-        finally:
-            self._pool.release(s)
+        return self._out()[..., i]
 
     def get_frame(self, j) -> np.ndarray:
-        """A copy of whole frame ``j`` (0 is the oldest), shape :attr:`frame_shape`.
+        """A copy of whole frame ``j`` (0 is the oldest), shape :attr:`frame_shape`."""
+        return self._pool.get(self._slots[C.index_frame(j, len(self._slots))])
 
-        Raises:
-            IndexError: out of range.
-        """
-        j = C.index_frame(j, len(self._slots))
-        return self._pool.get(self._slots[j])
+    def shift(self, frame) -> LazyFrames:
+        """The next observation: this one's last k-1 frames, then ``frame``."""
+        ref = self._pool.push(frame)
+        return LazyFrames._make(self._pool, self._slots[1:] + (ref.slot,), self._layout)
+
+    def copy(self) -> LazyFrames:
+        """A new observation sharing the same frames (no frame bytes copied)."""
+        return LazyFrames._make(self._pool, self._slots, self._layout)
 
     def __copy__(self):
-        # frames are immutable, so a copy shares them (no frame bytes copied)
-        return LazyFrames._from_slots(self._pool, self._slots, self._layout)
-
-    copy = __copy__
+        return self.copy()
 
     def __deepcopy__(self, memo):
-        return self.__copy__()
+        return self.copy()
 
     def __reduce__(self):
-        return C.reduce_lazyframes(self)
+        refs = tuple(self._pool._frameref(s) for s in self._slots)
+        return _restore_lazyframes, (refs, self._layout)
 
     def __eq__(self, other):
         return C.lazyframes_eq(self, other)
@@ -880,7 +549,7 @@ class LazyFrames:
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self):
         return (
@@ -889,59 +558,30 @@ class LazyFrames:
         )
 
 
-class LazyBatch:
-    """A batch of observations, one per sub-environment, stored as slot ids of one pool.
+class LazyBatch(_Guarded):
+    """A batch of ``n`` observations (one per sub-environment) as slot ids of one pool."""
 
-    Holds one reference on each of its ``num_envs * k`` slots (released when it is
-    dropped), so it stays valid however far the environments move on. No frame bytes are
-    copied until it is materialised.
-
-    Attributes:
-        shape: ``(num_envs, *observation_shape)``, the shape of ``np.asarray(batch)``.
-        dtype: the frames' dtype.
-        pool: the :class:`~lazyframes.FramePool` holding the frames.
-        layout: ``"stack"``, ``"last"`` or ``"first"``.
-
-    ``len(batch)`` is ``num_envs``; ``batch[i]`` is env i's observation as a
-    :class:`~lazyframes.LazyFrames` (no frame copied); ``batch[a:b]`` is a LazyBatch.
-    ``np.asarray(batch)``, :meth:`numpy` (with ``out``, ``dtype``, ``scale``) and the DLPack
-    protocol (``torch.as_tensor(batch)``, ``np.from_dlpack(batch)``) each copy the batch
-    out once, in one ``gather`` call. (``torch.tensor(batch)`` walks the sequence protocol
-    instead and is ~100x slower: use ``torch.as_tensor``.)
-
-    Example:
-        >>> obs, info = envs.reset(seed=0)  # doctest: +SKIP
-        >>> x = obs.numpy(dtype=np.float32, scale=1 / 255)  # (num_envs, 4, 84, 84) in [0, 1]
-    """
-
-    __slots__ = ("_pool", "_slots", "_layout", "_shape", "__weakref__")
+    __slots__ = ("__weakref__", "_layout", "_pool", "_slots")
+    _pool: FramePool
+    _slots: np.ndarray
+    _layout: str
 
     def __init__(self, *args, **kwargs):
-        raise TypeError("use FramePool.lazy_batch(slots, layout=...) to make a LazyBatch")
+        raise TypeError(C.LAZYBATCH_NO_CONSTRUCTOR)
 
     @classmethod
-    def _make(cls, pool, slots, layout):
-        arr = C.as_slots(slots)
-        if arr.ndim != 2 or arr.shape[1] == 0:
-            raise ValueError(f"slots must have shape (num_envs, k) with k >= 1, got {arr.shape}")
-        C.check_layout(layout, pool.frame_shape)
-        arr = arr.copy()
-        pool.retain(arr)  # checks every slot before taking any reference
-        self = cls.__new__(cls)
-        self._pool = pool
-        self._slots = arr
-        self._layout = layout
-        self._shape = (arr.shape[0],) + C.observation_shape(pool.frame_shape, arr.shape[1], layout)
-        return self
-
-    def __del__(self):
-        try:
-            self._pool.release(self._slots)
-        except Exception:  # half-built object, or interpreter shutdown
-            pass
+    def _make(cls, pool: FramePool, ids: np.ndarray, layout: str) -> LazyBatch:
+        """A batch over a private ``(n, k)`` array of live slot ids (checked by the caller)."""
+        batch = object.__new__(cls)
+        ids.flags.writeable = False
+        _own(batch, pool, ids)
+        batch._pool = pool
+        batch._slots = ids
+        batch._layout = layout
+        return batch
 
     @property
-    def pool(self):
+    def pool(self) -> FramePool:
         """The pool holding the frames."""
         return self._pool
 
@@ -952,6 +592,7 @@ class LazyBatch:
 
     @property
     def layout(self) -> str:
+        """``"last"``, ``"first"`` or ``"stack"``."""
         return self._layout
 
     @property
@@ -962,122 +603,349 @@ class LazyBatch:
     @property
     def shape(self) -> tuple:
         """Shape of ``np.asarray(self)``: ``(num_envs, *observation_shape)``."""
-        return self._shape
+        n, k = self._slots.shape
+        return (n,) + C.observation_shape(self._pool.frame_shape, k, self._layout)
 
     @property
     def dtype(self) -> np.dtype:
+        """The dtype of the frames."""
         return self._pool.dtype
 
     @property
     def ndim(self) -> int:
-        return len(self._shape)
+        """Number of axes of ``np.asarray(self)``."""
+        return len(self.shape)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the materialised array (not of the memory held; see the pool)."""
-        return int(np.prod(self._shape)) * self._pool.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize
 
     def numpy(self, out=None, *, dtype=None, scale=None) -> np.ndarray:
-        """Materialise the batch into ``out`` (or a new array) in one copy.
-
-        Args:
-            out: optional C-contiguous writeable ndarray of shape :attr:`shape`.
-            dtype: output dtype (same-kind casts, e.g. uint8 -> float32).
-            scale: multiply by this after converting (float output only), e.g. 1/255.
-
-        Returns:
-            ``out`` or a new array of shape :attr:`shape`.
-
-        Raises:
-            TypeError, ValueError: a bad ``out``, ``dtype`` or ``scale`` (nothing written).
-        """
+        """Materialise the batch into ``out`` (or a new array) in one copy."""
         return self._pool.gather(self._slots, out, layout=self._layout, dtype=dtype, scale=scale)
 
     def __array__(self, dtype=None, copy=None):
-        return C.array_protocol(
-            self, dtype, copy,
-            lambda dt: self._pool.gather(self._slots, layout=self._layout, dtype=dt))
+        """Materialise into a fresh ``(num_envs, *observation_shape)`` array (NumPy 2 protocol)."""
+        return C.array_protocol(self, dtype, copy, lambda dt: self.numpy(dtype=dt))
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """DLPack export of a fresh materialised batch: ``torch.as_tensor(batch)`` copies once
-        instead of walking the sequence protocol (case C05)."""
+        """DLPack export of a fresh materialised batch, so ``torch.as_tensor(batch)`` is fast."""
         return C.dlpack(self, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self):
+        self._pool  # noqa: B018 - an uninitialised object raises TypeError here
         return C.DLPACK_DEVICE
 
     def __len__(self):
-        return self._slots.shape[0]
+        return len(self._slots)
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return LazyBatch._make(self._pool, self._slots[i], self._layout)
+            return LazyBatch._make(self._pool, self._slots[i].copy(), self._layout)
+        n = len(self._slots)
         try:
-            j = C.index_frame(i, self._slots.shape[0], "environments")
+            j = C.index_frame(i, n, "environments")
         except TypeError:
-            raise TypeError(
-                f"LazyBatch indices must be an int (one env's LazyFrames) or a slice, got "
-                f"{type(i).__name__}; use np.asarray(batch)[...] for array indexing"
-            ) from None
-        return self._pool.lazy(self._slots[j], layout=self._layout)
+            raise TypeError(C.lazybatch_index(i)) from None
+        return LazyFrames._make(self._pool, tuple(self._slots[j].tolist()), self._layout)
 
     def __iter__(self):
-        for j in range(self._slots.shape[0]):
-            yield self._pool.lazy(self._slots[j], layout=self._layout)
+        for row in self._slots.tolist():
+            yield LazyFrames._make(self._pool, tuple(row), self._layout)
+
+    def shift(self, frames, restart=None, *, pad=None) -> LazyBatch:
+        """The next batch: each row shifted left with its new frame last, or restarted."""
+        pool = self._pool
+        n, k = self._slots.shape
+        arr = C.as_frames(frames, pool.frame_shape, pool.dtype)
+        if len(arr) != n:
+            raise ValueError(C.frames_shape(arr.shape, str(n), pool.frame_shape))
+        mask = np.zeros(n, np.bool_) if restart is None else np.array(restart, np.bool_)
+        if mask.shape != (n,):
+            raise ValueError(C.restart_shape(mask.shape, n))
+        p = pool._pad(pad)
+        if p is not None:
+            pool._check(p)
+        new = [pool.push(f) for f in arr]  # each holds its frame until the batch owns it
+        ids = self._slots.tolist()
+        for i, ref in enumerate(new):
+            if mask[i]:
+                ids[i] = [ref.slot if p is None else p] * (k - 1) + [ref.slot]
+            else:
+                ids[i] = ids[i][1:] + [ref.slot]
+        return LazyBatch._make(pool, np.array(ids, np.int64).reshape(n, k), self._layout)
+
+    def replace(self, rows, other) -> LazyBatch:
+        """A new batch with rows ``rows`` taken from ``other`` (a batch with one row per index)."""
+        n, k = self._slots.shape
+        r = C.as_rows(rows, n, distinct=True)
+        if not C.is_lazybatch(other):
+            raise TypeError(C.wrong_type("other", "a LazyBatch", other))
+        C.check_pool(other, self._pool, "LazyBatch")
+        if (other.stack_size, other.layout) != (k, self._layout):
+            raise ValueError(C.batch_geometry(k, self._layout, other.stack_size, other.layout))
+        if len(other) != len(r):
+            raise ValueError(C.rows_count("other", len(other), len(r)))
+        ids = self._slots.copy()
+        ids[r] = other._slots
+        return LazyBatch._make(self._pool, ids, self._layout)
+
+    def copy(self) -> LazyBatch:
+        """A new batch sharing the same frames (no frame bytes copied)."""
+        return LazyBatch._make(self._pool, self._slots.copy(), self._layout)
 
     def __copy__(self):
-        # frames are immutable, so a copy shares them (no frame bytes copied)
-        return LazyBatch._make(self._pool, self._slots, self._layout)
+        return self.copy()
 
     def __deepcopy__(self, memo):
-        return self.__copy__()
+        return self.copy()
 
     def __reduce__(self):
-        return C.reduce_lazybatch(self)
+        return _restore_lazybatch, (tuple(self), self._layout)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self):
-        return f"LazyBatch(shape={self._shape}, dtype={self.dtype}, layout={self._layout!r})"
+        return f"LazyBatch(shape={self.shape}, dtype={self.dtype}, layout={self._layout!r})"
+
+
+class SlotTable(_Guarded):
+    """A ``(rows, width)`` table of slot ids that owns one reference per non-empty entry."""
+
+    __slots__ = ("__weakref__", "_ids", "_pool")
+
+    def __init__(self, pool, rows, width):
+        if not isinstance(pool, FramePool):
+            raise TypeError(C.wrong_type("pool", "a FramePool", pool))
+        rows, width = operator.index(rows), operator.index(width)
+        if rows < 0 or width < 1:
+            raise ValueError(C.table_shape(rows, width))
+        if rows > (2**63 - 1) // 8 // width:
+            raise ValueError(C.table_too_large(rows, width))
+        try:
+            ids = np.full((rows, width), -1, np.int64)  # -1: empty; written in place only
+        except MemoryError:
+            raise MemoryError(C.table_too_large(rows, width)) from None
+        self._pool = pool
+        self._ids = ids
+        _own(self, pool, self._ids)
+
+    @property
+    def pool(self) -> FramePool:
+        """The pool holding the frames."""
+        return self._pool
+
+    @property
+    def shape(self) -> tuple:
+        """``(rows, width)``."""
+        return self._ids.shape
+
+    def __len__(self):
+        return len(self._ids)
+
+    def memory(self) -> int:
+        """Bytes of the table itself (``rows * width * 8``), not of the frames."""
+        return self._ids.nbytes
+
+    def ids(self, rows=None) -> np.ndarray:
+        """A copy of the slot ids of ``rows`` (default: all), int64; -1 marks an empty entry."""
+        return self._ids.copy() if rows is None else self._ids[C.as_rows(rows, len(self._ids))]
+
+    def _write(self, r: np.ndarray, new: np.ndarray) -> None:
+        """Rows ``r`` (distinct) := ``new``: take the new references, then drop the old ones."""
+        self._pool._incref(new)
+        self._pool._decref(self._ids[r])
+        self._ids[r] = new
+
+    def set(self, rows, parts) -> None:
+        """Store ``E`` observations side by side in ``rows``; part widths sum to the width."""
+        r = C.as_rows(rows, len(self._ids), distinct=True)
+        if not isinstance(parts, (tuple, list)):
+            raise TypeError(C.wrong_type("parts", "a tuple of LazyBatch or LazyFrames", parts))
+        blocks = []
+        for part in parts:
+            if C.is_lazybatch(part):
+                C.check_pool(part, self._pool, "LazyBatch")
+                blk = part._slots
+            elif C.is_lazyframes(part):
+                C.check_pool(part, self._pool, "LazyFrames")
+                blk = np.array([part._slots], np.int64)
+            else:
+                raise TypeError(C.wrong_type("parts", "a tuple of LazyBatch or LazyFrames", part))
+            if len(blk) != len(r):
+                raise ValueError(C.rows_count("a part", len(blk), len(r)))
+            blocks.append(blk)
+        width = sum(b.shape[1] for b in blocks)
+        if width != self._ids.shape[1]:
+            raise ValueError(C.parts_width(width, self._ids.shape[1]))
+        self._write(r, np.concatenate(blocks, axis=1))
+
+    def clear(self, rows=None) -> None:
+        """Empty ``rows`` (default: all), dropping their references."""
+        n = len(self._ids)
+        r = np.arange(n) if rows is None else C.as_rows(rows, n, distinct=True)
+        self._write(r, np.full((len(r), self._ids.shape[1]), -1, np.int64))
+
+    def take(self, rows, source, index) -> None:
+        """Fill ``rows`` with slots of ``source`` by flat position (-1: empty); checkpoint load."""
+        r = C.as_rows(rows, len(self._ids), distinct=True)
+        if not C.is_lazybatch(source):
+            raise TypeError(C.wrong_type("source", "a LazyBatch", source))
+        C.check_pool(source, self._pool, "LazyBatch")
+        flat = source._slots.ravel()
+        idx = C.as_ints(index, "index")
+        if idx.shape != (len(r), self._ids.shape[1]):
+            raise ValueError(C.index_shape(idx.shape, len(r), self._ids.shape[1]))
+        bad = np.flatnonzero((idx < -1) | (idx >= flat.size))
+        if bad.size:
+            raise IndexError(C.index_out_of_range(int(idx.ravel()[bad[0]]), flat.size))
+        idx = idx.astype(np.int64)
+        new = np.full(idx.shape, -1, np.int64)
+        new[idx >= 0] = flat[idx[idx >= 0]]
+        self._write(r, new)
+
+    def _select(self, rows, cols) -> np.ndarray:
+        """The slot ids of columns ``cols = (start, stop)`` of ``rows``, all non-empty."""
+        r = C.as_rows(rows, len(self._ids))
+        start, stop = _columns(cols, self._ids.shape[1])
+        ids = self._ids[r, start:stop]
+        empty = np.flatnonzero((ids < 0).any(axis=1))
+        if empty.size:
+            raise ValueError(C.row_empty(int(r[empty[0]])))
+        return ids
+
+    def batch(self, rows, start, stop, *, layout="stack") -> LazyBatch:
+        """A :class:`LazyBatch` of columns ``[start, stop)`` of ``rows``."""
+        ids = self._select(rows, (start, stop))
+        C.check_layout(layout, self._pool.frame_shape)
+        return LazyBatch._make(self._pool, ids, layout)
+
+    def gather(self, rows, start, stop, out=None, *, layout="last", dtype=None, scale=None):
+        """Copy the observations in columns ``[start, stop)`` of ``rows`` into one array."""
+        ids = self._select(rows, (start, stop))
+        C.check_no_overlap(out, {"rows": rows})
+        return self._pool.gather(ids, out, layout=layout, dtype=dtype, scale=scale)
+
+    def gather_pairs(
+        self, rows1, cols1, rows2, cols2, out=None, *, layout="last", dtype=None, scale=None
+    ):
+        """Copy two sets of observations (e.g. obs and next obs) row by row into two arrays."""
+        ids1, ids2 = self._select(rows1, cols1), self._select(rows2, cols2)
+        if len(ids1) != len(ids2):
+            raise ValueError(C.pair_lengths(len(ids1), len(ids2)))
+        if ids1.shape[1] != ids2.shape[1]:
+            raise ValueError(C.pair_widths(ids1.shape[1], ids2.shape[1]))
+        if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
+            raise TypeError(C.OUT_PAIR)
+        o1, o2 = (None, None) if out is None else out
+        pool = self._pool
+        C.check_layout(layout, pool.frame_shape)
+        d1, d2 = (
+            _check_copy_out(pool, len(ids1), ids1.shape[1], layout, o, dtype, scale)
+            for o in (o1, o2)
+        )
+        if d1 != d2:
+            raise TypeError(C.pair_dtypes(d1, d2))
+        C.check_no_overlap(out, {"rows1": rows1, "rows2": rows2})
+        kw = {"layout": layout, "dtype": dtype, "scale": scale}
+        return pool.gather(ids1, o1, **kw), pool.gather(ids2, o2, **kw)
+
+    def __reduce__(self):
+        raise TypeError(C.TABLE_NOT_PICKLABLE)
+
+    def __repr__(self):
+        return f"SlotTable(shape={self.shape}, pool={self._pool!r})"
+
+
+def _columns(cols, width: int) -> tuple:
+    """``(start, stop)`` as ints with ``0 <= start < stop <= width``."""
+    try:
+        start, stop = (operator.index(c) for c in cols)
+    except (TypeError, ValueError):
+        raise ValueError(C.bad_columns(cols, width)) from None
+    if not 0 <= start < stop <= width:
+        raise ValueError(C.bad_columns(cols, width))
+    return start, stop
+
+
+def _check_copy_out(pool, b: int, k: int, layout: str, out, dtype, scale) -> np.dtype:
+    """Check the output of a copy of ``b`` observations of ``k`` frames; returns its dtype."""
+    dst = C.output_dtype(pool.dtype, C.requested_dtype(dtype, out), scale)
+    if out is not None:
+        C.check_out(out, (b,) + C.observation_shape(pool.frame_shape, k, layout), dst)
+    return dst
+
+
+def _materialise(frames: list, layout: str) -> np.ndarray:
+    """One observation from its frames: baselines' np.concatenate / Gymnasium's np.stack."""
+    if layout == "last":
+        return np.concatenate(frames, axis=-1)
+    if layout == "first":
+        return np.concatenate(frames, axis=0)
+    return np.stack(frames, axis=0)
+
+
+def _copy_out(frames: list, shape: tuple, k: int, layout: str, out, dst, scale) -> np.ndarray:
+    """Copy lists of k frames (one list per observation) into ``out`` (checked) or a new array."""
+    if out is None:
+        out = np.empty((len(frames),) + C.observation_shape(shape, k, layout), dst)
+    for b, fr in enumerate(frames):
+        out[b] = _materialise(fr, layout).astype(dst)
+    if scale is not None:
+        np.multiply(out, dst.type(scale), out=out)
+    return out
 
 
 def stack(observations, out=None, *, dtype=None, scale=None) -> np.ndarray:
-    """Materialise a batch of observations into one array: ``(B, *observation_shape)``.
-
-    The fast equivalent of ``np.array(list_of_lazyframes)``. In the compiled core it is
-    one C call with the GIL released; ``dtype`` and ``scale`` are fused into the copy,
-    e.g. ``stack(batch, dtype=np.float32, scale=1/255)`` for ``uint8 -> [0, 1]``.
-
-    Args:
-        observations: a non-empty sequence of :class:`LazyFrames` with one shape, dtype
-            and layout (they may come from different pools).
-        out: optional C-contiguous, writeable ndarray of shape ``(B, *obs_shape)`` to
-            fill; its dtype is the output dtype when ``dtype`` is None.
-        dtype: output dtype (same-kind casts, e.g. uint8 -> float32). Default: the frames'.
-        scale: multiply by this after converting (float output dtypes only).
-
-    Returns:
-        ``out``, or a new array.
-
-    Raises:
-        ValueError: no observations, mismatched shapes or layouts, or a bad ``out``
-            (shape, contiguity, read-only).
-        TypeError: a non-LazyFrames element, mismatched dtypes, an unsupported
-            conversion, or ``out`` of the wrong dtype.
-    """
+    """Materialise a batch of observations into one array: ``(B, *observation_shape)``."""
     obs = list(observations)
     if not obs:
-        raise ValueError("stack needs at least one observation")
+        raise ValueError(C.NO_OBSERVATIONS)
     first = obs[0]
     for o in obs:
         if not isinstance(o, LazyFrames):
-            raise TypeError(
-                f"stack takes LazyFrames, got {type(o).__name__}; use np.stack for ndarrays"
-            )
+            raise TypeError(C.stack_not_lazyframes(o))
         C.check_same_geometry(first, o)
-    frames = []
-    for o in obs:
-        p = o.pool
-        frames.append([p._data[c][off] for c, off in (divmod(s, p._spc) for s in o.slots)])
-    return _copy_out(frames, first.frame_shape, first.dtype, first.stack_size, first.layout,
-                     out, dtype, scale)
+    dst = _check_copy_out(first.pool, len(obs), first.stack_size, first.layout, out, dtype, scale)
+    frames = [[o._pool._frames[s] for s in o._slots] for o in obs]  # each o keeps its frames live
+    return _copy_out(frames, first.frame_shape, first.stack_size, first.layout, out, dst, scale)
+
+
+_default_pools: dict = {}  # kept for the process: an idle pool holds no frame memory
+
+
+def default_pool(frame_shape, dtype) -> FramePool:
+    """The shared pool for frames of ``frame_shape`` and ``dtype``."""
+    key = (C.frame_shape(frame_shape), C.frame_dtype(dtype))
+    pool = _default_pools.get(key)
+    if pool is None:
+        pool = _default_pools[key] = FramePool(*key)
+    return pool
+
+
+# -- unpickling: checks every type, trusts no id, pool or size from the stream --------
+def _restore_frame(frame) -> FrameRef:
+    if not isinstance(frame, np.ndarray):
+        raise TypeError(C.restore_needs("frame", frame))
+    return default_pool(frame.shape, frame.dtype).push(frame)
+
+
+def _restore_lazyframes(refs, layout) -> LazyFrames:
+    if not (isinstance(refs, tuple) and refs and all(isinstance(r, FrameRef) for r in refs)):
+        raise TypeError(C.restore_needs("LazyFrames", refs))
+    pool = refs[0].pool
+    for r in refs:
+        C.check_pool(r, pool, "FrameRef")
+    return pool.lazy(refs, layout=layout)
+
+
+def _restore_lazybatch(rows, layout) -> LazyBatch:
+    if not (isinstance(rows, tuple) and rows and all(isinstance(r, LazyFrames) for r in rows)):
+        raise TypeError(C.restore_needs("LazyBatch", rows))
+    pool, k = rows[0].pool, rows[0].stack_size
+    for r in rows:
+        C.check_pool(r, pool, "LazyFrames")
+        if r.stack_size != k:
+            raise ValueError(C.rows_stack_sizes(k, r.stack_size))
+    return pool.lazy_batch([r.slots for r in rows], layout=layout)
