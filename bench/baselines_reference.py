@@ -47,7 +47,7 @@ class BaselinesFrameStack(gym.Wrapper):
     def __init__(self, env, k):
         super().__init__(env)
         self.k = k
-        self.frames = deque([], maxlen=k)
+        self.frames = deque(maxlen=k)
         shp = env.observation_space.shape
         self.observation_space = gym.spaces.Box(
             low=0, high=255, shape=(shp[:-1] + (shp[-1] * k,)), dtype=env.observation_space.dtype

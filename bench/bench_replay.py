@@ -3,8 +3,8 @@
 84x84 uint8 frames that change every step, stack k = 4. Buffers:
 
 - **lazyframes LazyBatch**: ``lazyframes.ReplayBuffer`` fed the observations of a
-  vector frame stacker (``lazyframes.vector.LazyBatch``, ``--num-envs`` envs): slot ids
-  only, the frames live once in the stacker's pool;
+  vector frame stacker (``lazyframes.vector.LazyBatch``, ``--num-envs`` envs): frame
+  references only, the frames live once in the stacker's pool;
 - **lazyframes LazyFrames**: the same, one env, one ``LazyFrames`` per add;
 - **lazyframes ndarray**: the same, one env fed stacked ndarrays ``(4, 84, 84)`` (as
   EnvPool or ale-py give): one new frame copied in per step, de-duplicated;
@@ -69,30 +69,26 @@ class FrameSource:
     def next(self, n=1) -> np.ndarray:
         idx = (self.t + np.arange(n)) % len(self.bank)
         out = self.bank[idx]
-        out[:, 0, :8] = np.frombuffer((self.t + np.arange(n, dtype=np.int64)).tobytes(), np.uint8).reshape(n, 8)
+        out[:, 0, :8] = np.frombuffer(
+            (self.t + np.arange(n, dtype=np.int64)).tobytes(), np.uint8
+        ).reshape(n, 8)
         self.t += n
         return out
 
 
 class Stacker:
-    """A vector frame stacker's state: a ring of k slot ids per env in one pool."""
+    """A vector frame stacker's state: the rings of k frames of all envs, one LazyBatch."""
 
     def __init__(self, num_envs, src):
         self.E, self.src = num_envs, src
-        self.pool = lazyframes._backend.core().FramePool((H, W), np.uint8)
-        s = self.pool.push_many(src.next(num_envs))
-        self.rings = np.repeat(s[:, None], K, axis=1)
-        self.pool.retain(np.repeat(s, K - 1))
+        self.pool = lazyframes.FramePool((H, W), np.uint8)
+        self.rings = self.pool.push_batch(src.next(num_envs), k=K)
 
     def step(self):
-        s = self.pool.push_many(self.src.next(self.E))
-        old = self.rings[:, 0].copy()
-        self.rings = np.concatenate([self.rings[:, 1:], s[:, None]], axis=1)
-        self.pool.release(old)
+        self.rings = self.rings.shift(self.src.next(self.E))
 
     def batch(self):
-        from lazyframes.vector import LazyBatch
-        return LazyBatch(self.pool, self.rings, layout="stack")
+        return self.rings
 
 
 def _in_child(fn, *args):
@@ -126,10 +122,17 @@ def _median_us(fn, repeats, warmup):
 
 def _row(name, capacity, held_rss, n, add_s, n_add, s32, s256, note="", bpt_own=None):
     bpt = held_rss / n
-    return {"buffer": name, "capacity": capacity, "bytes_per_transition": bpt,
-            "memory_bpt": bpt_own, "gb_at_1M": bpt * 1e6 / 1e9,
-            "add_us": None if add_s is None else add_s / n_add * 1e6,
-            "sample32_us": s32, "sample256_us": s256, "note": note}
+    return {
+        "buffer": name,
+        "capacity": capacity,
+        "bytes_per_transition": bpt,
+        "memory_bpt": bpt_own,
+        "gb_at_1M": bpt * 1e6 / 1e9,
+        "add_us": None if add_s is None else add_s / n_add * 1e6,
+        "sample32_us": s32,
+        "sample256_us": s256,
+        "note": note,
+    }
 
 
 def bench_lazyframes(mode, capacity, num_envs, repeats, warmup, seed):
@@ -150,15 +153,15 @@ def bench_lazyframes(mode, capacity, num_envs, repeats, warmup, seed):
             t0 = time.perf_counter()
             rb.add(obs, acts, rews, nxt, f, f)
         elif mode == "LazyFrames":
-            obs = st.pool.lazy(st.rings[0], layout="stack")
+            obs = st.batch()[0]
             st.step()
-            nxt = st.pool.lazy(st.rings[0], layout="stack")
+            nxt = st.batch()[0]
             t0 = time.perf_counter()
             rb.add(obs, 0, 1.0, nxt, False, False)
         else:  # ndarray
-            obs = st.pool.gather(st.rings, layout="stack")[0]
+            obs = st.batch().numpy()[0]
             st.step()
-            nxt = st.pool.gather(st.rings, layout="stack")[0]
+            nxt = st.batch().numpy()[0]
             t0 = time.perf_counter()
             rb.add(obs, 0, 1.0, nxt, False, False)
         if t >= fill:
@@ -169,8 +172,17 @@ def bench_lazyframes(mode, capacity, num_envs, repeats, warmup, seed):
     mem = rb.memory()
     s32 = _median_us(lambda: rb.sample(32), repeats, warmup)
     s256 = _median_us(lambda: rb.sample(256), max(10, repeats // 4), warmup)
-    row = _row(f"lazyframes {mode}" + (f" x{E}" if E > 1 else ""), capacity, held, len(rb),
-               add_s, (steps - fill) * E, s32, s256, bpt_own=mem["bytes_per_transition"])
+    row = _row(
+        f"lazyframes {mode}" + (f" x{E}" if E > 1 else ""),
+        capacity,
+        held,
+        len(rb),
+        add_s,
+        (steps - fill) * E,
+        s32,
+        s256,
+        bpt_own=mem["bytes_per_transition"],
+    )
     if mode == "LazyBatch":
         return [row] + bench_floors(rb, repeats, warmup, seed)
     return [row]
@@ -181,7 +193,7 @@ def bench_floors(rb, repeats, warmup, seed):
     rng = np.random.default_rng(seed)
     pool = rb.pool
     n = len(rb)
-    live = np.unique(np.asarray(rb._obs_slots[:n]).ravel()).astype(np.int64)
+    live = np.unique(rb._table.ids(np.arange(n))[:, :K])  # the frames of stored observations
     rows = []
     for name in ("gather floor", "np.take floor"):
         res = {}
@@ -189,7 +201,7 @@ def bench_floors(rb, repeats, warmup, seed):
             if name == "gather floor":
                 out = np.empty((2 * B, K, H, W), np.uint8)
                 slots = [live[rng.integers(0, live.size, (2 * B, K))] for _ in range(16)]
-                it = iter(range(10 ** 9))
+                it = iter(range(10**9))
 
                 def fn(out=out, slots=slots, it=it):
                     pool.gather(slots[next(it) % 16], out=out, layout="stack")
@@ -198,14 +210,25 @@ def bench_floors(rb, repeats, warmup, seed):
                 frames[:] = np.random.default_rng(1).integers(0, 256, (1, H, W), dtype=np.uint8)
                 out = np.empty((2 * B * K, H, W), np.uint8)
                 idxs = [rng.integers(0, len(frames), 2 * B * K) for _ in range(16)]
-                it = iter(range(10 ** 9))
+                it = iter(range(10**9))
 
                 def fn(out=out, frames=frames, idxs=idxs, it=it):
                     np.take(frames, idxs[next(it) % 16], axis=0, out=out)
+
             res[B] = _median_us(fn, repeats if B == 32 else max(10, repeats // 4), warmup)
-        rows.append({"buffer": name, "capacity": None, "bytes_per_transition": None,
-                     "memory_bpt": None, "gb_at_1M": None, "add_us": None,
-                     "sample32_us": res[32], "sample256_us": res[256], "note": "copy only"})
+        rows.append(
+            {
+                "buffer": name,
+                "capacity": None,
+                "bytes_per_transition": None,
+                "memory_bpt": None,
+                "gb_at_1M": None,
+                "add_us": None,
+                "sample32_us": res[32],
+                "sample256_us": res[256],
+                "note": "copy only",
+            }
+        )
     return rows
 
 
@@ -220,9 +243,15 @@ def bench_sb3(capacity, num_envs, repeats, warmup, seed):
     gc.collect()
     r0 = rss()
     E = num_envs
-    rb = SB3Buffer(capacity, gym.spaces.Box(0, 255, (K, H, W), np.uint8), gym.spaces.Discrete(6),
-                   device="cpu", n_envs=E, optimize_memory_usage=True,
-                   handle_timeout_termination=False)
+    rb = SB3Buffer(
+        capacity,
+        gym.spaces.Box(0, 255, (K, H, W), np.uint8),
+        gym.spaces.Discrete(6),
+        device="cpu",
+        n_envs=E,
+        optimize_memory_usage=True,
+        handle_timeout_termination=False,
+    )
     rings = np.repeat(src.next(E)[:, None], K, axis=1)
     acts, rews, f = np.zeros((E, 1), np.int64), np.ones(E, np.float32), np.zeros(E, np.float32)
     infos = [{} for _ in range(E)]
@@ -238,14 +267,24 @@ def bench_sb3(capacity, num_envs, repeats, warmup, seed):
     gc.collect()
     held = rss() - r0
     import torch
+
     torch.set_num_threads(1)
     rb.seed = None
-    np.random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 - SB3's sampling draws from the legacy global RNG
     s32 = _median_us(lambda: rb.sample(32), repeats, warmup)
     s256 = _median_us(lambda: rb.sample(256), max(10, repeats // 4), warmup)
     n = rb.buffer_size * rb.n_envs
-    return _row(f"SB3 optimize_memory x{E}", capacity, held, n, add_s, (steps - fill) * E, s32, s256,
-                note="sample includes torch conversion")
+    return _row(
+        f"SB3 optimize_memory x{E}",
+        capacity,
+        held,
+        n,
+        add_s,
+        (steps - fill) * E,
+        s32,
+        s256,
+        note="sample includes torch conversion",
+    )
 
 
 def bench_cpprb(capacity, repeats, warmup, seed):
@@ -257,9 +296,17 @@ def bench_cpprb(capacity, repeats, warmup, seed):
     src = FrameSource(seed)
     gc.collect()
     r0 = rss()
-    rb = cpprb.ReplayBuffer(capacity, env_dict={
-        "obs": {"shape": (H, W, K), "dtype": np.uint8}, "act": {"dtype": np.int64},
-        "rew": {}, "done": {}}, next_of="obs", stack_compress="obs")
+    rb = cpprb.ReplayBuffer(
+        capacity,
+        env_dict={
+            "obs": {"shape": (H, W, K), "dtype": np.uint8},
+            "act": {"dtype": np.int64},
+            "rew": {},
+            "done": {},
+        },
+        next_of="obs",
+        stack_compress="obs",
+    )
     ring = np.repeat(src.next(1)[0][..., None], K, axis=-1)
     add_s, fill = 0.0, capacity
     steps = fill + _steady(fill)
@@ -274,8 +321,9 @@ def bench_cpprb(capacity, repeats, warmup, seed):
     held = rss() - r0
     s32 = _median_us(lambda: rb.sample(32), repeats, warmup)
     s256 = _median_us(lambda: rb.sample(256), max(10, repeats // 4), warmup)
-    return _row("cpprb stack_compress", capacity, held, rb.get_stored_size(), add_s, steps - fill,
-                s32, s256)
+    return _row(
+        "cpprb stack_compress", capacity, held, rb.get_stored_size(), add_s, steps - fill, s32, s256
+    )
 
 
 def bench_naive(capacity, num_envs, repeats, warmup, seed):
@@ -292,8 +340,8 @@ def bench_naive(capacity, num_envs, repeats, warmup, seed):
         obs = rings
         rings = np.concatenate([rings[:, 1:], src.next(E)[:, None]], axis=1)
         t0 = time.perf_counter()
-        obs_a[pos:pos + E] = obs
-        next_a[pos:pos + E] = rings
+        obs_a[pos : pos + E] = obs
+        next_a[pos : pos + E] = rings
         pos += E
         if pos + E > capacity:
             pos, full = 0, True
@@ -312,12 +360,18 @@ def bench_naive(capacity, num_envs, repeats, warmup, seed):
     return _row(f"naive numpy x{E}", capacity, held, n, add_s, (steps - fill) * E, s32, s256)
 
 
-COLUMNS = [("buffer", "buffer", "{}"), ("capacity", "capacity", "{:,}"),
-           ("bytes_per_transition", "B/transition (RSS)", "{:,.0f}"),
-           ("memory_bpt", "B/tr (memory())", "{:,.0f}"), ("gb_at_1M", "GB at 1M", "{:.2f}"),
-           ("add_us", "steady add us/tr", "{:.2f}"), ("sample32_us", "sample(32) us", "{:,.1f}"),
-           ("sample256_us", "sample(256) us", "{:,.1f}"), ("vs_floor", "s32/floor", "{:.2f}x"),
-           ("note", "note", "{}")]
+COLUMNS = [
+    ("buffer", "buffer", "{}"),
+    ("capacity", "capacity", "{:,}"),
+    ("bytes_per_transition", "B/transition (RSS)", "{:,.0f}"),
+    ("memory_bpt", "B/tr (memory())", "{:,.0f}"),
+    ("gb_at_1M", "GB at 1M", "{:.2f}"),
+    ("add_us", "steady add us/tr", "{:.2f}"),
+    ("sample32_us", "sample(32) us", "{:,.1f}"),
+    ("sample256_us", "sample(256) us", "{:,.1f}"),
+    ("vs_floor", "s32/floor", "{:.2f}x"),
+    ("note", "note", "{}"),
+]
 
 
 def format_table(rows, columns=COLUMNS) -> str:
@@ -325,8 +379,13 @@ def format_table(rows, columns=COLUMNS) -> str:
     for r in rows:
         cells.append(["-" if r.get(k) is None else fmt.format(r[k]) for k, _, fmt in columns])
     widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
-             for row in cells]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in cells
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -336,15 +395,29 @@ def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(
         prog="python -m bench.bench_replay",
         description="Replay buffers of 84x84 uint8 frames, k=4: memory per transition, add "
-                    "and sample costs; lazyframes against SB3, cpprb, a naive buffer and "
-                    "the copy floors.")
-    p.add_argument("--capacity", type=int, default=None,
-                   help="transitions of the lazyframes and cpprb buffers (default 100000; 5000 with --quick)")
-    p.add_argument("--peer-capacity", type=int, default=None,
-                   help="capacity of SB3 and the naive buffer, which hold whole observations "
-                        "(default min(capacity, 20000))")
+        "and sample costs; lazyframes against SB3, cpprb, a naive buffer and "
+        "the copy floors.",
+    )
+    p.add_argument(
+        "--capacity",
+        type=int,
+        default=None,
+        help="transitions of the lazyframes and cpprb buffers (default 100000; 5000 with --quick)",
+    )
+    p.add_argument(
+        "--peer-capacity",
+        type=int,
+        default=None,
+        help="capacity of SB3 and the naive buffer, which hold whole observations "
+        "(default min(capacity, 20000))",
+    )
     p.add_argument("--num-envs", type=int, default=8, help="envs of the vector rows (default 8)")
-    p.add_argument("--repeats", type=int, default=None, help="timed sample calls (default 300; 30 with --quick)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed sample calls (default 300; 30 with --quick)",
+    )
     p.add_argument("--quick", action="store_true", help="a small, fast smoke run")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -353,9 +426,11 @@ def main(argv=None) -> list[dict]:
     repeats = args.repeats or (30 if args.quick else 300)
     warmup = 3 if args.quick else 20
     E = args.num_envs
-    print(f"bench_replay: lazyframes {lazyframes.__version__}, core: {lazyframes.IMPLEMENTATION}, "
-          f"numpy {np.__version__}; {H}x{W} uint8 frames changing every step, k={K}; "
-          f"capacity {cap:,} (SB3/naive: {peer_cap:,}); sample = median of {repeats} calls")
+    print(
+        f"bench_replay: lazyframes {lazyframes.__version__}, core: {lazyframes.IMPLEMENTATION}, "
+        f"numpy {np.__version__}; {H}x{W} uint8 frames changing every step, k={K}; "
+        f"capacity {cap:,} (SB3/naive: {peer_cap:,}); sample = median of {repeats} calls"
+    )
     rows = []
     for mode, e in (("LazyBatch", E), ("LazyFrames", 1), ("ndarray", 1)):
         rows += _in_child(bench_lazyframes, mode, cap, e, repeats, warmup, args.seed)
@@ -368,25 +443,40 @@ def main(argv=None) -> list[dict]:
         r["vs_floor"] = r["sample32_us"] / floor["sample32_us"]
     print(format_table(rows))
     ours = [r for r in rows if r["buffer"].startswith("lazyframes")]
-    peers = [r for r in rows if not r["buffer"].startswith("lazyframes") and r["add_us"] is not None]
+    peers = [
+        r for r in rows if not r["buffer"].startswith("lazyframes") and r["add_us"] is not None
+    ]
     main_row = ours[0]
     rss_row = main_row
-    print(f"RSS check: {rss_row['bytes_per_transition']:,.0f} B/transition by RSS growth vs "
-          f"{rss_row['memory_bpt']:,.0f} by memory() ({rss_row['gb_at_1M']:.2f} GB at 1M)")
-    print("B/transition (RSS): resident-set growth while building and filling / transitions held; "
-          "GB at 1M: that x 1e6. s32/floor: sample(32) / gather floor (obs + next obs bytes).")
+    print(
+        f"RSS check: {rss_row['bytes_per_transition']:,.0f} B/transition by RSS growth vs "
+        f"{rss_row['memory_bpt']:,.0f} by memory() ({rss_row['gb_at_1M']:.2f} GB at 1M)"
+    )
+    print(
+        "B/transition (RSS): resident-set growth while building and filling / transitions held; "
+        "GB at 1M: that x 1e6. s32/floor: sample(32) / gather floor (obs + next obs bytes)."
+    )
     bpt = main_row["memory_bpt"]
-    print(f"target bytes/transition: {bpt:,.0f} (memory()), {main_row['bytes_per_transition']:,.0f} "
-          f"(RSS) (<= {TARGET_BPT:,}: {'met' if bpt <= TARGET_BPT else 'MISSED'})")
-    print(f"target sample(32): {main_row['vs_floor']:.2f}x the gather floor "
-          f"(<= {TARGET_FLOOR}x: {'met' if main_row['vs_floor'] <= TARGET_FLOOR else 'MISSED'})")
+    print(
+        f"target bytes/transition: {bpt:,.0f} (memory()), {main_row['bytes_per_transition']:,.0f} "
+        f"(RSS) (<= {TARGET_BPT:,}: {'met' if bpt <= TARGET_BPT else 'MISSED'})"
+    )
+    print(
+        f"target sample(32): {main_row['vs_floor']:.2f}x the gather floor "
+        f"(<= {TARGET_FLOOR}x: {'met' if main_row['vs_floor'] <= TARGET_FLOOR else 'MISSED'})"
+    )
     if peers:
         best = min(peers, key=lambda r: r["sample32_us"])
         sp = best["sample32_us"] / main_row["sample32_us"]
-        print(f"target sample(32): the fastest peer ({best['buffer']}) takes {sp:.2f}x our time "
-              f"(>= {TARGET_PEER}x: {'met' if sp >= TARGET_PEER else 'MISSED'})")
-    print(f"target steady add (buffer full): {main_row['add_us']:.2f} us/transition with {E} envs per call "
-          f"(<= {TARGET_ADD_US} us: {'met' if main_row['add_us'] <= TARGET_ADD_US else 'MISSED'})")
+        print(
+            f"target sample(32): the fastest peer ({best['buffer']}) takes {sp:.2f}x our time "
+            f"(>= {TARGET_PEER}x: {'met' if sp >= TARGET_PEER else 'MISSED'})"
+        )
+    print(
+        f"target steady add (buffer full): {main_row['add_us']:.2f} us/transition "
+        f"with {E} envs per call "
+        f"(<= {TARGET_ADD_US} us: {'met' if main_row['add_us'] <= TARGET_ADD_US else 'MISSED'})"
+    )
     return rows
 
 

@@ -37,6 +37,7 @@ import gymnasium as gym
 import numpy as np
 
 import lazyframes
+from bench.baselines_reference import BaselinesFrameStack
 from lazyframes import vector as lf_vector
 from lazyframes.wrappers import FrameStack, FrameStackObservation
 
@@ -45,13 +46,11 @@ N_ENVS = 8
 TARGET_GYM = 7.0  # at least this much less overhead than Gymnasium's FrameStackObservation
 TARGET_SB3 = 30.0  # at least this much less per env-step than SB3's channels-last VecFrameStack
 
-from bench.baselines_reference import BaselinesFrameStack
-
 
 class CheapEnv(gym.Env):
     """Returns one preallocated uint8 frame every step; episodes never end."""
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": []}  # noqa: RUF012 - Gymnasium's class attribute
 
     def __init__(self, shape=(84, 84)):
         self.frame = np.zeros(shape, np.uint8)
@@ -157,10 +156,12 @@ def _vector_loop(envs, bare=False):
     step, asarray = envs.step, np.asarray
 
     if bare:
+
         def run(n):
             for _ in range(n):
                 step(actions)
     else:
+
         def run(n):
             for _ in range(n):
                 asarray(step(actions)[0])
@@ -203,14 +204,25 @@ def single_rows(steps: int, repeats: int) -> list[dict]:
 
     def row(case, stacker, key, bare, ours):
         over = t[key] - bare
-        return {"case": case, "stacker": stacker, "us_per_step": t[key] * 1e6,
-                "overhead_us": over * 1e6, "per": "step",
-                "vs_lazyframes": over / ours if ours > 0 else float("nan")}
+        return {
+            "case": case,
+            "stacker": stacker,
+            "us_per_step": t[key] * 1e6,
+            "overhead_us": over * 1e6,
+            "per": "step",
+            "vs_lazyframes": over / ours if ours > 0 else float("nan"),
+        }
 
     return [
         row("single (4, 84, 84)", "Gymnasium FrameStackObservation", "gym", b1, ours_fso),
         row("single (4, 84, 84)", "lazyframes FrameStackObservation", "lf", b1, ours_fso),
-        row("single (4, 84, 84)", "lazyframes FrameStackObservation(lazy=False)", "lf eager", b1, ours_fso),
+        row(
+            "single (4, 84, 84)",
+            "lazyframes FrameStackObservation(lazy=False)",
+            "lf eager",
+            b1,
+            ours_fso,
+        ),
         row("single (84, 84, 4)", "baselines FrameStack", "baselines", b2, ours_fs),
         row("single (84, 84, 4)", "lazyframes FrameStack", "lf framestack", b2, ours_fs),
     ]
@@ -235,7 +247,9 @@ def vector_rows(steps: int, repeats: int, vec_env: str = "cheap") -> list[dict]:
             sb3_venv = lambda: _cheap_sb3_vec_env(N_ENVS, shape)  # noqa: E731
         cases = {
             "bare sync": lambda: _vector_loop(gym_venv(), bare=True),
-            "lf": lambda: _vector_loop(lf_vector.FrameStackObservation(gym_venv(), K, layout=layout)),
+            "lf": lambda: _vector_loop(
+                lf_vector.FrameStackObservation(gym_venv(), K, layout=layout)
+            ),
         }
         if VecFrameStack is not None:
             cases["bare dummy"] = lambda: _vector_loop(sb3_venv(), bare=True)
@@ -245,12 +259,26 @@ def vector_rows(steps: int, repeats: int, vec_env: str = "cheap") -> list[dict]:
         obs = f"vector 8 x {(4 * shape[0],) + shape[1:] if order == 'first' else shape[:-1] + (4,)}"
         if VecFrameStack is not None:
             over = (t["sb3"] - t["bare dummy"]) / N_ENVS
-            rows.append({"case": obs, "stacker": f"SB3 VecFrameStack(channels_order={order!r})",
-                         "us_per_step": t["sb3"] / N_ENVS * 1e6, "overhead_us": over * 1e6,
-                         "per": "env-step", "vs_lazyframes": over / ours if ours > 0 else float("nan")})
-        rows.append({"case": obs, "stacker": f"lazyframes.vector.FrameStackObservation(layout={layout!r})",
-                     "us_per_step": t["lf"] / N_ENVS * 1e6, "overhead_us": ours * 1e6,
-                     "per": "env-step", "vs_lazyframes": 1.0})
+            rows.append(
+                {
+                    "case": obs,
+                    "stacker": f"SB3 VecFrameStack(channels_order={order!r})",
+                    "us_per_step": t["sb3"] / N_ENVS * 1e6,
+                    "overhead_us": over * 1e6,
+                    "per": "env-step",
+                    "vs_lazyframes": over / ours if ours > 0 else float("nan"),
+                }
+            )
+        rows.append(
+            {
+                "case": obs,
+                "stacker": f"lazyframes.vector.FrameStackObservation(layout={layout!r})",
+                "us_per_step": t["lf"] / N_ENVS * 1e6,
+                "overhead_us": ours * 1e6,
+                "per": "env-step",
+                "vs_lazyframes": 1.0,
+            }
+        )
     return rows
 
 
@@ -267,8 +295,8 @@ COLUMNS = [
 def format_table(rows, columns=COLUMNS) -> str:
     head = [c[1] for c in columns]
     body = [[fmt.format(r[key]) for key, _, fmt in columns] for r in rows]
-    widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(b) for b in body])
 
 
@@ -281,30 +309,48 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--quick", action="store_true", help="fewer steps and repeats (a smoke run)")
     p.add_argument("--steps", type=int, default=None, help="env steps per repeat (default 4000)")
     p.add_argument("--repeats", type=int, default=None, help="repeats per case (default 9)")
-    p.add_argument("--vec-env", choices=("cheap", "sync"), default="cheap",
-                   help="vector envs under the stackers: 'cheap' (default) returns one preallocated "
-                        "batch, so the stacker's overhead is not lost in the vector env's own noise; "
-                        "'sync' uses SyncVectorEnv(copy=False) / DummyVecEnv of counter envs")
+    p.add_argument(
+        "--vec-env",
+        choices=("cheap", "sync"),
+        default="cheap",
+        help="vector envs under the stackers: 'cheap' (default) returns one preallocated "
+        "batch, so the stacker's overhead is not lost in the vector env's own noise; "
+        "'sync' uses SyncVectorEnv(copy=False) / DummyVecEnv of counter envs",
+    )
     args = p.parse_args(argv)
     steps = args.steps or (400 if args.quick else 4000)
     repeats = args.repeats or (3 if args.quick else 9)
-    print(f"bench_wrappers: lazyframes {lazyframes.__version__}, core: {lazyframes.IMPLEMENTATION}, "
-          f"numpy {np.__version__}, gymnasium {gym.__version__}; k={K}, {steps} steps x "
-          f"{repeats} repeats, median")
+    print(
+        f"bench_wrappers: lazyframes {lazyframes.__version__}, core: {lazyframes.IMPLEMENTATION}, "
+        f"numpy {np.__version__}, gymnasium {gym.__version__}; k={K}, {steps} steps x "
+        f"{repeats} repeats, median"
+    )
     rows = single_rows(steps, repeats) + vector_rows(steps, repeats, args.vec_env)
     print(format_table(rows))
-    print("overhead = time with the stacker - time of the bare env (vector: per env-step, 8 envs, "
-          f"{'SyncVectorEnv / DummyVecEnv' if args.vec_env == 'sync' else 'a vector env returning one preallocated batch'}); "
-          "each step includes np.asarray(obs)")
+    vec_name = (
+        "SyncVectorEnv / DummyVecEnv"
+        if args.vec_env == "sync"
+        else "a vector env returning one preallocated batch"
+    )
+    print(
+        "overhead = time with the stacker - time of the bare env (vector: per env-step, 8 envs, "
+        f"{vec_name}); "
+        "each step includes np.asarray(obs)"
+    )
     by = {r["stacker"]: r for r in rows}
     gym_row = by["Gymnasium FrameStackObservation"]
-    print(f"target: >= {TARGET_GYM:.0f}x less overhead than Gymnasium's FrameStackObservation: "
-          f"{gym_row['vs_lazyframes']:.1f}x "
-          f"({'met' if gym_row['vs_lazyframes'] >= TARGET_GYM else 'MISSED'})")
+    print(
+        f"target: >= {TARGET_GYM:.0f}x less overhead than Gymnasium's FrameStackObservation: "
+        f"{gym_row['vs_lazyframes']:.1f}x "
+        f"({'met' if gym_row['vs_lazyframes'] >= TARGET_GYM else 'MISSED'})"
+    )
     sb3 = by.get("SB3 VecFrameStack(channels_order='last')")
     if sb3 is not None:
-        print(f"target: >= {TARGET_SB3:.0f}x less per env-step than SB3's channels-last VecFrameStack: "
-              f"{sb3['vs_lazyframes']:.1f}x ({'met' if sb3['vs_lazyframes'] >= TARGET_SB3 else 'MISSED'})")
+        print(
+            f"target: >= {TARGET_SB3:.0f}x less per env-step than SB3's channels-last "
+            f"VecFrameStack: {sb3['vs_lazyframes']:.1f}x "
+            f"({'met' if sb3['vs_lazyframes'] >= TARGET_SB3 else 'MISSED'})"
+        )
     return rows
 
 

@@ -3,8 +3,8 @@
 The differences from CleanRL's script are the data path only:
 
 - frames are stacked by ``lazyframes.vector.FrameStackObservation`` (each frame stored
-  once in a refcounted pool; observations are ``LazyBatch``es of slot ids);
-- transitions go to ``lazyframes.ReplayBuffer``, which stores slot ids instead of frames
+  once in a refcounted pool; observations are ``LazyBatch``es of references to them);
+- transitions go to ``lazyframes.ReplayBuffer``, which stores frame references instead of frames
   (about 7 KB per transition instead of SB3's 28 KB), keeps the real next observation
   of truncated episodes, and samples straight into the network's float32 input
   tensors (``dtype=np.float32, scale=1/255``: conversion fused into the copy, no
@@ -40,27 +40,57 @@ gym.register_envs(ale_py)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description="CleanRL-style DQN on Atari with lazyframes' stacker and replay buffer")
-    p.add_argument("--env-id", default="ALE/Breakout-v5", help="ALE environment id (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=1, help="seed of the envs, torch, numpy and the buffer")
-    p.add_argument("--total-timesteps", type=int, default=10_000_000,
-                   help="total env steps, summed over the envs (default: %(default)s)")
+    p = argparse.ArgumentParser(
+        description="CleanRL-style DQN on Atari with lazyframes' stacker and replay buffer"
+    )
+    p.add_argument(
+        "--env-id", default="ALE/Breakout-v5", help="ALE environment id (default: %(default)s)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=1, help="seed of the envs, torch, numpy and the buffer"
+    )
+    p.add_argument(
+        "--total-timesteps",
+        type=int,
+        default=10_000_000,
+        help="total env steps, summed over the envs (default: %(default)s)",
+    )
     p.add_argument("--num-envs", type=int, default=1, help="parallel envs in a SyncVectorEnv")
     p.add_argument("--learning-rate", type=float, default=1e-4, help="Adam learning rate")
-    p.add_argument("--buffer-size", type=int, default=1_000_000, help="replay capacity in transitions")
+    p.add_argument(
+        "--buffer-size", type=int, default=1_000_000, help="replay capacity in transitions"
+    )
     p.add_argument("--gamma", type=float, default=0.99, help="discount factor")
-    p.add_argument("--tau", type=float, default=1.0, help="target network update rate (1.0 = hard copy)")
-    p.add_argument("--target-network-frequency", type=int, default=1000,
-                   help="vector steps between target network updates")
+    p.add_argument(
+        "--tau", type=float, default=1.0, help="target network update rate (1.0 = hard copy)"
+    )
+    p.add_argument(
+        "--target-network-frequency",
+        type=int,
+        default=1000,
+        help="vector steps between target network updates",
+    )
     p.add_argument("--batch-size", type=int, default=32, help="transitions per gradient step")
     p.add_argument("--start-e", type=float, default=1.0, help="initial epsilon")
     p.add_argument("--end-e", type=float, default=0.01, help="final epsilon")
-    p.add_argument("--exploration-fraction", type=float, default=0.10,
-                   help="fraction of the run over which epsilon decays linearly")
-    p.add_argument("--learning-starts", type=int, default=80_000,
-                   help="vector steps before the first gradient step")
-    p.add_argument("--train-frequency", type=int, default=4, help="vector steps between gradient steps")
-    p.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    p.add_argument(
+        "--exploration-fraction",
+        type=float,
+        default=0.10,
+        help="fraction of the run over which epsilon decays linearly",
+    )
+    p.add_argument(
+        "--learning-starts",
+        type=int,
+        default=80_000,
+        help="vector steps before the first gradient step",
+    )
+    p.add_argument(
+        "--train-frequency", type=int, default=4, help="vector steps between gradient steps"
+    )
+    p.add_argument(
+        "--torch-threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)"
+    )
     return p.parse_args(argv)
 
 
@@ -68,8 +98,9 @@ def make_env(env_id: str, seed: int):
     def thunk():
         env = gym.make(env_id, frameskip=1)
         # noop starts, frame skip 4 with max-pooling, 84x84 grayscale (the DQN recipe)
-        env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84,
-                                              grayscale_obs=True)
+        env = gym.wrappers.AtariPreprocessing(
+            env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True
+        )
         env = gym.wrappers.TransformReward(env, lambda r: float(np.sign(r)))  # reward clipping
         env.action_space.seed(seed)
         return env
@@ -83,11 +114,15 @@ class QNetwork(nn.Module):
     def __init__(self, n_actions: int, k: int = 4):
         super().__init__()
         self.network = nn.Sequential(
-            nn.Conv2d(k, 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Conv2d(k, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
             nn.Flatten(),
-            nn.Linear(3136, 512), nn.ReLU(),
+            nn.Linear(3136, 512),
+            nn.ReLU(),
             nn.Linear(512, n_actions),
         )
 
@@ -103,7 +138,7 @@ def linear_schedule(start_e: float, end_e: float, duration: int, t: int) -> floa
 def main(argv=None) -> dict:
     args = parse_args(argv)
     random.seed(args.seed)
-    np.random.seed(args.seed)
+    np.random.seed(args.seed)  # noqa: NPY002 - seeds the libraries that use the global RNG
     torch.manual_seed(args.seed)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
@@ -134,8 +169,9 @@ def main(argv=None) -> dict:
     returns = []
     loss = torch.zeros(())
     for global_step in range(vec_steps):
-        epsilon = linear_schedule(args.start_e, args.end_e, int(args.exploration_fraction * vec_steps),
-                                  global_step)
+        epsilon = linear_schedule(
+            args.start_e, args.end_e, int(args.exploration_fraction * vec_steps), global_step
+        )
         if random.random() < epsilon:
             actions = envs.action_space.sample()
         else:
@@ -156,24 +192,33 @@ def main(argv=None) -> dict:
         obs = next_obs
 
         if global_step > args.learning_starts and global_step % args.train_frequency == 0:
-            data = rb.sample(args.batch_size, out=(b_obs.numpy(), b_next.numpy()),
-                             dtype=np.float32, scale=1 / 255)
+            data = rb.sample(
+                args.batch_size,
+                out=(b_obs.numpy(), b_next.numpy()),
+                dtype=np.float32,
+                scale=1 / 255,
+            )
             with torch.no_grad():
                 target_max, _ = target_network(b_next).max(dim=1)
                 td_target = torch.from_numpy(data.rewards) + args.gamma * target_max * (
-                    1 - torch.from_numpy(data.dones))
-            old_val = q_network(b_obs).gather(1, torch.from_numpy(data.actions).view(-1, 1)).squeeze(1)
+                    1 - torch.from_numpy(data.dones)
+                )
+            old_val = (
+                q_network(b_obs).gather(1, torch.from_numpy(data.actions).view(-1, 1)).squeeze(1)
+            )
             loss = F.mse_loss(td_target, old_val)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             updates += 1
             if updates % 1000 == 0:
-                print(f"global_step={global_step * n}, td_loss={loss.item():.4f}, "
-                      f"SPS={int(global_step * n / (time.time() - start))}")
+                print(
+                    f"global_step={global_step * n}, td_loss={loss.item():.4f}, "
+                    f"SPS={int(global_step * n / (time.time() - start))}"
+                )
 
         if global_step % args.target_network_frequency == 0:
-            for tp, qp in zip(target_network.parameters(), q_network.parameters()):
+            for tp, qp in zip(target_network.parameters(), q_network.parameters(), strict=True):
                 tp.data.copy_(args.tau * qp.data + (1.0 - args.tau) * tp.data)
 
     envs.close()

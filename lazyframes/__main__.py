@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     d = sub.add_parser(
         "demo",
-        help="run real Atari through the stacker and the replay buffer, then report speed and memory",
+        help="run real Atari through the stacker and the replay buffer, then report speed "
+        "and memory",
         description=(
             "Steps an env (default ALE Pong, Gymnasium's AtariPreprocessing, stack 4) with a "
             "random policy as a DQN data loop does: each observation is materialised as the "
@@ -55,10 +56,18 @@ def build_parser() -> argparse.ArgumentParser:
             "is reported in one line and its rows skipped."
         ),
     )
-    b.add_argument("--quick", action="store_true",
-                   help="a fast smoke run of every benchmark (small sizes, few repeats; noisy figures)")
-    b.add_argument("--only", action="append", choices=BENCHES, metavar="NAME",
-                   help=f"run only this benchmark (one of {', '.join(BENCHES)}); repeatable")
+    b.add_argument(
+        "--quick",
+        action="store_true",
+        help="a fast smoke run of every benchmark (small sizes, few repeats; noisy figures)",
+    )
+    b.add_argument(
+        "--only",
+        action="append",
+        choices=BENCHES,
+        metavar="NAME",
+        help=f"run only this benchmark (one of {', '.join(BENCHES)}); repeatable",
+    )
     return p
 
 
@@ -75,8 +84,10 @@ def run_benches(names, *, quick: bool, root=None) -> int:
     """
     root = bench_dir() if root is None else Path(root)
     if not (root / "__init__.py").is_file():
-        print(f"bench: no bench/ folder next to the lazyframes package ({root}); the benchmarks "
-              f"live in the source checkout: git clone the project and run this from there")
+        print(
+            f"bench: no bench/ folder next to the lazyframes package ({root}); the benchmarks "
+            f"live in the source checkout: git clone the project and run this from there"
+        )
         return 1
     if str(root.parent) not in sys.path:
         sys.path.insert(0, str(root.parent))
@@ -94,16 +105,20 @@ def run_benches(names, *, quick: bool, root=None) -> int:
             mod.main(argv)
         except ModuleNotFoundError as e:
             # a peer package (stable-baselines3, cpprb, ...) is missing
-            print(f"bench: {mod_name} needs the package {e.name!r}, which is not installed "
-                  f"(pip install -e '.[bench]'); its rows are skipped")
+            print(
+                f"bench: {mod_name} needs the package {e.name!r}, which is not installed "
+                f"(pip install -e '.[bench]'); its rows are skipped"
+            )
         except SystemExit as e:  # argparse inside a benchmark
             if e.code not in (0, None):
                 print(f"bench: {mod_name} exited with status {e.code}")
                 status = 1
         except Exception as e:  # report and go on with the next benchmark
             last = traceback.extract_tb(e.__traceback__)[-1]
-            print(f"bench: {mod_name} failed: {type(e).__name__}: {e} "
-                  f"({Path(last.filename).name}:{last.lineno})")
+            print(
+                f"bench: {mod_name} failed: {type(e).__name__}: {e} "
+                f"({Path(last.filename).name}:{last.lineno})"
+            )
             status = 1
         print(f"({mod_name}: {time.perf_counter() - t0:.1f} s)", flush=True)
     return status

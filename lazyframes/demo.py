@@ -1,4 +1,4 @@
-"""``python -m lazyframes demo``: real Atari through the frame stacker and the replay buffer, with a report.
+"""``python -m lazyframes demo``: real Atari through the stacker and the replay buffer, reported.
 
 The demo runs the data path of a DQN agent (Mnih et al. 2015, as CleanRL's
 ``dqn_atari.py``) with a random policy: ALE Pong through Gymnasium's
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["add_arguments", "run", "format_report", "plot", "main"]
+__all__ = ["add_arguments", "format_report", "main", "plot", "run"]
 
 #: bytes per transition besides the observations, as SB3's ReplayBuffer stores them for a
 #: Discrete action: int64 action, float32 reward, float32 done, float32 timeout.
@@ -38,39 +38,83 @@ DEFAULT_STEPS = 40_000
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the demo's options to ``p`` (used by ``python -m lazyframes demo``)."""
-    p.add_argument("--env", default="ALE/Pong-v5", metavar="ID",
-                   help="Gymnasium environment id (default: %(default)s). ALE ids ('ALE/...') are "
-                        "made with frameskip=1 and wrapped in Gymnasium's AtariPreprocessing "
-                        "(frame_skip=4, 84x84 grayscale, as the DQN papers); other ids must have "
-                        "a Box observation space and are stacked as they are")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
-                   help="total env steps, summed over all envs (default: %(default)s, about "
-                        "1-2 minutes on 2 cores)")
-    p.add_argument("--num-envs", type=int, default=1, metavar="N",
-                   help="number of envs; > 1 runs a gymnasium SyncVectorEnv through "
-                        "lazyframes.vector.FrameStackObservation and stores one transition per "
-                        "env per step (default: %(default)s)")
-    p.add_argument("--stack-size", type=int, default=4, metavar="K",
-                   help="frames per observation k (default: %(default)s)")
-    p.add_argument("--capacity", type=int, default=100_000, metavar="N",
-                   help="replay buffer capacity in transitions; the oldest are evicted first "
-                        "(default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=32, metavar="B",
-                   help="transitions per sampled batch (default: %(default)s, as DQN)")
-    p.add_argument("--train-freq", type=int, default=4, metavar="N",
-                   help="sample a batch every N vector steps, as DQN trains every 4 steps "
-                        "(default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the envs, the random policy and the replay sampling "
-                        "(default: %(default)s)")
-    p.add_argument("--plot", metavar="FILE.png", default=None,
-                   help="draw memory held versus transitions stored (lazyframes measured; SB3 "
-                        "memory-optimised, naive and baselines-style computed) to this PNG "
-                        "(matplotlib, Agg backend)")
-    p.add_argument("--json", metavar="FILE", default=None,
-                   help="write the report's figures (and the plot's series) to this JSON file")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bar (tqdm, on stderr)")
+    p.add_argument(
+        "--env",
+        default="ALE/Pong-v5",
+        metavar="ID",
+        help="Gymnasium environment id (default: %(default)s). ALE ids ('ALE/...') are "
+        "made with frameskip=1 and wrapped in Gymnasium's AtariPreprocessing "
+        "(frame_skip=4, 84x84 grayscale, as the DQN papers); other ids must have "
+        "a Box observation space and are stacked as they are",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        metavar="N",
+        help="total env steps, summed over all envs (default: %(default)s, about "
+        "1-2 minutes on 2 cores)",
+    )
+    p.add_argument(
+        "--num-envs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="number of envs; > 1 runs a gymnasium SyncVectorEnv through "
+        "lazyframes.vector.FrameStackObservation and stores one transition per "
+        "env per step (default: %(default)s)",
+    )
+    p.add_argument(
+        "--stack-size",
+        type=int,
+        default=4,
+        metavar="K",
+        help="frames per observation k (default: %(default)s)",
+    )
+    p.add_argument(
+        "--capacity",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="replay buffer capacity in transitions; the oldest are evicted first "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=32,
+        metavar="B",
+        help="transitions per sampled batch (default: %(default)s, as DQN)",
+    )
+    p.add_argument(
+        "--train-freq",
+        type=int,
+        default=4,
+        metavar="N",
+        help="sample a batch every N vector steps, as DQN trains every 4 steps "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the envs, the random policy and the replay sampling (default: %(default)s)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        default=None,
+        help="draw memory held versus transitions stored (lazyframes measured; SB3 "
+        "memory-optimised, naive and baselines-style computed) to this PNG "
+        "(matplotlib, Agg backend)",
+    )
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        default=None,
+        help="write the report's figures (and the plot's series) to this JSON file",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (tqdm, on stderr)")
     return p
 
 
@@ -100,6 +144,7 @@ def _timed_classes():
     class _Timed:
         """Accumulates the seconds spent inside the wrapped env (below the stacker)."""
 
+        env: Any
         seconds = 0.0
 
         def step(self, action):
@@ -143,7 +188,8 @@ def _alternatives(transitions: int, obs_bytes: int, frame_bytes: int, forced_obs
         "sb3_optimized": transitions * (obs_bytes + SB3_SCALAR_BYTES),
         "naive": transitions * (2 * obs_bytes + SB3_SCALAR_BYTES),
         "baselines_after_sampling": forced_obs * obs_bytes
-        + (transitions - forced_obs) * frame_bytes + transitions * SB3_SCALAR_BYTES,
+        + (transitions - forced_obs) * frame_bytes
+        + transitions * SB3_SCALAR_BYTES,
     }
 
 
@@ -161,7 +207,7 @@ class _SampledTracker:
         self.num_envs = num_envs
 
     def overwrite(self, start: int):
-        self.sampled[start:start + self.num_envs] = False
+        self.sampled[start : start + self.num_envs] = False
 
     def mark(self, indices: np.ndarray):
         self.sampled[indices] = True
@@ -179,11 +225,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import lazyframes
     from lazyframes import vector as lvector
 
-    if args.steps < 1 or args.num_envs < 1 or args.stack_size < 1 or args.batch_size < 1 \
-            or args.train_freq < 1:
-        raise ValueError("--steps, --num-envs, --stack-size, --batch-size and --train-freq must be >= 1")
+    if (
+        args.steps < 1
+        or args.num_envs < 1
+        or args.stack_size < 1
+        or args.batch_size < 1
+        or args.train_freq < 1
+    ):
+        raise ValueError(
+            "--steps, --num-envs, --stack-size, --batch-size and --train-freq must be >= 1"
+        )
     if args.capacity < args.num_envs:
-        raise ValueError(f"--capacity ({args.capacity}) must be at least --num-envs ({args.num_envs})")
+        raise ValueError(
+            f"--capacity ({args.capacity}) must be at least --num-envs ({args.num_envs})"
+        )
 
     n = args.num_envs
     k = args.stack_size
@@ -192,7 +247,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         inner = Timed(make_env(args.env))
         env = lazyframes.FrameStackObservation(inner, k)
     else:
-        inner = TimedVector(gym.vector.SyncVectorEnv([lambda: make_env(args.env) for _ in range(n)]))
+        inner = TimedVector(
+            gym.vector.SyncVectorEnv([lambda: make_env(args.env) for _ in range(n)])
+        )
         env = lvector.FrameStackObservation(inner, k)
     env.action_space.seed(args.seed)
     rb = lazyframes.ReplayBuffer(args.capacity, num_envs=n, seed=args.seed)
@@ -217,8 +274,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not args.no_progress:
         from tqdm import tqdm
 
-        progress = tqdm(total=vec_steps * n, unit="step", desc=f"demo {args.env}", mininterval=0.5,
-                        file=sys.stderr, dynamic_ncols=True)
+        progress = tqdm(
+            total=vec_steps * n,
+            unit="step",
+            desc=f"demo {args.env}",
+            mininterval=0.5,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
     perf = time.perf_counter
     t_start = perf()
     t0 = perf()
@@ -271,8 +334,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             tracker.mark(batch.indices)
         if step % checkpoint_every == 0 or step == vec_steps - 1:
             stored = len(rb) - int(skipped.sum())
-            series.append({"transitions": stored, "lazyframes": _lazy_bytes(rb),
-                           "forced_obs": tracker.forced_observations()})
+            series.append(
+                {
+                    "transitions": stored,
+                    "lazyframes": _lazy_bytes(rb),
+                    "forced_obs": tracker.forced_observations(),
+                }
+            )
         if progress is not None:
             progress.update(n)
     total = perf() - t_start
@@ -367,7 +435,12 @@ def _table(rows: list[list[str]], align: str) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for j, r in enumerate(rows):
-        out.append("  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align)))
+        out.append(
+            "  ".join(
+                c.ljust(w) if a == "l" else c.rjust(w)
+                for c, w, a in zip(r, widths, align, strict=True)
+            )
+        )
         if j == 0:
             out.append("  ".join("-" * w for w in widths))
     return out
@@ -382,22 +455,30 @@ def format_report(r: dict) -> str:
     t = r["time"]
     m = r["memory"]
     lines = [
-        f"lazyframes demo: {r['env']}, {r['num_envs']} env(s), stack {r['stack_size']} "
-        f"-> observations {tuple(r['observation_shape'])}, core: {r['implementation']}",
-        f"{r['steps']:,} env steps in {r['seconds']:.1f} s, {r['episodes_ended']} episodes ended, "
-        f"random policy, {r['samples']:,} batches of {r['batch_size']} sampled (float32, x1/255)",
+        (
+            f"lazyframes demo: {r['env']}, {r['num_envs']} env(s), stack {r['stack_size']} "
+            f"-> observations {tuple(r['observation_shape'])}, core: {r['implementation']}"
+        ),
+        (
+            f"{r['steps']:,} env steps in {r['seconds']:.1f} s, {r['episodes_ended']} episodes "
+            f"ended, random policy, {r['samples']:,} batches of {r['batch_size']} sampled "
+            "(float32, x1/255)"
+        ),
         "",
     ]
     tot = t["total_s"] or 1.0
     rows = [["time", "seconds", "share"]]
-    for label, key in [("env (ALE + preprocessing)", "env_s"),
-                       ("stacking (inside the wrapper)", "stacking_s"),
-                       ("materialising policy input", "materialise_s"),
-                       ("replay add", "replay_add_s"),
-                       ("replay sample", "replay_sample_s")]:
+    for label, key in [
+        ("env (ALE + preprocessing)", "env_s"),
+        ("stacking (inside the wrapper)", "stacking_s"),
+        ("materialising policy input", "materialise_s"),
+        ("replay add", "replay_add_s"),
+        ("replay sample", "replay_sample_s"),
+    ]:
         rows.append([label, f"{t[key]:.2f}", f"{100 * t[key] / tot:.1f}%"])
-    other = tot - sum(t[k] for k in ("env_s", "stacking_s", "materialise_s", "replay_add_s",
-                                      "replay_sample_s"))
+    other = tot - sum(
+        t[k] for k in ("env_s", "stacking_s", "materialise_s", "replay_add_s", "replay_sample_s")
+    )
     rows.append(["other (policy, loop, progress bar)", f"{other:.2f}", f"{100 * other / tot:.1f}%"])
     rows.append(["total", f"{tot:.2f}", "100.0%"])
     lines += _table(rows, "lrr")
@@ -408,21 +489,39 @@ def format_report(r: dict) -> str:
         f"share of time spent stacking (wrapper + materialising): {100 * r['stacking_share']:.2f}%",
         "sample latency (batch of {b}, obs + next_obs into float32): {lat}".format(
             b=r["batch_size"],
-            lat="-" if lat["mean"] is None
-            else f"mean {lat['mean']:,.1f} us, median {lat['median']:,.1f} us"),
+            lat="-"
+            if lat["mean"] is None
+            else f"mean {lat['mean']:,.1f} us, median {lat['median']:,.1f} us",
+        ),
         "",
     ]
     n = r["transitions"]
     lz = m["lazyframes"]
-    rows = [["replay memory for " + f"{n:,} transitions", "held", "bytes/transition",
-             "at 1M transitions", "vs lazyframes"]]
-    for label, key in [("lazyframes (measured)", "lazyframes"),
-                       ("SB3 optimize_memory_usage=True", "sb3_optimized"),
-                       ("naive obs + next_obs", "naive"),
-                       ("baselines-style list, after sampling", "baselines_after_sampling")]:
+    rows = [
+        [
+            "replay memory for " + f"{n:,} transitions",
+            "held",
+            "bytes/transition",
+            "at 1M transitions",
+            "vs lazyframes",
+        ]
+    ]
+    for label, key in [
+        ("lazyframes (measured)", "lazyframes"),
+        ("SB3 optimize_memory_usage=True", "sb3_optimized"),
+        ("naive obs + next_obs", "naive"),
+        ("baselines-style list, after sampling", "baselines_after_sampling"),
+    ]:
         per = m["per_transition"][key]
-        rows.append([label, _mb(m[key]), f"{per:,.0f}", f"{per * 1e6 / 2**30:,.1f} GiB",
-                     f"{m[key] / lz:.1f}x" if lz else "-"])
+        rows.append(
+            [
+                label,
+                _mb(m[key]),
+                f"{per:,.0f}",
+                f"{per * 1e6 / 2**30:,.1f} GiB",
+                f"{m[key] / lz:.1f}x" if lz else "-",
+            ]
+        )
     lines += _table(rows, "lrrrr")
     lines += textwrap.wrap(
         f"frames: {m['unique_frames']:,} unique x {m['frame_bytes']:,} B; one observation = "
@@ -430,9 +529,13 @@ def format_report(r: dict) -> str:
         f"(+{SB3_SCALAR_BYTES} B of action/reward/done/timeout, as SB3 stores them); "
         f"baselines-style from the {m['sampled_observations']:,} observations this run sampled "
         f"(each then caches its own {m['observation_bytes']:,} B copy). "
-        "'at 1M' extrapolates bytes/transition.", width=100)
+        "'at 1M' extrapolates bytes/transition.",
+        width=100,
+    )
     if r.get("max_rss_bytes"):
-        lines.append(f"process peak RSS (whole demo: Python, ALE, buffer): {_mb(r['max_rss_bytes'])}")
+        lines.append(
+            f"process peak RSS (whole demo: Python, ALE, buffer): {_mb(r['max_rss_bytes'])}"
+        )
     return "\n".join(lines)
 
 

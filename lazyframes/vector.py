@@ -1,9 +1,10 @@
 """A frame stacker for Gymnasium vector environments: ``FrameStackObservation`` and ``LazyBatch``.
 
-One ring of k slot ids per sub-environment, one :class:`~lazyframes.FramePool` for all
-of them; each step pushes the whole batch of new frames with one ``push_many`` call and
-returns a :class:`LazyBatch`, which ``np.asarray`` materialises as
-``(num_envs, *observation_shape)`` in one ``gather`` call.
+One :class:`~lazyframes.FramePool` for all sub-environments; the rings of the last k
+frames are one :class:`LazyBatch` (``num_envs`` rows of k frames), which is also the
+observation returned. Each step is one ``LazyBatch.shift`` call (push the batch of new
+frames, shift every ring, restart the rings of new episodes); ``np.asarray`` materialises
+the batch as ``(num_envs, *observation_shape)`` in one copy.
 
 Episode boundaries follow the vector env's autoreset mode
 (``envs.metadata["autoreset_mode"]``, Gymnasium's ``AutoresetMode``), so an observation
@@ -12,8 +13,6 @@ never mixes frames of two episodes (case C14 of CASES.md).
 
 from __future__ import annotations
 
-import abc
-
 from typing import Any
 
 import gymnasium as gym
@@ -21,28 +20,36 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
-from . import _backend
 from . import _common as C
-from .wrappers import _box_of, as_frames, check_padding, check_stack_size, stacked_space
+from .wrappers import _box_of, as_frames, check_padding, check_stack_size, pool_for, stacked_space
 
 __all__ = ["FrameStackObservation", "LazyBatch"]
 
 
-class LazyBatch(abc.ABC):
-    """A batch of observations, one per sub-environment, stored as slot ids of one pool.
+class _LazyBatchType(type):
+    """``isinstance(x, LazyBatch)`` is true for the LazyBatch of either core."""
+
+    def __instancecheck__(cls, obj):
+        return C.is_lazybatch(obj)
+
+
+class LazyBatch(metaclass=_LazyBatchType):
+    """A batch of observations, one per sub-environment, holding references to frames of one pool.
 
     The type of the vector stacker's observations. The class lives in the core
     (``FramePool.lazy_batch``); this name constructs one and answers ``isinstance`` for
     both cores. ``LazyBatch(pool, slots, layout="stack")`` takes a reference on each of
-    the int ``(num_envs, k)`` slot ids, so the batch stays valid however far the envs
-    move on; no frame bytes are copied until it is materialised.
+    the ``(num_envs, k)`` slots (ints or FrameRefs of ``pool``), so the batch stays valid
+    however far the envs move on; no frame bytes are copied until it is materialised.
 
     ``len(batch)`` is ``num_envs``; ``batch[i]`` is env i's observation as a
     :class:`~lazyframes.LazyFrames` (no frame copied); ``batch[a:b]`` is a LazyBatch.
     ``np.asarray(batch)`` (shape ``(num_envs, *observation_shape)``), ``batch.numpy(out=None,
     *, dtype=None, scale=None)`` and DLPack (``torch.as_tensor(batch)``, ``np.from_dlpack``)
     each copy the batch out once, in one C call. (``torch.tensor(batch)`` walks the
-    sequence protocol instead, ~100x slower: use ``torch.as_tensor``.) Also ``shape``,
+    sequence protocol instead, ~100x slower: use ``torch.as_tensor``.) Batches are
+    immutable: ``batch.shift(frames, restart, pad=...)`` and ``batch.replace(rows, other)``
+    return new ones (the stacker's step and partial reset). Also ``shape``,
     ``dtype``, ``ndim``, ``nbytes``, ``slots`` (an int64 copy), ``pool``, ``layout``,
     ``stack_size``.
 
@@ -50,16 +57,18 @@ class LazyBatch(abc.ABC):
         IndexError, ValueError: slot ids out of range or free, a bad shape or layout.
 
     Example:
-        >>> obs, info = envs.reset(seed=0)  # doctest: +SKIP
-        >>> x = obs.numpy(dtype=np.float32, scale=1 / 255)  # (num_envs, 4, 84, 84) in [0, 1]
+        >>> import lazyframes
+        >>> pool = lazyframes.FramePool((84, 84), np.uint8)
+        >>> obs = pool.push_batch(np.zeros((8, 84, 84), np.uint8), k=4)  # 8 envs' resets
+        >>> isinstance(obs, LazyBatch)
+        True
+        >>> obs.numpy(dtype=np.float32, scale=1 / 255).shape  # floats in [0, 1]
+        (8, 4, 84, 84)
     """
 
     def __new__(cls, pool, slots, *, layout: str = "stack"):
+        """``pool.lazy_batch(slots, layout=layout)``."""
         return pool.lazy_batch(slots, layout=layout)
-
-
-for _cls in _backend.LAZYBATCH_TYPES:
-    LazyBatch.register(_cls)
 
 
 class FrameStackObservation(VectorWrapper):
@@ -93,19 +102,22 @@ class FrameStackObservation(VectorWrapper):
             VecFrameStack) or ``"first"`` (SB3's channels-first).
         lazy: return :class:`LazyBatch` (default) or a new ndarray
             ``(num_envs, *observation_shape)`` each step.
+        pool: the :class:`~lazyframes.FramePool` (of either core) to store the frames
+            in; default: a new pool of ``lazyframes.FramePool``.
 
     Raises:
-        TypeError: ``envs`` not a VectorEnv, a non-Box single observation space, or a bad
-            ``stack_size`` type (Gymnasium's message).
+        TypeError: ``envs`` not a VectorEnv, a non-Box single observation space, a bad
+            ``stack_size`` type (Gymnasium's message), or ``pool`` not a FramePool.
         ValueError: ``stack_size < 1``, an unknown ``padding_type``, a layout that does not
-            fit the frames, or an ``AtariVectorEnv`` with ``batch_size != num_envs``.
+            fit the frames, an ``AtariVectorEnv`` with ``batch_size != num_envs``, or a
+            ``pool`` of another frame shape or dtype.
         gymnasium.error.ResetNeeded: ``step`` (or a partial reset) before a full reset.
 
     Example:
-        >>> envs = gym.make_vec("CartPole-v1", num_envs=8)  # doctest: +SKIP
-        >>> envs = FrameStackObservation(envs, 4)  # doctest: +SKIP
-        >>> obs, info = envs.reset(seed=0)  # doctest: +SKIP
-        >>> np.asarray(obs).shape  # doctest: +SKIP
+        >>> envs = gym.make_vec("CartPole-v1", num_envs=8)
+        >>> envs = FrameStackObservation(envs, 4)
+        >>> obs, info = envs.reset(seed=0)
+        >>> np.asarray(obs).shape
         (8, 4, 4)
     """
 
@@ -117,10 +129,12 @@ class FrameStackObservation(VectorWrapper):
         padding_type: str | Any = "reset",
         layout: str = "stack",
         lazy: bool = True,
+        pool=None,
     ):
         super().__init__(envs)
+        who = "lazyframes.vector.FrameStackObservation"
         k = check_stack_size(stack_size)
-        space = _box_of(envs.single_observation_space, "lazyframes.vector.FrameStackObservation")
+        space = _box_of(envs.single_observation_space, who)
         padding_type, padding_value = check_padding(padding_type, space)
         C.check_layout(layout, tuple(space.shape))
         batch_size = getattr(envs.unwrapped, "batch_size", envs.num_envs)
@@ -129,6 +143,7 @@ class FrameStackObservation(VectorWrapper):
                 f"the vector env returns batches of {batch_size} of its {envs.num_envs} envs "
                 f"(asynchronous batch_size); use batch_size=num_envs"
             )
+        self._pool = pool_for(space, pool, who)
         self.autoreset_mode = AutoresetMode(
             envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         )
@@ -140,12 +155,10 @@ class FrameStackObservation(VectorWrapper):
         self._k = k
         self._n = envs.num_envs
         self._dtype = C.frame_dtype(space.dtype)
-        self._frame_shape = tuple(space.shape)
-        self._pool = _backend.core().FramePool(self._frame_shape, self._dtype)
-        self._pad = None  # slot of the zero/custom padding frame, one reference
+        self._pad: Any = None  # FrameRef of the zero/custom padding frame; None: reset padding
         if padding_type != "reset":
             self._pad = self._pool.push(np.asarray(padding_value).astype(self._dtype, copy=False))
-        self._ring = None  # int64 (num_envs, k): slot ids, oldest first, one reference each
+        self._ring: Any = None  # LazyBatch (num_envs, k): the current observations
         self._autoreset = np.zeros(self._n, np.bool_)  # NEXT_STEP: reset frame comes next
         self._next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
         self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
@@ -157,25 +170,13 @@ class FrameStackObservation(VectorWrapper):
         """The :class:`~lazyframes.FramePool` holding the frames of all sub-environments."""
         return self._pool
 
-    # -- rings -------------------------------------------------------------------------
-    def _rows(self, new: np.ndarray) -> tuple:
-        """Fresh rings ending with slots ``new`` (one reference each), padded; plus the
-        extra references to take."""
-        k = self._k
-        rows = np.empty((new.shape[0], k), np.int64)
-        rows[:, -1] = new
-        rows[:, :-1] = (new if self._pad is None else np.full_like(new, self._pad))[:, None]
-        return rows, np.ascontiguousarray(rows[:, :-1])
+    def _restarted(self, frames: np.ndarray):
+        """New rings (a LazyBatch) starting episodes at ``frames`` ``(n, *S)``, padded."""
+        return self._pool.push_batch(frames, k=self._k, pad=self._pad, layout=self.layout)
 
-    def _observe(self, ring):
-        if self.lazy:
-            return self._pool.lazy_batch(ring, layout=self.layout)
-        return self._pool.gather(ring, layout=self.layout)
-
-    def _one(self, row):
-        if self.lazy:
-            return self._pool.lazy(row, layout=self.layout)
-        return self._pool.gather(row[None], layout=self.layout)[0]
+    def _observe(self, obs):
+        """``obs`` (a LazyBatch or LazyFrames) as returned: itself, or an ndarray."""
+        return obs if self.lazy else np.asarray(obs)
 
     # -- Gymnasium API -----------------------------------------------------------------
     def reset(self, *, seed=None, options: dict[str, Any] | None = None):
@@ -184,7 +185,9 @@ class FrameStackObservation(VectorWrapper):
         if options is not None and "reset_mask" in options:
             mask = np.array(options["reset_mask"], dtype=np.bool_, copy=True)
             if mask.shape != (self._n,):
-                raise ValueError(f"`options['reset_mask']` must have shape ({self._n},), got {mask.shape}")
+                raise ValueError(
+                    f"`options['reset_mask']` must have shape ({self._n},), got {mask.shape}"
+                )
             if self._ring is None and not mask.all():
                 raise gym.error.ResetNeeded(
                     "a partial reset (reset_mask) needs a full reset first: the other "
@@ -192,50 +195,37 @@ class FrameStackObservation(VectorWrapper):
                 )
         obs, info = self.env.reset(seed=seed, options=options)
         frames = as_frames(obs, self._dtype)
-        pool = self._pool
         if mask is None or self._ring is None:
-            new = pool.push_many(frames)
-            rows, extra = self._rows(new)
-            if extra.size:
-                pool.retain(extra)
-            old, self._ring = self._ring, rows
+            self._ring = self._restarted(frames)
             self._autoreset[:] = False
         else:
             idx = np.flatnonzero(mask)
-            new = np.array([pool.push(frames[i]) for i in idx], np.int64)
-            rows, extra = self._rows(new)
-            if extra.size:
-                pool.retain(extra)
-            old = self._ring[idx]
-            ring = self._ring.copy()  # LazyBatches share ring arrays: never write one in place
-            ring[idx] = rows
-            self._ring = ring
-            self._autoreset[idx] = False
-        if old is not None:
-            pool.release(old)
+            if idx.size:
+                self._ring = self._ring.replace(idx, self._restarted(frames[idx]))
+                self._autoreset[idx] = False
         return self._observe(self._ring), info
 
     def step(self, actions):
         """Step all sub-envs; returns (obs, rewards, terminations, truncations, info)."""
         ring = self._ring
         if ring is None:
-            raise gym.error.ResetNeeded("lazyframes.vector.FrameStackObservation: call reset() before step()")
+            raise gym.error.ResetNeeded(
+                "lazyframes.vector.FrameStackObservation: call reset() before step()"
+            )
         obs, rewards, terminations, truncations, info = self.env.step(actions)
         if type(obs) is not np.ndarray or obs.dtype != self._dtype:
             obs = as_frames(obs, self._dtype)
-        pool = self._pool
         done = np.logical_or(terminations, truncations)
         if self._next_step:
-            restart = self._autoreset  # shift_rings restarts the rings where it is set
+            restart = self._autoreset  # the reset frames of the envs that ended last step
         elif self._same_step:
             restart = done
             if done.any():
                 info = self._final_obs(info, np.flatnonzero(done))
         else:
             restart = None
-        # one core call: push the frames, shift the rings, restart the new episodes' rings;
-        # a new ring array each step (returned LazyBatches share it, so never write it)
-        self._ring = pool.shift_rings(ring, obs, restart, pad=self._pad)
+        # one core call: push the frames, shift the rings, restart the new episodes' rings
+        self._ring = ring.shift(obs, restart, pad=self._pad)
         if self._next_step:
             self._autoreset = done  # only once the step has been taken
         return self._observe(self._ring), rewards, terminations, truncations, info
@@ -248,15 +238,9 @@ class FrameStackObservation(VectorWrapper):
                 "the vector env ended an episode in SAME_STEP autoreset mode without "
                 "info['final_obs']"
             )
-        pool = self._pool
         out = np.full(self._n, None, dtype=object)
         for i in idx:
-            s = pool.push(as_frames(final[i], self._dtype))
-            row = np.append(self._ring[i, 1:], s)
-            try:
-                out[i] = self._one(row)
-            finally:
-                pool.release(s)
+            out[i] = self._observe(self._ring[i].shift(as_frames(final[i], self._dtype)))
         info = dict(info)
         info["final_obs"] = out
         mask = np.zeros(self._n, np.bool_)
@@ -264,24 +248,7 @@ class FrameStackObservation(VectorWrapper):
         info["_final_obs"] = mask
         return info
 
-    def _release_all(self) -> None:
-        pool = getattr(self, "_pool", None)
-        if pool is None:
-            return
-        ring, self._ring = self._ring, None
-        pad, self._pad = self._pad, None
-        if ring is not None:
-            pool.release(ring)
-        if pad is not None:
-            pool.release(pad)
-
     def close(self, **kwargs):
-        """Release the rings' frames and close the vector env."""
-        self._release_all()
+        """Drop the rings' frames and close the vector env."""
+        self._ring = self._pad = None
         return self.env.close(**kwargs)
-
-    def __del__(self):
-        try:
-            self._release_all()
-        except Exception:  # interpreter shutdown
-            pass

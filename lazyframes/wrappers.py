@@ -1,10 +1,11 @@
-"""Gymnasium 1.x wrappers that stack frames without copying them: ``FrameStack`` and
-``FrameStackObservation``.
+"""Gymnasium 1.x wrappers that stack frames without copying them.
 
-Each new frame is copied once into a :class:`~lazyframes.FramePool` the wrapper owns
-(``wrapper.pool``); the wrapper keeps a ring of the last k slot ids and every
-observation is a :class:`~lazyframes.LazyFrames` over k slot ids (no frame bytes copied).
-``np.asarray(obs)`` is the one copy out.
+``FrameStack`` (baselines' API) and ``FrameStackObservation`` (Gymnasium's).
+
+Each new frame is copied once into a :class:`~lazyframes.FramePool` (``wrapper.pool``:
+the one given as ``pool=``, or a new one); every observation is a
+:class:`~lazyframes.LazyFrames` owning references to its k frames (no frame bytes
+copied), and each step is ``obs.shift(frame)``. ``np.asarray(obs)`` is the one copy out.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from . import _backend
 from . import _common as C
 
 __all__ = ["FrameStack", "FrameStackObservation"]
@@ -32,6 +32,32 @@ def _box_of(space, who: str) -> gym.spaces.Box:
     return space
 
 
+def pool_for(space: gym.spaces.Box, pool, who: str):
+    """The pool a wrapper stores frames of ``space`` in: ``pool``, checked, or a new one.
+
+    A new pool belongs to the core ``lazyframes`` was imported with
+    (``lazyframes.FramePool``); a given pool may belong to either core.
+
+    Raises:
+        TypeError: ``pool`` is not a FramePool.
+        ValueError: ``pool`` stores frames of another shape or dtype than ``space``.
+    """
+    shape, dtype = tuple(space.shape), C.frame_dtype(space.dtype)
+    if pool is None:
+        from . import FramePool
+
+        return FramePool(shape, dtype)
+    if not C.is_framepool(pool):
+        raise TypeError(f"{who}: pool must be a lazyframes FramePool, got {type(pool).__name__}")
+    if tuple(pool.frame_shape) != shape or np.dtype(pool.dtype) != dtype:
+        raise ValueError(
+            f"{who}: the pool stores frames of shape {tuple(pool.frame_shape)} and dtype "
+            f"{np.dtype(pool.dtype)}, the observation space has frames of shape {shape} "
+            f"and dtype {dtype}"
+        )
+    return pool
+
+
 def _stack_bounds(bound: np.ndarray, k: int, layout: str) -> np.ndarray:
     if layout == "last":
         return np.concatenate([bound] * k, axis=-1)
@@ -40,7 +66,7 @@ def _stack_bounds(bound: np.ndarray, k: int, layout: str) -> np.ndarray:
     return np.stack([bound] * k, axis=0)
 
 
-def stacked_space(space: gym.spaces.Box, k: int, layout: str) -> gym.spaces.Box:
+def stacked_space(space: gym.spaces.Box, k: int, layout: str) -> gym.spaces.Space:
     """The observation space of k stacked frames of ``space`` in ``layout``.
 
     ``"stack"`` is ``gymnasium.vector.utils.batch_space(space, k)`` (as Gymnasium's
@@ -62,7 +88,7 @@ def check_stack_size(stack_size) -> int:
         raise TypeError(
             f"The stack_size is expected to be an integer, actual type: {type(stack_size)}"
         )
-    if not 0 < stack_size:
+    if not stack_size > 0:
         raise ValueError(
             f"The stack_size needs to be greater than zero, actual value: {stack_size}"
         )
@@ -81,10 +107,12 @@ def check_padding(padding_type, space) -> tuple:
         return "_custom", padding_type
     if isinstance(padding_type, str):
         raise ValueError(
-            f"Unexpected `padding_type`, expected 'reset', 'zero' or a custom observation space, actual value: {padding_type!r}"
+            "Unexpected `padding_type`, expected 'reset', 'zero' or a custom observation space, "
+            f"actual value: {padding_type!r}"
         )
     raise ValueError(
-        f"Unexpected `padding_type`, expected 'reset', 'zero' or a custom observation space, actual value: {padding_type!r} not an instance of env observation ({space})"
+        "Unexpected `padding_type`, expected 'reset', 'zero' or a custom observation space, "
+        f"actual value: {padding_type!r} not an instance of env observation ({space})"
     )
 
 
@@ -110,22 +138,21 @@ def as_frames(obs, dtype: np.dtype):
 
 
 class _RingWrapper(gym.Wrapper):
-    """Owns the pool and the current observation, a LazyFrames over the last k slots.
+    """Holds the pool, the padding frame and the current observation.
 
     The current observation is the ring: each step is one ``LazyFrames.shift(frame)``
-    call (push the frame, share the k-1 newer frames), and dropping an observation
-    releases its references.
+    call (push the frame, share the k-1 newer frames). Observations own their frames'
+    references, so a frame lives exactly as long as some observation holds it.
     """
 
-    def _setup(self, space: gym.spaces.Box, k: int, layout: str, pad_frame=None):
+    def _setup(self, space: gym.spaces.Box, k: int, layout: str, who: str, pool, pad_frame=None):
         C.check_layout(layout, tuple(space.shape))
+        self._pool = pool_for(space, pool, who)
         self._k = k
         self._layout = layout
         self._dtype = C.frame_dtype(space.dtype)
-        self._frame_shape = tuple(space.shape)
-        self._pool = _backend.core().FramePool(self._frame_shape, self._dtype)
-        self._obs = None  # the current observation (LazyFrames), or None before reset
-        self._pad = None  # slot of the padding frame (one reference) or None
+        self._obs: Any = None  # the current observation (LazyFrames), or None before reset
+        self._pad: Any = None  # FrameRef of the padding frame, or None (reset padding)
         if pad_frame is not None:
             self._pad = self._pool.push(np.asarray(pad_frame).astype(self._dtype, copy=False))
 
@@ -140,45 +167,27 @@ class _RingWrapper(gym.Wrapper):
         return self._layout
 
     def _restart(self, frame, pad) -> None:
-        """Start a new episode at ``frame``: k-1 copies of ``pad`` (a slot id, or None to
-        repeat the frame), then the frame."""
-        pool = self._pool
-        s = pool.push(as_frames(frame, self._dtype))
-        try:
-            ring = [s if pad is None else pad] * (self._k - 1) + [s]
-            self._obs = pool.lazy(ring, layout=self._layout)
-        finally:
-            pool.release(s)
+        """Start a new episode at ``frame``.
+
+        The observation is k-1 copies of ``pad`` (a FrameRef, or None to repeat the
+        frame), then the frame.
+        """
+        new = self._pool.push(as_frames(frame, self._dtype))
+        pad = new if pad is None else pad
+        self._obs = self._pool.lazy([pad] * (self._k - 1) + [new], layout=self._layout)
 
     def _shift(self, frame):
         """The next observation, with ``frame`` (checked before anything changes)."""
-        try:
+        try:  # one core call: push the frame, share the k-1 newer ones
             self._obs = obs = self._obs.shift(frame)
         except TypeError:  # another dtype: cast as Gymnasium does, or raise its error
             self._obs = obs = self._obs.shift(as_frames(frame, self._dtype))
         return obs
 
-    def _release_all(self) -> None:
-        pool = getattr(self, "_pool", None)
-        if pool is None:
-            return
-        self._obs = None
-        pad, self._pad = self._pad, None
-        if pad is not None:
-            pool.release(pad)
-
     def close(self):
-        """Release the frames and close the environment."""
-        try:
-            self._release_all()
-        finally:
-            super().close()
-
-    def __del__(self):
-        try:
-            self._release_all()
-        except Exception:  # interpreter shutdown
-            pass
+        """Drop the wrapper's frames and close the environment."""
+        self._obs = self._pad = None
+        super().close()
 
 
 class FrameStack(_RingWrapper):
@@ -194,6 +203,8 @@ class FrameStack(_RingWrapper):
         layout: ``"last"`` (baselines: ``(..., C) -> (..., k*C)``, default), ``"first"``
             (``(C, H, W) -> (k*C, H, W)``) or ``"stack"`` (``(k, *S)``); see
             ``lazyframes.LAYOUTS``.
+        pool: the :class:`~lazyframes.FramePool` (of either core) to store the frames
+            in; default: a new pool of ``lazyframes.FramePool``.
 
     Observation space: a ``Box`` of the stacked shape whose bounds are the env's bounds
     concatenated (stacked for ``"stack"``), dtype kept. (Baselines hard-codes 0..255.)
@@ -203,17 +214,21 @@ class FrameStack(_RingWrapper):
     ``np.concatenate(frames, axis=-1)``.
 
     Raises:
-        TypeError: a non-Box observation space, or ``k`` not an int.
-        ValueError: ``k < 1``, or a layout that does not fit the frames (e.g. ``"last"``
-            on ``(84, 84)`` or ``(1, 84, 84)`` frames, case C06).
+        TypeError: a non-Box observation space, ``k`` not an int, or ``pool`` not a
+            FramePool.
+        ValueError: ``k < 1``, a layout that does not fit the frames (e.g. ``"last"``
+            on ``(84, 84)`` or ``(1, 84, 84)`` frames, case C06), or a ``pool`` of
+            another frame shape or dtype.
         gymnasium.error.ResetNeeded: ``step`` before ``reset``.
 
     Example:
-        >>> env = FrameStack(gym.make("ALE/Pong-v5"), 4)  # doctest: +SKIP
-        >>> obs, info = env.reset(seed=0)  # frames (210, 160, 3) -> obs (210, 160, 12)
+        >>> env = FrameStack(gym.make("CartPole-v1"), 4)  # (4,) frames -> (16,) observations
+        >>> obs, info = env.reset(seed=0)
+        >>> obs.shape, obs.stack_size
+        ((16,), 4)
     """
 
-    def __init__(self, env: gym.Env, k: int, *, layout: str = "last"):
+    def __init__(self, env: gym.Env, k: int, *, layout: str = "last", pool=None):
         super().__init__(env)
         if not isinstance(k, (int, np.integer)) or isinstance(k, bool):
             raise TypeError(f"k (the stack size) must be an int, got {type(k).__name__}")
@@ -221,15 +236,17 @@ class FrameStack(_RingWrapper):
             raise ValueError(f"k (the stack size) must be at least 1, got {k}")
         space = _box_of(env.observation_space, "FrameStack")
         self.k = int(k)
-        self._setup(space, self.k, layout)
+        self._setup(space, self.k, layout, "FrameStack", pool)
         self.observation_space = stacked_space(space, self.k, layout)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Reset the env; the observation repeats the reset frame k times."""
         obs, info = self.env.reset(seed=seed, options=options)
         self._restart(obs, None)
         return self._obs, info
 
     def step(self, action):
+        """Step the env; returns the next observation (a LazyFrames) and the env's rest."""
         if self._obs is None:
             raise gym.error.ResetNeeded("FrameStack: call reset() before step()")
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -261,12 +278,15 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
         lazy: return LazyFrames (default) or, with False, a new ndarray each step (one
             copy out per step) for consumers that insist on ``np.ndarray`` (e.g.
             SB3's ``check_env``).
+        pool: the :class:`~lazyframes.FramePool` (of either core) to store the frames
+            in; default: a new pool of ``lazyframes.FramePool``.
 
     Raises:
         TypeError: ``stack_size`` not an integer (Gymnasium's message); a non-Box
-            observation space.
+            observation space; ``pool`` not a FramePool.
         ValueError: ``stack_size < 1`` or an unknown ``padding_type`` (Gymnasium's
-            messages); a layout that does not fit the frames (case C06).
+            messages); a layout that does not fit the frames (case C06); a ``pool`` of
+            another frame shape or dtype.
 
     Example:
         >>> env = FrameStackObservation(gym.make("CartPole-v1"), 3, padding_type="zero")
@@ -283,7 +303,9 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
         padding_type: str | Any = "reset",
         layout: str = "stack",
         lazy: bool = True,
+        pool=None,
     ):
+        # the pool is not recorded: the spec is deep-copied, and a pool cannot be copied
         gym.utils.RecordConstructorArgs.__init__(
             self, stack_size=stack_size, padding_type=padding_type, layout=layout, lazy=lazy
         )
@@ -297,27 +319,32 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
         self.padding_value = padding_value
         self.lazy = bool(lazy)
         # "zero" and custom padding: one slot pushed once; "reset" needs none.
-        self._setup(space, k, layout, None if padding_type == "reset" else padding_value)
+        self._setup(
+            space,
+            k,
+            layout,
+            "FrameStackObservation",
+            pool,
+            None if padding_type == "reset" else padding_value,
+        )
         self.observation_space = stacked_space(space, k, layout)
 
     def _observe(self):
         return self._obs if self.lazy else np.asarray(self._obs)
 
-
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Reset the env; the observation is padded as ``padding_type`` says."""
         obs, info = self.env.reset(seed=seed, options=options)
         self._restart(obs, self._pad)
         return self._observe(), info
 
     def step(self, action):
+        """Step the env; returns the next stacked observation and the env's rest."""
         frame, reward, terminated, truncated, info = self.env.step(action)
         if self._obs is None:
             # step before reset: Gymnasium's queue starts full of padding (zeros for
             # "reset"/"zero"), so the first frame comes after k-1 padding frames
             frame = as_frames(frame, self._dtype)  # checked before the padding is pushed
             self._restart(self.padding_value, None)
-        try:  # one core call: push the frame, share the k-1 newer ones
-            self._obs = obs = self._obs.shift(frame)
-        except TypeError:  # another dtype: cast as Gymnasium does, or raise its error
-            self._obs = obs = self._obs.shift(as_frames(frame, self._dtype))
-        return (obs if self.lazy else np.asarray(obs)), reward, terminated, truncated, info
+        self._shift(frame)
+        return self._observe(), reward, terminated, truncated, info

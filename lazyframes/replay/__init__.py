@@ -1,0 +1,371 @@
+"""A replay buffer that stores each frame once: transitions hold frame references, not frames.
+
+``ReplayBuffer`` keeps, per transition, references to the ``k`` frames of the observation
+and the ``k`` frames of the next observation (one row of a core ``SlotTable``), the
+action, the reward and the episode flags. The frames themselves live once in a
+:class:`~lazyframes.FramePool`, refcounted: a frame's memory is reused once no stored
+transition and no live observation refers to it. Sampling copies the frames out with one
+``SlotTable.gather_pairs`` call per batch, with the dtype conversion and scaling fused
+into that copy.
+
+It plays the role of SB3's ``ReplayBuffer(optimize_memory_usage=True)``, Dopamine's
+circular replay buffer and cpprb's ``stack_compress``, with exact episode boundaries and
+the real next observation of truncated transitions (case C15).
+
+The package is split by concern: ``_ingest`` (input normalisation, geometry, add),
+``_sampling`` (draws, n-step windows, output arrays) and ``_checkpoint`` (file format).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from .. import _common as C
+from . import _checkpoint, _ingest, _sampling
+from ._sampling import ReplaySamples
+
+__all__ = ["ReplayBuffer", "ReplaySamples"]
+
+
+class ReplayBuffer:
+    """A FIFO replay buffer of transitions whose observations share frames.
+
+    Each transition ``(obs, action, reward, next_obs, terminated, truncated)`` stores
+    ``2 k`` slot references (a row of a ``SlotTable``) instead of ``2 k`` frames; a frame
+    is stored once however many observations (of however many transitions) contain it.
+    At 84x84 uint8 frames and ``k = 4`` a transition costs the frame floor (7,056 bytes)
+    plus 77 bytes of tables (SB3's ``optimize_memory_usage=True`` stores one whole
+    observation, 28,224 bytes).
+
+    Observations can be given as:
+
+    - :class:`~lazyframes.LazyFrames` (from ``lazyframes.FrameStack`` /
+      ``FrameStackObservation``) or a ``lazyframes.vector`` ``LazyBatch``: stored as slot
+      references; no frame byte is copied. Unless ``pool`` is given, the buffer uses
+      the pool of the first observation it sees (the wrapper's pool).
+    - ndarrays of the stacked observation (EnvPool, ale-py, SB3 ``VecFrameStack``):
+      split into ``k`` frames according to ``layout`` and pushed into the buffer's pool,
+      de-duplicated against the previous observation of the same env (so consecutive
+      stacks cost one new frame per step) and against repeated frames within an
+      observation (reset padding). LazyFrames of another pool are copied in the same way.
+
+    With ``num_envs > 1`` every argument of :meth:`add` has a leading ``num_envs`` axis
+    and each call stores one transition per env; like SB3, the buffer holds
+    ``capacity // num_envs`` rows of ``num_envs`` transitions and evicts whole rows,
+    oldest first.
+
+    Args:
+        capacity: maximum number of transitions stored (rounded down to a multiple of
+            ``num_envs``, as SB3's ``buffer_size // n_envs``).
+        num_envs: number of env streams (vector env size).
+        n_step: length of the n-step return window (1 = plain one-step transitions).
+        gamma: discount factor of the n-step return, in ``[0, 1]``.
+        seed: seed of the sampling ``np.random.default_rng(seed)``.
+        action_shape: shape of one action, ``()`` for a discrete action.
+        action_dtype: dtype the actions are stored and returned in.
+        layout: layout of sampled observations and of ndarray observations given to
+            :meth:`add`: ``"stack"`` ``(k, *S)`` (default for ndarrays: Gymnasium,
+            EnvPool), ``"first"`` ``(k*C, H, W)`` or ``"last"`` ``(H, W, k*C)`` (SB3
+            ``VecFrameStack``, baselines). Default: the layout of the first LazyFrames
+            added, or ``"stack"`` for ndarrays.
+        stack_size: ``k``; needed for ndarray observations in the ``"first"``/``"last"``
+            layouts (in ``"stack"`` it is the leading axis). Checked against LazyFrames.
+        pool: the :class:`~lazyframes.FramePool` (of either core) to store the frames
+            in; LazyFrames of other pools are copied in. Default: the pool of the first
+            LazyFrames/LazyBatch added, or (for ndarrays) a new pool of
+            ``lazyframes.FramePool`` owned by the buffer.
+
+    Raises:
+        ValueError: ``capacity < num_envs``, a non-positive ``num_envs``/``n_step``,
+            ``gamma`` outside ``[0, 1]``, an unknown ``layout``.
+        TypeError: a non-numeric ``action_dtype``, ``pool`` not a FramePool.
+
+    Example:
+        >>> import numpy as np, lazyframes
+        >>> pool = lazyframes.FramePool((84, 84), np.uint8)
+        >>> s = [pool.push(np.full((84, 84), v, np.uint8)) for v in range(5)]
+        >>> rb = ReplayBuffer(1000, seed=0)
+        >>> obs, next_obs = pool.lazy(s[:4], layout="stack"), pool.lazy(s[1:], layout="stack")
+        >>> rb.add(obs, 1, 0.5, next_obs, False, False)
+        >>> batch = rb.sample(1, dtype=np.float32, scale=1 / 255)
+        >>> batch.observations.shape, float(batch.next_observations[0, -1, 0, 0] * 255)
+        ((1, 4, 84, 84), 4.0)
+    """
+
+    def __init__(
+        self,
+        capacity,
+        *,
+        num_envs=1,
+        n_step=1,
+        gamma=0.99,
+        seed=None,
+        action_shape=(),
+        action_dtype=np.int64,
+        layout=None,
+        stack_size=None,
+        pool=None,
+    ):
+        capacity = operator.index(capacity)
+        num_envs = operator.index(num_envs)
+        n_step = operator.index(n_step)
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        if capacity < num_envs:
+            raise ValueError(
+                f"capacity ({capacity}) must be at least num_envs ({num_envs}): the buffer "
+                f"holds capacity // num_envs rows of one transition per env"
+            )
+        if n_step < 1:
+            raise ValueError(f"n_step must be at least 1, got {n_step}")
+        gamma = float(gamma)
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        if isinstance(action_shape, (int, np.integer)):
+            action_shape = (action_shape,)
+        action_shape = tuple(operator.index(d) for d in action_shape)
+        if any(d < 0 for d in action_shape):
+            raise ValueError(f"action_shape {action_shape} has a negative dimension")
+        action_dtype = np.dtype(action_dtype)
+        if action_dtype.kind not in "biuf":
+            raise TypeError(f"action_dtype must be a numeric dtype, got {action_dtype}")
+        if layout is not None and layout not in C.LAYOUTS:
+            raise ValueError(f"layout must be one of {C.LAYOUTS}, got {layout!r}")
+        if stack_size is not None:
+            stack_size = operator.index(stack_size)
+            if stack_size < 1:
+                raise ValueError(f"stack_size must be at least 1, got {stack_size}")
+        _ingest.check_pool(pool)
+        self._num_envs = num_envs
+        self._rows = capacity // num_envs
+        self._capacity = self._rows * num_envs
+        self._n_step = n_step
+        self._gamma = gamma
+        self._action_shape = action_shape
+        self._action_dtype = action_dtype
+        self._layout_opt = layout
+        self._k_opt = stack_size
+        self._rng = np.random.default_rng(seed)
+        self._actions = np.zeros((self._capacity,) + action_shape, action_dtype)
+        self._rewards = np.zeros(self._capacity, np.float32)
+        self._flags = np.zeros(self._capacity, np.uint8)
+        self._row = 0  # next row to write
+        self._full = False
+        self._n_skip = 0  # autoreset placeholders stored
+        self._pool: Any = pool  # the pool given, else decided by the first add
+        # set by the first add: the geometry, and the SlotTable (capacity, 2k) of frame
+        # references, obs then next obs, so a row's frames are one block
+        self._layout: Any = None
+        self._k: Any = None
+        self._frame_shape: Any = None
+        self._dtype: Any = None
+        self._obs_shape: Any = None
+        self._table: Any = None
+        self._out_cache: dict = {}
+
+    # -- properties -------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        """Maximum number of transitions stored (a multiple of ``num_envs``)."""
+        return self._capacity
+
+    @property
+    def num_envs(self) -> int:
+        """Number of env streams; each add stores one transition per env."""
+        return self._num_envs
+
+    @property
+    def n_step(self) -> int:
+        """Length of the n-step return window."""
+        return self._n_step
+
+    @property
+    def gamma(self) -> float:
+        """Discount factor of the n-step return."""
+        return self._gamma
+
+    @property
+    def pool(self):
+        """The :class:`~lazyframes.FramePool` holding the frames.
+
+        None before the first add, unless one was given to the constructor.
+        """
+        return self._pool
+
+    @property
+    def layout(self):
+        """Layout of sampled observations (None before the first add)."""
+        return self._layout
+
+    @property
+    def observation_shape(self):
+        """Shape of one observation, e.g. ``(4, 84, 84)`` (None before the first add)."""
+        return self._obs_shape
+
+    @property
+    def full(self) -> bool:
+        """True once the buffer has wrapped around (every row holds a transition)."""
+        return self._full
+
+    def _stored_rows(self) -> int:
+        return self._rows if self._full else self._row
+
+    def __len__(self) -> int:
+        """Transitions stored (autoreset placeholders included, see :meth:`add`)."""
+        return self._stored_rows() * self._num_envs
+
+    def __repr__(self):
+        return (
+            f"ReplayBuffer(capacity={self._capacity}, num_envs={self._num_envs}, "
+            f"n_step={self._n_step}, len={len(self)}, observation_shape={self._obs_shape}, "
+            f"layout={self._layout!r})"
+        )
+
+    def memory(self) -> dict:
+        """Memory held, for comparing with other buffers.
+
+        Returns:
+            dict with ``bytes_held`` (frame memory held by the pool, whole chunks; when
+            the buffer shares the wrapper's pool this includes the frames of the live
+            observations), ``unique_frames`` (distinct frames the stored transitions
+            refer to), ``transitions`` (``len(self)``), ``table_bytes`` (the buffer's
+            own arrays: frame references, actions, rewards, flags), ``bytes_per_transition``
+            (``(bytes_held + table_bytes) / transitions``; 0.0 when empty) and
+            ``frame_bytes`` (bytes of one frame).
+        """
+        n = len(self)
+        table = self._actions.nbytes + self._rewards.nbytes + self._flags.nbytes
+        if self._table is None:
+            return {
+                "bytes_held": 0,
+                "unique_frames": 0,
+                "transitions": 0,
+                "table_bytes": table,
+                "bytes_per_transition": 0.0,
+                "frame_bytes": 0,
+            }
+        table += self._table.memory()
+        uniq = int(np.unique(self._table.ids(np.arange(n))).size) if n else 0
+        held = int(self._pool.bytes_held)
+        return {
+            "bytes_held": held,
+            "unique_frames": uniq,
+            "transitions": n,
+            "table_bytes": table,
+            "bytes_per_transition": (held + table) / n if n else 0.0,
+            "frame_bytes": int(self._pool.frame_bytes),
+        }
+
+    def add(self, obs, action, reward, next_obs, terminated, truncated, *, autoreset=None) -> None:
+        """Store one transition per env.
+
+        Args:
+            obs: the observation the action was taken in: a LazyFrames or an ndarray of
+                the observation shape; with ``num_envs > 1`` a ``LazyBatch``, a list of
+                ``num_envs`` LazyFrames or an ndarray ``(num_envs, *observation_shape)``.
+            action: ``action_shape`` (``(num_envs, *action_shape)``), cast to
+                ``action_dtype`` ('same_kind' casts only).
+            reward: a real number (``(num_envs,)``), stored as float32.
+            next_obs: the observation after the step, as ``obs``. For an episode that
+                ended, the final observation of the episode (Gymnasium's
+                ``info["final_obs"]`` under same-step autoreset), never the reset one.
+            terminated: bool (``(num_envs,)``): the MDP ended, don't bootstrap.
+            truncated: bool (``(num_envs,)``): cut by a time limit; ``next_obs`` is kept
+                for bootstrapping.
+            autoreset: optional bool (``(num_envs,)``) marking the extra step a
+                Gymnasium 1.x vector env takes to reset a finished env under its default
+                next-step autoreset: that "transition" joins two episodes, so it is
+                stored as a placeholder (it keeps the row layout) that is never sampled
+                and ends every n-step window.
+
+        Raises:
+            ValueError: a wrong shape or number of envs, frames of another shape or
+                stack size than the buffer's (or than the ``pool`` given to the
+                constructor), ndarray observations in the ``"first"`` / ``"last"``
+                layout without ``stack_size``.
+            TypeError: a wrong dtype (observations are never cast), non-numeric input,
+                an action that needs an unsafe cast, non-boolean flags.
+            Nothing is stored when an error is raised.
+        """
+        _ingest.add(self, obs, action, reward, next_obs, terminated, truncated, autoreset=autoreset)
+
+    def sample(self, batch_size, *, out=None, dtype=None, scale=None) -> ReplaySamples:
+        """Sample ``batch_size`` transitions uniformly, with replacement.
+
+        Only transitions whose n-step window is complete (``n_step`` steps written) or
+        ended (terminated or truncated) are drawn; autoreset placeholders never are.
+
+        Args:
+            batch_size: number of transitions ``B`` (at most ``len(rb)``).
+            out: optional pair ``(obs_out, next_obs_out)`` of C-contiguous writeable
+                arrays ``(B, *observation_shape)`` to fill (e.g. pinned memory as
+                ``torch.empty(..., pin_memory=True).numpy()``); their dtype is the
+                output dtype when ``dtype`` is None.
+            dtype: output dtype of the observations (default: the frames', e.g. uint8).
+            scale: multiply by this after converting (float dtypes only), fused into the
+                copy: ``dtype=np.float32, scale=1/255`` gives ``[0, 1]`` floats.
+
+        Returns:
+            :class:`ReplaySamples`. Without ``out``, ``observations`` and
+            ``next_observations`` are arrays allocated once per ``(B, dtype)`` and
+            **overwritten by the next call** with the same ``B`` and dtype; copy them to
+            keep them.
+
+        Raises:
+            ValueError: an empty buffer, ``batch_size`` < 1 or > ``len(rb)``, no
+                sampleable transition yet, a bad ``out`` (shape, contiguity, read-only,
+                overlapping).
+            TypeError: an unsupported conversion or ``out`` of the wrong dtype.
+        """
+        return _sampling.sample(self, batch_size, out=out, dtype=dtype, scale=scale)
+
+    def save(self, path) -> None:
+        """Write the buffer to ``path`` (an ``.npz`` archive), atomically.
+
+        The archive holds every live frame once, the slot tables as indices into those
+        frames, the actions, rewards, flags and the sampling RNG state; no pickled
+        objects. It is written to a temporary file in the same directory and renamed
+        over ``path`` (``os.replace``), so a failed or interrupted save leaves an
+        existing checkpoint intact. Frames are streamed in chunks: saving needs no
+        second copy of the buffer in memory.
+
+        Raises:
+            OSError: the directory is not writable.
+        """
+        _checkpoint.save(self, path)
+
+    @classmethod
+    def load(cls, path, *, pool=None) -> ReplayBuffer:
+        """Restore a buffer written by :meth:`save`: same transitions, same RNG state.
+
+        The same ``sample`` calls give the same samples as the saved buffer would have.
+
+        Args:
+            path: the ``.npz`` file.
+            pool: the :class:`~lazyframes.FramePool` (of either core) to load the frames
+                into; default: a new pool owned by the buffer, of ``lazyframes.FramePool``
+                (LazyFrames of the wrapper's pool added later are then copied in,
+                de-duplicated, see the class docs).
+
+        Raises:
+            TypeError: ``pool`` is not a FramePool.
+            ValueError: a missing, truncated, corrupt or foreign file, one whose contents
+                are inconsistent (the message says which), or a ``pool`` of another frame
+                shape or dtype.
+        """
+        return _checkpoint.load(cls, path, pool=pool)
+
+    def clear(self) -> None:
+        """Drop every transition (releasing their frames); keeps geometry, pool and RNG."""
+        if self._table is not None:
+            self._table.clear()
+        self._row = 0
+        self._full = False
+        self._n_skip = 0
+        self._flags[:] = 0
+
+    def __reduce__(self):
+        raise TypeError("a ReplayBuffer cannot be pickled; use ReplayBuffer.save(path)")

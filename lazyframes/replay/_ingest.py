@@ -1,0 +1,369 @@
+"""ReplayBuffer ingest: input normalisation, the buffer's geometry and the add path.
+
+:meth:`ReplayBuffer.add` takes observations as LazyFrames, a LazyBatch, a list of
+LazyFrames or ndarrays. Each argument is first described (:func:`describe`), then
+checked against the buffer's geometry, then turned into one owner of the buffer's pool
+(:func:`as_part`): lazy input of that pool as it is; anything else by pushing its frames
+with ``FramePool._push_dedup``, which reuses a slot whose bytes equal a candidate frame.
+Stored rows are one ``SlotTable.set`` call; the action, reward and flag arrays are
+written after it, from values already checked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import _common as C
+
+if TYPE_CHECKING:
+    from . import ReplayBuffer
+
+#: Flag bits of a stored transition (``ReplayBuffer._flags``, uint8).
+TERM = np.uint8(1)  # the episode terminated: don't bootstrap
+TRUNC = np.uint8(2)  # the episode was cut by a time limit
+SKIP = np.uint8(4)  # an autoreset placeholder: never sampled, ends every n-step window
+
+
+def core_of(pool):
+    """The core module (``lazyframes._core`` or ``lazyframes._reference``) of ``pool``."""
+    return importlib.import_module(type(pool).__module__)
+
+
+def own_pool(frame_shape: tuple, dtype: np.dtype, capacity: int):
+    """A new pool of the import-time core for a buffer of ``capacity`` transitions.
+
+    Its chunks are small enough that a partly filled one wastes less than 1/256 of the
+    capacity's frame memory.
+    """
+    from .. import FramePool
+
+    fb = math.prod(frame_shape) * np.dtype(dtype).itemsize
+    chunk = int(min(C.DEFAULT_CHUNK_BYTES, max(1, capacity * fb // 256)))
+    return FramePool(frame_shape, dtype, chunk_bytes=chunk)
+
+
+def check_pool(pool) -> None:
+    """Raises TypeError unless ``pool`` is None or a FramePool of either core."""
+    if pool is not None and not C.is_framepool(pool):
+        raise TypeError(f"pool must be a lazyframes FramePool, got {type(pool).__name__}")
+
+
+def check_pool_geometry(pool, frame_shape: tuple, dtype: np.dtype) -> None:
+    """Raises ValueError unless ``pool`` stores frames of ``frame_shape`` and ``dtype``."""
+    if tuple(pool.frame_shape) != frame_shape or np.dtype(pool.dtype) != dtype:
+        raise ValueError(
+            f"the buffer's pool stores frames of shape {tuple(pool.frame_shape)} and dtype "
+            f"{np.dtype(pool.dtype)}; the observations have frames of shape {frame_shape} "
+            f"and dtype {dtype}"
+        )
+
+
+class Obs:
+    """One add() argument (obs or next_obs) for all envs, checked but not yet stored.
+
+    kind "lazy": ``owner``, a LazyBatch (or a LazyFrames when not batched) of ``pool``
+    with ``k`` frames per observation; kind "array": ``arr`` (E, *observation_shape) in
+    ``layout`` (None: the buffer's layout).
+    """
+
+    __slots__ = ("arr", "k", "kind", "layout", "owner", "pool")
+
+    def __init__(self, kind, *, owner=None, arr=None, layout=None):
+        self.kind, self.owner, self.arr, self.layout = kind, owner, arr, layout
+        self.pool: Any = None
+        self.k: Any = None
+        if owner is not None:
+            self.pool, self.k, self.layout = owner.pool, owner.stack_size, owner.layout
+
+    @property
+    def frame_shape(self) -> tuple:
+        """Shape of one frame (kind "lazy": the pool's)."""
+        return tuple(self.pool.frame_shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The frames' dtype."""
+        return np.dtype(self.pool.dtype) if self.arr is None else self.arr.dtype
+
+
+def is_batched_obs(x) -> bool:
+    """An observation argument with a leading env axis (LazyBatch or list of LazyFrames)."""
+    return C.is_lazybatch(x) or isinstance(x, (list, tuple))
+
+
+def describe(x, name: str, num_envs: int, batched: bool) -> Obs:
+    """Check the form of one observation argument and describe it.
+
+    Raises:
+        ValueError: a batch where one observation is expected, a wrong number of envs,
+            observations of different geometries.
+        TypeError: non-numeric input, LazyFrames mixed with other objects.
+    """
+    E = num_envs
+    if C.is_lazybatch(x):
+        if not batched:
+            raise ValueError(f"{name} is a batch but num_envs is 1")
+        if len(x) != E:
+            raise ValueError(f"{name} has {len(x)} observations, expected num_envs={E}")
+        return Obs("lazy", owner=x)
+    if batched and isinstance(x, (list, tuple)) and x and all(C.is_lazyframes(o) for o in x):
+        if len(x) != E:
+            raise ValueError(f"{name} has {len(x)} observations, expected num_envs={E}")
+        if (
+            len({o.stack_size for o in x}) != 1
+            or len({o.frame_shape for o in x}) != 1
+            or len({o.dtype for o in x}) != 1
+        ):
+            raise ValueError(
+                f"the observations in {name} differ in stack size, frame shape or dtype"
+            )
+        pool = x[0].pool
+        if all(o.pool is pool for o in x):
+            return Obs("lazy", owner=pool.lazy_batch([o.slots for o in x], layout=x[0].layout))
+        # several pools: copy the frames out (stack layout) and in again
+        arr = np.stack([o.pool.gather([o.slots], layout="stack")[0] for o in x])
+        return Obs("array", arr=arr, layout="stack")
+    if not batched and C.is_lazyframes(x):
+        return Obs("lazy", owner=x)
+    if isinstance(x, (list, tuple)) and any(C.is_lazyframes(o) for o in x):
+        raise TypeError(f"{name} mixes LazyFrames and other objects")
+    a = np.asarray(x)
+    if a.dtype.kind not in "biufc":
+        raise TypeError(f"{name} must be a numeric array or LazyFrames, got dtype {a.dtype}")
+    if not batched:
+        a = a[None]
+    elif a.ndim == 0 or a.shape[0] != E:
+        raise ValueError(f"{name} has shape {a.shape}, expected a leading num_envs={E} axis")
+    return Obs("array", arr=a)
+
+
+def _frame_shape_of(obs_shape: tuple, layout: str, k: int) -> tuple:
+    if layout == "stack":
+        return tuple(obs_shape[1:])
+    if layout == "first":
+        return (obs_shape[0] // k,) + tuple(obs_shape[1:])
+    return tuple(obs_shape[:-1]) + (obs_shape[-1] // k,)
+
+
+def geometry(o: Obs, layout_opt, k_opt) -> tuple:
+    """``(layout, k, frame_shape, dtype, observation_shape)`` decided by the first add.
+
+    Raises:
+        ValueError: ndarray observations that cannot be split into frames, a stack size
+            other than ``k_opt``, a layout that does not fit the frames.
+    """
+    if o.kind == "lazy":
+        layout = layout_opt or o.layout
+        k, fs, dt = o.k, o.frame_shape, o.dtype
+    else:
+        layout = layout_opt or "stack"
+        shape = o.arr.shape[1:]
+        if o.layout == "stack" or layout == "stack":
+            if len(shape) == 0:
+                raise ValueError("ndarray observations need at least one axis (the k frames)")
+            k, fs = shape[0], tuple(shape[1:])
+        else:
+            if k_opt is None:
+                raise ValueError(
+                    f"ndarray observations in layout {layout!r} need stack_size=k "
+                    f"(ReplayBuffer(..., layout={layout!r}, stack_size=4)) to be split "
+                    f"into frames"
+                )
+            k = k_opt
+            if len(shape) == 0:
+                raise ValueError("ndarray observations need at least one axis")
+            ax = shape[-1] if layout == "last" else shape[0]
+            if ax % k:
+                raise ValueError(
+                    f"observation shape {shape} cannot hold {k} frames on the {layout} axis"
+                )
+            fs = _frame_shape_of(shape, layout, k)
+        dt = o.dtype
+    if k_opt is not None and k != k_opt:
+        raise ValueError(f"observations have {k} frames, stack_size is {k_opt}")
+    fs = C.frame_shape(fs)
+    dt = C.frame_dtype(dt)
+    C.check_layout(layout, fs)
+    return layout, k, fs, dt, C.observation_shape(fs, k, layout)
+
+
+def check_obs(o: Obs, name: str, geom: tuple, num_envs: int, pool) -> None:
+    """Check one described argument against the buffer's geometry (and ``pool``, or None).
+
+    Raises:
+        ValueError: another stack size, frame shape or observation shape.
+        TypeError: another dtype (observations are never cast).
+    """
+    _, k, fs, dt, obs_shape = geom
+    if o.kind == "lazy":
+        if o.pool is pool and o.k == k:
+            return  # the buffer's own pool: its frames have the buffer's shape and dtype
+        if o.k != k:
+            raise ValueError(f"{name} has {o.k} frames, the buffer stores {k}")
+        if o.frame_shape != fs:
+            raise ValueError(f"{name} has frames of shape {o.frame_shape}, the buffer stores {fs}")
+        if o.dtype.newbyteorder("=") != dt:
+            raise TypeError(f"{name} has dtype {o.dtype}, the buffer stores {dt}")
+        return
+    want = tuple(obs_shape if o.layout is None else C.observation_shape(fs, k, o.layout))
+    if o.arr.shape[1:] != want:
+        got = o.arr.shape[1:] if num_envs == 1 else o.arr.shape
+        raise ValueError(
+            f"{name} has shape {got}, expected {want if num_envs == 1 else (num_envs,) + want}"
+        )
+    if o.arr.dtype.newbyteorder("=") != dt:
+        raise TypeError(f"{name} has dtype {o.arr.dtype}, the buffer stores {dt}")
+
+
+def _frames_view(arr: np.ndarray, layout: str, k: int) -> np.ndarray:
+    """``(E, *observation_shape)`` -> a view ``(E, k, *S)`` of the frames (may be strided)."""
+    E = arr.shape[0]
+    if layout == "stack":
+        return arr
+    if layout == "first":
+        return arr.reshape((E, k, arr.shape[1] // k) + arr.shape[2:])
+    c = arr.shape[-1] // k
+    return np.moveaxis(arr.reshape(arr.shape[:-1] + (k, c)), -2, 1)
+
+
+def as_part(o: Obs, pool, layout: str, k: int, candidates):
+    """One described argument as an owner of ``pool``'s slots, ready for ``SlotTable.set``.
+
+    Lazy input of ``pool`` is its own owner (no frame copied). Frames (ndarrays, or
+    LazyFrames of another pool) are pushed in one ``_push_dedup`` call, reusing the slot
+    of a frame with equal bytes in ``candidates`` (a LazyBatch of ``pool`` with one row
+    per env, or None) or earlier in the same observation (reset padding).
+    """
+    if o.kind == "lazy" and o.pool is pool:
+        return o.owner
+    if o.kind == "lazy":  # another pool: copy its frames out once
+        frames = o.pool.gather(np.reshape(o.owner.slots, (-1, k)), layout="stack")
+    else:
+        frames = _frames_view(o.arr, o.layout or layout, k)
+    if candidates is not None and C.is_lazyframes(candidates):
+        candidates = pool.lazy_batch([candidates.slots])
+    return pool._push_dedup(frames, candidates)
+
+
+def flags_arg(x, name: str, shape: tuple) -> np.ndarray:
+    """A bool array of ``shape`` from bools or 0/1 numbers.
+
+    Raises:
+        ValueError: another shape. TypeError: values other than booleans or 0/1.
+    """
+    a = np.asarray(x)
+    if a.shape != shape:
+        raise ValueError(f"{name} has shape {a.shape}, expected {shape}")
+    if a.dtype == np.bool_:
+        return a
+    if a.dtype.kind not in "iuf" or not np.all((a == 0) | (a == 1)):
+        raise TypeError(f"{name} must be booleans (or 0/1), got dtype {a.dtype}")
+    return a.astype(np.bool_)
+
+
+def transition_args(
+    action,
+    reward,
+    terminated,
+    truncated,
+    autoreset,
+    lead: tuple,
+    action_shape: tuple,
+    action_dtype: np.dtype,
+) -> tuple:
+    """Checked ``(actions, rewards, flags, autoreset count)`` of E transitions.
+
+    The arrays have the leading shape ``lead`` (``(E,)``, or ``()`` for one env not
+    batched) and assign to the buffer's rows of E transitions as they are: the
+    action's cast was checked, the flags are ``TERM | TRUNC | SKIP`` bits (uint8).
+
+    Raises:
+        ValueError: a wrong shape. TypeError: non-numeric values, an action that needs an
+            unsafe cast, non-boolean flags.
+    """
+    a = np.asarray(action)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"action must be numeric, got dtype {a.dtype}")
+    if a.shape != lead + action_shape:
+        raise ValueError(f"action has shape {a.shape}, expected {lead + action_shape}")
+    if a.dtype != action_dtype and not np.can_cast(a.dtype, action_dtype, casting="same_kind"):
+        raise TypeError(f"action of dtype {a.dtype} cannot be stored as {action_dtype}")
+    r = np.asarray(reward)
+    if r.dtype.kind not in "biuf":
+        raise TypeError(f"reward must be a real number, got dtype {r.dtype}")
+    if r.shape != lead:
+        raise ValueError(f"reward has shape {r.shape}, expected {lead}")
+    term = flags_arg(terminated, "terminated", lead).view(np.uint8)
+    flags = term | flags_arg(truncated, "truncated", lead).view(np.uint8) * TRUNC
+    n_skip = 0
+    if autoreset is not None:
+        skip = flags_arg(autoreset, "autoreset", lead)
+        flags = flags | skip.view(np.uint8) * SKIP
+        n_skip = int(np.count_nonzero(skip))
+    return a, r, flags, n_skip
+
+
+def add(
+    rb: ReplayBuffer, obs, action, reward, next_obs, terminated, truncated, *, autoreset=None
+) -> None:
+    """ReplayBuffer.add: check everything, then store one row of transitions."""
+    E = rb._num_envs
+    batched = E > 1 or is_batched_obs(obs)
+    lead = (E,) if batched else ()
+    o = describe(obs, "obs", E, batched)
+    n = describe(next_obs, "next_obs", E, batched)
+    actions, rewards, flags, n_skip = transition_args(
+        action,
+        reward,
+        terminated,
+        truncated,
+        autoreset,
+        lead,
+        rb._action_shape,
+        rb._action_dtype,
+    )
+    table = rb._table
+    if table is None:  # the first add decides the geometry and the pool
+        geom = geometry(o, rb._layout_opt, rb._k_opt)
+    else:
+        geom = (rb._layout, rb._k, rb._frame_shape, rb._dtype, rb._obs_shape)
+    check_obs(o, "obs", geom, E, rb._pool)
+    check_obs(n, "next_obs", geom, E, rb._pool)
+    layout, k = geom[0], geom[1]
+    pool = rb._pool
+    if pool is None:
+        pool = o.pool if o.kind == "lazy" else n.pool if n.kind == "lazy" else None
+        if pool is None:
+            pool = own_pool(geom[2], geom[3], rb._capacity)
+    elif table is None:
+        check_pool_geometry(pool, geom[2], geom[3])
+    # the previous row's next observations: the usual source of obs's frames
+    row, base = rb._row, rb._row * E
+    prev = None
+    if (o.kind != "lazy" or o.pool is not pool) and (row > 0 or rb._full):
+        start = (base if row > 0 else rb._capacity) - E
+        prev = table.batch(np.arange(start, start + E), k, 2 * k)
+    obs_part = as_part(o, pool, layout, k, prev)
+    next_part = as_part(n, pool, layout, k, obs_part)
+    if table is None:
+        table = core_of(pool).SlotTable(pool, rb._capacity, 2 * k)
+    table.set(np.arange(base, base + E), (obs_part, next_part))
+    # nothing below can fail
+    if rb._table is None:
+        rb._layout, rb._k, rb._frame_shape, rb._dtype, rb._obs_shape = geom
+        rb._pool, rb._table = pool, table
+    sl = slice(base, base + E)
+    if rb._full and rb._n_skip:  # evicted placeholders
+        rb._n_skip -= int(np.count_nonzero(rb._flags[sl] & SKIP))
+    rb._n_skip += n_skip
+    rb._actions[sl] = actions
+    rb._rewards[sl] = rewards
+    rb._flags[sl] = flags
+    rb._row = row + 1
+    if rb._row == rb._rows:
+        rb._row = 0
+        rb._full = True

@@ -1,0 +1,177 @@
+"""ReplayBuffer sampling: uniform draws, n-step windows and the output arrays.
+
+A transition is sampleable when its n-step window is complete (``n_step`` steps written)
+or ended (terminated or truncated), and it is not an autoreset placeholder. The frames
+of a batch are copied out with one ``SlotTable.gather_pairs`` call (observations from
+the first k columns of the drawn rows, next observations from the last k columns of
+each window's last row), with the dtype conversion and scaling fused into that copy.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from .. import _common as C
+from ._ingest import SKIP, TERM, TRUNC
+
+if TYPE_CHECKING:
+    from . import ReplayBuffer
+
+
+class ReplaySamples(NamedTuple):
+    """One sampled batch of ``B`` transitions (field names as SB3's ``ReplayBufferSamples``).
+
+    Attributes:
+        observations: ``(B, *observation_shape)``, the frames' dtype or the requested
+            ``dtype``. Unless ``out`` was given, an array the buffer reuses: the next
+            :meth:`ReplayBuffer.sample` with the same ``batch_size`` and dtype overwrites it.
+        actions: ``(B, *action_shape)`` of ``action_dtype`` (a fresh array).
+        next_observations: like ``observations``: the observation ``m`` steps later,
+            where ``m <= n_step`` stops at the episode end (for a truncated transition,
+            its real next observation, never the next episode's reset observation).
+        dones: float32 ``(B,)``: 1.0 when the episode *terminated* within the window, so
+            the target must not bootstrap. Truncation never sets it (SB3 with
+            ``handle_timeout_termination=True``; SB3 returns ``(B, 1)``).
+        rewards: float32 ``(B,)``: ``sum_{i<m} gamma**i * r_i`` (the reward itself when
+            ``n_step == 1``).
+        truncations: float32 ``(B,)``: 1.0 when the window ended by truncation.
+        indices: int64 ``(B,)``: the transitions' positions in the buffer,
+            ``row * num_envs + env``.
+        discounts: float32 ``(B,)``: ``gamma ** m``, the factor of the bootstrap value in
+            an n-step target ``rewards + discounts * (1 - dones) * V(next_observations)``
+            (SB3's ``NStepReplayBuffer`` field of that name).
+    """
+
+    observations: np.ndarray
+    actions: np.ndarray
+    next_observations: np.ndarray
+    dones: np.ndarray
+    rewards: np.ndarray
+    truncations: np.ndarray
+    indices: np.ndarray
+    discounts: np.ndarray
+
+
+def window(rb: ReplayBuffer, idx: np.ndarray):
+    """n-step windows of transitions ``idx``: (valid, ret, last, term, trunc, m)."""
+    E, rows, n, g = rb._num_envs, rb._rows, rb._n_step, rb._gamma
+    r, e = np.divmod(idx, E)
+    oldest = rb._row if rb._full else 0
+    stored = rb._stored_rows()
+    age = (r - oldest) % rows
+    fl0 = rb._flags[idx]
+    valid = (fl0 & SKIP) == 0
+    ret = rb._rewards[idx].astype(np.float64)
+    last = idx.copy()
+    m = np.ones(idx.shape, np.int64)
+    alive = valid & ((fl0 & (TERM | TRUNC)) == 0)
+    for j in range(1, n):
+        inr = age + j < stored
+        valid &= ~(alive & ~inr)
+        p = ((r + j) % rows) * E + e
+        fl = rb._flags[p]
+        step = alive & inr & ((fl & SKIP) == 0)
+        ret += np.where(step, g**j * rb._rewards[p].astype(np.float64), 0.0)
+        last = np.where(step, p, last)
+        m += step
+        alive = step & ((fl & (TERM | TRUNC)) == 0)
+    flast = rb._flags[last]
+    return valid, ret, last, (flast & TERM) != 0, (flast & TRUNC) != 0, m
+
+
+def draw(rb: ReplayBuffer, batch_size: int) -> np.ndarray:
+    """Uniform indices over the sampleable transitions (exact: rejection or enumeration)."""
+    total = len(rb)
+    rng = rb._rng
+    if rb._n_step == 1 and rb._n_skip == 0:
+        return rng.integers(0, total, size=batch_size)
+    stored = rb._stored_rows()
+    # transitions that can be invalid: placeholders and windows running past the newest row
+    lower = total - rb._n_skip - min(rb._n_step - 1, stored) * rb._num_envs
+    if lower * 16 < total:  # few sure ones: enumerate the valid ones
+        ok = np.flatnonzero(window(rb, np.arange(total))[0])
+        if ok.size == 0:
+            raise ValueError(
+                "no transition can be sampled yet: every stored n-step window is "
+                "still open (add more steps) or an autoreset placeholder"
+            )
+        return ok[rng.integers(0, ok.size, size=batch_size)]
+    idx = rng.integers(0, total, size=batch_size)
+    bad = np.flatnonzero(~window(rb, idx)[0])
+    while bad.size:
+        idx[bad] = rng.integers(0, total, size=bad.size)
+        bad = bad[~window(rb, idx[bad])[0]]
+    return idx
+
+
+def outputs(rb: ReplayBuffer, batch_size, out, dtype, scale):
+    """The pair of arrays to fill and the output dtype (all checked)."""
+    if out is None:
+        dst = C.output_dtype(rb._dtype, dtype, scale)
+        key = (batch_size, dst)
+        pair = rb._out_cache.get(key)
+        if pair is None:
+            full = (batch_size,) + rb._obs_shape
+            pair = (np.empty(full, dst), np.empty(full, dst))
+            rb._out_cache[key] = pair
+        return pair, dst
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError("out must be a pair (obs_out, next_obs_out) of ndarrays")
+    o0, o1 = out
+    if not isinstance(o0, np.ndarray) or not isinstance(o1, np.ndarray):
+        raise TypeError("out must be a pair (obs_out, next_obs_out) of ndarrays")
+    dst = C.output_dtype(rb._dtype, dtype if dtype is not None else o0.dtype, scale)
+    full = (batch_size,) + rb._obs_shape
+    C.check_out(o0, full, dst)
+    C.check_out(o1, full, dst)
+    if np.may_share_memory(o0, o1):
+        raise ValueError("the two arrays of out overlap")
+    return (o0, o1), dst
+
+
+def sample(rb: ReplayBuffer, batch_size, *, out=None, dtype=None, scale=None) -> ReplaySamples:
+    """ReplayBuffer.sample: draw, compute the n-step fields, copy the frames out."""
+    B = operator.index(batch_size)
+    if rb._table is None or len(rb) == 0:
+        raise ValueError("cannot sample from an empty ReplayBuffer")
+    if not 1 <= B <= len(rb):
+        raise ValueError(f"batch_size must be in [1, len(buffer)={len(rb)}], got {B}")
+    (obs_out, next_out), dst = outputs(rb, B, out, dtype, scale)
+    idx = draw(rb, B)
+    if rb._n_step == 1:
+        fl = rb._flags[idx]
+        last = idx
+        rewards = rb._rewards[idx]
+        dones = (fl & TERM).astype(np.float32)
+        truncs = ((fl & TRUNC) >> 1).astype(np.float32)
+        discounts = np.full(B, rb._gamma, np.float32)
+    else:
+        _, ret, last, term, trunc, m = window(rb, idx)
+        rewards = ret.astype(np.float32)
+        dones = term.astype(np.float32)
+        truncs = trunc.astype(np.float32)
+        discounts = (rb._gamma**m).astype(np.float32)
+    k = rb._k
+    rb._table.gather_pairs(
+        idx,
+        (0, k),
+        last,
+        (k, 2 * k),
+        out=(obs_out, next_out),
+        layout=rb._layout,
+        dtype=dst,
+        scale=scale,
+    )
+    return ReplaySamples(
+        obs_out,
+        rb._actions[idx],
+        next_out,
+        dones,
+        rewards,
+        truncs,
+        idx.astype(np.int64, copy=False),
+        discounts,
+    )
