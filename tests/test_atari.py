@@ -1,4 +1,6 @@
-"""Real Atari frames (ale-py): our stackers equal Gymnasium's, baselines' and ALE's own, at every step.
+"""Real Atari frames (ale-py): our stackers equal Gymnasium's, baselines' and ALE's own.
+
+They are compared at every step.
 
 Each game is played once per session with seeded random actions through Gymnasium's
 ``AtariPreprocessing(frame_skip=4, screen_size=84, grayscale)`` under a 200-step
@@ -22,6 +24,7 @@ from ale_py.vector_env import AtariVectorEnv
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import AtariPreprocessing, TimeLimit
 from gymnasium.wrappers import FrameStackObservation as GymFSO
+from test_wrappers import mk
 
 from bench.baselines_reference import BaselinesFrameStack
 from lazyframes import vector
@@ -36,8 +39,9 @@ MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]
 
 def make_atari(game, newaxis=False):
     env = gym.make(f"ALE/{game}-v5", frameskip=1)
-    env = AtariPreprocessing(env, frame_skip=4, screen_size=84, grayscale_obs=True,
-                             grayscale_newaxis=newaxis)
+    env = AtariPreprocessing(
+        env, frame_skip=4, screen_size=84, grayscale_obs=True, grayscale_newaxis=newaxis
+    )
     return TimeLimit(env, max_episode_steps=200)
 
 
@@ -119,7 +123,7 @@ def run_pair(ours, ref, steps):
 @pytest.mark.parametrize("padding", ["reset", "zero"])
 @pytest.mark.parametrize("game", GAMES)
 def test_frame_stack_observation_equals_gymnasium(impl, game, padding):
-    ours = FrameStackObservation(ReplayEnv(game), 4, padding_type=padding)
+    ours = mk(impl, FrameStackObservation, ReplayEnv(game), 4, padding_type=padding)
     ref = GymFSO(ReplayEnv(game), 4, padding_type=padding)
     assert ours.observation_space == ref.observation_space
     assert run_pair(ours, ref, N) >= 4
@@ -128,7 +132,7 @@ def test_frame_stack_observation_equals_gymnasium(impl, game, padding):
 
 @pytest.mark.parametrize("game", GAMES)
 def test_frame_stack_equals_baselines(impl, game):
-    ours = FrameStack(ReplayEnv(game, newaxis=True), 4)
+    ours = mk(impl, FrameStack, ReplayEnv(game, newaxis=True), 4)
     ref = BaselinesFrameStack(ReplayEnv(game, newaxis=True), 4)
     assert ours.observation_space.shape == ref.observation_space.shape == (84, 84, 4)
     assert run_pair(ours, ref, N) >= 4
@@ -138,10 +142,17 @@ def test_frame_stack_equals_baselines(impl, game):
 @pytest.mark.parametrize("game", GAMES)
 def test_vector_equals_per_env_stacking(impl, game, mode):
     n, steps = 3, N // 2
-    ours = vector.FrameStackObservation(
-        SyncVectorEnv([lambda i=i: ReplayEnv(game, start=i) for i in range(n)], autoreset_mode=mode), 4)
-    ref = SyncVectorEnv([lambda i=i: GymFSO(ReplayEnv(game, start=i), 4) for i in range(n)],
-                        autoreset_mode=mode)
+    ours = mk(
+        impl,
+        vector.FrameStackObservation,
+        SyncVectorEnv(
+            [lambda i=i: ReplayEnv(game, start=i) for i in range(n)], autoreset_mode=mode
+        ),
+        4,
+    )
+    ref = SyncVectorEnv(
+        [lambda i=i: GymFSO(ReplayEnv(game, start=i), 4) for i in range(n)], autoreset_mode=mode
+    )
     o, _ = ours.reset(seed=0)
     r, _ = ref.reset(seed=0)
     ends = 0
@@ -160,12 +171,23 @@ def test_vector_equals_per_env_stacking(impl, game, mode):
 
 @pytest.mark.parametrize("mode", MODES, ids=["next_step", "same_step"])
 def test_vector_equals_ale_native_stacking(impl, mode):
-    """ale-py's AtariVectorEnv stacks 4 frames in C++, zero-padded; ours over stack_num=1 equals it."""
-    kw = dict(num_envs=2, autoreset_mode=mode, max_num_frames_per_episode=400, num_threads=1)
+    """ale-py's AtariVectorEnv stacks 4 frames in C++, zero-padded; ours over stack_num=1 too."""
+    kw = {
+        "num_envs": 2,
+        "autoreset_mode": mode,
+        "max_num_frames_per_episode": 400,
+        "num_threads": 1,
+    }
     steps = N // 4  # live: 2 x 2 envs, 4 emulator frames per step
     ale = AtariVectorEnv("breakout", stack_num=4, **kw)
-    ours = vector.FrameStackObservation(AtariVectorEnv("breakout", stack_num=1, **kw), 4,
-                                        padding_type="zero", layout="first")
+    ours = mk(
+        impl,
+        vector.FrameStackObservation,
+        AtariVectorEnv("breakout", stack_num=1, **kw),
+        4,
+        padding_type="zero",
+        layout="first",
+    )
     try:
         assert ours.autoreset_mode == mode
         assert ours.single_observation_space == ale.single_observation_space
@@ -183,7 +205,9 @@ def test_vector_equals_ale_native_stacking(impl, mode):
             ends += int(done.sum())
             if mode == AutoresetMode.SAME_STEP:
                 for i in np.flatnonzero(done):
-                    np.testing.assert_array_equal(np.asarray(io["final_obs"][i]), ia["final_obs"][i])
+                    np.testing.assert_array_equal(
+                        np.asarray(io["final_obs"][i]), ia["final_obs"][i]
+                    )
         assert ends >= 4
     finally:
         ale.close()
@@ -194,6 +218,6 @@ def test_vector_rejects_asynchronous_batches(impl):
     envs = AtariVectorEnv("pong", num_envs=2, batch_size=1, stack_num=1, num_threads=1)
     try:
         with pytest.raises(ValueError, match="batch_size"):
-            vector.FrameStackObservation(envs, 4, layout="first")
+            mk(impl, vector.FrameStackObservation, envs, 4, layout="first")
     finally:
         envs.close()

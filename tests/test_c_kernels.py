@@ -35,11 +35,15 @@ def test_c_kernels_and_pool(tmp_path):
     if _sanitizers_work(cc, tmp_path):
         flags += SANITIZE
     exe = tmp_path / "test_kernels"
-    build = subprocess.run([cc, *flags, *map(str, SOURCES), "-o", str(exe), "-lm"],
-                           capture_output=True, text=True)
+    build = subprocess.run(
+        [cc, *flags, *map(str, SOURCES), "-o", str(exe), "-lm"], capture_output=True, text=True
+    )
     assert build.returncode == 0, build.stderr
-    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
-               UBSAN_OPTIONS="print_stacktrace=1")
+    env = dict(
+        os.environ,
+        ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+        UBSAN_OPTIONS="print_stacktrace=1",
+    )
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     last = run.stdout.strip().splitlines()[-1]

@@ -1,4 +1,4 @@
-"""Cases C01-C10 of CASES.md (layout, array behaviour, memory), with their exact values.
+"""Cases C01-C10 of the fault catalogue (layout, array behaviour, memory), with their exact values.
 
 Each test runs on both cores (``impl`` fixture). C08's wrapper part (the stacked
 ``observation_space``) belongs to the wrapper tests; here C08 checks the core part:
@@ -15,9 +15,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import f
 
 from bench.baselines_reference import BaselinesLazyFrames
-from conftest import f
 
 FB = 84 * 84  # bytes of f(v)
 
@@ -32,8 +32,18 @@ def test_c01_baselines_layout_indexing(impl):
     assert len(lz) == 84
     assert lz.count() == 4
     assert lz[0].shape == (84, 4)
-    for key in (0, 83, -1, slice(None), slice(2, 5), slice(None, None, -7),
-                (0, 1), (5, slice(None), 2), (Ellipsis, 3), (slice(1, 3), 4, slice(None))):
+    for key in (
+        0,
+        83,
+        -1,
+        slice(None),
+        slice(2, 5),
+        slice(None, None, -7),
+        (0, 1),
+        (5, slice(None), 2),
+        (Ellipsis, 3),
+        (slice(1, 3), 4, slice(None)),
+    ):
         got = lz[key]
         np.testing.assert_array_equal(got, a[key])
         assert np.shape(got) == a[key].shape
@@ -55,11 +65,14 @@ def test_c01_new_axis_layout_indexing(impl):
 # -- C02 lists of observations convert ------------------------------------------------------
 
 
-@pytest.mark.parametrize("layout,shape,obs_shape", [
-    ("last", (84, 84, 1), (84, 84, 4)),
-    ("first", (1, 84, 84), (4, 84, 84)),
-    ("stack", (84, 84), (4, 84, 84)),
-])
+@pytest.mark.parametrize(
+    "layout,shape,obs_shape",
+    [
+        ("last", (84, 84, 1), (84, 84, 4)),
+        ("first", (1, 84, 84), (4, 84, 84)),
+        ("stack", (84, 84), (4, 84, 84)),
+    ],
+)
 def test_c02_list_of_observations_converts(impl, layout, shape, obs_shape):
     lz = impl.LazyFrames([f(v, shape=shape) for v in range(4)], layout=layout)
     other = impl.LazyFrames([f(v, shape=shape) for v in range(4, 8)], layout=layout)
@@ -76,9 +89,9 @@ def test_c02_list_of_observations_converts(impl, layout, shape, obs_shape):
 
 def test_c03_array_like_without_materialising(impl):
     pool = impl.FramePool((84, 84, 1), np.uint8)
-    slots = [pool.push(f(v)) for v in range(4)]
-    lz = pool.lazy(slots, layout="last")
-    pool.release(slots)
+    refs = [pool.push(f(v)) for v in range(4)]
+    lz = pool.lazy(refs, layout="last")
+    del refs  # the observation is the frames' only owner now
     tracemalloc.start()
     try:
         snap0 = tracemalloc.take_snapshot()
@@ -126,7 +139,7 @@ def test_c04_numpy2_protocol(impl):
     np.testing.assert_array_equal(d, np.stack([ref, ref]))
     assert c.dtype == np.float32
     np.testing.assert_array_equal(c, ref.astype(np.float32))
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError, match="copy=False") as info:
         np.array(lz, copy=False)
     msg = str(info.value)
     assert "np.asarray(obs)" in msg and "copy=False" in msg and "lazyframes.stack" in msg
@@ -176,23 +189,26 @@ def test_c06_layout_is_explicit(impl):
     assert impl.LazyFrames(first, layout="first").shape == (4, 84, 84)
     assert np.asarray(impl.LazyFrames(first, layout="first")).shape == (4, 84, 84)
     assert impl.LazyFrames(last).shape == (84, 84, 4)
-    with pytest.raises(ValueError, match="channels-last.*layout='last'"):
+    with pytest.raises(ValueError, match=r"channels-last.*layout='last'"):
         impl.LazyFrames(last, layout="first")
     for layout in ("last", "first"):
         with pytest.raises(ValueError, match="no channel axis"):
             impl.LazyFrames(flat, layout=layout)
+    np.testing.assert_array_equal(np.asarray(impl.LazyFrames(flat, layout="stack")), np.stack(flat))
     np.testing.assert_array_equal(
-        np.asarray(impl.LazyFrames(flat, layout="stack")), np.stack(flat))
+        np.asarray(impl.LazyFrames(first, layout="first")), np.concatenate(first, axis=0)
+    )
     np.testing.assert_array_equal(
-        np.asarray(impl.LazyFrames(first, layout="first")), np.concatenate(first, axis=0))
-    np.testing.assert_array_equal(
-        np.asarray(impl.LazyFrames(first, layout="stack")), np.stack(first))
+        np.asarray(impl.LazyFrames(first, layout="stack")), np.stack(first)
+    )
     pool = impl.FramePool((1, 84, 84), np.uint8)
     s = [pool.push(a) for a in first]
     with pytest.raises(ValueError, match="channels-first"):
         pool.lazy(s)  # default layout is "last": rejected for channels-first frames
     with pytest.raises(ValueError, match="channels-first"):
-        pool.gather([s])
+        pool.gather([[r.slot for r in s]])
+    with pytest.raises(ValueError, match="channels-first"):
+        pool.lazy_batch([s], layout="last")
 
 
 # -- C07 multi-channel frames ---------------------------------------------------------------
@@ -207,7 +223,9 @@ def test_c07_rgb_frames_stack_by_frame_depth(impl):
     assert (a == np.array([10, 10, 10, 11, 11, 11, 12, 12, 12], np.uint8)).all()
     assert [int(lz.frame(i)[5, 7]) for i in range(9)] == [10, 10, 10, 11, 11, 11, 12, 12, 12]
     # distinct channel values too: channel c of frame j lands at j*3 + c
-    rgb = [np.stack([np.full((4, 5), 10 * j + c, np.uint8) for c in range(3)], -1) for j in range(3)]
+    rgb = [
+        np.stack([np.full((4, 5), 10 * j + c, np.uint8) for c in range(3)], -1) for j in range(3)
+    ]
     got = np.asarray(impl.LazyFrames(rgb))
     assert got[2, 3].tolist() == [0, 1, 2, 10, 11, 12, 20, 21, 22]
     np.testing.assert_array_equal(got, np.concatenate(rgb, axis=-1))
@@ -241,9 +259,9 @@ def _c09_frames():
 def test_c09_conversion_never_retains_a_copy(impl):
     frames = _c09_frames()
     pool = impl.FramePool((84, 84, 1), np.uint8)
-    slots = [pool.push(a) for a in frames]
-    obs = [pool.lazy(slots[i:i + 4], layout="last") for i in range(100)]
-    pool.release(slots)
+    refs = [pool.push(a) for a in frames]
+    obs = [pool.lazy(refs[i : i + 4], layout="last") for i in range(100)]
+    del refs
     assert pool.live_frames == 103
     assert pool.live_bytes == 726_768
     before = pool.stats()
@@ -273,7 +291,7 @@ def test_c09_lazyframes_from_lists_store_103_frames(impl):
     pool = impl.default_pool((84, 84, 1), np.uint8)
     gc.collect()
     base = pool.live_bytes
-    obs = [impl.LazyFrames(frames[i:i + 4]) for i in range(100)]
+    obs = [impl.LazyFrames(frames[i : i + 4]) for i in range(100)]
     assert pool.live_bytes - base == 726_768
     for o in obs:
         np.asarray(o)
@@ -296,7 +314,7 @@ def _baselines_held(observations):
 
 def test_c09_baselines_reference_grows_3_9x():
     frames = _c09_frames()
-    obs = [BaselinesLazyFrames(frames[i:i + 4]) for i in range(100)]
+    obs = [BaselinesLazyFrames(frames[i : i + 4]) for i in range(100)]
     del frames  # only the observations keep frames alive now
     before = _baselines_held(obs)
     assert before == 726_768
@@ -310,8 +328,9 @@ def test_c09_baselines_reference_grows_3_9x():
 # -- C10 pickling keeps sharing -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("layout,shape", [("last", (84, 84, 1)), ("first", (1, 84, 84)),
-                                          ("stack", (84, 84))])
+@pytest.mark.parametrize(
+    "layout,shape", [("last", (84, 84, 1)), ("first", (1, 84, 84)), ("stack", (84, 84))]
+)
 def test_c10_pickle_shares_frames_within_one_dump(impl, layout, shape):
     frames = [f(v, shape=shape) for v in range(5)]
     a = impl.LazyFrames(frames[0:4], layout=layout)
@@ -325,7 +344,12 @@ def test_c10_pickle_shares_frames_within_one_dump(impl, layout, shape):
     assert pool.live_frames - base == 5  # the restored observations share 3 frames again
     for x, y in ((a, a2), (b, b2)):
         assert type(y) is type(x)
-        assert (y.shape, y.dtype, y.layout, y.stack_size) == (x.shape, x.dtype, x.layout, x.stack_size)
+        assert (y.shape, y.dtype, y.layout, y.stack_size) == (
+            x.shape,
+            x.dtype,
+            x.layout,
+            x.stack_size,
+        )
         np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
     assert a2.slots[1:] == b2.slots[:3]
     # separate dumps round-trip exactly too (each stores its own 4 frames)

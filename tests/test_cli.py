@@ -16,9 +16,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run(*args, cwd=None, timeout=300):
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return subprocess.run([sys.executable, *args], cwd=cwd or ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd or ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_help_lists_commands():
@@ -36,8 +44,19 @@ def test_no_command_prints_help_and_fails():
 def test_demo_help_explains_every_option():
     r = run("-m", "lazyframes", "demo", "--help")
     assert r.returncode == 0, r.stderr
-    for opt in ("--env", "--steps", "--num-envs", "--capacity", "--batch-size", "--seed", "--plot",
-                "--json", "--stack-size", "--train-freq", "--no-progress"):
+    for opt in (
+        "--env",
+        "--steps",
+        "--num-envs",
+        "--capacity",
+        "--batch-size",
+        "--seed",
+        "--plot",
+        "--json",
+        "--stack-size",
+        "--train-freq",
+        "--no-progress",
+    ):
         assert opt in r.stdout, opt
     assert "ALE/Pong-v5" in r.stdout
 
@@ -51,8 +70,20 @@ def test_demo_rejects_bad_options_before_running():
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("demo")
-    r = run("-m", "lazyframes", "demo", "--steps", "200", "--json", str(d / "out.json"),
-            "--plot", str(d / "out.png"), "--seed", "3", cwd=d)
+    r = run(
+        "-m",
+        "lazyframes",
+        "demo",
+        "--steps",
+        "200",
+        "--json",
+        str(d / "out.json"),
+        "--plot",
+        str(d / "out.png"),
+        "--seed",
+        "3",
+        cwd=d,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return r, json.loads((d / "out.json").read_text()), d / "out.png"
 
@@ -68,12 +99,14 @@ def test_demo_report_and_json(demo_run):
     assert 0 < rep["stacking_share"] < 1
     t = rep["time"]
     assert all(t[k] >= 0 for k in t)
-    assert t["env_s"] + t["stacking_s"] + t["materialise_s"] + t["replay_add_s"] + t["replay_sample_s"] \
+    assert (
+        t["env_s"] + t["stacking_s"] + t["materialise_s"] + t["replay_add_s"] + t["replay_sample_s"]
         <= t["total_s"] * 1.001
+    )
     # a batch every 4 steps once 32 transitions are stored: steps 32, 36, ..., 196
     assert rep["samples"] == 42
     lat = rep["sample_latency_us"]
-    assert 0 < lat["median"] and 0 < lat["mean"]
+    assert lat["median"] > 0 and lat["mean"] > 0
 
     m = rep["memory"]
     assert m["frame_bytes"] == 84 * 84 and m["observation_bytes"] == 4 * 84 * 84
@@ -99,8 +132,21 @@ def test_demo_plot_is_a_png(demo_run):
 
 
 def test_demo_vector_envs_store_real_transitions(tmp_path):
-    r = run("-m", "lazyframes", "demo", "--steps", "120", "--num-envs", "2", "--batch-size", "8",
-            "--json", str(tmp_path / "v.json"), "--no-progress", cwd=tmp_path)
+    r = run(
+        "-m",
+        "lazyframes",
+        "demo",
+        "--steps",
+        "120",
+        "--num-envs",
+        "2",
+        "--batch-size",
+        "8",
+        "--json",
+        str(tmp_path / "v.json"),
+        "--no-progress",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     rep = json.loads((tmp_path / "v.json").read_text())
     assert rep["num_envs"] == 2 and rep["steps"] == 120 and rep["buffer_len"] == 120
@@ -114,20 +160,26 @@ def test_bench_reports_missing_peer_and_failure_in_one_line(tmp_path):
     bench.mkdir()
     (bench / "__init__.py").write_text("")
     (bench / "bench_core.py").write_text("import not_a_real_peer_package_xyz\n")
-    (bench / "bench_wrappers.py").write_text(textwrap.dedent("""
+    (bench / "bench_wrappers.py").write_text(
+        textwrap.dedent("""
         def main(argv=None):
             raise RuntimeError("boom")
-    """))
-    (bench / "bench_replay.py").write_text(textwrap.dedent("""
+    """)
+    )
+    (bench / "bench_replay.py").write_text(
+        textwrap.dedent("""
         import argparse
         def main(argv=None):
             p = argparse.ArgumentParser(); p.add_argument("--quick", action="store_true")
             a = p.parse_args(argv)
             print("replay table, quick =", a.quick)
             return []
-    """))
-    code = ("import sys; from lazyframes.__main__ import run_benches; "
-            f"sys.exit(run_benches(['core', 'wrappers', 'replay'], quick=True, root={str(bench)!r}))")
+    """)
+    )
+    code = (
+        "import sys; from lazyframes.__main__ import run_benches; "
+        f"sys.exit(run_benches(['core', 'wrappers', 'replay'], quick=True, root={str(bench)!r}))"
+    )
     r = run("-c", code, cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr  # the failing one sets the status...
     assert "needs the package 'not_a_real_peer_package_xyz'" in r.stdout
@@ -135,8 +187,11 @@ def test_bench_reports_missing_peer_and_failure_in_one_line(tmp_path):
     assert "replay table, quick = True" in r.stdout  # ...and the others still run
     assert "Traceback" not in r.stdout + r.stderr
 
-    r = run("-c", "import sys; from lazyframes.__main__ import run_benches; "
-            f"sys.exit(run_benches(['core'], quick=True, root={str(tmp_path / 'nowhere')!r}))")
+    r = run(
+        "-c",
+        "import sys; from lazyframes.__main__ import run_benches; "
+        f"sys.exit(run_benches(['core'], quick=True, root={str(tmp_path / 'nowhere')!r}))",
+    )
     assert r.returncode == 1
     assert len(r.stdout.strip().splitlines()) == 1 and "no bench/ folder" in r.stdout
 
@@ -144,6 +199,7 @@ def test_bench_reports_missing_peer_and_failure_in_one_line(tmp_path):
 def test_bench_quick_smoke():
     r = run("-m", "lazyframes", "bench", "--quick", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "=== bench/bench_core.py --quick ===" in r.stdout
-    assert "lf/floor" in r.stdout and "target batch 32 [last]" in r.stdout
+    for name in ("bench_core", "bench_wrappers", "bench_replay"):
+        assert f"=== bench/{name}.py --quick ===" in r.stdout
+    assert "lazyframes LazyBatch x8" in r.stdout and "gather floor" in r.stdout
     assert "Traceback" not in r.stdout + r.stderr

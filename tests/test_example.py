@@ -1,4 +1,4 @@
-"""examples/dqn_atari.py runs end to end: real Atari, lazyframes' stacker and replay, torch DQN updates."""
+"""examples/dqn_atari.py runs end to end: real Atari, lazyframes' stacker and replay, torch DQN."""
 
 import os
 import re
@@ -13,16 +13,40 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_dqn_atari_example_trains_a_few_steps(tmp_path):
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    cmd = [sys.executable, str(ROOT / "examples" / "dqn_atari.py"),
-           "--env-id", "ALE/Pong-v5", "--total-timesteps", "300", "--num-envs", "2",
-           "--learning-starts", "100", "--train-frequency", "4", "--batch-size", "8",
-           "--buffer-size", "1000", "--target-network-frequency", "50", "--torch-threads", "1",
-           "--seed", "1"]
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    cmd = [
+        sys.executable,
+        str(ROOT / "examples" / "dqn_atari.py"),
+        "--env-id",
+        "ALE/Pong-v5",
+        "--total-timesteps",
+        "300",
+        "--num-envs",
+        "2",
+        "--learning-starts",
+        "100",
+        "--train-frequency",
+        "4",
+        "--batch-size",
+        "8",
+        "--buffer-size",
+        "1000",
+        "--target-network-frequency",
+        "50",
+        "--torch-threads",
+        "1",
+        "--seed",
+        "1",
+    ]
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    m = re.search(r"dqn_atari summary: (\d+) env steps, (\d+) gradient steps, (\d+) episodes.*"
-                  r"final td_loss ([0-9.]+).*replay (\d+) transitions at ([0-9,]+) B each", r.stdout)
+    m = re.search(
+        r"dqn_atari summary: (\d+) env steps, (\d+) gradient steps, (\d+) episodes.*"
+        r"final td_loss ([0-9.]+).*replay (\d+) transitions at ([0-9,]+) B each",
+        r.stdout,
+    )
     assert m, r.stdout
     steps, grads, _, loss, stored, per = m.groups()
     assert int(steps) == 300
@@ -42,9 +66,17 @@ def test_readme_python_examples_run(tmp_path):
     script = tmp_path / "readme_examples.py"
     script.write_text("\n".join(blocks) + "\nprint('README examples OK')\n")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=300)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    r = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "README examples OK" in r.stdout
     assert "bytes_per_transition" in r.stdout and "live_frames" in r.stdout

@@ -1,7 +1,8 @@
 """lazyframes.wrappers against Gymnasium 1.x's FrameStackObservation and baselines' FrameStack.
 
-Every test runs against both cores (the ``impl`` fixture makes one active before the
-wrapper is built). Envs are counter envs: frame values encode episode and step.
+Every test runs against both cores: ``mk(impl, Wrapper, env, ...)`` builds a wrapper
+whose frames live in a pool of core ``impl``. Envs are counter envs: frame values encode
+episode and step.
 """
 
 import gc
@@ -9,15 +10,31 @@ import gc
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import f
 from gymnasium.wrappers import FrameStackObservation as GymFSO
 
+import lazyframes
 from bench.baselines_reference import BaselinesFrameStack
-from conftest import f
 from lazyframes.wrappers import FrameStack, FrameStackObservation
 
 
+def mk(impl, cls, env, *args, **kwargs):
+    """``cls(env, *args, **kwargs)`` storing its frames in a new pool of core ``impl``.
+
+    ``cls`` is a single-env wrapper or the vector stacker; an env without a Box
+    (single) observation space gets no pool, so the wrapper raises its own error.
+    """
+    space = getattr(env, "single_observation_space", None) or getattr(
+        env, "observation_space", None
+    )
+    pool = impl.FramePool(space.shape, space.dtype) if isinstance(space, gym.spaces.Box) else None
+    return cls(env, *args, pool=pool, **kwargs)
+
+
 class CounterEnv(gym.Env):
-    """Returns f(base * episode + t): episode e (1-based) resets to ``base*e``, step t gives ``base*e + t``.
+    """Returns f(base * episode + t).
+
+    Episode e (1-based) resets to ``base*e``; its step t gives ``base*e + t``.
 
     Episode lengths: ``length`` steps each, or drawn from ``rng_seed`` in [1, max_len]
     (so 1-step episodes happen). Episodes alternate between ending by termination (odd
@@ -25,10 +42,23 @@ class CounterEnv(gym.Env):
     array and returns it (case C11); ``view`` returns a read-only, non-contiguous view.
     """
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": []}  # noqa: RUF012 - Gymnasium's class attribute
 
-    def __init__(self, shape=(84, 84, 1), dtype=np.uint8, *, base=10, length=3, rng_seed=None,
-                 max_len=5, low=0, high=255, reuse_buffer=False, view=False, out_dtype=None):
+    def __init__(
+        self,
+        shape=(84, 84, 1),
+        dtype=np.uint8,
+        *,
+        base=10,
+        length=3,
+        rng_seed=None,
+        max_len=5,
+        low=0,
+        high=255,
+        reuse_buffer=False,
+        view=False,
+        out_dtype=None,
+    ):
         self.shape, self.dtype, self.base = tuple(shape), np.dtype(dtype), base
         self.observation_space = gym.spaces.Box(low, high, self.shape, self.dtype)
         self.action_space = gym.spaces.Discrete(2)
@@ -76,7 +106,7 @@ def values(obs):
 
 
 def run_both(make_env, ours_wrap, ref_wrap, steps=40, seed=0, to_ref=lambda a: a):
-    """Step two copies of an env through ``ours_wrap`` and ``ref_wrap``; assert equal obs each step."""
+    """Step two copies of an env through ``ours_wrap`` and ``ref_wrap``: equal obs each step."""
     ours, ref = ours_wrap(make_env()), ref_wrap(make_env())
     o, _ = ours.reset(seed=seed)
     r, _ = ref.reset(seed=seed)
@@ -103,7 +133,7 @@ def test_equals_gymnasium_every_step(impl, padding, k):
     pad = f(7) if padding == "custom" else padding
     ours, ref = run_both(
         lambda: CounterEnv(length=3, rng_seed=k),
-        lambda e: FrameStackObservation(e, k, padding_type=pad),
+        lambda e: mk(impl, FrameStackObservation, e, k, padding_type=pad),
         lambda e: GymFSO(e, k, padding_type=pad),
     )
     assert ours.observation_space == ref.observation_space
@@ -118,7 +148,7 @@ def test_lazy_false_returns_fresh_ndarrays(impl, padding):
     pad = np.full((2, 3), 5, np.int16) if padding == "custom" else padding
     ours, _ = run_both(
         lambda: CounterEnv((2, 3), np.int16, length=2),
-        lambda e: FrameStackObservation(e, 3, padding_type=pad, lazy=False),
+        lambda e: mk(impl, FrameStackObservation, e, 3, padding_type=pad, lazy=False),
         lambda e: GymFSO(e, 3, padding_type=pad),
         steps=12,
     )
@@ -130,10 +160,19 @@ def test_lazy_false_returns_fresh_ndarrays(impl, padding):
 
 def test_float_space_c08(impl):
     env = CounterEnv((3,), np.float32, low=-1.0, high=1.0)
-    stacked = FrameStackObservation(env, 4)
+    stacked = mk(impl, FrameStackObservation, env, 4)
     assert stacked.observation_space == gym.spaces.Box(-1.0, 1.0, (4, 3), np.float32)
-    assert stacked.observation_space == GymFSO(CounterEnv((3,), np.float32, low=-1.0, high=1.0), 4).observation_space
-    cat = FrameStackObservation(CounterEnv((3,), np.float32, base=0, low=-1.0, high=1.0), 4, layout="last")
+    assert (
+        stacked.observation_space
+        == GymFSO(CounterEnv((3,), np.float32, low=-1.0, high=1.0), 4).observation_space
+    )
+    cat = mk(
+        impl,
+        FrameStackObservation,
+        CounterEnv((3,), np.float32, base=0, low=-1.0, high=1.0),
+        4,
+        layout="last",
+    )
     assert cat.observation_space == gym.spaces.Box(-1.0, 1.0, (12,), np.float32)
     obs, _ = cat.reset()
     assert obs.shape == (12,) and obs.dtype == np.float32
@@ -144,35 +183,45 @@ def test_bounds_are_the_envs(impl):
     low = np.arange(12, dtype=np.float32).reshape(3, 2, 2)
     env = CounterEnv((3, 2, 2), np.float32)
     env.observation_space = gym.spaces.Box(low, low + 100, (3, 2, 2), np.float32)
-    sp = FrameStackObservation(env, 2, layout="last").observation_space
+    sp = mk(impl, FrameStackObservation, env, 2, layout="last").observation_space
     np.testing.assert_array_equal(sp.low, np.concatenate([low, low], axis=-1))
     np.testing.assert_array_equal(sp.high, np.concatenate([low, low], axis=-1) + 100)
-    assert FrameStackObservation(env, 2).observation_space == GymFSO(env, 2).observation_space
+    assert (
+        mk(impl, FrameStackObservation, env, 2).observation_space
+        == GymFSO(env, 2).observation_space
+    )
 
 
 def _error_of(fn):
     try:
         fn()
-    except Exception as e:  # noqa: BLE001 - comparing whatever is raised
+    except Exception as e:
         return type(e), str(e)
     return None
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"stack_size": 0}, {"stack_size": -2}, {"stack_size": 2.0}, {"stack_size": "4"},
-    {"stack_size": None}, {"stack_size": 4, "padding_type": "Reset"},
-    {"stack_size": 4, "padding_type": np.zeros((3, 3), np.uint8)},
-    {"stack_size": 4, "padding_type": 5},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"stack_size": 0},
+        {"stack_size": -2},
+        {"stack_size": 2.0},
+        {"stack_size": "4"},
+        {"stack_size": None},
+        {"stack_size": 4, "padding_type": "Reset"},
+        {"stack_size": 4, "padding_type": np.zeros((3, 3), np.uint8)},
+        {"stack_size": 4, "padding_type": 5},
+    ],
+)
 def test_same_errors_as_gymnasium(impl, kwargs):
-    ours = _error_of(lambda: FrameStackObservation(CounterEnv(), **kwargs))
+    ours = _error_of(lambda: mk(impl, FrameStackObservation, CounterEnv(), **kwargs))
     ref = _error_of(lambda: GymFSO(CounterEnv(), **kwargs))
     assert ref is not None
     assert ours == ref
 
 
 def test_numpy_integer_stack_size(impl):
-    env = FrameStackObservation(CounterEnv(), np.int64(3))
+    env = mk(impl, FrameStackObservation, CounterEnv(), np.int64(3))
     obs, _ = env.reset()
     assert values(obs) == [10, 10, 10]
 
@@ -181,14 +230,14 @@ def test_non_box_space_is_a_type_error(impl):
     env = CounterEnv()
     env.observation_space = gym.spaces.Discrete(5)
     with pytest.raises(TypeError, match="Box"):
-        FrameStackObservation(env, 4)
+        mk(impl, FrameStackObservation, env, 4)
     with pytest.raises(TypeError, match="Box"):
-        FrameStack(env, 4)
+        mk(impl, FrameStack, env, 4)
 
 
 def test_step_before_reset_as_gymnasium(impl):
     for pad in ["reset", "zero", f(9)]:
-        ours = FrameStackObservation(CounterEnv(), 3, padding_type=pad)
+        ours = mk(impl, FrameStackObservation, CounterEnv(), 3, padding_type=pad)
         ref = GymFSO(CounterEnv(), 3, padding_type=pad)
         for _ in range(4):
             a, b = ours.step(0)[0], ref.step(0)[0]
@@ -200,7 +249,7 @@ def test_step_before_reset_as_gymnasium(impl):
 def test_frames_of_another_dtype_are_cast_as_gymnasium(impl):
     run_both(
         lambda: CounterEnv((4,), np.float32, out_dtype=np.float64, rng_seed=1),
-        lambda e: FrameStackObservation(e, 4),
+        lambda e: mk(impl, FrameStackObservation, e, 4),
         lambda e: GymFSO(e, 4),
     )
 
@@ -208,7 +257,7 @@ def test_frames_of_another_dtype_are_cast_as_gymnasium(impl):
 def test_read_only_non_contiguous_frames(impl):
     run_both(
         lambda: CounterEnv((6, 5, 1), np.uint8, view=True, rng_seed=2),
-        lambda e: FrameStackObservation(e, 4, padding_type="zero"),
+        lambda e: mk(impl, FrameStackObservation, e, 4, padding_type="zero"),
         lambda e: GymFSO(e, 4, padding_type="zero"),
     )
     env = CounterEnv((6, 5, 1), view=True)
@@ -218,11 +267,11 @@ def test_read_only_non_contiguous_frames(impl):
 
 # -- CASES.md ----------------------------------------------------------------------------
 def test_c13_reset_padding_and_zero_padding(impl):
-    env = FrameStackObservation(CounterEnv(), 4)
+    env = mk(impl, FrameStackObservation, CounterEnv(), 4)
     obs, _ = env.reset()
     assert values(obs) == [10, 10, 10, 10]
     assert env.pool.live_frames == 1  # repeated reset frame: one slot
-    env = FrameStackObservation(CounterEnv(), 4, padding_type="zero")
+    env = mk(impl, FrameStackObservation, CounterEnv(), 4, padding_type="zero")
     obs, _ = env.reset()
     assert values(obs) == [0, 0, 0, 10]
     assert env.pool.live_frames == 2  # one shared zero slot + the reset frame
@@ -256,7 +305,7 @@ def test_c11_env_reusing_its_output_buffer(impl):
 
 @pytest.mark.parametrize("lazy", [True, False])
 def test_c12_returned_arrays_are_never_rewritten(impl, lazy):
-    env = FrameStackObservation(CounterEnv(length=2), 4, lazy=lazy)
+    env = mk(impl, FrameStackObservation, CounterEnv(length=2), 4, lazy=lazy)
     env.reset()
     obs = env.step(0)[0]
     arr = np.asarray(obs)
@@ -273,23 +322,23 @@ def test_c12_returned_arrays_are_never_rewritten(impl, lazy):
 
 def test_c06_layout_follows_channel_axis(impl):
     with pytest.raises(ValueError, match="spatial"):
-        FrameStack(CounterEnv((1, 84, 84)), 4)  # baselines' default would glue widths
+        mk(impl, FrameStack, CounterEnv((1, 84, 84)), 4)  # baselines' default would glue widths
     with pytest.raises(ValueError, match="spatial"):
-        FrameStackObservation(CounterEnv((84, 84)), 4, layout="last")
+        mk(impl, FrameStackObservation, CounterEnv((84, 84)), 4, layout="last")
     with pytest.raises(ValueError, match="spatial"):
-        FrameStack(CounterEnv((84, 84, 1)), 4, layout="first")
-    first = FrameStack(CounterEnv((1, 84, 84)), 4, layout="first")
+        mk(impl, FrameStack, CounterEnv((84, 84, 1)), 4, layout="first")
+    first = mk(impl, FrameStack, CounterEnv((1, 84, 84)), 4, layout="first")
     assert first.observation_space.shape == (4, 84, 84)
     obs, _ = first.reset()
     obs = first.step(0)[0]
     assert obs.shape == (4, 84, 84) and np.asarray(obs)[:, 0, 0].tolist() == [10, 10, 10, 11]
-    last = FrameStack(CounterEnv((84, 84, 1)), 4)
+    last = mk(impl, FrameStack, CounterEnv((84, 84, 1)), 4)
     assert last.observation_space.shape == (84, 84, 4)
     assert last.reset()[0].shape == (84, 84, 4)
 
 
 def test_c07_rgb_frames_stack_by_frame_depth(impl):
-    env = FrameStack(CounterEnv((5, 4, 3), length=10), 3)
+    env = mk(impl, FrameStack, CounterEnv((5, 4, 3), length=10), 3)
     env.reset()
     env.step(0)
     obs = env.step(0)[0]
@@ -303,7 +352,7 @@ def test_c07_rgb_frames_stack_by_frame_depth(impl):
 def test_framestack_equals_baselines(impl, shape):
     ours, ref = run_both(
         lambda: CounterEnv(shape, rng_seed=3),
-        lambda e: FrameStack(e, 4),
+        lambda e: mk(impl, FrameStack, e, 4),
         lambda e: BaselinesFrameStack(e, 4),
         steps=30,
     )
@@ -316,24 +365,46 @@ def test_framestack_equals_baselines(impl, shape):
 
 
 def test_framestack_step_before_reset(impl):
-    env = FrameStack(CounterEnv(), 4)
+    env = mk(impl, FrameStack, CounterEnv(), 4)
     with pytest.raises(gym.error.ResetNeeded):
         env.step(0)
-    with pytest.raises(TypeError):
-        FrameStack(CounterEnv(), 4.0)
-    with pytest.raises(ValueError):
-        FrameStack(CounterEnv(), 0)
+    with pytest.raises(TypeError, match="int"):
+        mk(impl, FrameStack, CounterEnv(), 4.0)
+    with pytest.raises(ValueError, match="at least 1"):
+        mk(impl, FrameStack, CounterEnv(), 0)
+
+
+@pytest.mark.parametrize("cls", [FrameStack, FrameStackObservation])
+def test_pool_argument(impl, cls):
+    """pool= is used as given (either core), and checked against the frames."""
+    pool = impl.FramePool((84, 84, 1), np.uint8)
+    env = cls(CounterEnv(), 4, pool=pool)
+    assert env.pool is pool
+    obs, _ = env.reset()
+    assert obs.pool is pool and isinstance(obs, impl.LazyFrames)
+    with pytest.raises(TypeError, match="FramePool"):
+        cls(CounterEnv(), 4, pool=np.zeros((84, 84, 1), np.uint8))
+    with pytest.raises(ValueError, match="shape"):
+        cls(CounterEnv(), 4, pool=impl.FramePool((84, 84, 2), np.uint8))
+    with pytest.raises(ValueError, match="dtype"):
+        cls(CounterEnv(), 4, pool=impl.FramePool((84, 84, 1), np.float32))
+    # without pool=, a new pool of the core lazyframes was imported with
+    assert isinstance(cls(CounterEnv(), 4).pool, lazyframes.FramePool)
 
 
 # -- memory and refcounts --------------------------------------------------------------
-@pytest.mark.parametrize("wrap", [
-    lambda e: FrameStackObservation(e, 4),
-    lambda e: FrameStackObservation(e, 4, padding_type="zero"),
-    lambda e: FrameStackObservation(e, 4, lazy=False),
-    lambda e: FrameStack(e, 4),
-], ids=["fso-reset", "fso-zero", "fso-eager", "framestack"])
-def test_refcounts_balance(impl, wrap):
-    env = wrap(CounterEnv(length=50))
+@pytest.mark.parametrize(
+    "cls,kwargs",
+    [
+        (FrameStackObservation, {}),
+        (FrameStackObservation, {"padding_type": "zero"}),
+        (FrameStackObservation, {"lazy": False}),
+        (FrameStack, {}),
+    ],
+    ids=["fso-reset", "fso-zero", "fso-eager", "framestack"],
+)
+def test_refcounts_balance(impl, cls, kwargs):
+    env = mk(impl, cls, CounterEnv(length=50), 4, **kwargs)
     pool = env.pool
     pad = 1 if getattr(env, "padding_type", "") == "zero" else 0
     env.reset()
@@ -350,7 +421,7 @@ def test_refcounts_balance(impl, wrap):
     gc.collect()
     assert pool.live_frames == 0
     # dropping the wrapper without close releases its ring too
-    env = wrap(CounterEnv(length=50))
+    env = mk(impl, cls, CounterEnv(length=50), 4, **kwargs)
     pool = env.pool
     env.reset()
     obs = env.step(0)[0]
@@ -365,7 +436,7 @@ def test_refcounts_balance(impl, wrap):
 def test_each_frame_pushed_once(impl):
     # every observation kept alive: 11 distinct frames are held once each, however many
     # observations share them (reset padding repeats the reset frame's slot)
-    env = FrameStackObservation(CounterEnv(length=100), 4)
+    env = mk(impl, FrameStackObservation, CounterEnv(length=100), 4)
     kept = [env.reset()[0]]
     for _ in range(10):
         kept.append(env.step(0)[0])
@@ -375,7 +446,7 @@ def test_each_frame_pushed_once(impl):
 
 
 def test_failed_step_leaves_the_ring_as_it_was(impl):
-    env = FrameStackObservation(CounterEnv(length=100), 4)
+    env = mk(impl, FrameStackObservation, CounterEnv(length=100), 4)
     env.reset()
     env.step(0)
     env.unwrapped.bad_next = True

@@ -1,0 +1,938 @@
+"""Misuse of the public core: every attack is refused cleanly and changes nothing.
+
+One test per misuse found in the 0.1.0 core (raw int ids a caller could forge, Python
+callbacks between the check of an id and its use, aliasing, overflow, uninitialised
+objects, crafted pickles), rephrased for the owner-based API. Each attack runs against
+both cores and checks the exception type and a distinctive part of its message, and
+that the state is unchanged: ``live_frames``, the refcounts and the values of every
+frame the attack aimed at. On the compiled core each attack runs in a child
+interpreter (``_isolated``), so a crash fails the test instead of ending the session.
+"""
+
+import gc
+import os
+import pickle
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from conftest import IMPLS, MODULES, ROOT, core, f, impl_name, make_pool
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _isolated(impl, attack):
+    """Run ``attack(impl)``; on the compiled core in a child interpreter.
+
+    A signal in the child (a segfault, an abort) fails the test with the child's
+    output; an assertion error in the child fails it with the traceback.
+    """
+    if impl_name(impl) != "compiled":
+        attack(impl)
+        return
+    code = textwrap.dedent(f"""
+        import importlib, sys
+        sys.path[:0] = [{TESTS!r}, {ROOT!r}]
+        import test_misuse
+        test_misuse.{attack.__name__}(importlib.import_module({MODULES["compiled"]!r}))
+        print("attack done")
+    """)
+    env = dict(os.environ, PYTHONFAULTHANDLER="1")
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+    )
+    assert r.returncode == 0 and "attack done" in r.stdout, (
+        f"{attack.__name__} exited with {r.returncode}\n{r.stdout}\n{r.stderr}"
+    )
+
+
+class Witness:
+    """What an attack must leave as it was: live frames, refcounts and frame values."""
+
+    def __init__(self, pool, slots):
+        self.pool = pool
+        self.slots = [int(s) for s in np.ravel(slots)]
+        self.before = self._state()
+
+    def _state(self):
+        p = self.pool
+        return (
+            p.live_frames,
+            [p.refcount(s) for s in self.slots],
+            [p.get(s).tobytes() if p.refcount(s) else None for s in self.slots],
+        )
+
+    def check(self, freed=0):
+        """Assert the state is as before, except ``freed`` frames the attack dropped itself."""
+        gc.collect()
+        after = self._state()
+        want = (self.before[0] - freed,) + self.before[1:]
+        assert after == want, f"state changed: {want[:2]} -> {after[:2]}"
+
+
+def _refused(exc, pattern, fn, *args, **kw):
+    """``fn(*args, **kw)`` raises ``exc`` with a message matching ``pattern``."""
+    message = None
+    try:
+        fn(*args, **kw)
+    except exc as e:  # not kept: its traceback would keep the call's arguments alive
+        message = str(e)
+    assert message is not None, f"{getattr(fn, '__name__', fn)} did not raise {exc.__name__}"
+    assert re.search(pattern, message), f"{exc.__name__}: {message} (wanted /{pattern}/)"
+
+
+def _setup(impl, n=4, k=2):
+    """A pool, a batch of ``n`` rows of ``k`` distinct frames f(1)..., and a witness."""
+    pool = make_pool(impl)
+    batch = pool.lazy_batch([[pool.push(f(10 * i + j)) for j in range(k)] for i in range(n)])
+    return pool, batch, Witness(pool, batch.slots)
+
+
+# -- out= that aliases an input ------------------------------------------------------------
+
+
+def _attack_out_aliases_ids(impl):
+    pool = make_pool(impl, (1,), np.int64)
+    refs = [pool.push(np.array([7 + i], np.int64)) for i in range(3)]
+    ids = np.array([[r.slot] for r in refs], np.int64)  # (3, 1)
+    keep = ids.copy()
+    w = Witness(pool, ids)
+    out = ids.reshape(3, 1, 1)  # the id array itself, as the output of a k=1 "stack" gather
+    assert np.shares_memory(out, ids)
+    _refused(ValueError, "out overlaps", pool.gather, ids, out, layout="stack")
+    half = np.zeros(6, np.int64)  # out overlapping half of the ids
+    half[:3] = ids[:, 0]
+    _refused(
+        ValueError,
+        "out overlaps",
+        pool.gather,
+        half[:3].reshape(3, 1),
+        half[1:4].reshape(3, 1, 1),
+        layout="stack",
+    )
+    assert (ids == keep).all()
+    table = impl.SlotTable(pool, 3, 1)
+    table.set([0, 1, 2], (pool.lazy_batch(ids),))
+    rows = np.array([2, 1, 0], np.int64)
+    w2 = Witness(pool, ids)
+    _refused(ValueError, "overlap", table.gather, rows, 0, 1, rows.reshape(3, 1, 1), layout="stack")
+    other = np.zeros((3, 1, 1), np.int64)
+    _refused(
+        ValueError,
+        "overlap",
+        table.gather_pairs,
+        rows,
+        (0, 1),
+        [0, 0, 0],
+        (0, 1),
+        (rows.reshape(3, 1, 1), other),
+        layout="stack",
+    )
+    _refused(
+        ValueError,
+        "overlap",
+        table.gather_pairs,
+        [0, 0, 0],
+        (0, 1),
+        rows,
+        (0, 1),
+        (other, rows.reshape(3, 1, 1)),
+        layout="stack",
+    )
+    assert rows.tolist() == [2, 1, 0] and (other == 0).all()
+    w2.check()
+    table.clear()
+    w.check()
+
+
+def test_out_aliasing_an_input_is_refused(impl):
+    _isolated(impl, _attack_out_aliases_ids)
+
+
+# -- row indices near 2**63, negative, or wrapping ------------------------------------------
+
+
+BAD_ROWS = [4, -1, -(2**63), 2**63 - 1, 2**62, -(2**62)]
+
+
+def _attack_huge_rows(impl):
+    pool, batch, w = _setup(impl, n=2, k=2)
+    table = impl.SlotTable(pool, 4, 2)
+    table.set([0, 1], (batch,))
+    before = table.ids().tolist()
+    w = Witness(pool, batch.slots)
+    for bad in BAD_ROWS:
+        rows = [0, bad]
+        _refused(IndexError, "out of range|row", table.set, rows, (batch,))
+        _refused(IndexError, "out of range|row", table.set, np.array(rows, np.int64), (batch,))
+        _refused(IndexError, "out of range|row", table.clear, rows)
+        _refused(IndexError, "out of range|row", table.ids, rows)
+        _refused(IndexError, "out of range|row", table.batch, rows, 0, 2)
+        _refused(IndexError, "out of range|row", table.gather, rows, 0, 2)
+        _refused(IndexError, "out of range|row", table.gather_pairs, [0, 0], (0, 1), rows, (1, 2))
+        _refused(
+            IndexError, "out of range|row", table.take, rows, batch, np.zeros((2, 2), np.int64)
+        )
+        _refused(IndexError, "out of range|row", batch.replace, rows, batch)
+    for bad in (4, -2, -(2**63), 2**63 - 1, 2**62, -(2**62)):  # -1 is an empty entry
+        _refused(IndexError, "out of range", table.take, [2], batch, np.array([[0, bad]]))
+    wrapping = np.array([0, 2**64 - 1], np.uint64)  # -1 if cast to int64 unchecked
+    with pytest.raises((IndexError, OverflowError, TypeError)):
+        table.set(wrapping, (batch,))
+    with pytest.raises((IndexError, OverflowError, TypeError)):
+        table.clear(wrapping)
+    for start, stop in ((0, 2**63 - 1), (-(2**63), 2), (2**63 - 1, 2**63 - 1), (1, 0)):
+        with pytest.raises((IndexError, ValueError)):
+            table.batch([0], start, stop)
+        with pytest.raises((IndexError, ValueError)):
+            table.gather([0], start, stop)
+    assert table.ids().tolist() == before
+    w.check()
+    table.clear()
+
+
+def test_row_indices_near_2_63_and_negative_are_refused(impl):
+    _isolated(impl, _attack_huge_rows)
+
+
+def _attack_huge_sizes(impl):
+    pool = make_pool(impl)
+    for rows, width in ((2**62, 2**62), (2**63 - 1, 1), (1, 2**63 - 1), (-1, 4), (4, -1)):
+        with pytest.raises((ValueError, OverflowError, MemoryError)):
+            impl.SlotTable(pool, rows, width)
+    for k in (2**62, 2**63 - 1, -(2**63)):
+        with pytest.raises((ValueError, OverflowError, MemoryError)):
+            pool.push_batch(np.stack([f(1)]), k=k)
+    assert pool.live_frames == 0
+
+
+def test_sizes_that_overflow_are_refused(impl):
+    _isolated(impl, _attack_huge_sizes)
+
+
+# -- one id held twice by a table or a batch ---------------------------------------------------
+
+
+def _attack_id_twice(impl):
+    pool = make_pool(impl)
+    r = pool.push(f(5))
+    s = r.slot
+    batch = pool.lazy_batch([[r, r, s], [s, s, s]])
+    assert pool.refcount(s) == 7
+    table = impl.SlotTable(pool, 3, 6)
+    table.set([0, 2], (batch, batch))  # each row holds s six times
+    assert pool.refcount(s) == 7 + 12
+    shifted = batch.shift(np.stack([f(6), f(7)]), [True, False], pad=r)
+    assert pool.refcount(s) == 7 + 12 + 2 + 2  # row 0: pad, pad, new; row 1: s, s, new
+    table.take([1], batch, np.zeros((1, 6), np.int64))  # flat position 0, six times
+    assert pool.refcount(s) == 7 + 12 + 4 + 6
+    table.set([0], (shifted[1:], shifted[1:]))
+    assert pool.refcount(s) == 7 + 12 + 4 + 6 - 6 + 4
+    del shifted
+    assert pool.refcount(s) == 7 + 12 + 4 + 6 - 6 + 4 - 4
+    table.clear([0, 1])
+    assert pool.refcount(s) == 7 + 6
+    del batch, table
+    assert pool.refcount(s) == 1 and pool.live_frames == 1
+    np.testing.assert_array_equal(pool.get(r), f(5))
+    del r
+    assert pool.live_frames == 0
+
+
+def test_one_id_held_twice_balances(impl):
+    _isolated(impl, _attack_id_twice)
+
+
+# -- Python callbacks that free or change things mid-call -------------------------------------
+
+
+class _DropsOnIndex:
+    """An int-like whose ``__index__`` first drops the last owner of a slot."""
+
+    def __init__(self, holder, slot, action=None):
+        self.holder, self.slot, self.action = holder, slot, action
+
+    def __index__(self):
+        self.holder.clear()
+        if self.action is not None:
+            self.action()
+        return self.slot
+
+
+def _attack_index_frees_slot(impl):
+    pool = make_pool(impl)
+    keep = pool.push(f(1))
+    for call in ("get", "lazy", "lazy_batch", "gather", "lazy_ref_mix", "refcount"):
+        holder = [pool.push(f(9))]
+        s = holder[0].slot
+        w = Witness(pool, [keep.slot])
+        evil = _DropsOnIndex(holder, s)
+        if call == "get":
+            _refused(ValueError, f"slot {s} is free", pool.get, evil)
+        elif call == "lazy":
+            _refused(ValueError, f"slot {s} is free", pool.lazy, [keep.slot, evil])
+        elif call == "lazy_batch":
+            _refused(ValueError, f"slot {s} is free", pool.lazy_batch, [[keep, evil]])
+        elif call == "gather":
+            out = np.full((1, 84, 84, 2), 3, np.uint8)
+            _refused(ValueError, f"slot {s} is free", pool.gather, [[keep.slot, evil]], out)
+            assert (out == 3).all()
+        elif call == "lazy_ref_mix":
+            _refused(ValueError, f"slot {s} is free", pool.lazy, [evil, keep])
+        else:
+            assert pool.refcount(evil) == 0
+        w.check(freed=1)  # the frame the callback dropped, and nothing else
+
+
+def test_index_callback_that_frees_the_slot_is_refused(impl):
+    _isolated(impl, _attack_index_frees_slot)
+
+
+def _attack_index_rewrites_table(impl):
+    pool, batch, w = _setup(impl, n=2, k=2)
+    table = impl.SlotTable(pool, 3, 2)
+    table.set([0, 1], (batch,))
+    other = pool.push_batch(np.stack([f(70), f(71)]), k=2)
+    # while the row ids are read, the table is rewritten and cleared by the caller; a core
+    # may also refuse int-likes as rows (then nothing may have changed)
+    evil = _DropsOnIndex([], 0, lambda: (table.set([0, 2], (other,)), table.clear([1])))
+    before = table.ids().tolist()
+    if _int_likes_refused(table.set, [evil, 1], (batch,)):
+        assert table.ids().tolist() == before
+    else:
+        assert [[int(pool.get(int(s))[0, 0, 0]) for s in row] for row in table.ids()] == [
+            [0, 1],
+            [10, 11],
+            [71, 71],
+        ]
+    # while the row ids are read, the table is cleared: the rows are empty when checked
+    for method in (table.gather, table.batch):
+        table.set([0, 1], (batch,))
+        before = table.ids().tolist()
+        rows = [0, _DropsOnIndex([], 1, table.clear)]
+        if _int_likes_refused(method, rows, 0, 2, pattern="row 0 is empty"):
+            assert table.ids().tolist() == before
+    table.clear()
+    other = None
+    w.check()
+
+
+def _int_likes_refused(fn, *args, pattern=None):
+    """Call ``fn(*args)``: True if it refused int-likes as rows, False if it ran.
+
+    With ``pattern``, the call must fail with a ValueError matching it if it ran the
+    callbacks.
+    """
+    error = None
+    try:
+        fn(*args)
+    except (TypeError, ValueError) as e:
+        error = (type(e), str(e))
+    if error is None or error[0] is ValueError:
+        assert pattern is None if error is None else re.search(pattern, error[1]), error
+        return False
+    assert "rows must be integers" in error[1], error
+
+    return True
+
+
+def test_index_callback_that_rewrites_the_table(impl):
+    _isolated(impl, _attack_index_rewrites_table)
+
+
+class _Frames:
+    """An array-like whose ``__array__`` runs ``action`` first (then gives ``arr``)."""
+
+    def __init__(self, arr, action):
+        self.arr, self.action = arr, action
+
+    def __array__(self, dtype=None, copy=None):
+        self.action()
+        return self.arr if dtype is None else self.arr.astype(dtype)
+
+
+def _attack_array_deletes_batch(impl):
+    pool = make_pool(impl)
+    holder = {}
+    holder["pad"] = pool.push(f(0))
+    holder["batch"] = pool.lazy_batch(
+        [[pool.push(f(1)), pool.push(f(2))], [pool.push(f(3)), pool.push(f(4))]]
+    )
+    shift = holder["batch"].shift  # a bound method: the batch lives while it runs
+
+    def churn():
+        holder.clear()  # the batch and the pad lose their other owners
+        junk = [pool.push(f(99)) for _ in range(500)]  # the arena grows (new chunks) ...
+        del junk  # ... and shrinks again
+        gc.collect()
+
+    got = shift(_Frames(np.stack([f(5), f(6)]), churn), [False, True])
+    del shift
+    gc.collect()
+    rows = [[int(pool.get(int(s))[0, 0, 0]) for s in row] for row in got.slots]
+    assert rows == [[2, 5], [6, 6]], rows
+    assert pool.live_frames == 3  # 2, 5 and 6: the old batch and the pad are gone
+    del got
+    assert pool.live_frames == 0
+
+
+def test_array_callback_that_deletes_the_batch_being_shifted(impl):
+    _isolated(impl, _attack_array_deletes_batch)
+
+
+def _attack_array_callbacks_elsewhere(impl):
+    pool = make_pool(impl)
+    target = [pool.push(f(7))]
+    s = target[0].slot
+    keep = pool.push(f(8))
+
+    def drop():
+        target.clear()
+        gc.collect()
+
+    # push / push_batch / LazyFrames.shift / _push_dedup with a frame whose __array__
+    # drops the last owner of a slot the call is about to read or write
+    lz = pool.lazy([keep, s])
+    r = pool.push(_Frames(f(1), drop))
+    got = lz.shift(_Frames(f(2), lambda: None))
+    assert [int(got.get_frame(j)[0, 0, 0]) for j in range(2)] == [7, 2]
+    del r, got, lz
+    target.append(pool.push(f(7)))
+    s = target[0].slot
+    cands = pool.lazy_batch([[target[0], s]])
+    dedup = pool._push_dedup(_Frames(np.stack([f(7), f(9)])[None], drop), cands)
+    assert [int(pool.get(int(x))[0, 0, 0]) for x in dedup.slots[0]] == [7, 9]
+    del dedup, cands
+    batch = pool.push_batch(_Frames(np.stack([f(3)]), drop), k=2, pad=keep)
+    assert [int(pool.get(int(x))[0, 0, 0]) for x in batch.slots[0]] == [8, 3]
+    del batch
+    # scale whose __float__ drops the frames being gathered by id
+    target.append(pool.push(f(7)))
+    s = target[0].slot
+
+    class Scale(float):
+        def __float__(self):
+            drop()
+            return 0.5
+
+    out = np.zeros((1, 84, 84, 2), np.float32)
+    message = None
+    try:
+        pool.gather([[keep.slot, s]], out, dtype=np.float32, scale=Scale(0.5))
+    except ValueError as e:
+        message = str(e)
+    if message is None:  # the core read the float value without calling __float__
+        assert out[0, 0, 0].tolist() == [4.0, 3.5]
+    else:  # __float__ ran first: the id check after it found the slot free
+        assert f"slot {s} is free" in message, message
+        assert (out == 0).all()
+    drop()
+    assert pool.live_frames == 1 and pool.refcount(keep) == 1
+    np.testing.assert_array_equal(pool.get(keep), f(8))
+
+
+def test_array_and_float_callbacks_that_free_owners(impl):
+    _isolated(impl, _attack_array_callbacks_elsewhere)
+
+
+# -- pad: an owner, never an int; freed by another row ---------------------------------------
+
+
+def _attack_pad(impl):
+    pool = make_pool(impl)
+    pad = pool.push(f(0))
+    # the batch's rows are the pad's only other owners: row 0 is all pad
+    batch = pool.lazy_batch([[pad, pad], [pool.push(f(1)), pool.push(f(2))]])
+    w = Witness(pool, batch.slots)
+    for bad in (pad.slot, np.int64(pad.slot), _DropsOnIndex([], pad.slot), [pad]):
+        _refused(TypeError, "FrameRef", batch.shift, np.stack([f(5), f(6)]), [True, True], pad=bad)
+        _refused(TypeError, "FrameRef", pool.push_batch, np.stack([f(5)]), k=2, pad=bad)
+    del bad
+    w.check()
+    got = batch.shift(np.stack([f(5), f(6)]), [False, True], pad=pad)
+    del batch, pad  # row 0 of the old batch held the pad twice: dropped before it is read
+    gc.collect()
+    assert [[int(pool.get(int(s))[0, 0, 0]) for s in row] for row in got.slots] == [[0, 5], [0, 6]]
+    np.testing.assert_array_equal(np.asarray(got)[1, 0], f(0))
+    del got
+    assert pool.live_frames == 0
+
+
+def test_pad_is_an_owner_and_outlives_the_rows_that_free_it(impl):
+    _isolated(impl, _attack_pad)
+
+
+# -- parts that overlap the table -------------------------------------------------------------
+
+
+def _attack_overlapping_parts(impl):
+    pool, batch, w = _setup(impl, n=3, k=2)
+    table = impl.SlotTable(pool, 3, 4)
+    table.set([0, 1, 2], (batch, pool.lazy_batch(batch.slots[::-1])))
+    want = table.ids()
+    # rows rewritten from parts read out of the very rows being overwritten
+    table.set([0, 1], (table.batch([1, 0], 2, 4), table.batch([1, 0], 0, 2)))
+    got = table.ids()
+    assert got[0].tolist() == want[1, 2:].tolist() + want[1, :2].tolist()
+    assert got[1].tolist() == want[0, 2:].tolist() + want[0, :2].tolist()
+    assert got[2].tolist() == want[2].tolist()
+    table.take([2, 0], table.batch([0, 2], 0, 4), np.array([[0, 1, 2, 3], [4, 5, 6, 7]]))
+    assert table.ids()[2].tolist() == got[0].tolist()
+    assert table.ids()[0].tolist() == got[2].tolist()
+    replaced = batch.replace([0, 1, 2], pool.lazy_batch(batch.slots[::-1]))
+    assert replaced.slots.tolist() == batch.slots[::-1].tolist()
+    del replaced
+    table.clear()
+    w.check()
+
+
+def test_overlapping_parts_are_read_before_anything_is_written(impl):
+    _isolated(impl, _attack_overlapping_parts)
+
+
+# -- uninitialised objects ----------------------------------------------------------------------
+
+
+def _calls(impl, pool, ref, lz, batch):
+    """For each class: (name, call) pairs that cover its public methods and properties."""
+    frames = np.stack([f(1)])
+    return {
+        "FramePool": [
+            *[
+                (p, lambda o, p=p: getattr(o, p))
+                for p in (
+                    "frame_shape",
+                    "dtype",
+                    "frame_bytes",
+                    "slots_per_chunk",
+                    "live_frames",
+                    "live_bytes",
+                    "capacity",
+                    "bytes_held",
+                    "peak_bytes",
+                )
+            ],
+            ("stats", lambda o: o.stats()),
+            ("push", lambda o: o.push(f(1))),
+            ("push_batch", lambda o: o.push_batch(frames)),
+            ("get", lambda o: o.get(0)),
+            ("refcount", lambda o: o.refcount(0)),
+            ("lazy", lambda o: o.lazy([0])),
+            ("lazy_batch", lambda o: o.lazy_batch([[0]])),
+            ("gather", lambda o: o.gather([[0]])),
+            ("_push_known", lambda o: o._push_known(f(1), f(1))),
+            ("_push_dedup", lambda o: o._push_dedup(frames[None])),
+        ],
+        "FrameRef": [
+            ("pool", lambda o: o.pool),
+            ("slot", lambda o: o.slot),
+            ("__reduce__", lambda o: o.__reduce__()),
+            ("pool.get(uninit)", lambda o: pool.get(o)),
+            ("pool.lazy([uninit])", lambda o: pool.lazy([o])),
+            ("push_batch(pad=uninit)", lambda o: pool.push_batch(frames, k=2, pad=o)),
+        ],
+        "LazyFrames": [
+            *[
+                (p, lambda o, p=p: getattr(o, p))
+                for p in (
+                    "pool",
+                    "slots",
+                    "layout",
+                    "stack_size",
+                    "frame_shape",
+                    "shape",
+                    "dtype",
+                    "ndim",
+                    "size",
+                    "nbytes",
+                )
+            ],
+            ("__array__", lambda o: o.__array__()),
+            ("__dlpack__", lambda o: o.__dlpack__()),
+            ("__dlpack_device__", lambda o: o.__dlpack_device__()),
+            ("astype", lambda o: o.astype(np.float32)),
+            ("__len__", len),
+            ("__getitem__", lambda o: o[0]),
+            ("count", lambda o: o.count()),
+            ("frame", lambda o: o.frame(0)),
+            ("get_frame", lambda o: o.get_frame(0)),
+            ("shift", lambda o: o.shift(f(1))),
+            ("copy", lambda o: o.copy()),
+            ("__copy__", lambda o: o.__copy__()),
+            ("__deepcopy__", lambda o: o.__deepcopy__({})),
+            ("__reduce__", lambda o: o.__reduce__()),
+            ("__eq__", lambda o: o == lz),
+            ("stack([uninit])", lambda o: impl.stack([lz, o])),
+            ("table.set(E=1 part)", lambda o: impl.SlotTable(pool, 1, 3).set([0], (o, lz))),
+        ],
+        "LazyBatch": [
+            *[
+                (p, lambda o, p=p: getattr(o, p))
+                for p in (
+                    "pool",
+                    "slots",
+                    "layout",
+                    "stack_size",
+                    "shape",
+                    "dtype",
+                    "ndim",
+                    "nbytes",
+                )
+            ],
+            ("numpy", lambda o: o.numpy()),
+            ("__array__", lambda o: o.__array__()),
+            ("__dlpack__", lambda o: o.__dlpack__()),
+            ("__len__", len),
+            ("__getitem__", lambda o: o[0]),
+            ("__iter__", lambda o: list(o)),
+            ("copy", lambda o: o.copy()),
+            ("__deepcopy__", lambda o: o.__deepcopy__({})),
+            ("__reduce__", lambda o: o.__reduce__()),
+            ("shift", lambda o: o.shift(frames)),
+            ("replace", lambda o: o.replace([0], batch)),
+            ("batch.replace(other=uninit)", lambda o: batch.replace([0], o)),
+            ("table.set(uninit)", lambda o: impl.SlotTable(pool, 1, 2).set([0], (o,))),
+            (
+                "table.take(uninit)",
+                lambda o: impl.SlotTable(pool, 1, 1).take([0], o, np.zeros((1, 1), np.int64)),
+            ),
+            ("_push_dedup(uninit)", lambda o: pool._push_dedup(frames[None], o)),
+        ],
+        "SlotTable": [
+            ("pool", lambda o: o.pool),
+            ("shape", lambda o: o.shape),
+            ("__len__", len),
+            ("ids", lambda o: o.ids()),
+            ("set", lambda o: o.set([0], (batch,))),
+            ("clear", lambda o: o.clear()),
+            ("batch", lambda o: o.batch([0], 0, 1)),
+            ("gather", lambda o: o.gather([0], 0, 1)),
+            ("gather_pairs", lambda o: o.gather_pairs([0], (0, 1), [0], (0, 1))),
+            ("take", lambda o: o.take([0], batch, np.zeros((1, 1), np.int64))),
+            ("memory", lambda o: o.memory()),
+        ],
+    }
+
+
+# An uninitialised pool may describe itself as empty (it holds nothing to read or free);
+# everything that would store or read a frame raises.
+MAY_READ_EMPTY = {
+    ("FramePool", name)
+    for name in (
+        "frame_shape",
+        "dtype",
+        "frame_bytes",
+        "slots_per_chunk",
+        "live_frames",
+        "live_bytes",
+        "capacity",
+        "bytes_held",
+        "peak_bytes",
+        "stats",
+    )
+}
+
+
+def _attack_uninitialised(impl):
+    pool = make_pool(impl)
+    ref = pool.push(f(1))
+    lz = pool.lazy([ref, ref])
+    batch = pool.lazy_batch([[ref, ref]])
+    w = Witness(pool, [ref.slot])
+    failures = []
+    for cls_name, calls in _calls(impl, pool, ref, lz, batch).items():
+        cls = getattr(impl, cls_name)
+        obj = cls.__new__(cls)
+        for name, call in calls:
+            try:
+                call(obj)
+            except TypeError as e:
+                if not re.search("not initiali[sz]ed|uninitiali[sz]ed", str(e)):
+                    failures.append(f"{cls_name}.{name}: TypeError {e!r}")
+            except Exception as e:
+                failures.append(f"{cls_name}.{name}: {type(e).__name__} {e!r}")
+            else:
+                if (cls_name, name) not in MAY_READ_EMPTY:
+                    failures.append(f"{cls_name}.{name}: no exception")
+        try:  # repr may describe it or raise; it must not crash
+            assert isinstance(repr(obj), str)
+        except TypeError as e:
+            if not re.search("not initiali[sz]ed", str(e)):
+                failures.append(f"{cls_name}.__repr__: TypeError {e!r}")
+        del obj
+        gc.collect()
+    assert not failures, "\n".join(failures)
+    w.check()
+
+
+def test_uninitialised_objects_raise_everywhere(impl):
+    _isolated(impl, _attack_uninitialised)
+
+
+# -- freed ids, other pools --------------------------------------------------------------------
+
+
+def _attack_freed_ids(impl):
+    pool = make_pool(impl)
+    keep = pool.push(f(1))
+    gone = pool.push(f(2))
+    s = gone.slot
+    del gone
+    w = Witness(pool, [keep.slot, s])
+    msg = f"slot {s} is free \\(its frame was released\\)"
+    _refused(ValueError, msg, pool.get, s)
+    _refused(ValueError, msg, pool.lazy, [keep, s])
+    _refused(ValueError, msg, pool.lazy_batch, [[keep.slot], [s]])
+    _refused(ValueError, msg, pool.gather, [[keep.slot, s]])
+    assert pool.refcount(s) == 0
+    w.check()
+
+
+def test_reading_a_freed_slot_raises(impl):
+    _isolated(impl, _attack_freed_ids)
+
+
+def _attack_other_pool(impl):
+    pool, batch, w = _setup(impl, n=2, k=2)
+    other = make_pool(impl)
+    oref = other.push(f(200))
+    obatch = other.push_batch(np.stack([f(201), f(202)]), k=2)
+    # oref's slot id most likely names a live frame of `pool` too: using it there is the bug
+    table = impl.SlotTable(pool, 2, 2)
+    wo = Witness(other, np.concatenate([[oref.slot], obatch.slots.ravel()]))
+    for fn, args, kw in [
+        (pool.get, (oref,), {}),
+        (pool.refcount, (oref,), {}),
+        (pool.lazy, ([batch.slots[0, 0], oref],), {}),
+        (pool.lazy_batch, ([[oref, oref]],), {}),
+        (pool.push_batch, (np.stack([f(1)]),), {"k": 2, "pad": oref}),
+        (batch.shift, (np.stack([f(1), f(2)]), [True, True]), {"pad": oref}),
+        (batch.replace, ([0, 1], obatch), {}),
+        (table.set, ([0, 1], (obatch,)), {}),
+        (table.set, ([0], (obatch[0],)), {}),
+        (table.take, ([0], obatch, np.zeros((1, 2), np.int64)), {}),
+        (pool._push_dedup, (np.stack([f(1), f(2)])[None],), {"candidates": obatch[:1]}),
+        (impl.SlotTable(other, 2, 2).set, ([0, 1], (batch,)), {}),
+    ]:
+        _refused(ValueError, "another pool", fn, *args, **kw)
+    assert (table.ids() == -1).all()
+    w.check()
+    wo.check()
+
+
+def test_owners_of_another_pool_are_refused(impl):
+    _isolated(impl, _attack_other_pool)
+
+
+# -- crafted pickles -----------------------------------------------------------------------------
+
+
+def _craft(impl, fn_name, args):
+    """Pickle bytes that call ``impl.<fn_name>(*args)`` on load (a copyreg-style reducer)."""
+
+    class Call:
+        def __reduce__(self):
+            return getattr(impl, fn_name), args
+
+    return pickle.dumps(Call(), protocol=2)
+
+
+class _Call:
+    """A call written into a pickle stream: ``module.name(*args)`` (GLOBAL, args, REDUCE)."""
+
+    def __init__(self, module, name, args):
+        self.module, self.name, self.args = module, name, args
+
+
+def _ops(value):
+    """Pickle opcodes (protocol 2) that push ``value``, written by hand."""
+    if value is None:
+        return b"N"
+    if isinstance(value, int):
+        return b"\x8a" + bytes([8]) + int(value).to_bytes(8, "little", signed=True)  # LONG1
+    if isinstance(value, str):
+        data = value.encode()
+        return b"X" + len(data).to_bytes(4, "little") + data  # BINUNICODE
+    if isinstance(value, tuple):
+        return b"(" + b"".join(_ops(v) for v in value) + b"t"  # MARK ... TUPLE
+    if isinstance(value, dict):
+        items = b"".join(_ops(k) + _ops(v) for k, v in value.items())
+        return b"}(" + items + b"u"  # EMPTY_DICT MARK ... SETITEMS
+    assert isinstance(value, _Call)
+    head = b"c" + value.module.encode() + b"\n" + value.name.encode() + b"\n"  # GLOBAL
+    return head + _ops(value.args) + b"R"  # REDUCE
+
+
+def _stream(value):
+    return b"\x80\x02" + _ops(value) + b"."  # PROTO 2 ... STOP
+
+
+def _forged(impl, cls_name, state):
+    """Pickle bytes: ``cls.__new__(cls)`` (NEWOBJ), then BUILD with ``state``."""
+    head = b"\x80\x02c" + impl.__name__.encode() + b"\n" + cls_name.encode() + b"\n)\x81"
+    return head + _ops(state) + b"b."
+
+
+def _forged_states(impl, victim):
+    """States naming the victim's pool (fetched by a call in the stream) and its slot ids."""
+    pool = _Call(impl.__name__, "default_pool", ((84, 84, 1), "uint8"))
+    slot, slots = victim.slots[0], tuple(victim.slots)
+    ref = {"pool": pool, "slot": slot, "_pool": pool, "_slot": slot}
+    lazy = {
+        "pool": pool,
+        "slots": slots,
+        "layout": "last",
+        "_pool": pool,
+        "_slots": slots,
+        "_layout": "last",
+        "_k": 2,
+    }
+    for name, state in (("FrameRef", ref), ("LazyFrames", lazy)):
+        public = {k: v for k, v in state.items() if not k.startswith("_")}
+        private = {k: v for k, v in state.items() if k.startswith("_")}
+        for st in (state, private, (None, private), (None, public), (private, private)):
+            yield name, st
+
+
+PICKLE_ERRORS = (TypeError, ValueError, AttributeError, pickle.UnpicklingError)
+
+
+def _attack_crafted_pickles(impl):
+    shape = (84, 84, 1)
+    pool = impl.default_pool(shape, np.uint8)
+    victim = impl.LazyFrames([f(41), f(42)])  # another observation's frames, default pool
+    w = Witness(pool, victim.slots)
+    # ints where FrameRefs belong, by copyreg-style reducers and by raw opcodes
+    for data in (
+        _craft(impl, "_restore_lazyframes", (victim.slots, "last")),
+        _craft(impl, "_restore_lazyframes", (list(victim.slots), "last")),
+        _stream(_Call(impl.__name__, "_restore_lazyframes", (victim.slots, "last"))),
+    ):
+        _refused(TypeError, "pickled LazyFrames is malformed", pickle.loads, data)
+    for refs in ((), [impl._restore_frame(f(1))]):  # empty; a list, not a tuple
+        _refused(
+            TypeError,
+            "pickled LazyFrames is malformed",
+            pickle.loads,
+            _craft(impl, "_restore_lazyframes", (refs, "last")),
+        )
+    del refs
+    _refused(
+        TypeError,
+        "pickled frame is malformed",
+        pickle.loads,
+        _craft(impl, "_restore_frame", (victim.slots[0],)),
+    )
+    _refused(
+        TypeError,
+        "numeric dtype",
+        pickle.loads,
+        _craft(impl, "_restore_frame", (np.empty((84, 84, 1), object),)),
+    )
+    _refused(
+        TypeError,
+        "pickled LazyBatch is malformed",
+        pickle.loads,
+        _craft(impl, "_restore_lazybatch", ((victim.slots,), "stack")),
+    )
+    _refused(
+        TypeError,
+        "pickled LazyBatch is malformed",
+        pickle.loads,
+        _craft(impl, "_restore_lazybatch", ((), "stack")),
+    )
+    # refs of two pools in one observation (frames of two dtypes land in two default pools)
+    mixed = (impl._restore_frame(f(1)), impl._restore_frame(f(1, dtype=np.int16)))
+    _refused(
+        ValueError,
+        "belongs to another pool",
+        pickle.loads,
+        _craft(impl, "_restore_lazyframes", (mixed, "last")),
+    )
+    _refused(
+        ValueError,
+        "different stack sizes",
+        pickle.loads,
+        _craft(
+            impl,
+            "_restore_lazybatch",
+            ((impl.LazyFrames([f(1)] * 2), impl.LazyFrames([f(1)] * 3)), "stack"),
+        ),
+    )
+    _refused(
+        ValueError,
+        "belongs to another pool",
+        pickle.loads,
+        _craft(
+            impl,
+            "_restore_lazybatch",
+            ((impl.LazyFrames([f(1)] * 2), impl.LazyFrames([f(1, dtype=np.int16)] * 2)), "stack"),
+        ),
+    )
+    del mixed
+    # FrameRefs and LazyFrames forged from the class and a state naming the victim's slots
+    for cls_name, state in _forged_states(impl, victim):
+        data = _forged(impl, cls_name, state)
+        with pytest.raises(PICKLE_ERRORS):
+            pickle.loads(data)
+        gc.collect()
+    # the same, by hand without pickle: __new__ then __setstate__ or attribute writes
+    forged = impl.FrameRef.__new__(impl.FrameRef)
+    for attack in (
+        lambda o=forged: o.__setstate__((pool, victim.slots[0])),
+        lambda o=forged: setattr(o, "slot", victim.slots[0]),
+        lambda o=forged: setattr(o, "pool", pool),
+    ):
+        with pytest.raises((TypeError, AttributeError)):
+            attack()
+    del forged
+    gc.collect()
+    np.testing.assert_array_equal(np.asarray(victim), np.concatenate([f(41), f(42)], -1))
+    w.check()
+
+
+def test_crafted_pickles_are_refused(impl):
+    _isolated(impl, _attack_crafted_pickles)
+
+
+# -- the removed API is gone -----------------------------------------------------------------
+
+
+REMOVED_POOL = [
+    "retain",
+    "release",
+    "push_many",
+    "shift_rings",
+    "write_slots",
+    "push_dedup",
+    "gather_pairs",
+]
+
+
+def test_removed_api_is_gone(impl):
+    for name in REMOVED_POOL:
+        assert not hasattr(impl.FramePool, name), name
+    assert not hasattr(impl, "_write_transitions")
+    assert not hasattr(impl.LazyFrames, "from_slots")
+    assert not hasattr(impl.FrameRef, "__index__")  # a FrameRef is never an int
+    assert not hasattr(impl.FrameRef, "__int__")
+    with pytest.raises(ImportError):
+        __import__("lazyframes._backend")
+
+
+# -- the harness itself -------------------------------------------------------------------------
+
+
+def _attack_that_crashes(impl):
+    import ctypes
+
+    ctypes.string_at(0)  # a NULL read: the child dies of SIGSEGV
+
+
+@pytest.mark.skipif("compiled" not in IMPLS, reason="only the compiled core runs isolated")
+def test_a_crash_in_an_attack_fails_the_test_not_the_session():
+    with pytest.raises(AssertionError, match="_attack_that_crashes exited with -11"):
+        _isolated(core("compiled"), _attack_that_crashes)
