@@ -1,12 +1,17 @@
-"""Side-by-side benchmarks of lazyframes against its peers (run them all: ``python -m lazyframes bench``).
+"""Side-by-side benchmarks of lazyframes against its peers and floors.
+
+Run them all with ``python -m lazyframes bench``.
 
 Each module has ``main(argv=None)`` that prints one table with ratios against peers
-measured in the same run and returns its rows (a list of dicts):
+and floors measured in the same run and returns its rows (a list of dicts):
 
 - ``bench_core``: materialising observations and batches (core, ``lazyframes.stack``)
-  against a baselines-style LazyFrames, ``np.array(list)`` and the copy floor.
+  against the copy floor, the gather floor (a plain C ``memcpy`` loop over the same
+  frames), a baselines-style LazyFrames and ``np.array(list)``.
 - ``bench_wrappers``: per-step stacking overhead against Gymnasium's
   FrameStackObservation, baselines' FrameStack and SB3's VecFrameStack.
 - ``bench_replay``: bytes per transition, ``add`` and ``sample`` against SB3, cpprb,
   a naive buffer and the gather floor.
+
+bench/README.md explains the floors and the developer targets (``--check``).
 """
