@@ -6,7 +6,7 @@
  * Prints "N passed, 0 failed" and exits non-zero on any failure.
  *
  * The kernels are checked against naive loops written from the layouts' definitions
- * (DESIGN.md): "last" out[h][w][j*C + c] = f_j[h][w][c]; "first"
+ * (docs/DESIGN.md): "last" out[h][w][j*C + c] = f_j[h][w][c]; "first"
  * out[j*C + c][h][w] = f_j[c][h][w]; "stack" out[j] = f_j. The pool is checked
  * against its documented policy and, in a random walk, against a plain model.
  */
@@ -101,7 +101,7 @@ static void geometry_case(lf_layout layout, size_t n_obs, size_t k, size_t d0, s
     free(out);
 }
 
-/* The observation shape of each layout, as DESIGN.md's table gives it. */
+/* The observation shape of each layout, as the table of docs/DESIGN.md gives it. */
 static void test_layout_shapes(void) {
     const intptr_t hwc[3] = {84, 84, 1}, chw[3] = {3, 5, 7};
     intptr_t obs[4];
@@ -152,7 +152,7 @@ static void test_geometry(void) {
     for (size_t p = 0; p < 84 * 84; p++)
         for (int j = 0; j < 4; j++) ok &= out[p * 4 + j] == j;
     CHECK(ok, "f(0..3) 'last' gives [0,1,2,3] per pixel");
-    /* RGB frames 10, 11, 12, k=3: channels [10,10,10,11,11,11,12,12,12] (CASES C07) */
+    /* RGB frames 10, 11, 12, k=3: channels [10,10,10,11,11,11,12,12,12] (docs/CASES.md C07) */
     unsigned char *rgb[3];
     for (int v = 0; v < 3; v++) {
         rgb[v] = malloc(6 * 5 * 3);

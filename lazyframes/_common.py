@@ -11,7 +11,7 @@ import operator
 
 import numpy as np
 
-#: The three ways to lay out k frames of shape ``S`` (see DESIGN.md, "Layouts").
+#: The three ways to lay out k frames of shape ``S`` (see docs/DESIGN.md, "Layouts").
 #:
 #: - ``"last"``: concatenate on the last (channel) axis, ``(..., C) -> (..., k*C)``,
 #:   as baselines' ``LazyFrames``/``FrameStack`` (the default, so it is a drop-in);

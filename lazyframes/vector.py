@@ -8,7 +8,7 @@ the batch as ``(num_envs, *observation_shape)`` in one copy.
 
 Episode boundaries follow the vector env's autoreset mode
 (``envs.metadata["autoreset_mode"]``, Gymnasium's ``AutoresetMode``), so an observation
-never mixes frames of two episodes (case C14 of CASES.md).
+never mixes frames of two episodes (case C14 of docs/CASES.md).
 """
 
 from __future__ import annotations

@@ -476,7 +476,7 @@ def test_nstep_returns_direct(impl):
 
 
 def test_c15_truncated_transition_keeps_its_next_observation(impl):
-    """CASES C15: counter env from 10, stack 4, episode truncated after 3 steps."""
+    """docs/CASES.md C15: counter env from 10, stack 4, episode truncated after 3 steps."""
     pool = impl.FramePool((84, 84, 1), np.uint8)
     rb = ReplayBuffer(16, seed=0)
     ring = [pool.push(f(10))] * 4

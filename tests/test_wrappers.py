@@ -265,7 +265,7 @@ def test_read_only_non_contiguous_frames(impl):
     assert not fr.flags.writeable and not fr.flags.c_contiguous
 
 
-# -- CASES.md ----------------------------------------------------------------------------
+# -- docs/CASES.md -----------------------------------------------------------------------
 def test_c13_reset_padding_and_zero_padding(impl):
     env = mk(impl, FrameStackObservation, CounterEnv(), 4)
     obs, _ = env.reset()
