@@ -1,26 +1,43 @@
 # The one copy out: k frames per observation -> the caller's array.
 #
-# Included by _core.pyx. Every path that materialises frames (np.asarray of an
-# observation or batch, stack, FramePool.gather, SlotTable.gather/gather_pairs and
-# the bench floor) goes through _copy, in two steps:
-#   1. _output: every Python-level check (out, dtype, scale), which may run Python code;
-#   2. _copy: no Python code from here on. Check every id (in range, live), build the
-#      table of frame addresses, take a reference on each frame for the duration,
-#      release the GIL for large copies, run the kernel, drop the references.
-# The ids _copy reads are private to the caller (a copy, or an owner's immutable
-# array), so nothing that runs in step 1 can change them.
+# Included by _core.pyx. Every call that reads frames or takes references on ids it
+# was given (FramePool.gather/lazy/lazy_batch/push_batch/_push_dedup, LazyFrames
+# __array__/astype/shift, LazyBatch.numpy/shift, stack, SlotTable.batch/gather/
+# gather_pairs, _memcpy_gather) runs in two phases, in this order:
+#
+#   1. Convert every argument. This is where Python code runs, the caller's included
+#      (__index__, __array__, __float__, __eq__ of a str subclass, np.dtype(...), an
+#      __array_function__ of the overlap check): the layout (_layout_code: the
+#      characters of a str), dtype and float(scale), restart masks, frames, ids
+#      (copied into private memory, with the FrameRefs among them held), outputs
+#      (_output: plain ndarrays only; a new array is allocated here) and overlap checks.
+#      Anything a callback can change is re-read in phase 2.
+#   2. No Python code from here on, so nothing can change under it (no callback, no
+#      thread switch: the GIL is held): re-check every output from its C fields
+#      (_fits) and every id (in range, live), read a table's entries, take a reference
+#      on each frame, then copy (_copy releases the GIL for large copies; the references
+#      keep every frame alive meanwhile) or hand the references to a new owner.
+#
+# Only phase 2 is trusted for memory safety; phase 1 checks exist to raise the shared
+# error messages early. An output resized in phase 1 (ndarray.resize(refcheck=False)
+# in a callback) fails phase 2 with RuntimeError. Resizing it from another thread
+# while the GIL is released is NumPy's own refcheck=False hazard and is not guarded.
 
 
 cdef struct _Copy:
+    # phase 1 (_output) fills these
     lf_pool *pool           # the pool of every id, unless pools is set
     lf_pool **pools         # else the pool of each observation (stack() over several pools)
     const int64_t *ids      # n_obs * n_out * k ids: observation i of output 0, of output 1, ...
     Py_ssize_t n_obs
     Py_ssize_t k
     int n_out               # 1, or 2 (gather_pairs: obs and next obs, row by row)
-    unsigned char *dst[2]
-    size_t obs_bytes        # bytes of one observation in the output
-    size_t outer
+    PyObject *out[2]        # the plain ndarrays to fill; the caller keeps them alive
+    int nd                  # their shape ...
+    cnp.npy_intp dims[MAX_NDIM + 2]
+    char kind               # ... and dtype (native byte order), re-checked by _fits
+    size_t out_itemsize
+    size_t outer            # the kernel's geometry of one frame (see layout.h)
     size_t inner
     size_t itemsize
     int src_type
@@ -28,26 +45,70 @@ cdef struct _Copy:
     int has_scale
     double scale
     bint floor              # the bench floor: one plain memcpy per frame instead of the kernel
+    # phase 2 (_copy) fills these
+    unsigned char *dst[2]
+    size_t obs_bytes        # bytes of one observation in the output
 
 
 # Copies smaller than this keep the GIL: releasing it costs more than it lets run.
 cdef size_t _NOGIL_BYTES = 1 << 16
 
 
-cdef cnp.ndarray _output(FramePool pool, lf_layout code, Py_ssize_t b, Py_ssize_t k, object out,
-                         object dtype, object scale, _Copy *c, int which, bint batch=True):
-    """Check ``out`` (or allocate it) for ``b`` observations and fill ``c``'s output fields.
+cdef bint _fits(object arr, const _Copy *c) noexcept:
+    """Whether ``arr`` is a plain ndarray ``c`` can fill, judged from C fields only.
 
-    With ``batch`` False (one observation, ``out`` None) the new array has no batch axis.
-
-    This is where a copy out runs Python code (``out``'s attributes, ``np.dtype``,
-    ``float(scale)``), so it runs before any id is checked.
+    Shape ``c.dims``, dtype of kind ``c.kind`` and size ``c.out_itemsize`` in native
+    byte order, C-contiguous, writeable and aligned. No Python code runs.
     """
-    cdef cnp.npy_intp dims[MAX_NDIM + 2]
-    cdef int nd, i
-    cdef cnp.ndarray res = None
-    dims[0] = b
-    nd = pool._obs_dims(code, k, dims + 1) + 1  # (B, *observation_shape)
+    if not cnp.PyArray_CheckExact(arr):
+        return False
+    cdef cnp.ndarray a = <cnp.ndarray>arr
+    cdef int i
+    if not (cnp.PyArray_NDIM(a) == c.nd and a.descr.kind == c.kind
+            and <size_t>cnp.PyArray_ITEMSIZE(a) == c.out_itemsize
+            and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_IS_C_CONTIGUOUS(a)
+            and cnp.PyArray_ISWRITEABLE(a) and cnp.PyArray_ISALIGNED(a)):
+        return False
+    for i in range(c.nd):
+        if cnp.PyArray_DIMS(a)[i] != c.dims[i]:
+            return False
+    return True
+
+
+cdef object _target(object out, _Copy *c, cnp.dtype dst, int which):
+    """Phase 1: the array output ``which`` is written to, ``out`` or a new one of ``c``'s shape.
+
+    Raises:
+        TypeError, ValueError: ``out`` is not a plain ndarray of that shape and dtype,
+            C-contiguous, writeable and aligned (the shared messages).
+    """
+    c.kind = dst.kind
+    c.out_itemsize = dst.itemsize
+    if out is None:
+        res = cnp.PyArray_EMPTY(c.nd, c.dims, dst.type_num, 0)
+    else:
+        res = out
+        if not _fits(res, c):
+            C.check_out(out, tuple([c.dims[i] for i in range(c.nd)]), dst)
+            raise TypeError(C.out_not_ndarray(out))  # check_out agrees with _fits: unreachable
+    c.out[which] = <PyObject *>res
+    return res
+
+
+cdef object _output(FramePool pool, lf_layout code, Py_ssize_t b, Py_ssize_t k, object out,
+                    object dtype, object scale, _Copy *c, int which, bint batch=True):
+    """Phase 1 of a copy of ``b`` observations of ``k`` frames of ``pool``: output ``which``.
+
+    Fills ``c``'s geometry, conversion and output fields and returns ``out`` (checked)
+    or a new array: ``(b, *observation_shape)``, or one observation without the batch
+    axis when ``batch`` is False (then ``b`` is 1). Runs Python code (``np.dtype``,
+    ``float(scale)``, the messages), so it comes before phase 2.
+    """
+    c.nd = 0
+    if batch:
+        c.dims[0] = b
+        c.nd = 1
+    c.nd += pool._obs_dims(code, k, c.dims + c.nd)
     c.pool = &pool.p
     c.k = k
     c.n_obs = b
@@ -55,40 +116,15 @@ cdef cnp.ndarray _output(FramePool pool, lf_layout code, Py_ssize_t b, Py_ssize_
     c.inner = pool._inner[<int>code]
     c.itemsize = pool._itemsize
     c.src_type = pool._ltype
-    c.obs_bytes = k * pool.p.frame_bytes
-    if dtype is None and scale is None:
-        if out is None:
-            res = cnp.PyArray_EMPTY(nd - (not batch), dims + (not batch), pool._descr.type_num, 0)
-        elif cnp.PyArray_CheckExact(out):
-            # the common out= case, checked in C: same dtype, shape, C-contiguous, writeable
-            res = <cnp.ndarray>out
-            if not (res.descr is pool._descr and cnp.PyArray_NDIM(res) == nd
-                    and cnp.PyArray_IS_C_CONTIGUOUS(res) and cnp.PyArray_ISWRITEABLE(res)
-                    and cnp.PyArray_ISALIGNED(res)):
-                res = None
-            else:
-                for i in range(nd):
-                    if cnp.PyArray_DIMS(res)[i] != dims[i]:
-                        res = None
-                        break
-        if res is not None:
-            c.dst_type = pool._ltype
-            c.scale = 0.0
-            c.has_scale = 0
-            c.dst[which] = <unsigned char *>cnp.PyArray_DATA(res)
-            return res
-    dst = C.output_dtype(pool._dtype, C.requested_dtype(dtype, out), scale)
-    if out is None:
-        res = cnp.PyArray_EMPTY(nd - (not batch), dims + (not batch), (<cnp.dtype>dst).type_num, 0)
-    else:
-        C.check_out(out, tuple([dims[i] for i in range(nd)]), dst)
-        res = out
-    c.dst_type = pool._ltype if dst is pool._dtype else _lf_type(dst)  # output_dtype checked it
-    c.scale = 0.0 if scale is None else float(scale)
+    cdef cnp.dtype dst = pool._descr
+    if dtype is not None or scale is not None or not (
+            out is None or (cnp.PyArray_CheckExact(out)
+                            and (<cnp.ndarray>out).descr is pool._descr)):
+        dst = C.output_dtype(pool._dtype, C.requested_dtype(dtype, out), scale)
+    c.dst_type = pool._ltype if dst is pool._descr else _lf_type(dst)  # output_dtype checked it
     c.has_scale = scale is not None
-    c.obs_bytes = cnp.PyArray_NBYTES(res) // b if b else 0  # in the output dtype
-    c.dst[which] = <unsigned char *>cnp.PyArray_DATA(res)
-    return res
+    c.scale = float(scale) if c.has_scale else 0.0
+    return _target(out, c, dst, which)
 
 
 @cython.boundscheck(False)
@@ -118,14 +154,20 @@ cdef int _kernel(const _Copy *c, const unsigned char **src) noexcept nogil:
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int _copy(_Copy *c) except -1:
-    """The one copy out of ``c.ids`` into ``c.dst`` (see the top of this file).
+    """Phase 2: the one copy out of ``c.ids`` into ``c.out`` (see the top of this file).
 
     Raises:
-        IndexError, ValueError: an id out of range or free (nothing written then).
+        RuntimeError: an output changed since phase 1. IndexError, ValueError: an id
+            out of range or free. Nothing is written then.
     """
     cdef Py_ssize_t per = c.n_out * c.k, m = c.n_obs * per, i
     cdef lf_pool *p
-    cdef int rc
+    cdef int rc, o
+    for o in range(c.n_out):
+        if not _fits(<object>c.out[o], c):
+            raise RuntimeError(C.OUT_CHANGED)
+        c.dst[o] = <unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>c.out[o])
+    c.obs_bytes = c.k * c.outer * c.inner * c.out_itemsize
     if c.pools == NULL:
         _check_ids(c.pool, c.ids, m)
     else:
@@ -155,12 +197,9 @@ cdef int _copy(_Copy *c) except -1:
     return 0
 
 
-cdef cnp.ndarray _copy_out(FramePool pool, lf_layout code, const int64_t *ids, Py_ssize_t b,
-                           Py_ssize_t k, object out, object dtype, object scale, bint batch=True):
-    """Copy ``b`` observations of ``k`` ids of ``pool`` into ``out`` or a new array.
-
-    The ids must be private to the caller (see the top of this file).
-    """
+cdef object _copy_out(FramePool pool, lf_layout code, const int64_t *ids, Py_ssize_t b,
+                      Py_ssize_t k, object out, object dtype, object scale, bint batch=True):
+    """Both phases for ``b`` observations of ``k`` ids an owner holds (so they are private)."""
     cdef _Copy c
     memset(&c, 0, sizeof(c))
     c.n_out = 1
@@ -175,34 +214,35 @@ def _memcpy_gather(FramePool pool, slots, out):
 
     Copies the frames of ``slots`` (``(B, k)`` slot ids, checked as
     :meth:`FramePool.gather` does) one after the other into ``out``, a C-contiguous
-    writeable uint8 array of exactly ``B * k * frame_bytes`` bytes, with the GIL
-    released: the same frame addresses as a gather, without layout or conversion.
+    writeable uint8 ndarray of exactly ``B * k * frame_bytes`` bytes (any shape), with
+    the GIL released: the same frame addresses as a gather, without layout or conversion.
 
     Raises:
         IndexError, ValueError: bad slot ids, or a bad ``out``.
     """
     pool._ready()
-    cdef cnp.ndarray a = _ids(pool, slots)
+    hold = []
+    cdef cnp.ndarray a = _ids(pool, slots, hold)
     if cnp.PyArray_NDIM(a) != 2 or a.shape[1] == 0:
         raise ValueError(C.bad_slots_shape((<object>a).shape, "(B, k)"))
-    cdef Py_ssize_t b = a.shape[0], k = a.shape[1]
-    cdef size_t nbytes = b * k * pool.p.frame_bytes
-    # any shape of exactly nbytes bytes
-    C.check_out(out, out.shape if getattr(out, "nbytes", None) == nbytes else (nbytes,),
-                np.dtype(np.uint8))
-    C.check_no_overlap(out, {"slots": slots})
     cdef _Copy c
     memset(&c, 0, sizeof(c))
     c.pool = &pool.p
     c.ids = <const int64_t *>cnp.PyArray_DATA(a)
-    c.n_obs = b
-    c.k = k
+    c.n_obs = a.shape[0]
+    c.k = a.shape[1]
     c.n_out = 1
-    c.dst[0] = <unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>out)
-    c.obs_bytes = k * pool.p.frame_bytes
     c.outer = 1
     c.inner = pool.p.frame_bytes
     c.itemsize = 1
     c.floor = True
+    c.nd = 1
+    c.dims[0] = c.n_obs * c.k * pool.p.frame_bytes
+    if type(out) is np.ndarray and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>out):
+        flat = out.reshape(-1)  # a view: C-contiguous
+    else:
+        flat = out  # refused by _target with the shared message
+    C.check_no_overlap(out, {"slots": slots})
+    _target(flat, &c, np.dtype(np.uint8), 0)
     _copy(&c)
     return out

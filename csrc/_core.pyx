@@ -9,7 +9,8 @@ The pure-NumPy twin, ``lazyframes._reference``, has the same API, values and err
 the full documentation is written here, once. The module is split by topic:
 
 - ``_pool.pxi``: :class:`FramePool` and :class:`FrameRef` (push, get, refcounts, stats);
-- ``_copyout.pxi``: the one copy-out routine every gather goes through;
+- ``_copyout.pxi``: the one copy-out routine every gather goes through, and the two
+  phases every call that reads ids or frames follows (convert, then check and act);
 - ``_lazy.pxi``: :class:`LazyFrames`, :class:`LazyBatch` and :func:`stack`;
 - ``_table.pxi``: :class:`SlotTable`, the replay buffer's store;
 - ``_pickle.pxi``: pickling and :func:`default_pool`.
@@ -17,6 +18,8 @@ the full documentation is written here, once. The module is split by topic:
 
 cimport cython
 cimport numpy as cnp
+from cpython.ref cimport PyObject
+from cpython.unicode cimport PyUnicode_FromObject
 from libc.stdint cimport INT64_MAX, int64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset

@@ -1,11 +1,19 @@
 # LazyFrames (one observation), LazyBatch (n observations) and stack().
 #
 # Included by _core.pyx. Both owners hold one reference per frame id in a private C
-# array that never changes after construction; dropping the owner drops them.
+# array that never changes after construction; dropping the owner drops them. Every
+# owner is made by _new_lazy or _new_batch, which refuse k < 1: an owner has at least
+# one frame per observation, so shift can always keep k - 1 and add one.
 
 
 cdef LazyFrames _new_lazy(lf_layout code, Py_ssize_t k):
-    """An observation with room for k ids and no references yet (the caller fills it)."""
+    """An observation with room for k ids and no references yet (the caller fills it).
+
+    Raises:
+        ValueError: ``k < 1``.
+    """
+    if k < 1:
+        raise ValueError(C.stack_size_not_positive(k))
     cdef LazyFrames lz = LazyFrames.__new__(LazyFrames)
     lz._alloc(k)
     lz._code = code
@@ -14,10 +22,14 @@ cdef LazyFrames _new_lazy(lf_layout code, Py_ssize_t k):
 
 cdef LazyFrames _lazy_from(FramePool pool, lf_layout code, const int64_t *ids, Py_ssize_t k,
                            bint check):
-    """A new observation over k ids of ``pool``, taking a reference on each (checked first)."""
+    """A new observation over k ids of ``pool``, taking a reference on each (checked first).
+
+    Phase 2 of ``pool.lazy`` (see _copyout.pxi): made empty first, then the ids are
+    checked and their references taken with no Python code in between.
+    """
+    cdef LazyFrames lz = _new_lazy(code, k)
     if check:
         _check_ids(&pool.p, ids, k)
-    cdef LazyFrames lz = _new_lazy(code, k)
     memcpy(lz._slots, ids, k * sizeof(int64_t))
     _incref_all(&pool.p, ids, k)
     lz._k = k
@@ -85,8 +97,7 @@ k frames shown as one observation, stored once in a :class:`FramePool`.
         self._pool = None
 
     def __init__(self, frames, *, layout="last"):
-        if self._pool is not None:
-            raise RuntimeError("LazyFrames.__init__ called twice")
+        _fresh(self, self._pool is not None)
         if isinstance(frames, np.ndarray) and frames.ndim >= 1:
             frames = list(frames)
         frames = list(frames)
@@ -104,11 +115,12 @@ k frames shown as one observation, stored once in a :class:`FramePool`.
                 raise ValueError(C.frames_differ("shapes", shape, a.shape))
             if a.dtype.newbyteorder("=") != dt:
                 raise TypeError(C.frames_differ("dtypes", dt, a.dtype))
-        C.check_layout(layout, shape)
         cdef FramePool pool = default_pool(shape, dt)
         cdef lf_layout code = pool._layout(layout)
         refs = [pool._push_known(f, a) for f, a in zip(frames, arrays)]
         cdef Py_ssize_t k = len(refs), i
+        # commit: no Python code from here on (refs holds the frames meanwhile)
+        _fresh(self, self._pool is not None)
         self._alloc(k)
         for i in range(k):
             self._slots[i] = (<FrameRef>refs[i])._slot
@@ -200,7 +212,7 @@ k frames shown as one observation, stored once in a :class:`FramePool`.
         return self._k * self._pool.p.frame_bytes
 
     # -- copying out ---------------------------------------------------------------
-    cdef cnp.ndarray _out(self, object dtype, object scale):
+    cdef object _out(self, object dtype, object scale):
         """This observation copied out into a fresh array of :attr:`shape`."""
         return _copy_out(self._pool, self._code, self._slots, 1, self._k, None, dtype, scale, False)
 
@@ -400,9 +412,15 @@ def stack(observations, out=None, *, dtype=None, scale=None):
 
 
 cdef LazyBatch _new_batch(lf_layout code, Py_ssize_t n, Py_ssize_t k):
-    """A batch with room for n * k ids and no references yet (the caller fills it)."""
-    if n > 0 and k > (<Py_ssize_t>(INT64_MAX // 8)) // n:
-        raise MemoryError(f"a batch of {n} x {k} frames is too large")
+    """A batch with room for n * k ids and no references yet (the caller fills it).
+
+    Raises:
+        ValueError: ``k < 1``, or more ids than 2**63 - 1 bytes hold.
+    """
+    if k < 1:
+        raise ValueError(C.stack_size_not_positive(k))
+    if k > (<Py_ssize_t>(INT64_MAX // 8)) // max(1, n):  # compared, not multiplied
+        raise ValueError(C.batch_too_large(n, k))
     cdef LazyBatch b = LazyBatch.__new__(LazyBatch)
     b._slots = <int64_t *>malloc(max(1, n * k) * sizeof(int64_t))
     if b._slots == NULL:
@@ -414,10 +432,13 @@ cdef LazyBatch _new_batch(lf_layout code, Py_ssize_t n, Py_ssize_t k):
 
 cdef LazyBatch _batch_from(FramePool pool, lf_layout code, const int64_t *ids, Py_ssize_t n,
                            Py_ssize_t k, bint check):
-    """A new batch over ``(n, k)`` ids of ``pool``, taking a reference on each (checked first)."""
+    """A new batch over ``(n, k)`` ids of ``pool``, taking a reference on each (checked first).
+
+    Phase 2 of ``pool.lazy_batch`` and the like, as :func:`_lazy_from`.
+    """
+    cdef LazyBatch b = _new_batch(code, n, k)
     if check:
         _check_ids(&pool.p, ids, n * k)
-    cdef LazyBatch b = _new_batch(code, n, k)
     memcpy(b._slots, ids, n * k * sizeof(int64_t))
     _incref_all(&pool.p, ids, n * k)
     b._n = n
@@ -456,6 +477,8 @@ cdef LazyBatch _step(FramePool pool, lf_layout code, LazyBatch prev, Py_ssize_t 
     (a FrameRef the caller holds, so live) or new frame i. One C loop.
     """
     cdef Py_ssize_t n = frames.shape[0], i, j
+    if prev is not None and n != prev._n:  # shift checked it; guarded here for memory safety
+        raise ValueError(C.frames_shape((<object>frames).shape, str(prev._n), pool._shape))
     cdef LazyBatch b = _new_batch(code, n, k)
     cdef int64_t *new = <int64_t *>malloc(max(1, n) * sizeof(int64_t))
     if new == NULL:
@@ -718,15 +741,15 @@ cdef class LazyBatch:
         """
         self._ready()
         cdef FramePool pool = self._pool
-        cdef cnp.ndarray arr = pool._as_frames(frames, 1)
-        if arr.shape[0] != self._n:
-            raise ValueError(C.frames_shape((<object>arr).shape, str(self._n), pool._shape))
         cdef cnp.ndarray m = None
         if restart is not None:
             m = np.array(restart, dtype=np.bool_, order="C")  # a private copy
             if cnp.PyArray_NDIM(m) != 1 or m.shape[0] != self._n:
                 raise ValueError(C.restart_shape((<object>m).shape, self._n))
         _check_pad(pool, pad)
+        cdef cnp.ndarray arr = pool._as_frames(frames, 1)  # last: see _copyout.pxi
+        if arr.shape[0] != self._n:
+            raise ValueError(C.frames_shape((<object>arr).shape, str(self._n), pool._shape))
         cdef const unsigned char *mask = NULL
         if m is not None:
             mask = <const unsigned char *>cnp.PyArray_DATA(m)
@@ -775,7 +798,8 @@ cdef class LazyBatch:
         self._ready()
         return _restore_lazybatch, (tuple(self), C.LAYOUTS[self._code])
 
-    __hash__ = None
+    def __hash__(self):
+        raise TypeError(f"unhashable type: {type(self).__name__!r}")
 
     def __repr__(self):
         self._ready()

@@ -1,7 +1,14 @@
 # FramePool and FrameRef: the arena's Python face, and how slot ids come in.
 #
 # Included by _core.pyx. Slot ids given as ints are only ever read: _ids copies them
-# into private memory, and _check_ids checks each one right before it is used.
+# into private memory (phase 1 in _copyout.pxi), and _check_ids checks each one right
+# before it is used (phase 2).
+#
+# Every class marks itself initialised by setting one field last (FramePool._shape,
+# the owners' _pool); until then its methods raise TypeError (_uninitialised) and its
+# __dealloc__ drops nothing. __init__ refuses to run twice (_fresh), checking on entry
+# and again right before it commits, with no Python code after that check: a callback
+# of its own arguments may have run __init__ meanwhile.
 
 
 cdef int _lf_type(object dt):
@@ -19,23 +26,35 @@ cdef int _lf_type(object dt):
     return LF_RAW
 
 
-cdef inline lf_layout _layout_code(object layout) except *:
-    """The enum value of a layout name (ValueError for an unknown one)."""
-    if layout == "last":
-        return LF_LAST
-    if layout == "first":
-        return LF_FIRST
-    if layout == "stack":
-        return LF_STACK
-    C.check_layout(layout, ())  # raises the shared message
-    raise AssertionError(layout)
+cdef tuple _LAYOUT_NAMES = C.LAYOUTS  # in code order (a test checks it against layout.h)
+
+
+cdef lf_layout _layout_code(object layout) except *:
+    """The code of a layout name: the one place the compiled core decides it.
+
+    Only the characters of a ``str`` count: a subclass is copied to a plain ``str``
+    (``PyUnicode_FromObject``) and compared as one, so none of its methods runs.
+
+    Raises:
+        ValueError: not one of ``lazyframes.LAYOUTS``.
+    """
+    cdef str name
+    cdef int code
+    if isinstance(layout, str):
+        name = PyUnicode_FromObject(layout)
+        for code in range(LF_NLAYOUTS):
+            if name == <str>_LAYOUT_NAMES[code]:
+                return <lf_layout>code
+    raise ValueError(C.bad_layout(layout))
 
 
 cdef int64_t _one_id(FramePool pool, object x) except? -1:
-    """One slot id: an int (``operator.index``) or a FrameRef of ``pool``."""
+    """One slot id: an int (``operator.index``; not a bool) or a FrameRef of ``pool``."""
     if type(x) is FrameRef:
         return (<FrameRef>x)._slot_of(pool)
     try:
+        if type(x) is bool:
+            raise TypeError
         v = x if type(x) is int else operator.index(x)
     except TypeError:
         raise TypeError(C.wrong_type("a slot id", "an int or a FrameRef", x)) from None
@@ -44,21 +63,26 @@ cdef int64_t _one_id(FramePool pool, object x) except? -1:
     return v
 
 
-cdef cnp.ndarray _ids(FramePool pool, object slots):
+cdef cnp.ndarray _ids(FramePool pool, object slots, list hold):
     """``slots`` (ints or FrameRefs of ``pool``, any shape) as a private C-contiguous int64 copy.
 
     The copy belongs to the caller: Python code that runs later (another argument's
-    ``__index__`` or ``__array__``) cannot change the ids it holds.
+    ``__index__`` or ``__array__``) cannot change the ids it holds. The FrameRefs among
+    ``slots`` are appended to ``hold`` (in a private tuple or list), which the caller
+    keeps until it has taken its references: a callback that empties the caller's
+    list cannot free their frames and have the slots reused (ABA).
     """
     cdef cnp.ndarray arr
     cdef cnp.npy_intp n, i
     cdef int64_t *a
     if type(slots) is list or type(slots) is tuple:  # the common case, without NumPy
-        n = len(slots)
+        slots = tuple(slots)
+        hold.append(slots)
+        n = len(<tuple>slots)
         arr = cnp.PyArray_EMPTY(1, &n, cnp.NPY_INT64, 0)
         a = <int64_t *>cnp.PyArray_DATA(arr)
         for i in range(n):
-            x = slots[i]
+            x = (<tuple>slots)[i]
             if type(x) is not int and type(x) is not FrameRef:
                 break
             a[i] = _one_id(pool, x)
@@ -66,8 +90,9 @@ cdef cnp.ndarray _ids(FramePool pool, object slots):
             return arr
     src = np.asarray(slots)
     if src.dtype == object:
-        flat = [_one_id(pool, x) for x in src.ravel()]
-        return np.array(flat, dtype=np.int64).reshape(src.shape)
+        flat = list(src.ravel())
+        hold.append(flat)
+        return np.array([_one_id(pool, x) for x in flat], dtype=np.int64).reshape(src.shape)
     return np.array(C.as_slots(src), dtype=np.int64, order="C", copy=True)
 
 
@@ -138,8 +163,24 @@ cdef inline void _decref_all(lf_pool *p, const int64_t *a, Py_ssize_t n) noexcep
         lf_pool_decref(p, a[i])
 
 
+cdef bint _layout_fits(str name, tuple shape):
+    """Whether ``C.check_layout`` accepts layout ``name`` for frames of ``shape``."""
+    try:
+        C.check_layout(name, shape)
+    except ValueError:
+        return False
+    return True
+
+
 cdef object _uninitialised(object obj):
     raise TypeError(C.not_initialised(type(obj).__name__))
+
+
+cdef inline int _fresh(object obj, bint initialised) except -1:
+    """RuntimeError if ``obj.__init__`` already ran (see the top of this file)."""
+    if initialised:
+        raise RuntimeError(C.already_initialised(type(obj).__name__))
+    return 0
 
 
 @cython.final
@@ -215,7 +256,7 @@ cdef class FrameRef:
 
 
 @cython.final
-@cython.no_gc_clear
+@cython.no_gc  # holds no strong reference to anything that could refer back to it
 cdef class FramePool:
     """FramePool(frame_shape, dtype, *, chunk_bytes=1048576)
 --
@@ -240,7 +281,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
 
     Raises:
         TypeError: non-numeric dtype or a shape that is not a tuple of ints.
-        ValueError: a non-positive dimension or ``chunk_bytes``.
+        ValueError: a non-positive dimension, ``chunk_bytes`` outside
+            ``[1, 2**63 - 1]``. RuntimeError: ``__init__`` called twice.
 
     Example:
         >>> pool = FramePool((84, 84, 1), np.uint8)
@@ -261,42 +303,47 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
     cdef cnp.npy_intp _dims[MAX_NDIM]
     cdef size_t _outer[LF_NLAYOUTS]
     cdef size_t _inner[LF_NLAYOUTS]
-    cdef bint _layout_ok[LF_NLAYOUTS]  # checked once per pool that the layout fits
-    cdef object _refs                   # slot -> FrameRef, weakly (pickling shares frames)
-    cdef dict _by_id                    # id(ndarray) -> (weakref, slot): LazyFrames(list)
+    cdef bint _fits[LF_NLAYOUTS]  # whether each layout fits the frame shape (set by __init__)
+    # Why a pool holds Python objects: _refs maps a live slot to its FrameRef, weakly, so
+    # the observations pickled in one dump share each frame (LazyFrames.__reduce__);
+    # _by_id maps id(ndarray) to (weakref, slot) so LazyFrames(list) stores an ndarray
+    # passed k times once (_push_known). Neither is trusted: _ref_of checks what it reads.
+    cdef object _refs
+    cdef dict _by_id
     cdef object __weakref__
 
     def __cinit__(self):
         self.p.spc = 0
+        self._refs = weakref.WeakValueDictionary()
+        self._by_id = {}
 
     def __init__(self, frame_shape, dtype, *, chunk_bytes=C.DEFAULT_CHUNK_BYTES):
-        if self._shape is not None:
-            raise RuntimeError("FramePool.__init__ called twice")
+        _fresh(self, self._shape is not None)
         shape = C.frame_shape(frame_shape)
         dt = C.frame_dtype(dtype)
-        chunk_bytes = operator.index(chunk_bytes)
-        if chunk_bytes <= 0:
-            raise ValueError(C.chunk_bytes_not_positive(chunk_bytes))
-        if len(shape) > MAX_NDIM:
-            raise ValueError(f"frames have more than {MAX_NDIM} dimensions: {shape}")
+        chunk = C.chunk_bytes(chunk_bytes)
         nbytes = math.prod(shape) * dt.itemsize  # a Python int: it cannot wrap
         if nbytes > INT64_MAX:
             raise MemoryError(f"frames of shape {shape} and dtype {dt} are too large")
-        if lf_pool_init(&self.p, nbytes, chunk_bytes) != 0:
+        fits = [_layout_fits(name, shape) for name in _LAYOUT_NAMES]
+        cdef int ltype = _lf_type(dt)
+        cdef Py_ssize_t itemsize = dt.itemsize, nd = len(shape), i, code
+        # commit: no Python code from here on
+        _fresh(self, self._shape is not None)
+        if lf_pool_init(&self.p, nbytes, chunk) != 0:
             raise MemoryError("cannot create the frame pool")
         self._dtype = dt
         self._descr = dt
-        self._ltype = _lf_type(dt)
-        self._itemsize = dt.itemsize
-        self._nd = len(shape)
-        for i in range(self._nd):
+        self._ltype = ltype
+        self._itemsize = itemsize
+        self._nd = nd
+        for i in range(nd):
             self._dims[i] = shape[i]
         for code in range(LF_NLAYOUTS):
-            lf_layout_geometry(<lf_layout>code, nbytes // dt.itemsize, shape[-1] if shape else 1,
+            lf_layout_geometry(<lf_layout>code, nbytes // itemsize, self._dims[nd - 1] if nd else 1,
                                &self._outer[code], &self._inner[code])
-            self._layout_ok[<int>code] = False
-        self._refs = weakref.WeakValueDictionary()
-        self._by_id = {}
+            # scalar frames cannot be concatenated, whatever a Python check says
+            self._fits[code] = fits[code] and (code == LF_STACK or nd > 0)
         self._shape = shape  # last: marks the pool initialised
 
     def __dealloc__(self):
@@ -377,12 +424,16 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
 
     # -- internals --------------------------------------------------------------------
     cdef lf_layout _layout(self, object layout) except *:
-        """Layout code, checking once per pool that it fits the frame shape."""
+        """The code of ``layout``, refused unless it fits the frame shape (decided at init).
+
+        Raises:
+            ValueError: an unknown layout, or one that does not fit (the shared message).
+        """
         self._ready()
         cdef lf_layout code = _layout_code(layout)
-        if not self._layout_ok[<int>code]:
-            C.check_layout(layout, self._shape)
-            self._layout_ok[<int>code] = True
+        if not self._fits[<int>code]:
+            C.check_layout(_LAYOUT_NAMES[code], self._shape)  # raises the shared message
+            raise ValueError(C.scalar_layout(_LAYOUT_NAMES[code]))  # scalar frames
         return code
 
     cdef int _obs_dims(self, lf_layout code, Py_ssize_t k, cnp.npy_intp *dims) noexcept:
@@ -411,40 +462,46 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
             return C.as_frame(frames, self._shape, self._dtype)
         return C.as_frames(frames, self._shape, self._dtype, "n" if lead == 1 else "E, k")
 
-    cdef int _write(self, int64_t slot, cnp.ndarray arr, Py_ssize_t i) except -1:
-        """Copy frame ``i`` of checked frames ``arr`` into a fresh slot: the one copy in."""
-        cdef size_t fb = self.p.frame_bytes
-        cdef unsigned char[::1] mv
-        if cnp.PyArray_IS_C_CONTIGUOUS(arr):
-            memcpy(lf_pool_addr(&self.p, slot), <unsigned char *>cnp.PyArray_DATA(arr) + i * fb, fb)
-        else:  # strided: NumPy copies straight into the slot
-            mv = <unsigned char[:fb]>lf_pool_addr(&self.p, slot)
-            view = np.asarray(mv).view(self._dtype).reshape(self._shape)
-            np.copyto(view, arr[i] if cnp.PyArray_NDIM(arr) > self._nd else arr)
-        return 0
-
     cdef int _push_into(self, cnp.ndarray arr, Py_ssize_t n, int64_t *out) except -1:
-        """Copy n checked frames into n new slots; ``out`` receives the ids, one reference each."""
+        """Copy the n frames of checked ``arr`` into n new slots: the one copy in (phase 2).
+
+        ``out`` receives the ids, one reference each. No Python code runs: a strided
+        ``arr`` is copied by NumPy's C API into an ndarray over the slot.
+        """
         cdef Py_ssize_t i
         cdef int64_t s
+        cdef size_t fb = self.p.frame_bytes
+        cdef cnp.ndarray slot_view
         for i in range(n):
             s = lf_pool_alloc(&self.p)
             if s < 0:
                 _decref_all(&self.p, out, i)
                 raise MemoryError("the frame pool cannot grow")
             out[i] = s
+        if cnp.PyArray_IS_C_CONTIGUOUS(arr):
+            for i in range(n):
+                memcpy(lf_pool_addr(&self.p, out[i]),
+                       <unsigned char *>cnp.PyArray_DATA(arr) + i * fb, fb)
+            return 0
         try:
             for i in range(n):
-                self._write(out[i], arr, i)
+                slot_view = cnp.PyArray_SimpleNewFromData(
+                    self._nd, self._dims, self._descr.type_num, lf_pool_addr(&self.p, out[i]))
+                cnp.PyArray_CopyInto(slot_view, arr[i] if cnp.PyArray_NDIM(arr) > self._nd else arr)
         except BaseException:
             _decref_all(&self.p, out, n)
             raise
         return 0
 
     cdef FrameRef _ref_of(self, int64_t slot):
-        """The shared FrameRef of a live slot (one per slot while it lives): pickling."""
+        """The shared FrameRef of a live slot (one per slot while it lives): pickling.
+
+        What ``_refs`` returns is checked, so tampering with it (``gc.get_objects``)
+        cannot make an observation pickle another frame.
+        """
         ref = self._refs.get(slot)
-        if ref is None:
+        if not (type(ref) is FrameRef and (<FrameRef>ref)._pool is self
+                and (<FrameRef>ref)._slot == slot):
             lf_pool_incref(&self.p, slot)
             ref = FrameRef._own(self, slot)
             self._refs[slot] = ref
@@ -507,7 +564,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
 
     def _forget(self, key, wr):
         """Drop the dedupe entry of a dead ndarray (weakref callback of :meth:`_push_known`)."""
-        if self._by_id.get(key, (None,))[0] is wr:
+        hit = self._by_id.get(key)
+        if hit is not None and hit[0] is wr:
             del self._by_id[key]
 
     cdef cnp.ndarray _get(self, int64_t slot):
@@ -561,7 +619,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
                 pool, an empty or non-1-D ``slots``, or a layout that does not fit.
         """
         self._ready()
-        cdef cnp.ndarray a = _ids(self, slots)
+        hold = []
+        cdef cnp.ndarray a = _ids(self, slots, hold)
         if cnp.PyArray_NDIM(a) != 1 or cnp.PyArray_SIZE(a) == 0:
             raise ValueError(C.bad_slots_shape((<object>a).shape, "k"))
         cdef lf_layout code = self._layout(layout)
@@ -581,7 +640,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
             IndexError, ValueError: as :meth:`lazy`; ValueError for a bad shape.
         """
         self._ready()
-        cdef cnp.ndarray a = _ids(self, slots)
+        hold = []
+        cdef cnp.ndarray a = _ids(self, slots, hold)
         if cnp.PyArray_NDIM(a) != 2 or a.shape[1] == 0:
             raise ValueError(C.bad_slots_shape((<object>a).shape))
         cdef lf_layout code = self._layout(layout)
@@ -604,17 +664,17 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
 
         Raises:
             TypeError, ValueError: frames of the wrong dtype or shape, no frames, a bad
-                ``k`` or ``pad``. Checked before any frame is stored.
+                ``k`` (``k < 1`` or too many ids) or ``pad``. Checked before any frame
+                is stored.
         """
-        cdef cnp.ndarray arr = self._as_frames(frames, 1)
-        if arr.shape[0] == 0:
-            raise ValueError(C.PUSH_BATCH_EMPTY)
-        k = operator.index(k)
-        if k < 1:
-            raise ValueError(C.stack_size_not_positive(k))
+        self._ready()
+        cdef Py_ssize_t kk = C.stack_size(k)
         _check_pad(self, pad)
         cdef lf_layout code = self._layout(layout)
-        return _step(self, code, None, k, arr, NULL, pad)
+        cdef cnp.ndarray arr = self._as_frames(frames, 1)  # last: see _copyout.pxi
+        if arr.shape[0] == 0:
+            raise ValueError(C.PUSH_BATCH_EMPTY)
+        return _step(self, code, None, kk, arr, NULL, pad)
 
     def _push_dedup(self, frames, candidates=None):
         """Push ``(E, k, *S)`` frames as a :class:`LazyBatch`, reusing slots whose bytes are equal.
@@ -661,15 +721,16 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
                 ``dtype`` or ``scale``, or ``out`` overlapping ``slots``.
         """
         self._ready()
-        cdef cnp.ndarray a = _ids(self, slots)
+        hold = []
+        cdef cnp.ndarray a = _ids(self, slots, hold)
         if cnp.PyArray_NDIM(a) != 2 or a.shape[1] == 0:
             raise ValueError(C.bad_slots_shape((<object>a).shape, "(B, k)"))
         cdef lf_layout code = self._layout(layout)
+        C.check_no_overlap(out, {"slots": slots})
         cdef _Copy c
         memset(&c, 0, sizeof(c))
         c.n_out = 1
         res = _output(self, code, a.shape[0], a.shape[1], out, dtype, scale, &c, 0)
-        C.check_no_overlap(out, {"slots": slots})
         c.ids = <const int64_t *>cnp.PyArray_DATA(a)
         _copy(&c)
         return res

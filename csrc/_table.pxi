@@ -2,7 +2,10 @@
 #
 # Included by _core.pyx. The table owns one reference per non-empty entry (-1 is
 # empty). It changes only through its own methods, which check every argument first,
-# then take the new references, then drop the old ones, then write.
+# then take the new references, then drop the old ones, then write. Reads (batch,
+# gather, gather_pairs) read the entries in phase 2 (see _copyout.pxi) and take their
+# references with no Python code in between, so a set or clear from a callback or
+# another thread can never make them read a slot that was freed and reused.
 
 
 cdef tuple _columns(object cols, Py_ssize_t width):
@@ -64,8 +67,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         self._W = 0
 
     def __init__(self, pool, rows, width):
-        if self._pool is not None:
-            raise RuntimeError("SlotTable.__init__ called twice")
+        _fresh(self, self._pool is not None)
         if type(pool) is not FramePool:
             raise TypeError(C.wrong_type("pool", "a FramePool", pool))
         (<FramePool>pool)._ready()
@@ -75,6 +77,9 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             raise ValueError(C.table_shape(R, W))
         if R > (INT64_MAX // 8) // W:  # compared, not multiplied: cannot overflow
             raise ValueError(C.table_too_large(R, W))
+        # commit: no Python code from here on (R * W * 8 bytes are memset: the table is
+        # bounded by 2**63 - 1 bytes and by malloc, as any array)
+        _fresh(self, self._pool is not None)
         self._t = <int64_t *>malloc(max(1, R * W) * sizeof(int64_t))
         if self._t == NULL:
             raise MemoryError(C.table_too_large(R, W))
@@ -232,29 +237,26 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    cdef cnp.ndarray _select(self, object rows, object cols):
-        """The ids of columns ``cols = (start, stop)`` of ``rows``, a private int64 ``(B, k)`` copy.
+    cdef int _select(self, cnp.ndarray r, Py_ssize_t start, Py_ssize_t k, int64_t *dst,
+                     Py_ssize_t stride) except -1:
+        """Phase 2: the ids of columns ``[start, start + k)`` of checked rows ``r`` into ``dst``.
+
+        Row i goes to ``dst + i * stride``. Reads the table with no Python code, so the
+        caller takes its references before anything can change it.
 
         Raises:
-            IndexError: a row out of range. ValueError: bad columns, or an empty entry.
+            ValueError: an empty entry.
         """
-        cdef cnp.ndarray r = _row_ids(rows, self._R, False)
-        start, stop = _columns(cols, self._W)
-        cdef cnp.npy_intp dims[2]
-        dims[0] = r.shape[0]
-        dims[1] = stop - start
-        cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
-        cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
         cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
         cdef const int64_t *row
-        cdef Py_ssize_t i, j, k = dims[1]
-        for i in range(dims[0]):
-            row = self._t + ri[i] * self._W + <Py_ssize_t>start
+        cdef Py_ssize_t i, j
+        for i in range(r.shape[0]):
+            row = self._t + ri[i] * self._W + start
             for j in range(k):
                 if row[j] < 0:
                     raise ValueError(C.row_empty(ri[i]))
-                o[i * k + j] = row[j]
-        return out
+                dst[i * stride + j] = row[j]
+        return 0
 
     def batch(self, rows, start, stop, *, layout="stack"):
         """A :class:`LazyBatch` of columns ``[start, stop)`` of ``rows``.
@@ -264,10 +266,16 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
                 layout that does not fit.
         """
         self._ready()
-        cdef cnp.ndarray ids = self._select(rows, (start, stop))
+        cdef cnp.ndarray r = _row_ids(rows, self._R, False)
+        cdef Py_ssize_t a, z
+        a, z = _columns((start, stop), self._W)
         cdef lf_layout code = self._pool._layout(layout)
-        return _batch_from(self._pool, code, <const int64_t *>cnp.PyArray_DATA(ids), ids.shape[0],
-                           ids.shape[1], True)
+        cdef LazyBatch b = _new_batch(code, r.shape[0], z - a)
+        self._select(r, a, z - a, b._slots, z - a)
+        _incref_all(&self._pool.p, b._slots, r.shape[0] * (z - a))
+        b._n = r.shape[0]
+        b._pool = self._pool  # last: from here on, dealloc drops the references
+        return b
 
     def gather(self, rows, start, stop, out=None, *, layout="last", dtype=None, scale=None):
         """Copy the observations in columns ``[start, stop)`` of ``rows`` into one array.
@@ -286,15 +294,23 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
                 a bad ``out``. TypeError: a bad ``out``, ``dtype`` or ``scale``.
         """
         self._ready()
-        cdef cnp.ndarray ids = self._select(rows, (start, stop))
-        C.check_no_overlap(out, {"rows": rows})
+        cdef cnp.ndarray r = _row_ids(rows, self._R, False)
+        cdef Py_ssize_t a, z
+        a, z = _columns((start, stop), self._W)
         cdef lf_layout code = self._pool._layout(layout)
+        C.check_no_overlap(out, {"rows": rows})
         cdef _Copy c
         memset(&c, 0, sizeof(c))
         c.n_out = 1
-        res = _output(self._pool, code, ids.shape[0], ids.shape[1], out, dtype, scale, &c, 0)
+        res = _output(self._pool, code, r.shape[0], z - a, out, dtype, scale, &c, 0)
+        cdef cnp.npy_intp dims[2]
+        dims[0] = r.shape[0]
+        dims[1] = z - a
+        cdef cnp.ndarray ids = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
+        # phase 2: no Python code from here on
+        self._select(r, a, z - a, <int64_t *>cnp.PyArray_DATA(ids), z - a)
         c.ids = <const int64_t *>cnp.PyArray_DATA(ids)
-        _copy(&c)  # checks the ids again: Python code ran since they were read
+        _copy(&c)
         return res
 
     def gather_pairs(self, rows1, cols1, rows2, cols2, out=None, *, layout="last", dtype=None,
@@ -320,17 +336,21 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             As :meth:`gather`, for either half; nothing is written then.
         """
         self._ready()
-        cdef cnp.ndarray ids1 = self._select(rows1, cols1)
-        cdef cnp.ndarray ids2 = self._select(rows2, cols2)
-        if ids1.shape[0] != ids2.shape[0]:
-            raise ValueError(C.pair_lengths(ids1.shape[0], ids2.shape[0]))
-        if ids1.shape[1] != ids2.shape[1]:
-            raise ValueError(C.pair_widths(ids1.shape[1], ids2.shape[1]))
+        cdef cnp.ndarray r1 = _row_ids(rows1, self._R, False)
+        cdef Py_ssize_t a1, z1, a2, z2
+        a1, z1 = _columns(cols1, self._W)
+        cdef cnp.ndarray r2 = _row_ids(rows2, self._R, False)
+        a2, z2 = _columns(cols2, self._W)
+        if r1.shape[0] != r2.shape[0]:
+            raise ValueError(C.pair_lengths(r1.shape[0], r2.shape[0]))
+        if z1 - a1 != z2 - a2:
+            raise ValueError(C.pair_widths(z1 - a1, z2 - a2))
         if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
             raise TypeError(C.OUT_PAIR)
         o1, o2 = (None, None) if out is None else out
         cdef lf_layout code = self._pool._layout(layout)
-        cdef Py_ssize_t e = ids1.shape[0], k = ids1.shape[1], i
+        C.check_no_overlap(out, {"rows1": rows1, "rows2": rows2})
+        cdef Py_ssize_t e = r1.shape[0], k = z1 - a1
         cdef _Copy c
         memset(&c, 0, sizeof(c))
         c.n_out = 2
@@ -339,20 +359,16 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         res2 = _output(self._pool, code, e, k, o2, dtype, scale, &c, 1)
         if res1.dtype != res2.dtype or c.dst_type != dst_type:
             raise TypeError(C.pair_dtypes(res1.dtype, res2.dtype))
-        if o1 is not None and o2 is not None and np.may_share_memory(o1, o2):
-            raise ValueError(C.OUT_PAIR_OVERLAP)
-        C.check_no_overlap(out, {"rows1": rows1, "rows2": rows2})
         cdef cnp.npy_intp dims[2]
         dims[0] = e
         dims[1] = 2 * k
         cdef cnp.ndarray ids = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
         cdef int64_t *x = <int64_t *>cnp.PyArray_DATA(ids)
-        for i in range(e):  # obs i then next obs i: the order they are copied in
-            memcpy(x + 2 * i * k, <int64_t *>cnp.PyArray_DATA(ids1) + i * k, k * sizeof(int64_t))
-            memcpy(x + (2 * i + 1) * k, <int64_t *>cnp.PyArray_DATA(ids2) + i * k,
-                   k * sizeof(int64_t))
+        # phase 2: no Python code from here on. Obs i then next obs i: the copy order
+        self._select(r1, a1, k, x, 2 * k)
+        self._select(r2, a2, k, x + k, 2 * k)
         c.ids = x
-        _copy(&c)  # checks the ids again: Python code ran since they were read
+        _copy(&c)
         return res1, res2
 
     def take(self, rows, source, index):

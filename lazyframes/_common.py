@@ -24,6 +24,9 @@ LAYOUTS = ("last", "first", "stack")
 #: Most axes a frame may have (an observation batch adds two; NumPy allows 64).
 MAX_NDIM = 32
 
+#: Largest slot id, row count or byte count (int64).
+INT64_MAX = 2**63 - 1
+
 #: Default size of one arena chunk of a FramePool, in bytes (148 Atari frames of 84x84).
 DEFAULT_CHUNK_BYTES = 1 << 20
 
@@ -80,7 +83,23 @@ def frame_shape(shape) -> tuple:
     return shape
 
 
-def check_layout(layout: str, shape: tuple) -> None:
+def layout_name(layout) -> str:
+    """``layout`` as a plain ``str``, one of :data:`LAYOUTS`.
+
+    A ``str`` subclass is compared by its characters: none of its methods (``__eq__``,
+    ``__hash__``, ``__str__``) runs, so it cannot answer differently on a second look.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if isinstance(layout, str):
+        name = str.__str__(layout)  # a plain copy of the characters
+        if name in LAYOUTS:
+            return name
+    raise ValueError(bad_layout(layout))
+
+
+def check_layout(layout: str, shape: tuple) -> str:
     """Reject a layout that does not fit frames of ``shape`` (case C06 in docs/CASES.md).
 
     ``"last"`` concatenates on the channel axis, so that axis must be last: it must be
@@ -88,17 +107,17 @@ def check_layout(layout: str, shape: tuple) -> None:
     (feature vectors) are fine. ``"first"`` is the mirror image. 2-D frames such as
     ``(84, 84)`` have no channel axis: concatenating would glue them along a spatial axis.
 
+    Returns:
+        The layout as a plain ``str`` (:func:`layout_name`).
+
     Raises:
         ValueError: naming the frame shape and the layout to use instead.
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    layout = layout_name(layout)
     if layout == "stack" or len(shape) == 1:
-        return
+        return layout
     if len(shape) == 0:
-        raise ValueError(
-            f"scalar frames cannot be concatenated (layout={layout!r}); use layout='stack'"
-        )
+        raise ValueError(scalar_layout(layout))
     if len(shape) == 2:
         raise ValueError(
             f"frames of shape {shape} have no channel axis: layout={layout!r} would glue "
@@ -113,6 +132,46 @@ def check_layout(layout: str, shape: tuple) -> None:
             f"{layout} one): layout={layout!r} would glue them along a spatial axis; "
             f"use layout={other!r} or layout='stack'"
         )
+    return layout
+
+
+def chunk_bytes(n) -> int:
+    """``chunk_bytes`` of a FramePool as an int in ``[1, 2**63 - 1]``.
+
+    Raises:
+        TypeError: not an integer. ValueError: out of range.
+    """
+    n = operator.index(n)
+    if n <= 0:
+        raise ValueError(chunk_bytes_not_positive(n))
+    if n > INT64_MAX:
+        raise ValueError(f"chunk_bytes must be at most 2**63 - 1, got {n}")
+    return n
+
+
+def stack_size(k) -> int:
+    """``k``, the frames per observation, as an int in ``[1, (2**63 - 1) // 8]``.
+
+    Raises:
+        TypeError: not an integer. ValueError: out of range.
+    """
+    k = operator.index(k)
+    if k < 1:
+        raise ValueError(stack_size_not_positive(k))
+    check_batch_size(1, k)
+    return k
+
+
+def check_batch_size(n: int, k: int) -> None:
+    """Refuse ``n`` observations of ``k`` frames whose ids would need over 2**63 - 1 bytes.
+
+    Compared, not multiplied, so nothing can overflow.
+
+    Raises:
+        ValueError: too large.
+    """
+    if k > INT64_MAX // 8 // max(1, n):
+        raise ValueError(batch_too_large(n, k))
 
 
 def observation_shape(shape: tuple, k: int, layout: str) -> tuple:
@@ -128,10 +187,10 @@ def requested_dtype(dtype, out):
     """The output dtype a copy out is asked for: ``dtype``, else ``out``'s, else None.
 
     Raises:
-        TypeError: if ``out`` is given but is not an ndarray.
+        TypeError: if ``out`` is given but is not an ndarray (subclasses are refused).
     """
-    if out is not None and not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    if out is not None and type(out) is not np.ndarray:
+        raise TypeError(out_not_ndarray(out))
     return dtype if dtype is not None or out is None else out.dtype
 
 
@@ -167,12 +226,15 @@ def output_dtype(src: np.dtype, dtype, scale) -> np.dtype:
 def check_out(out, shape: tuple, dtype: np.dtype) -> None:
     """Check a caller's output array before anything is written to it.
 
+    Only a plain ``numpy.ndarray`` is accepted: a subclass can answer ``shape``,
+    ``dtype`` and ``flags`` with anything (view it with ``out.view(np.ndarray)``).
+
     Raises:
         TypeError: if ``out`` is not an ndarray or has the wrong dtype.
         ValueError: if it has the wrong shape, is not C-contiguous, or is read-only.
     """
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    if type(out) is not np.ndarray:
+        raise TypeError(out_not_ndarray(out))
     if out.shape != shape:
         raise ValueError(f"out has shape {out.shape}, expected {shape}")
     if out.dtype != dtype:
@@ -221,6 +283,8 @@ def as_slots(slots, k=None) -> np.ndarray:
             arr = arr.astype(np.int64)
         else:
             raise TypeError(f"slot ids must be integers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "u" and arr.size and arr.max() > INT64_MAX:  # would wrap to < 0
+        raise IndexError(slot_out_of_range(int(arr.max())))
     arr = np.ascontiguousarray(arr, dtype=np.int64)
     if k is not None and (arr.ndim == 0 or arr.shape[-1] != k):
         raise ValueError(f"expected {k} slot ids per observation, got shape {arr.shape}")
@@ -441,8 +505,29 @@ NO_FRAMES = "LazyFrames needs at least one frame"
 NO_OBSERVATIONS = "stack needs at least one observation"
 PUSH_BATCH_EMPTY = "push_batch needs at least one frame"
 OUT_PAIR = "out must be a pair of ndarrays"
-ALREADY_INITIALISED = "FramePool.__init__ called twice"
 OUT_PAIR_OVERLAP = "the two arrays of out overlap"
+OUT_CHANGED = "out changed while the call was checking its other arguments"
+
+
+def scalar_layout(layout: str) -> str:
+    return f"scalar frames cannot be concatenated (layout={layout!r}); use layout='stack'"
+
+
+def out_not_ndarray(out) -> str:
+    hint = "; pass out.view(np.ndarray)" if isinstance(out, np.ndarray) else ""
+    return f"out must be a numpy.ndarray, got {type(out).__name__}{hint}"
+
+
+def already_initialised(name: str) -> str:
+    return f"{name}.__init__ called twice"
+
+
+def bad_layout(layout) -> str:
+    return f"layout must be one of {LAYOUTS}, got {layout!r}"
+
+
+def batch_too_large(n: int, k: int) -> str:
+    return f"a batch of {n} x {k} frames is too large"
 
 
 def frames_shape(shape: tuple, lead: str, frame_shape: tuple) -> str:

@@ -48,6 +48,18 @@ class _Guarded:
     def __setstate__(self, state):
         raise TypeError(C.not_restorable(type(self).__name__))
 
+    def _refuse_second_init(self, sentinel: str) -> None:
+        """RuntimeError if ``__init__`` already set ``sentinel`` (the attribute it sets last).
+
+        Checked on entry and again right before ``__init__`` commits: a callback of its
+        arguments (``__index__``, ``__array__``) may have run ``__init__`` meanwhile.
+        """
+        try:
+            object.__getattribute__(self, sentinel)  # bypasses __getattr__ above
+        except AttributeError:
+            return
+        raise RuntimeError(C.already_initialised(type(self).__name__))
+
 
 def _own(owner, pool, ids) -> None:
     """Give ``owner`` one reference on each id of ``ids``, dropped when it is collected."""
@@ -78,18 +90,15 @@ class FramePool(_Guarded):
     )
 
     def __init__(self, frame_shape, dtype, *, chunk_bytes=C.DEFAULT_CHUNK_BYTES):
-        try:
-            object.__getattribute__(self, "_frames")  # bypasses _Guarded.__getattr__
-        except AttributeError:
-            pass
-        else:  # owners hold references into the state a second __init__ would replace
-            raise RuntimeError(C.ALREADY_INITIALISED)
-        self._shape = C.frame_shape(frame_shape)
-        self._dtype = C.frame_dtype(dtype)
-        chunk_bytes = operator.index(chunk_bytes)
-        if chunk_bytes <= 0:
-            raise ValueError(C.chunk_bytes_not_positive(chunk_bytes))
-        self._frame_bytes = math.prod(self._shape) * self._dtype.itemsize
+        # owners hold references into the state a second __init__ would replace
+        self._refuse_second_init("_frames")
+        shape = C.frame_shape(frame_shape)
+        dt = C.frame_dtype(dtype)
+        chunk_bytes = C.chunk_bytes(chunk_bytes)
+        self._refuse_second_init("_frames")
+        self._shape = shape
+        self._dtype = dt
+        self._frame_bytes = math.prod(shape) * dt.itemsize
         # as the arena: the largest power of two of frames that fits a chunk (at least one)
         self._spc = 1 << (min(max(1, chunk_bytes // self._frame_bytes), 1 << 31).bit_length() - 1)
         self._frames: list = []  # slot -> read-only frame, or None while the slot is free
@@ -135,7 +144,8 @@ class FramePool(_Guarded):
     @property
     def capacity(self) -> int:
         """Slots in chunks that currently hold memory."""
-        return len(self._frames)
+        # as the arena: a chunk is made only when every slot before it is taken
+        return -(-len(self._frames) // self._spc) * self._spc
 
     @property
     def bytes_held(self) -> int:
@@ -188,14 +198,19 @@ class FramePool(_Guarded):
                     self._live -= 1
 
     def _id(self, x) -> int:
-        """One slot id given as an int or a FrameRef of this pool (not yet checked live)."""
+        """One slot id, an int (not a bool) or a FrameRef of this pool (not yet checked live)."""
         if C.is_frameref(x):
             C.check_pool(x, self, "FrameRef")
             return x.slot
         try:
-            return operator.index(x)
+            if isinstance(x, bool):
+                raise TypeError
+            s = operator.index(x)
         except TypeError:
             raise TypeError(C.wrong_type("a slot id", "an int or a FrameRef", x)) from None
+        if not -C.INT64_MAX - 1 <= s <= C.INT64_MAX:
+            raise IndexError(C.slot_out_of_range(s))
+        return s
 
     def _ids(self, slots) -> np.ndarray:
         """Slot ids (ints or FrameRefs of this pool) as a private int64 array (not checked live)."""
@@ -204,11 +219,19 @@ class FramePool(_Guarded):
             return np.array([self._id(x) for x in arr.ravel()], np.int64).reshape(arr.shape)
         return C.as_slots(arr).copy()
 
+    def _in_range(self, s: int) -> bool:
+        """Whether ``s`` is a slot of :attr:`capacity` (live, free or never handed out)."""
+        return 0 <= s < self.capacity
+
+    def _count(self, s: int) -> int:
+        """References held on ``s``, a slot in range (0 if it was never handed out)."""
+        return self._counts[s] if s < len(self._counts) else 0
+
     def _check(self, s: int) -> None:
         """Raise unless ``s`` is a live slot."""
-        if not 0 <= s < len(self._frames):
+        if not self._in_range(s):
             raise IndexError(C.slot_out_of_range(s))
-        if self._counts[s] == 0:
+        if self._count(s) == 0:
             raise ValueError(C.slot_free(s))
 
     def _check_live(self, ids: np.ndarray) -> None:
@@ -248,14 +271,13 @@ class FramePool(_Guarded):
 
     def push_batch(self, frames, *, k=1, pad=None, layout="stack") -> LazyBatch:
         """Push ``n`` frames; row i of the result is ``k - 1`` pads then frame i."""
-        arr = C.as_frames(frames, self._shape, self._dtype)
+        k = C.stack_size(k)
+        p = self._pad(pad)
+        layout = C.check_layout(layout, self._shape)
+        arr = C.as_frames(frames, self._shape, self._dtype)  # last, as the compiled core
         if len(arr) == 0:
             raise ValueError(C.PUSH_BATCH_EMPTY)
-        k = operator.index(k)
-        if k < 1:
-            raise ValueError(C.stack_size_not_positive(k))
-        p = self._pad(pad)
-        C.check_layout(layout, self._shape)
+        C.check_batch_size(len(arr), k)
         if p is not None:
             self._check(p)
         new = [self.push(f) for f in arr]  # each holds its frame until the batch owns it
@@ -313,9 +335,9 @@ class FramePool(_Guarded):
     def refcount(self, slot) -> int:
         """References held on ``slot`` (0 for a free slot in range)."""
         s = self._id(slot)
-        if not 0 <= s < len(self._frames):
+        if not self._in_range(s):
             raise IndexError(C.slot_out_of_range(s))
-        return self._counts[s]
+        return self._count(s)
 
     def get(self, slot) -> np.ndarray:
         """A copy of the frame in ``slot``, shape :attr:`frame_shape`."""
@@ -328,7 +350,7 @@ class FramePool(_Guarded):
         ids = self._ids(slots)
         if ids.ndim != 1 or ids.size == 0:
             raise ValueError(C.bad_slots_shape(ids.shape, "k"))
-        C.check_layout(layout, self._shape)
+        layout = C.check_layout(layout, self._shape)
         self._check_live(ids)
         return LazyFrames._make(self, tuple(ids.tolist()), layout)
 
@@ -337,7 +359,7 @@ class FramePool(_Guarded):
         ids = self._ids(slots)
         if ids.ndim != 2 or ids.shape[1] == 0:
             raise ValueError(C.bad_slots_shape(ids.shape))
-        C.check_layout(layout, self._shape)
+        layout = C.check_layout(layout, self._shape)
         self._check_live(ids)
         return LazyBatch._make(self, ids, layout)
 
@@ -346,9 +368,9 @@ class FramePool(_Guarded):
         ids = self._ids(slots)
         if ids.ndim != 2 or ids.shape[1] == 0:
             raise ValueError(C.bad_slots_shape(ids.shape, "(B, k)"))
-        C.check_layout(layout, self._shape)
-        dst = _check_copy_out(self, len(ids), ids.shape[1], layout, out, dtype, scale)
+        layout = C.check_layout(layout, self._shape)
         C.check_no_overlap(out, {"slots": slots})
+        dst, scale = _check_copy_out(self, len(ids), ids.shape[1], layout, out, dtype, scale)
         self._check_live(ids)
         frames = [[self._frames[s] for s in row] for row in ids.tolist()]
         return _copy_out(frames, self._shape, ids.shape[1], layout, out, dst, scale)
@@ -397,6 +419,7 @@ class LazyFrames(_Guarded):
     __array_priority__ = 10.0  # so ndarray == LazyFrames defers to __eq__ below
 
     def __init__(self, frames, *, layout="last"):
+        self._refuse_second_init("_pool")
         if isinstance(frames, np.ndarray) and frames.ndim >= 1:
             frames = list(frames)
         frames = list(frames)
@@ -412,9 +435,10 @@ class LazyFrames(_Guarded):
                 raise ValueError(C.frames_differ("shapes", shape, a.shape))
             if a.dtype.newbyteorder("=") != dt:
                 raise TypeError(C.frames_differ("dtypes", dt, a.dtype))
-        C.check_layout(layout, shape)
+        layout = C.check_layout(layout, shape)
         pool = default_pool(shape, dt)
         refs = [pool._push_known(f, a) for f, a in zip(frames, arrays, strict=True)]
+        self._refuse_second_init("_pool")  # a frame's __array__ may have run __init__
         self._init(pool, tuple(r.slot for r in refs), layout)
 
     @classmethod
@@ -425,6 +449,8 @@ class LazyFrames(_Guarded):
         return lz
 
     def _init(self, pool, ids, layout):
+        if not ids:
+            raise ValueError(C.stack_size_not_positive(0))
         _own(self, pool, ids)
         self._pool = pool
         self._slots = ids
@@ -572,6 +598,8 @@ class LazyBatch(_Guarded):
     @classmethod
     def _make(cls, pool: FramePool, ids: np.ndarray, layout: str) -> LazyBatch:
         """A batch over a private ``(n, k)`` array of live slot ids (checked by the caller)."""
+        if ids.shape[1] < 1:
+            raise ValueError(C.stack_size_not_positive(ids.shape[1]))
         batch = object.__new__(cls)
         ids.flags.writeable = False
         _own(batch, pool, ids)
@@ -658,13 +686,13 @@ class LazyBatch(_Guarded):
         """The next batch: each row shifted left with its new frame last, or restarted."""
         pool = self._pool
         n, k = self._slots.shape
-        arr = C.as_frames(frames, pool.frame_shape, pool.dtype)
-        if len(arr) != n:
-            raise ValueError(C.frames_shape(arr.shape, str(n), pool.frame_shape))
         mask = np.zeros(n, np.bool_) if restart is None else np.array(restart, np.bool_)
         if mask.shape != (n,):
             raise ValueError(C.restart_shape(mask.shape, n))
         p = pool._pad(pad)
+        arr = C.as_frames(frames, pool.frame_shape, pool.dtype)  # last, as the compiled core
+        if len(arr) != n:
+            raise ValueError(C.frames_shape(arr.shape, str(n), pool.frame_shape))
         if p is not None:
             pool._check(p)
         new = [pool.push(f) for f in arr]  # each holds its frame until the batch owns it
@@ -716,6 +744,7 @@ class SlotTable(_Guarded):
     __slots__ = ("__weakref__", "_ids", "_pool")
 
     def __init__(self, pool, rows, width):
+        self._refuse_second_init("_pool")
         if not isinstance(pool, FramePool):
             raise TypeError(C.wrong_type("pool", "a FramePool", pool))
         rows, width = operator.index(rows), operator.index(width)
@@ -727,6 +756,7 @@ class SlotTable(_Guarded):
             ids = np.full((rows, width), -1, np.int64)  # -1: empty; written in place only
         except MemoryError:
             raise MemoryError(C.table_too_large(rows, width)) from None
+        self._refuse_second_init("_pool")  # an __index__ callback may have run __init__
         self._pool = pool
         self._ids = ids
         _own(self, pool, self._ids)
@@ -805,10 +835,15 @@ class SlotTable(_Guarded):
         new[idx >= 0] = flat[idx[idx >= 0]]
         self._write(r, new)
 
-    def _select(self, rows, cols) -> np.ndarray:
-        """The slot ids of columns ``cols = (start, stop)`` of ``rows``, all non-empty."""
-        r = C.as_rows(rows, len(self._ids))
-        start, stop = _columns(cols, self._ids.shape[1])
+    def _where(self, rows, cols) -> tuple:
+        """``(r, start, stop)``: ``rows`` as a fresh int64 array and ``cols`` checked."""
+        return (C.as_rows(rows, len(self._ids)), *_columns(cols, self._ids.shape[1]))
+
+    def _entries(self, r: np.ndarray, start: int, stop: int) -> np.ndarray:
+        """The slot ids of columns ``[start, stop)`` of rows ``r``, all non-empty.
+
+        Read after every other argument is checked, as the compiled core does.
+        """
         ids = self._ids[r, start:stop]
         empty = np.flatnonzero((ids < 0).any(axis=1))
         if empty.size:
@@ -817,37 +852,41 @@ class SlotTable(_Guarded):
 
     def batch(self, rows, start, stop, *, layout="stack") -> LazyBatch:
         """A :class:`LazyBatch` of columns ``[start, stop)`` of ``rows``."""
-        ids = self._select(rows, (start, stop))
-        C.check_layout(layout, self._pool.frame_shape)
-        return LazyBatch._make(self._pool, ids, layout)
+        r, start, stop = self._where(rows, (start, stop))
+        layout = C.check_layout(layout, self._pool.frame_shape)
+        return LazyBatch._make(self._pool, self._entries(r, start, stop), layout)
 
     def gather(self, rows, start, stop, out=None, *, layout="last", dtype=None, scale=None):
         """Copy the observations in columns ``[start, stop)`` of ``rows`` into one array."""
-        ids = self._select(rows, (start, stop))
+        r, start, stop = self._where(rows, (start, stop))
+        pool = self._pool
+        layout = C.check_layout(layout, pool.frame_shape)
         C.check_no_overlap(out, {"rows": rows})
-        return self._pool.gather(ids, out, layout=layout, dtype=dtype, scale=scale)
+        _check_copy_out(pool, len(r), stop - start, layout, out, dtype, scale)
+        ids = self._entries(r, start, stop)
+        return pool.gather(ids, out, layout=layout, dtype=dtype, scale=scale)
 
     def gather_pairs(
         self, rows1, cols1, rows2, cols2, out=None, *, layout="last", dtype=None, scale=None
     ):
         """Copy two sets of observations (e.g. obs and next obs) row by row into two arrays."""
-        ids1, ids2 = self._select(rows1, cols1), self._select(rows2, cols2)
-        if len(ids1) != len(ids2):
-            raise ValueError(C.pair_lengths(len(ids1), len(ids2)))
-        if ids1.shape[1] != ids2.shape[1]:
-            raise ValueError(C.pair_widths(ids1.shape[1], ids2.shape[1]))
+        (r1, a1, b1), (r2, a2, b2) = self._where(rows1, cols1), self._where(rows2, cols2)
+        if len(r1) != len(r2):
+            raise ValueError(C.pair_lengths(len(r1), len(r2)))
+        if b1 - a1 != b2 - a2:
+            raise ValueError(C.pair_widths(b1 - a1, b2 - a2))
         if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
             raise TypeError(C.OUT_PAIR)
         o1, o2 = (None, None) if out is None else out
         pool = self._pool
-        C.check_layout(layout, pool.frame_shape)
-        d1, d2 = (
-            _check_copy_out(pool, len(ids1), ids1.shape[1], layout, o, dtype, scale)
-            for o in (o1, o2)
+        layout = C.check_layout(layout, pool.frame_shape)
+        C.check_no_overlap(out, {"rows1": rows1, "rows2": rows2})
+        (d1, _), (d2, _) = (
+            _check_copy_out(pool, len(r1), b1 - a1, layout, o, dtype, scale) for o in (o1, o2)
         )
         if d1 != d2:
             raise TypeError(C.pair_dtypes(d1, d2))
-        C.check_no_overlap(out, {"rows1": rows1, "rows2": rows2})
+        ids1, ids2 = self._entries(r1, a1, b1), self._entries(r2, a2, b2)
         kw = {"layout": layout, "dtype": dtype, "scale": scale}
         return pool.gather(ids1, o1, **kw), pool.gather(ids2, o2, **kw)
 
@@ -869,12 +908,19 @@ def _columns(cols, width: int) -> tuple:
     return start, stop
 
 
-def _check_copy_out(pool, b: int, k: int, layout: str, out, dtype, scale) -> np.dtype:
-    """Check the output of a copy of ``b`` observations of ``k`` frames; returns its dtype."""
+def _check_copy_out(pool, b: int, k: int, layout: str, out, dtype, scale) -> tuple:
+    """Check the output of a copy of ``b`` observations of ``k`` frames.
+
+    Converts ``dtype`` and ``scale`` first, then checks ``out``, as the compiled core.
+
+    Returns:
+        The output dtype, and ``scale`` as a float (or None).
+    """
     dst = C.output_dtype(pool.dtype, C.requested_dtype(dtype, out), scale)
+    scale = None if scale is None else float(scale)
     if out is not None:
         C.check_out(out, (b,) + C.observation_shape(pool.frame_shape, k, layout), dst)
-    return dst
+    return dst, scale
 
 
 def _materialise(frames: list, layout: str) -> np.ndarray:
@@ -907,7 +953,9 @@ def stack(observations, out=None, *, dtype=None, scale=None) -> np.ndarray:
         if not isinstance(o, LazyFrames):
             raise TypeError(C.stack_not_lazyframes(o))
         C.check_same_geometry(first, o)
-    dst = _check_copy_out(first.pool, len(obs), first.stack_size, first.layout, out, dtype, scale)
+    dst, scale = _check_copy_out(
+        first.pool, len(obs), first.stack_size, first.layout, out, dtype, scale
+    )
     frames = [[o._pool._frames[s] for s in o._slots] for o in obs]  # each o keeps its frames live
     return _copy_out(frames, first.frame_shape, first.stack_size, first.layout, out, dst, scale)
 

@@ -2,7 +2,10 @@
 
 One test per misuse found in the 0.1.0 core (raw int ids a caller could forge, Python
 callbacks between the check of an id and its use, aliasing, overflow, uninitialised
-objects, crafted pickles), rephrased for the owner-based API. Each attack runs against
+objects, crafted pickles), rephrased for the owner-based API, and per finding of the
+review of the first v2 core (M12-M19 in docs/CASES.md: lying ``out=`` subclasses,
+callbacks after a check, ``k = 0`` owners, reentrant ``__init__``, ``str`` subclass
+layouts, ABA, threads, and disagreements between the cores). Each attack runs against
 both cores and checks the exception type and a distinctive part of its message, and
 that the state is unchanged: ``live_frames``, the refcounts and the values of every
 frame the attack aimed at. On the compiled core each attack runs in a child
@@ -896,6 +899,365 @@ def _attack_crafted_pickles(impl):
 
 def test_crafted_pickles_are_refused(impl):
     _isolated(impl, _attack_crafted_pickles)
+
+
+# -- the v2 review: out=, phases, layouts, k, reentrant __init__, ABA, ids -----------------
+
+
+class _LiesShape(np.ndarray):
+    @property
+    def shape(self):
+        return (64, 84, 84, 2)
+
+
+class _LiesDtype(np.ndarray):
+    @property
+    def dtype(self):
+        return np.dtype(np.float64)
+
+
+class _LiesFlags(np.ndarray):
+    @property
+    def flags(self):
+        return type("Flags", (), {"c_contiguous": True, "writeable": True, "aligned": True})()
+
+
+def _attack_out_subclasses(impl):
+    pool, batch, _ = _setup(impl, n=2, k=2)
+    table = impl.SlotTable(pool, 2, 2)
+    table.set([0, 1], (batch,))
+    w = Witness(pool, batch.slots)
+    frozen = b"\x07" * (2 * 84 * 84 * 2)  # the bytes of an immutable object
+    outs = [
+        np.zeros(16, np.uint8).view(_LiesShape),  # 16 bytes that claim (64, 84, 84, 2)
+        np.zeros((2, 84, 84, 2), np.uint8).view(_LiesDtype),  # uint8 that claims float64
+        np.frombuffer(frozen, np.uint8).reshape(2, 84, 84, 2).view(_LiesFlags),  # read-only
+    ]
+    calls = [
+        lambda o: pool.gather(batch.slots, o),
+        lambda o: batch.numpy(o),
+        lambda o: impl.stack(list(pool.lazy_batch(batch.slots, layout="last")), o),
+        lambda o: table.gather([0, 1], 0, 2, o),
+        lambda o: table.gather_pairs([0, 1], (0, 2), [0, 1], (0, 2), out=(o, np.empty_like(o))),
+    ]
+    if impl_name(impl) == "compiled":
+        calls.append(lambda o: impl._memcpy_gather(pool, batch.slots, o))
+    for out in outs:
+        before = out.view(np.ndarray).tobytes()
+        for call in calls:
+            _refused(TypeError, r"out must be a numpy\.ndarray, got _Lies.*out\.view", call, out)
+        assert out.view(np.ndarray).tobytes() == before
+    assert frozen == b"\x07" * (2 * 84 * 84 * 2)
+    w.check()
+
+
+def test_out_subclasses_are_refused(impl):
+    _isolated(impl, _attack_out_subclasses)
+
+
+def _attack_out_resized_by_a_callback(impl):
+    pool, batch, _ = _setup(impl, n=16, k=2)
+    table = impl.SlotTable(pool, 16, 2)
+    table.set(list(range(16)), (batch,))
+    w = Witness(pool, batch.slots)
+    o1, o2 = (np.zeros((16, 84, 84, 2), np.float32) for _ in range(2))
+
+    class Shrinks:  # a dtype-like whose np.dtype() conversion shrinks o1
+        @property
+        def dtype(self):
+            o1.resize((1,), refcheck=False)
+            return np.dtype(np.float32)
+
+    class Scale(float):  # a scale whose float() shrinks o1 (the compiled core calls it)
+        def __float__(self):
+            o1.resize((1,), refcheck=False)
+            return 1.0
+
+    class Slots(np.ndarray):  # slot ids whose overlap check shrinks o1
+        def __array_function__(self, func, types, args, kwargs):
+            o1.resize((1,), refcheck=False)
+            return False
+
+    slots = batch.slots.view(Slots)
+    rows = np.arange(16)
+    attacks = [
+        lambda: pool.gather(batch.slots, o1, dtype=Shrinks()),
+        lambda: pool.gather(batch.slots, o1, dtype=np.float32, scale=Scale(1.0)),
+        lambda: pool.gather(slots, o1, dtype=np.float32),
+        lambda: batch.numpy(o1, dtype=np.float32, scale=Scale(1.0)),
+        lambda: table.gather(rows, 0, 2, o1, dtype=np.float32, scale=Scale(1.0)),
+        lambda: table.gather_pairs(rows, (0, 2), rows, (0, 2), (o2, o1), dtype=Shrinks()),
+        lambda: table.gather_pairs(rows, (0, 2), rows, (0, 2), (o1, o2), dtype=Shrinks()),
+    ]
+    for attack in attacks:
+        o1.resize((16, 84, 84, 2), refcheck=False)
+        o1[...] = 0
+        message = None
+        try:
+            attack()
+        except (ValueError, RuntimeError) as e:  # refused: "out has shape", "out changed"
+            message = str(e)
+        if message is None:  # a core that never ran the callback, or ran it before checking out
+            assert o1.shape == (16, 84, 84, 2)
+        else:
+            assert re.search("out has shape|out changed", message), message
+    w.check()
+
+
+def test_out_resized_by_a_callback_is_refused(impl):
+    _isolated(impl, _attack_out_resized_by_a_callback)
+
+
+def _attack_zero_frames_per_observation(impl):
+    pool = make_pool(impl, (2, 2))
+    for frames in (np.zeros((3, 0, 2, 2), np.uint8), np.zeros((64, 0, 2, 2), np.uint8)):
+        _refused(ValueError, "k must be at least 1, got 0", pool._push_dedup, frames)
+    _refused(ValueError, "k must be at least 1, got 0", pool.push_batch, f(1, (1, 2, 2)), k=0)
+    assert pool.live_frames == 0
+
+
+def test_owners_of_zero_frames_are_refused(impl):
+    _isolated(impl, _attack_zero_frames_per_observation)
+
+
+def _attack_reentrant_init(impl):
+    pool = impl.FramePool.__new__(impl.FramePool)
+    keep = []
+
+    class Chunk:
+        def __index__(self):
+            pool.__init__((4,), np.uint8)
+            keep.append(pool.push(np.zeros(4, np.uint8)))
+            return 1 << 20
+
+    _refused(
+        RuntimeError,
+        "FramePool.__init__ called twice",
+        pool.__init__,
+        (4,),
+        np.uint8,
+        chunk_bytes=Chunk(),
+    )
+    assert pool.live_frames == 1 and pool.get(keep[0]).tolist() == [0] * 4
+    keep.clear()
+    assert pool.live_frames == 0
+
+    shared = impl.default_pool((3,), np.uint8)
+    before = shared.live_frames
+    box = [impl.LazyFrames.__new__(impl.LazyFrames)]
+
+    class Frame:
+        def __array__(self, dtype=None, copy=None):
+            box[0].__init__([np.full(3, 7, np.uint8)] * 2)
+            return np.zeros(3, np.uint8)
+
+    _refused(RuntimeError, "LazyFrames.__init__ called twice", box[0].__init__, [Frame()])
+    assert np.asarray(box[0]).tolist() == [7] * 6  # the inner __init__ stands
+    box.clear()
+    gc.collect()
+    assert shared.live_frames == before
+
+    pool = make_pool(impl, (2,))
+    box = [impl.SlotTable.__new__(impl.SlotTable)]
+
+    class Rows:
+        def __index__(self):
+            box[0].__init__(pool, 4, 1)
+            box[0].set([0], (pool.lazy([pool.push(np.ones(2, np.uint8))]),))
+            return 3
+
+    _refused(RuntimeError, "SlotTable.__init__ called twice", box[0].__init__, pool, Rows(), 1)
+    assert box[0].shape == (4, 1) and pool.live_frames == 1
+    box.clear()
+    gc.collect()
+    assert pool.live_frames == 0
+
+
+def test_reentrant_init_is_refused_without_leak_or_reset(impl):
+    _isolated(impl, _attack_reentrant_init)
+
+
+class _Layout(str):
+    """A layout whose ``==`` always answers True, and that runs ``hook`` when compared."""
+
+    hook = None
+
+    def __eq__(self, other):
+        if _Layout.hook is not None:
+            hook, _Layout.hook = _Layout.hook, None
+            hook()
+        return True
+
+    __hash__ = str.__hash__
+
+
+def _attack_layout_str_subclass(impl):
+    pool = make_pool(impl, ())  # scalar frames: only "stack" fits
+    r = pool.push(np.uint8(5))
+    _refused(ValueError, "layout must be one of", pool.gather, [[r] * 1000], layout=_Layout("x"))
+    _refused(
+        ValueError,
+        "scalar frames cannot be concatenated",
+        pool.gather,
+        [[r] * 1000],
+        layout=_Layout("last"),
+    )
+    assert pool.gather([[r] * 3], layout=_Layout("stack")).tolist() == [[5, 5, 5]]
+    lz = pool.lazy([r], layout=_Layout("stack"))
+    assert type(lz.layout) is str and lz.layout == "stack"
+    assert _Layout.hook is None
+
+
+def _attack_frameref_aba(impl):
+    pool = make_pool(impl, (2,))
+    refs = [pool.push(np.array([1, 1], np.uint8)), pool.push(np.array([2, 2], np.uint8))]
+    keep = []
+
+    class Swap:  # read after the FrameRefs: drops them and fills their slots again
+        def __index__(self):
+            refs.clear()
+            keep.extend(pool.push(np.full(2, v, np.uint8)) for v in (99, 98, 97))
+            return keep[-1].slot
+
+    lz = pool.lazy([*refs, Swap()])
+    assert np.asarray(lz).tolist() == [1, 1, 2, 2, 97, 97]
+    del lz
+    keep.clear()
+    assert pool.live_frames == 0
+
+
+def test_frameref_owners_outlive_callbacks_that_drop_them(impl):
+    _isolated(impl, _attack_frameref_aba)
+
+
+def test_layouts_are_compared_as_plain_strings(impl):
+    _isolated(impl, _attack_layout_str_subclass)
+
+
+def _attack_restart_resizes_frames(impl):
+    pool = make_pool(impl, (2, 2))
+    batch = pool.push_batch(np.zeros((2, 2, 2), np.uint8), k=4)
+    frames = np.ones((2, 2, 2), np.uint8)
+
+    class Restart:
+        def __array__(self, dtype=None, copy=None):
+            frames.resize((5000, 2, 2), refcheck=False)
+            return np.zeros(2, bool)
+
+    _refused(ValueError, r"frames have shape \(5000, 2, 2\)", batch.shift, frames, Restart())
+    assert pool.live_frames == 2
+    del batch
+    assert pool.live_frames == 0
+
+
+def test_restart_callback_that_resizes_the_frames(impl):
+    _isolated(impl, _attack_restart_resizes_frames)
+
+
+def _attack_table_threads(impl):
+    import threading
+
+    pool = make_pool(impl)
+    table = impl.SlotTable(pool, 16, 3)
+    stop = threading.Event()
+    errors = []
+
+    def writer():
+        rng = np.random.default_rng(0)
+        while not stop.is_set():
+            v = int(rng.integers(256))
+            b = pool.push_batch(np.stack([f(v)] * 4), k=3)  # every row holds value v
+            table.set(rng.choice(16, 4, replace=False), (b,))
+            table.clear(rng.choice(16, 2, replace=False))
+
+    def reader():
+        out = np.empty((8, 84, 84, 3), np.uint8)
+        while not stop.is_set():
+            try:
+                got = table.gather(np.arange(8), 0, 3, out)
+            except ValueError as e:  # an empty row: fine
+                if "empty" not in str(e):
+                    errors.append(str(e))
+                continue
+            for row in got:  # the three frames of a row were stored together
+                if not (row == row[0, 0, 0]).all():
+                    errors.append("torn read")
+
+    threads = [threading.Thread(target=t) for t in (writer, reader, reader)]
+    for t in threads:
+        t.start()
+    stop.wait(3)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    table.clear()
+    assert pool.live_frames == 0
+
+
+@pytest.mark.skipif(
+    "compiled" not in IMPLS, reason="the compiled core only: the twin is not thread-safe"
+)
+def test_table_reads_racing_writes_in_threads():
+    _isolated(core("compiled"), _attack_table_threads)
+
+
+def _attack_small_cases(impl):
+    pool, batch, w = _setup(impl)
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(batch)
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(batch[0])
+    big = np.uint64(2**64 - 1)
+    for bad in (big, np.array([[big]]), [[2**64]], [[-(2**64)]], [[2**63]]):
+        v = int(np.ravel(np.asarray(bad, dtype=object))[0])
+        pattern = rf"slot {v} is out of range"
+        _refused(IndexError, pattern, pool.gather, bad if np.ndim(bad) else [[bad]])
+    _refused(IndexError, rf"slot {2**64 - 1} is out of range", pool.get, big)
+    for x in (True, False):  # bools are not slot ids
+        _refused(TypeError, "a slot id must be an int or a FrameRef, got bool", pool.get, x)
+        _refused(TypeError, "got bool", pool.refcount, x)
+        with pytest.raises(TypeError):
+            pool.lazy([x])
+    never = pool.capacity - 1  # in a chunk the arena made, never handed out
+    assert pool.refcount(never) == 0
+    _refused(ValueError, f"slot {never} is free", pool.get, never)
+    _refused(IndexError, "out of range", pool.get, pool.capacity)
+    _refused(
+        ValueError,
+        "a batch of 1 x 9223372036854775808 frames is too large",
+        pool.push_batch,
+        np.stack([f(1)]),
+        k=2**63,
+    )
+    _refused(
+        ValueError,
+        "chunk_bytes must be at most 2\\*\\*63 - 1",
+        impl.FramePool,
+        (2,),
+        np.uint8,
+        chunk_bytes=2**70,
+    )
+    if impl_name(impl) == "compiled":  # the weakref callback of _push_known, on a bare pool
+        impl.FramePool.__new__(impl.FramePool)._forget(0, None)
+    w.check()
+
+
+def test_small_disagreements_of_the_review(impl):
+    _isolated(impl, _attack_small_cases)
+
+
+@pytest.mark.skipif("compiled" not in IMPLS, reason="the compiled pool only")
+def test_pool_internals_cannot_change_what_pickles():
+    L = core("compiled")
+    pool = make_pool(L, (2,))
+    a, b = pool.push(np.ones(2, np.uint8)), pool.push(np.full(2, 2, np.uint8))
+    assert gc.get_referents(pool) == []  # _refs and _by_id are not reachable from the pool
+    lz = pool.lazy([a, a])
+    for o in gc.get_objects():  # tamper with the pickling map itself
+        if type(o).__name__ == "WeakValueDictionary" and a.slot in o.data:
+            o[a.slot] = b
+    assert np.asarray(pickle.loads(pickle.dumps(lz))).tolist() == [1, 1, 1, 1]
 
 
 # -- the removed API is gone -----------------------------------------------------------------
