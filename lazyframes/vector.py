@@ -318,7 +318,7 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
         if rows != self._n or (ids is not None and not np.array_equal(ids, np.arange(self._n))):
             raise ValueError(
                 f"the vector env returned a batch of {rows} observations (env ids "
-                f"{'not given' if ids is None else list(np.asarray(ids))}), not one for each of "
+                f"{'not given' if ids is None else np.asarray(ids).tolist()}), not one for each of "
                 f"its {self._n} envs in order: asynchronous vector envs are not supported"
             )
 

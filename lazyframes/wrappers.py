@@ -338,8 +338,9 @@ class _EagerLeaf:
     """
 
     pool = None
+    pad = None
 
-    def __init__(self, space: gym.Space, k: int, pad, who: str):
+    def __init__(self, space: gym.Space, k: int, pad):
         self.space = space
         self.k = k
         self.pad_value = pad
@@ -373,7 +374,7 @@ def make_leaf(space: gym.Space, k: int, layout: str, pool, pad, who: str):
         return _LazyLeaf(space, k, layout, pool, pad, who)
     if pool is not None:
         raise TypeError(f"{who}: a pool was given for {space}, which is not a Box (no frames)")
-    return _EagerLeaf(space, k, pad, who)
+    return _EagerLeaf(space, k, pad)
 
 
 class _RingWrapper(LeafStacks, gym.Wrapper):
