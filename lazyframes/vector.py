@@ -173,6 +173,35 @@ class _ArrayBatchLeaf:
         """Nothing to drop."""
 
 
+def _leaf_stackers(space: gym.Space, k: int, layout: str, pool, pad, who: str) -> list:
+    """A stacker per leaf of ``space``; ``pad`` is the padding value, None for reset padding.
+
+    Raises:
+        TypeError: a leaf space other than Box, Discrete, MultiDiscrete and MultiBinary,
+            or a pool given for a leaf that is not a Box.
+    """
+    stackers: list = []
+    for path, leaf in leaves(space):
+        leaf_pad = None if pad is None else at(pad, path)
+        if isinstance(leaf, gym.spaces.Box):
+            stackers.append(
+                _LazyBatchLeaf(leaf, k, layout, leaf_pool(pool, path, who), leaf_pad, who)
+            )
+        elif isinstance(
+            leaf, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+        ):
+            if leaf_pool(pool, path, who) is not None:
+                raise TypeError(f"{who}: a pool was given for {leaf}, which is not a Box")
+            stackers.append(_ArrayBatchLeaf(leaf, k, leaf_pad))
+        else:
+            raise TypeError(
+                f"{who} stacks Box, Discrete, MultiDiscrete and MultiBinary observations "
+                f"(alone or in a Dict or Tuple), not {leaf}; stack each sub-env with "
+                f"lazyframes.wrappers.FrameStackObservation before vectorising"
+            )
+    return stackers
+
+
 def _batch_size(envs: VectorEnv) -> int:
     """How many sub-envs one step returns: ale-py's ``batch_size``, EnvPool's config's."""
     env = envs.unwrapped
@@ -254,8 +283,11 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
         lazy: bool = True,
         pool=None,
     ):
-        super().__init__(envs)
         who = "lazyframes.vector.FrameStackObservation"
+        # everything is checked before the wrapper is initialised: a half-made wrapper
+        # would be closed by VectorEnv.__del__
+        if not isinstance(envs, VectorEnv):
+            raise TypeError(f"{who} wraps a gymnasium.vector.VectorEnv, got {type(envs).__name__}")
         k = check_stack_size(stack_size)
         space = envs.single_observation_space
         padding_type, padding_value = check_padding(padding_type, space)
@@ -266,31 +298,15 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
                 f"(asynchronous batch_size): stacks would follow batch positions, not envs; "
                 f"use batch_size=num_envs"
             )
-        pad = None if padding_type == "reset" else padding_value
-        self._leaves: list = []
-        for path, leaf in leaves(space):
-            leaf_pad = None if pad is None else at(pad, path)
-            if isinstance(leaf, gym.spaces.Box):
-                self._leaves.append(
-                    _LazyBatchLeaf(leaf, k, layout, leaf_pool(pool, path, who), leaf_pad, who)
-                )
-            elif isinstance(
-                leaf, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
-            ):
-                if leaf_pool(pool, path, who) is not None:
-                    raise TypeError(f"{who}: a pool was given for {leaf}, which is not a Box")
-                self._leaves.append(_ArrayBatchLeaf(leaf, k, leaf_pad))
-            else:
-                raise TypeError(
-                    f"{who} stacks Box, Discrete, MultiDiscrete and MultiBinary observations "
-                    f"(alone or in a Dict or Tuple), not {leaf}; stack each sub-env with "
-                    f"lazyframes.wrappers.FrameStackObservation before vectorising"
-                )
+        stackers = _leaf_stackers(
+            space, k, layout, pool, None if padding_type == "reset" else padding_value, who
+        )
+        mode = AutoresetMode(envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        super().__init__(envs)
+        self._leaves = stackers
         self._paths = [path for path, _ in leaves(space)]
         self._space = space
-        self.autoreset_mode = AutoresetMode(
-            envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-        )
+        self.autoreset_mode = mode
         self.stack_size = k
         self.padding_type = padding_type
         self.padding_value = padding_value

@@ -449,7 +449,7 @@ class _RingWrapper(LeafStacks, gym.Wrapper):
 
 
 class FrameStack(_RingWrapper):
-    """Baselines' ``atari_wrappers.FrameStack`` on the Gymnasium 1.x API, returning LazyFrames.
+    """Baselines' ``atari_wrappers.FrameStack`` on Gymnasium 0.29.1 and 1.x, returning LazyFrames.
 
     Stacks the last ``k`` frames, as baselines: after ``reset`` the reset frame fills all
     k places; each ``step`` pushes its frame and drops the oldest. Each frame is copied
