@@ -378,12 +378,13 @@ def make_leaf(space: gym.Space, k: int, layout: str, pool, pad, who: str):
 
 
 class _RingWrapper(LeafStacks, gym.Wrapper):
-    """Holds one stacker per leaf of the observation space and the current rings.
+    """Holds one stacker per leaf of the observation space and the current ring.
 
     A Box leaf's ring is its current observation, a LazyFrames: each step is one
     ``LazyFrames.shift(frame)`` call (push the frame, share the k-1 newer frames).
     Observations own their frames' references, so a frame lives exactly as long as some
-    observation holds it.
+    observation holds it. For a Box space (the hot path) the ring is that LazyFrames;
+    otherwise it is a list of each leaf's ring.
     """
 
     def _setup(
@@ -406,37 +407,44 @@ class _RingWrapper(LeafStacks, gym.Wrapper):
             for path, leaf in leaves(space)
         ]
         self._paths = [path for path, _ in leaves(space)]
-        self._ring: list | None = None  # each leaf's ring, or None before reset
+        self._box = isinstance(space, gym.spaces.Box)
+        self._ring: Any = None  # LazyFrames (Box space) or a list per leaf; None before reset
 
     @property
     def layout(self) -> str:
         """``"last"``, ``"first"`` or ``"stack"``."""
         return self._layout
 
-    def _started(self, obs, padded: bool) -> list:
-        """The rings of a new episode starting at ``obs``, padded (or repeating ``obs``)."""
+    def _started(self, obs, padded: bool):
+        """The ring of a new episode starting at ``obs``, padded (or repeating ``obs``)."""
+        if self._box:
+            return self._leaves[0].start(obs, padded)
         return [
             leaf.start(at(obs, path), padded)
             for leaf, path in zip(self._leaves, self._paths, strict=True)
         ]
 
-    def _shifted(self, rings: list, obs) -> list:
-        """The rings after ``obs``: new ones, so a failure leaves ``rings`` as they were."""
+    def _shifted(self, ring, obs):
+        """The ring after ``obs``: a new one, so a failure leaves ``ring`` as it was."""
+        if self._box:
+            try:  # one core call: push the frame, share the k-1 newer ones
+                return ring.shift(obs)
+            except TypeError:  # another dtype: cast as Gymnasium does, or raise its error
+                return ring.shift(as_frames(obs, self._leaves[0].dtype))
         return [
-            leaf.shift(ring, at(obs, path))
-            for leaf, ring, path in zip(self._leaves, rings, self._paths, strict=True)
+            leaf.shift(r, at(obs, path))
+            for leaf, r, path in zip(self._leaves, ring, self._paths, strict=True)
         ]
 
     def _observe(self):
         """The current observation: LazyFrames per Box leaf (ndarrays if not lazy)."""
-        assert self._ring is not None
-        parts = (
-            (ring if self._lazy else np.asarray(ring))
-            if isinstance(leaf, _LazyLeaf)
-            else leaf.observe(ring)
-            for leaf, ring in zip(self._leaves, self._ring, strict=True)
+        ring = self._ring
+        if self._box:
+            return ring if self._lazy else np.asarray(ring)
+        return self._assembled(
+            (r if self._lazy else np.asarray(r)) if isinstance(leaf, _LazyLeaf) else leaf.observe(r)
+            for leaf, r in zip(self._leaves, ring, strict=True)
         )
-        return self._assembled(parts)
 
     def close(self):
         """Drop the wrapper's frames and close the environment.
@@ -501,7 +509,7 @@ class FrameStack(_RingWrapper):
         """Reset the env; the observation repeats the reset frame k times."""
         obs, info = self.env.reset(seed=seed, options=options)
         self._ring = self._started(obs, padded=False)
-        return self._ring[0], info
+        return self._ring, info
 
     def step(self, action):
         """Step the env; returns the next observation (a LazyFrames) and the env's rest."""
@@ -509,7 +517,7 @@ class FrameStack(_RingWrapper):
             raise gym.error.ResetNeeded("FrameStack: call reset() before step()")
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._ring = self._shifted(self._ring, obs)
-        return self._ring[0], reward, terminated, truncated, info
+        return self._ring, reward, terminated, truncated, info
 
 
 class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
