@@ -134,7 +134,7 @@ class _ArrayBatchLeaf:
     def __init__(self, space: gym.Space, k: int, pad):
         self.k = k
         self.dtype = np.dtype(space.dtype)
-        self.pad_value = None if pad is None else np.asarray(pad, self.dtype)
+        self.pad_value = None if pad is None else np.array(pad, self.dtype)  # a copy
 
     def _values(self, values) -> np.ndarray:
         return np.asarray(values).astype(self.dtype, casting="same_kind", copy=False)

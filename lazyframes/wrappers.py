@@ -302,8 +302,9 @@ class _LazyLeaf:
         self.k = k
         self.layout = layout
         self.dtype = C.frame_dtype(space.dtype)
-        self.pad_value = None if pad is None else np.asarray(pad).astype(self.dtype, copy=False)
-        self.pad: Any = None  # FrameRef of pad_value, pushed on first use (again after release)
+        # a copy: the padding frame is pushed on first use, and again after a release
+        self.pad_value = None if pad is None else np.asarray(pad).astype(self.dtype)
+        self.pad: Any = None  # FrameRef of pad_value, or None
 
     def pad_ref(self):
         """The FrameRef of the padding frame (None for reset padding)."""
@@ -343,7 +344,7 @@ class _EagerLeaf:
     def __init__(self, space: gym.Space, k: int, pad):
         self.space = space
         self.k = k
-        self.pad_value = pad
+        self.pad_value = copy.deepcopy(pad)
         self.out: Any = create_empty_array(space, n=k)
 
     def start(self, value, padded: bool = True):

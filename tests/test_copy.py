@@ -199,3 +199,12 @@ def test_envpool_batch_size_zero_means_all_envs(impl):
     stacked = mk(impl, vector.FrameStackObservation, envs, 3)
     obs, info = stacked.reset()
     assert obs.shape == (4, 3, 2, 2) and info["env_id"].tolist() == [0, 1, 2, 3]
+
+
+def test_custom_padding_is_copied_when_given(impl):
+    # the padding frame is pushed at the first reset (and again after close): changing the
+    # caller's array in between changes nothing
+    pad = f(7)
+    env = mk(impl, FrameStackObservation, CounterEnv(), 3, padding_type=pad)
+    pad[...] = 99
+    assert vals(env.reset()[0]) == [7, 7, 10]

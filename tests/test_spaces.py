@@ -184,7 +184,7 @@ def test_pool_errors(impl):
 
 
 # -- the vector stacker ------------------------------------------------------------------
-VECTOR_SPACES = ["dict", "tuple", "discrete", "multidiscrete"]
+VECTOR_SPACES = ["dict", "tuple", "discrete", "multidiscrete", "box-above-zero"]
 
 
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
