@@ -1,4 +1,4 @@
-"""Gymnasium 1.x wrappers that stack frames without copying them.
+"""Gymnasium wrappers that stack frames without copying them.
 
 ``FrameStack`` (baselines' API) and ``FrameStackObservation`` (Gymnasium's).
 
@@ -6,30 +6,110 @@ Each new frame is copied once into a :class:`~lazyframes.FramePool` (``wrapper.p
 the one given as ``pool=``, or a new one); every observation is a
 :class:`~lazyframes.LazyFrames` owning references to its k frames (no frame bytes
 copied), and each step is ``obs.shift(frame)``. ``np.asarray(obs)`` is the one copy out.
+
+``FrameStackObservation`` takes every observation space Gymnasium's does: each ``Box``
+leaf of a ``Dict`` or ``Tuple`` space is stacked lazily in a pool of its own, and every
+other leaf (``Discrete``, ``MultiDiscrete``, ...) eagerly, exactly as Gymnasium stacks it.
+
+These wrappers work with Gymnasium 0.29.1 and 1.x; ``lazyframes.vector`` needs 1.1.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from . import _common as C
 
 __all__ = ["FrameStack", "FrameStackObservation"]
 
 
-# -- helpers shared with lazyframes.vector ---------------------------------------------
-def _box_of(space, who: str) -> gym.spaces.Box:
-    """The frame space, which must be a Box (frames are ndarrays)."""
-    if not isinstance(space, gym.spaces.Box):
+# -- spaces: helpers shared with lazyframes.vector ---------------------------------------
+def leaves(space: gym.Space, path: tuple = ()) -> Iterator[tuple[tuple, gym.Space]]:
+    """``(path, leaf)`` of every leaf of ``space``, in the order Gymnasium visits them.
+
+    A path is the keys (``Dict``) and indices (``Tuple``) leading to the leaf: ``()`` for
+    a space that is not a ``Dict`` or ``Tuple``.
+    """
+    if isinstance(space, gym.spaces.Dict):
+        for key, sub in space.spaces.items():
+            yield from leaves(sub, path + (key,))
+    elif isinstance(space, gym.spaces.Tuple):
+        for i, sub in enumerate(space.spaces):
+            yield from leaves(sub, path + (i,))
+    else:
+        yield path, space
+
+
+def at(value, path: tuple):
+    """The part of a ``Dict``/``Tuple``-structured ``value`` at ``path``."""
+    for p in path:
+        value = value[p]
+    return value
+
+
+def assemble(space: gym.Space, values: Iterator):
+    """A value structured like ``space`` (dicts and tuples) from its leaves' values in order."""
+    if isinstance(space, gym.spaces.Dict):
+        return {key: assemble(sub, values) for key, sub in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(assemble(sub, values) for sub in space.spaces)
+    return next(values)
+
+
+def zero_value(space: gym.Space):
+    """Gymnasium's "zero" padding: the element of ``space`` closest to zero.
+
+    ``gymnasium.wrappers.utils.create_zero_array`` of Gymnasium 1.x; restated here for
+    ``Box`` leaves, so that Box observations (alone or in a ``Dict``/``Tuple``) also pad on
+    Gymnasium 0.29, which lacks it.
+
+    Raises:
+        TypeError: a non-Box leaf on Gymnasium 0.29.
+    """
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        return assemble(space, (zero_value(leaf) for _, leaf in leaves(space)))
+    if isinstance(space, gym.spaces.Box):
+        zero = np.zeros(space.shape, dtype=space.dtype)
+        zero = np.where(space.low > 0, space.low, zero)
+        return np.where(space.high < 0, space.high, zero)
+    try:
+        from gymnasium.wrappers.utils import create_zero_array
+    except ImportError:  # Gymnasium 0.29
         raise TypeError(
-            f"{who} stacks Box observations (ndarray frames); the environment's observation "
-            f"space is {space!r}. Use gymnasium.wrappers.FrameStackObservation for other spaces"
+            f"stacking {space} needs Gymnasium >= 1.0 (Gymnasium {gym.__version__} stacks "
+            f"only Box observations, alone or in a Dict or Tuple)"
+        ) from None
+    return create_zero_array(space)
+
+
+def leaf_pool(pool, path: tuple, who: str):
+    """The pool given for the leaf at ``path``: ``pool`` mirrors the space, None is a new pool.
+
+    Raises:
+        TypeError: a single FramePool for a ``Dict``/``Tuple`` space.
+    """
+    if not path or pool is None:
+        return pool
+    if not isinstance(pool, (dict, tuple, list)):
+        raise TypeError(
+            f"{who}: the observation space is a Dict or Tuple; pool must be a dict or tuple of "
+            f"FramePools mirroring it (None or a missing key: a new pool), got "
+            f"{type(pool).__name__}"
         )
-    return space
+    for p in path:
+        try:
+            pool = pool[p]
+        except (KeyError, IndexError):
+            return None
+        if pool is None:
+            return None
+    return pool
 
 
 def pool_for(space: gym.spaces.Box, pool, who: str):
@@ -66,14 +146,20 @@ def _stack_bounds(bound: np.ndarray, k: int, layout: str) -> np.ndarray:
     return np.stack([bound] * k, axis=0)
 
 
-def stacked_space(space: gym.spaces.Box, k: int, layout: str) -> gym.spaces.Space:
-    """The observation space of k stacked frames of ``space`` in ``layout``.
+def stacked_space(space: gym.Space, k: int, layout: str) -> gym.spaces.Space:
+    """The observation space of k stacked observations of ``space`` in ``layout``.
 
     ``"stack"`` is ``gymnasium.vector.utils.batch_space(space, k)`` (as Gymnasium's
-    FrameStackObservation); ``"last"``/``"first"`` concatenate the bounds on that axis.
-    The dtype is kept.
+    FrameStackObservation); ``"last"``/``"first"`` concatenate the bounds of each ``Box``
+    leaf on that axis (dtype kept), and stack the other leaves as ``batch_space``.
     """
     if layout == "stack":
+        return batch_space(space, n=k)
+    if isinstance(space, gym.spaces.Dict):
+        return gym.spaces.Dict([(key, stacked_space(s, k, layout)) for key, s in space.items()])
+    if isinstance(space, gym.spaces.Tuple):
+        return gym.spaces.Tuple([stacked_space(s, k, layout) for s in space.spaces])
+    if not isinstance(space, gym.spaces.Box):
         return batch_space(space, n=k)
     return gym.spaces.Box(
         low=_stack_bounds(space.low, k, layout),
@@ -98,11 +184,12 @@ def check_stack_size(stack_size) -> int:
 def check_padding(padding_type, space) -> tuple:
     """``(padding_type, padding_value)`` as Gymnasium's FrameStackObservation decides them.
 
-    ``padding_type`` becomes ``"reset"``, ``"zero"`` or ``"_custom"``; the value is a zero
-    frame for "reset"/"zero" (used only before the first reset) or the custom frame.
+    ``padding_type`` becomes ``"reset"``, ``"zero"`` or ``"_custom"``; the value is
+    :func:`zero_value` for "reset"/"zero" (used only before the first reset) or the
+    custom observation.
     """
     if isinstance(padding_type, str) and (padding_type == "reset" or padding_type == "zero"):
-        return padding_type, np.zeros(space.shape, space.dtype)
+        return padding_type, zero_value(space)
     if padding_type in space:
         return "_custom", padding_type
     if isinstance(padding_type, str):
@@ -137,61 +224,241 @@ def as_frames(obs, dtype: np.dtype):
     return arr
 
 
-class _RingWrapper(gym.Wrapper):
-    """Holds the pool, the padding frame and the current observation.
+class LeafStacks:
+    """What the single-env and vector stackers share: one stacker per leaf of the space.
 
-    The current observation is the ring: each step is one ``LazyFrames.shift(frame)``
-    call (push the frame, share the k-1 newer frames). Observations own their frames'
-    references, so a frame lives exactly as long as some observation holds it.
+    Holds ``_space`` (the env's, or single env's, observation space), ``_leaves`` (a
+    stacker per leaf) and ``_paths`` (each leaf's path in ``_space``).
     """
 
-    def _setup(self, space: gym.spaces.Box, k: int, layout: str, who: str, pool, pad_frame=None):
-        C.check_layout(layout, tuple(space.shape))
-        self._pool = pool_for(space, pool, who)
-        self._k = k
-        self._layout = layout
-        self._dtype = C.frame_dtype(space.dtype)
-        self._obs: Any = None  # the current observation (LazyFrames), or None before reset
-        self._pad: Any = None  # FrameRef of the padding frame, or None (reset padding)
-        if pad_frame is not None:
-            self._pad = self._pool.push(np.asarray(pad_frame).astype(self._dtype, copy=False))
+    _space: gym.Space
+    _leaves: list
+    _paths: list
 
     @property
     def pool(self):
-        """The :class:`~lazyframes.FramePool` holding this wrapper's frames."""
-        return self._pool
+        """The :class:`~lazyframes.FramePool` holding this wrapper's frames.
+
+        For a ``Dict`` or ``Tuple`` observation space: a dict or tuple like it, with the pool
+        of each ``Box`` leaf (None for the other leaves, stacked without a pool).
+        """
+        if not self._paths[0]:
+            return self._leaves[0].pool
+        return assemble(self._space, (leaf.pool for leaf in self._leaves))
+
+    def _assembled(self, parts: Iterator):
+        """One observation from its leaves' parts, in leaf order."""
+        return next(parts) if not self._paths[0] else assemble(self._space, parts)
+
+    def __deepcopy__(self, memo):
+        """A deep copy that goes on from the same state; frames are shared, not copied.
+
+        Everything else (the environment, the spaces, the rings) is deep-copied as
+        Gymnasium's wrappers are. Observations own references to their frames and never
+        change, so the copy and the original share the pools and the padding frames (a
+        FramePool cannot be copied), and each goes on without affecting the other.
+        """
+        for leaf in self._leaves:
+            for shared in (leaf.pool, leaf.pad):
+                if shared is not None:
+                    memo[id(shared)] = shared
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return new
+
+    def _release(self) -> None:
+        """Drop the padding frames (each leaf pushes its own again when next needed)."""
+        for leaf in self._leaves:
+            leaf.release()
+
+
+def _box_of(space, who: str) -> gym.spaces.Box:
+    """The frame space, which must be a Box (frames are ndarrays)."""
+    if not isinstance(space, gym.spaces.Box):
+        raise TypeError(
+            f"{who} stacks Box observations (ndarray frames); the environment's observation "
+            f"space is {space!r}. Use lazyframes.wrappers.FrameStackObservation for other spaces"
+        )
+    return space
+
+
+class _LazyLeaf:
+    """A Box leaf: frames copied once into a pool; its ring is a LazyFrames.
+
+    Args:
+        space: the leaf's Box space.
+        k: stack size.
+        layout: one of ``lazyframes.LAYOUTS``, checked against the frame shape.
+        pool: a FramePool for the leaf's frames, or None for a new one.
+        pad: the padding frame ("zero" or custom padding), or None to repeat the first
+            frame of an episode ("reset" padding).
+        who: the wrapper's name, for error messages.
+    """
+
+    def __init__(self, space: gym.spaces.Box, k: int, layout: str, pool, pad, who: str):
+        C.check_layout(layout, tuple(space.shape))
+        self.pool = pool_for(space, pool, who)
+        self.k = k
+        self.layout = layout
+        self.dtype = C.frame_dtype(space.dtype)
+        # a copy: the padding frame is pushed on first use, and again after a release
+        self.pad_value = None if pad is None else np.asarray(pad).astype(self.dtype)
+        self.pad: Any = None  # FrameRef of pad_value, or None
+
+    def pad_ref(self):
+        """The FrameRef of the padding frame (None for reset padding)."""
+        if self.pad is None and self.pad_value is not None:
+            self.pad = self.pool.push(self.pad_value)
+        return self.pad
+
+    def start(self, frame, padded: bool = True):
+        """A ring of k-1 padding frames (or, without padding, copies of ``frame``), then it."""
+        new = self.pool.push(as_frames(frame, self.dtype))
+        pad = self.pad_ref() if padded else None
+        pad = new if pad is None else pad
+        return self.pool.lazy([pad] * (self.k - 1) + [new], layout=self.layout)
+
+    def shift(self, ring, frame):
+        """The next ring, with ``frame`` (checked before anything changes)."""
+        try:  # one core call: push the frame, share the k-1 newer ones
+            return ring.shift(frame)
+        except TypeError:  # another dtype: cast as Gymnasium does, or raise its error
+            return ring.shift(as_frames(frame, self.dtype))
+
+    def release(self) -> None:
+        """Drop the padding frame (pushed again if needed)."""
+        self.pad = None
+
+
+class _EagerLeaf:
+    """Any other leaf (``Discrete``, ``MultiDiscrete``, ``Text``, ...), stacked as Gymnasium does.
+
+    The ring is a tuple of the last k values (each deep-copied when it arrives); an
+    observation is ``gymnasium.vector.utils.concatenate`` of them, a new value each time.
+    """
+
+    pool = None
+    pad = None
+
+    def __init__(self, space: gym.Space, k: int, pad):
+        self.space = space
+        self.k = k
+        self.pad_value = copy.deepcopy(pad)
+        self.out: Any = create_empty_array(space, n=k)
+
+    def start(self, value, padded: bool = True):
+        """A ring of k-1 padding values (or copies of ``value``), then ``value``."""
+        value = copy.deepcopy(value)
+        pad = value if self.pad_value is None or not padded else self.pad_value
+        return (pad,) * (self.k - 1) + (value,)
+
+    def shift(self, ring: tuple, value) -> tuple:
+        """The next ring, with ``value``."""
+        return ring[1:] + (copy.deepcopy(value),)
+
+    def observe(self, ring: tuple):
+        """The stacked observation: as Gymnasium's ``concatenate``, a fresh copy."""
+        return copy.deepcopy(concatenate(self.space, ring, self.out))
+
+    def release(self) -> None:
+        """Nothing to drop."""
+
+
+def make_leaf(space: gym.Space, k: int, layout: str, pool, pad, who: str):
+    """The stacker of one leaf: lazy for a Box, eager (as Gymnasium) otherwise.
+
+    Raises:
+        TypeError: a pool given for a leaf that is not a Box.
+    """
+    if isinstance(space, gym.spaces.Box):
+        return _LazyLeaf(space, k, layout, pool, pad, who)
+    if pool is not None:
+        raise TypeError(f"{who}: a pool was given for {space}, which is not a Box (no frames)")
+    return _EagerLeaf(space, k, pad)
+
+
+class _RingWrapper(LeafStacks, gym.Wrapper):
+    """Holds one stacker per leaf of the observation space and the current ring.
+
+    A Box leaf's ring is its current observation, a LazyFrames: each step is one
+    ``LazyFrames.shift(frame)`` call (push the frame, share the k-1 newer frames).
+    Observations own their frames' references, so a frame lives exactly as long as some
+    observation holds it. For a Box space (the hot path) the ring is that LazyFrames;
+    otherwise it is a list of each leaf's ring.
+    """
+
+    def _setup(
+        self, space: gym.Space, k: int, layout: str, who: str, pool, padding=None, lazy=True
+    ):
+        """Make the leaves' stackers; ``padding`` is the padding value, None for reset padding."""
+        self._space = space
+        self._k = k
+        self._layout = layout
+        self._lazy = lazy
+        self._leaves = [
+            make_leaf(
+                leaf,
+                k,
+                layout,
+                leaf_pool(pool, path, who),
+                None if padding is None else at(padding, path),
+                who,
+            )
+            for path, leaf in leaves(space)
+        ]
+        self._paths = [path for path, _ in leaves(space)]
+        self._box = isinstance(space, gym.spaces.Box)
+        self._ring: Any = None  # LazyFrames (Box space) or a list per leaf; None before reset
 
     @property
     def layout(self) -> str:
         """``"last"``, ``"first"`` or ``"stack"``."""
         return self._layout
 
-    def _restart(self, frame, pad) -> None:
-        """Start a new episode at ``frame``.
+    def _started(self, obs, padded: bool):
+        """The ring of a new episode starting at ``obs``, padded (or repeating ``obs``)."""
+        if self._box:
+            return self._leaves[0].start(obs, padded)
+        return [
+            leaf.start(at(obs, path), padded)
+            for leaf, path in zip(self._leaves, self._paths, strict=True)
+        ]
 
-        The observation is k-1 copies of ``pad`` (a FrameRef, or None to repeat the
-        frame), then the frame.
-        """
-        new = self._pool.push(as_frames(frame, self._dtype))
-        pad = new if pad is None else pad
-        self._obs = self._pool.lazy([pad] * (self._k - 1) + [new], layout=self._layout)
+    def _shifted(self, ring, obs):
+        """The ring after ``obs``: a new one, so a failure leaves ``ring`` as it was."""
+        if self._box:
+            try:  # one core call: push the frame, share the k-1 newer ones
+                return ring.shift(obs)
+            except TypeError:  # another dtype: cast as Gymnasium does, or raise its error
+                return ring.shift(as_frames(obs, self._leaves[0].dtype))
+        return [
+            leaf.shift(r, at(obs, path))
+            for leaf, r, path in zip(self._leaves, ring, self._paths, strict=True)
+        ]
 
-    def _shift(self, frame):
-        """The next observation, with ``frame`` (checked before anything changes)."""
-        try:  # one core call: push the frame, share the k-1 newer ones
-            self._obs = obs = self._obs.shift(frame)
-        except TypeError:  # another dtype: cast as Gymnasium does, or raise its error
-            self._obs = obs = self._obs.shift(as_frames(frame, self._dtype))
-        return obs
+    def _observe(self):
+        """The current observation: LazyFrames per Box leaf (ndarrays if not lazy)."""
+        ring = self._ring
+        if self._box:
+            return ring if self._lazy else np.asarray(ring)
+        return self._assembled(
+            (r if self._lazy else np.asarray(r)) if isinstance(leaf, _LazyLeaf) else leaf.observe(r)
+            for leaf, r in zip(self._leaves, ring, strict=True)
+        )
 
     def close(self):
-        """Drop the wrapper's frames and close the environment."""
-        self._obs = self._pad = None
+        """Drop the wrapper's frames and close the environment.
+
+        A later ``reset`` starts again with the same padding.
+        """
+        self._ring = None
+        self._release()
         super().close()
 
 
 class FrameStack(_RingWrapper):
-    """Baselines' ``atari_wrappers.FrameStack`` on the Gymnasium 1.x API, returning LazyFrames.
+    """Baselines' ``atari_wrappers.FrameStack`` on Gymnasium 0.29.1 and 1.x, returning LazyFrames.
 
     Stacks the last ``k`` frames, as baselines: after ``reset`` the reset frame fills all
     k places; each ``step`` pushes its frame and drops the oldest. Each frame is copied
@@ -242,19 +509,20 @@ class FrameStack(_RingWrapper):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Reset the env; the observation repeats the reset frame k times."""
         obs, info = self.env.reset(seed=seed, options=options)
-        self._restart(obs, None)
-        return self._obs, info
+        self._ring = self._started(obs, padded=False)
+        return self._ring, info
 
     def step(self, action):
         """Step the env; returns the next observation (a LazyFrames) and the env's rest."""
-        if self._obs is None:
+        if self._ring is None:
             raise gym.error.ResetNeeded("FrameStack: call reset() before step()")
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return self._shift(obs), reward, terminated, truncated, info
+        self._ring = self._shifted(self._ring, obs)
+        return self._ring, reward, terminated, truncated, info
 
 
 class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
-    """Gymnasium 1.x ``FrameStackObservation`` that stores each frame once.
+    """Gymnasium's ``FrameStackObservation`` that stores each frame once.
 
     A drop-in for ``gymnasium.wrappers.FrameStackObservation``: the same
     ``observation_space`` (``batch_space(env.observation_space, stack_size)``), the same
@@ -264,26 +532,38 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
     is copied in once, and padding costs no memory ("reset" repeats the reset frame's
     slot; "zero" and a custom frame are one slot pushed once).
 
+    Any observation space Gymnasium's wrapper takes: a ``Dict`` or ``Tuple`` space gives a
+    dict or tuple like it, each ``Box`` leaf stacked lazily in a pool of its own (a
+    LazyFrames per leaf), each other leaf stacked eagerly as Gymnasium does (e.g. a
+    ``Discrete`` leaf becomes an int64 array of k values, as ``batch_space`` says: a
+    ``MultiDiscrete`` space).
+
     Unlike Gymnasium's, an env that rewrites the array it returned (case C11) is stacked
-    correctly, since each frame is copied when it arrives.
+    correctly, since each frame is copied when it arrives. ``copy.deepcopy`` copies the
+    env and the stacking state, and shares the pools (frames never change).
 
     Args:
-        env: environment with a ``Box`` observation space (frames are ndarrays of shape
-            ``S``).
+        env: environment with any observation space Gymnasium's FrameStackObservation
+            takes (a ``Box`` of frames of shape ``S``, a ``Dict``, ``Discrete``, ...).
         stack_size: number of frames k (an integer > 0).
-        padding_type: ``"reset"`` (repeat the reset frame, default), ``"zero"`` (zeros),
-            or a custom frame (an element of ``env.observation_space``), as Gymnasium.
+        padding_type: ``"reset"`` (repeat the reset observation, default), ``"zero"``
+            (the element of the space closest to zero, as Gymnasium's
+            ``create_zero_array``), or a custom observation (an element of
+            ``env.observation_space``), as Gymnasium.
         layout: ``"stack"`` (``(k, *S)``, Gymnasium's, default), ``"last"`` or
-            ``"first"`` (concatenate on the channel axis; the bounds are concatenated).
+            ``"first"`` (concatenate each Box leaf on its channel axis; the bounds are
+            concatenated).
         lazy: return LazyFrames (default) or, with False, a new ndarray each step (one
             copy out per step) for consumers that insist on ``np.ndarray`` (e.g.
             SB3's ``check_env``).
         pool: the :class:`~lazyframes.FramePool` (of either core) to store the frames
-            in; default: a new pool of ``lazyframes.FramePool``.
+            in; for a ``Dict``/``Tuple`` space, a dict/tuple like it of pools for its Box
+            leaves (None or a missing key: a new pool); default: new pools of
+            ``lazyframes.FramePool``.
 
     Raises:
-        TypeError: ``stack_size`` not an integer (Gymnasium's message); a non-Box
-            observation space; ``pool`` not a FramePool.
+        TypeError: ``stack_size`` not an integer (Gymnasium's message); ``pool`` not a
+            FramePool (or one given for a leaf that is not a Box).
         ValueError: ``stack_size < 1`` or an unknown ``padding_type`` (Gymnasium's
             messages); a layout that does not fit the frames (case C06); a ``pool`` of
             another frame shape or dtype.
@@ -311,14 +591,13 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
         )
         gym.Wrapper.__init__(self, env)
         k = check_stack_size(stack_size)
-        space = _box_of(env.observation_space, "FrameStackObservation")
+        space = env.observation_space
         padding_type, padding_value = check_padding(padding_type, space)
-        C.check_layout(layout, tuple(space.shape))
         self.stack_size = k
         self.padding_type = padding_type
         self.padding_value = padding_value
         self.lazy = bool(lazy)
-        # "zero" and custom padding: one slot pushed once; "reset" needs none.
+        # "zero" and custom padding: one slot pushed once per Box leaf; "reset" needs none.
         self._setup(
             space,
             k,
@@ -326,25 +605,23 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
             "FrameStackObservation",
             pool,
             None if padding_type == "reset" else padding_value,
+            self.lazy,
         )
         self.observation_space = stacked_space(space, k, layout)
-
-    def _observe(self):
-        return self._obs if self.lazy else np.asarray(self._obs)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Reset the env; the observation is padded as ``padding_type`` says."""
         obs, info = self.env.reset(seed=seed, options=options)
-        self._restart(obs, self._pad)
+        self._ring = self._started(obs, padded=True)
         return self._observe(), info
 
     def step(self, action):
         """Step the env; returns the next stacked observation and the env's rest."""
-        frame, reward, terminated, truncated, info = self.env.step(action)
-        if self._obs is None:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        ring = self._ring
+        if ring is None:
             # step before reset: Gymnasium's queue starts full of padding (zeros for
-            # "reset"/"zero"), so the first frame comes after k-1 padding frames
-            frame = as_frames(frame, self._dtype)  # checked before the padding is pushed
-            self._restart(self.padding_value, None)
-        self._shift(frame)
+            # "reset"/"zero"), so the first observation comes after k-1 padding ones
+            ring = self._started(self.padding_value, padded=False)
+        self._ring = self._shifted(ring, obs)
         return self._observe(), reward, terminated, truncated, info

@@ -270,12 +270,12 @@ def test_one_core_call_per_step_and_per_batch(impl):
                 return counted
             return attr
 
-    envs._pool = Spy(envs._pool)
+    envs._leaves[0].pool = Spy(envs.pool)
     obs, _ = envs.reset()
     for _ in range(10):
         prev = obs
         obs, *_ = envs.step(np.zeros(4, np.int64))
-        assert obs is envs._ring and obs is not prev  # the ring is the observation
+        assert obs is envs._ring[0] and obs is not prev  # the ring is the observation
         np.asarray(obs)
     # the rings restarted by autoreset are part of LazyBatch.shift: no other pool call
     assert calls == {"push_batch": 1, "push": 0, "lazy": 0, "lazy_batch": 0, "gather": 0}
@@ -348,13 +348,13 @@ def test_errors(impl):
     with pytest.raises(ValueError, match="spatial"):
         mk(impl, FrameStackObservation, envs, 4, layout="first")
 
-    def discrete():
+    def text():
         e = CounterEnv()
-        e.observation_space = gym.spaces.Discrete(3)
+        e.observation_space = gym.spaces.Text(5)
         return e
 
-    with pytest.raises(TypeError, match="Box"):
-        FrameStackObservation(SyncVectorEnv([discrete]), 4)
+    with pytest.raises(TypeError, match="Box, Discrete"):
+        FrameStackObservation(SyncVectorEnv([text]), 4)
     with pytest.raises(TypeError, match="FramePool"):
         FrameStackObservation(envs, 3, pool="pool")
     with pytest.raises(ValueError, match="shape"):
