@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import f, impl_name, make_pool, push_all, restate, snapshot
+from conftest import IMPLS, core, f, impl_name, make_pool, push_all, restate, snapshot
 
 FRAME = (84, 84, 1)
 FB = 84 * 84  # bytes of one FRAME uint8 frame
@@ -49,10 +49,10 @@ def values(pool, slots):
     return [int(pool.get(int(s)).flat[0]) for s in np.ravel(slots)]
 
 
-def arena_only(impl):
-    """Skip on the twin: slot ids, chunks and held bytes are properties of the compiled arena."""
-    if impl_name(impl) != "compiled":
-        pytest.skip("the twin need not mirror the arena (slot ids, chunks, held bytes)")
+@pytest.fixture(params=[name for name in IMPLS if name == "compiled"])
+def arena(request):
+    """The compiled core only: slot ids, chunks and held bytes are its arena's properties."""
+    return core(request.param)
 
 
 def _expect(exc, pattern, fn, *args, **kw):
@@ -250,11 +250,10 @@ def test_a_freed_slot_is_reused_and_its_new_frame_is_read(impl):
     assert pool.refcount(s) == 1 and pool.live_frames == 6
 
 
-def test_slot_reuse_most_recently_freed_first(impl):
+def test_slot_reuse_most_recently_freed_first(arena):
     # the compiled arena's policy: freed slots of the lowest chunk with a free slot are
     # reused before new ones, the most recently freed first
-    arena_only(impl)
-    pool, refs = pool_with(impl, rand_frames(5))
+    pool, refs = pool_with(arena, rand_frames(5))
     assert ids(refs) == [0, 1, 2, 3, 4]
     refs[1] = None  # slot 1 freed,
     refs[3] = None  # then slot 3
@@ -265,10 +264,9 @@ def test_slot_reuse_most_recently_freed_first(impl):
     np.testing.assert_array_equal(pool.get(3), f(3))
 
 
-def test_chunks_fill_release_and_keep_one_spare(impl):
-    arena_only(impl)
+def test_chunks_fill_release_and_keep_one_spare(arena):
     # 4 slots per chunk; 3 chunks
-    pool, refs = pool_with(impl, rand_frames(12), chunk_bytes=4 * FB)
+    pool, refs = pool_with(arena, rand_frames(12), chunk_bytes=4 * FB)
     assert pool.slots_per_chunk == 4 and pool.frame_bytes == FB
     assert pool.capacity == 12 and pool.bytes_held == 12 * FB == pool.peak_bytes
     for i in range(8, 12):  # chunk 2 empties (slot 11 freed last): kept as the one spare
