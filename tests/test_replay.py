@@ -341,6 +341,7 @@ class ReplayMachine(RuleBasedStateMachine):
         self.rng = np.random.default_rng(seed)
         self.streams = Streams(self.core, num_envs, k, mode, layout=layout)
         cap = rows * num_envs + (num_envs - 1 if num_envs > 1 else 0)  # rounds down to rows
+        n_step = min(n_step, cap)  # n_step is bounded by the capacity
         self.rb = ReplayBuffer(
             cap,
             num_envs=num_envs,
@@ -847,6 +848,8 @@ def test_constructor_and_first_add_errors(impl):
         ReplayBuffer(2, num_envs=3)
     with pytest.raises(ValueError, match="n_step"):
         ReplayBuffer(10, n_step=0)
+    with pytest.raises(ValueError, match=r"n_step must be in \[1, capacity=10\]"):
+        ReplayBuffer(10, n_step=11)
     with pytest.raises(ValueError, match="gamma"):
         ReplayBuffer(10, gamma=1.5)
     with pytest.raises(ValueError, match="layout"):

@@ -88,8 +88,9 @@ class ReplayBuffer:
             ``lazyframes.FramePool`` owned by the buffer.
 
     Raises:
-        ValueError: ``capacity < num_envs``, a non-positive ``num_envs``/``n_step``,
-            ``gamma`` outside ``[0, 1]``, an unknown ``layout``.
+        ValueError: ``capacity < num_envs``, a non-positive ``num_envs``, ``n_step``
+            outside ``[1, capacity]``, ``gamma`` outside ``[0, 1]``, an unknown
+            ``layout``.
         TypeError: a non-numeric ``action_dtype``, ``pool`` not a FramePool.
 
     Example:
@@ -128,8 +129,8 @@ class ReplayBuffer:
                 f"capacity ({capacity}) must be at least num_envs ({num_envs}): the buffer "
                 f"holds capacity // num_envs rows of one transition per env"
             )
-        if n_step < 1:
-            raise ValueError(f"n_step must be at least 1, got {n_step}")
+        if not 1 <= n_step <= capacity:
+            raise ValueError(f"n_step must be in [1, capacity={capacity}], got {n_step}")
         gamma = float(gamma)
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {gamma}")
@@ -296,9 +297,9 @@ class ReplayBuffer:
             obs: the observation the action was taken in: a LazyFrames or an ndarray of
                 the observation shape; batched, a ``LazyBatch``, a list of ``E``
                 LazyFrames or an ndarray ``(E, *observation_shape)``.
-            action: ``action_shape`` (``(E, *action_shape)``), cast to ``action_dtype``
-                ('same_kind' casts only; a value out of its range is an error, never
-                wrapped).
+            action: ``action_shape`` (``(E, *action_shape)``), stored as
+                ``action_dtype``: integers into an integer dtype that holds their values
+                (never wrapped), any finite number into a float dtype.
             reward: a real number (``(E,)``), stored as float32: finite and within
                 float32's range.
             next_obs: the observation after the step, as ``obs``. For an episode that
@@ -325,8 +326,8 @@ class ReplayBuffer:
                 range, a non-finite action or reward, a reward beyond float32's range,
                 ``env_ids`` out of range or repeated.
             TypeError: a wrong dtype (observations are never cast), non-numeric input,
-                an action that needs a cast across kinds, non-boolean flags, non-integer
-                ``env_ids``.
+                a float action for an integer ``action_dtype``, non-boolean flags,
+                non-integer ``env_ids``.
             Nothing is stored when an error is raised.
         """
         _ingest.add(

@@ -268,6 +268,10 @@ def flags_arg(x, name: str, shape: tuple) -> np.ndarray:
     return a.astype(np.bool_)
 
 
+#: Kinds of the values :func:`exact_cast` stores into a dtype, by the dtype's kind.
+_CASTS_INTO = {"b": "b", "i": "biu", "u": "biu", "f": "biuf"}
+
+
 def numeric(x, name: str) -> np.ndarray:
     """``x`` as a numeric (bool, integer or float) ndarray.
 
@@ -286,12 +290,15 @@ def numeric(x, name: str) -> np.ndarray:
 def exact_cast(a: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
     """``a`` cast to ``dtype`` with every value kept: never wrapped, never infinite.
 
+    Booleans and integers go into any integer dtype that holds their values, anything
+    numeric into a float dtype, only booleans into bool.
+
     Raises:
-        TypeError: a cast across kinds ('same_kind' casts only, e.g. no float to int).
+        TypeError: a float into an integer dtype, a number into bool.
         ValueError: an integer out of ``dtype``'s range (e.g. a uint64 above 2**63 into
-            int64), a non-finite float, or a float that overflows ``dtype``.
+            int64, -1 into uint8), a non-finite float, or a float that overflows ``dtype``.
     """
-    if a.dtype != dtype and not np.can_cast(a.dtype, dtype, casting="same_kind"):
+    if a.dtype.kind not in _CASTS_INTO[dtype.kind]:
         raise TypeError(f"{name} of dtype {a.dtype} cannot be stored as {dtype}")
     if dtype.kind in "iu" and a.size and a.dtype.kind in "iu":
         info = np.iinfo(dtype)
@@ -299,7 +306,8 @@ def exact_cast(a: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
         if lo < info.min or hi > info.max:
             bad = lo if lo < info.min else hi
             raise ValueError(f"{name} {bad} does not fit {dtype} (range [{info.min}, {info.max}])")
-    out = a.astype(dtype)
+    with np.errstate(over="ignore"):  # an overflow is reported below
+        out = a.astype(dtype)
     if dtype.kind == "f" and not np.all(np.isfinite(out)):
         raise ValueError(
             f"{name} must be finite and fit {dtype} (max {np.finfo(dtype).max:.4g}), "
