@@ -403,11 +403,17 @@ class ReplayBuffer:
                 (LazyFrames of the wrapper's pool added later are then copied in,
                 de-duplicated, see the class docs).
 
+        The file is untrusted input: every declared size is checked against the bytes
+        it really holds before anything is allocated, and the tables of the declared
+        capacity may cost at most ``max(1 GiB, 16 x the file's size)``, so a load costs
+        time and memory of a small multiple of the file. Files of format versions 1
+        and 2 are read.
+
         Raises:
             TypeError: ``pool`` is not a FramePool.
-            ValueError: a missing, truncated, corrupt or foreign file, one whose contents
-                are inconsistent (the message says which), or a ``pool`` of another frame
-                shape or dtype.
+            ValueError: a missing, truncated, corrupt, crafted or foreign file, one whose
+                contents are inconsistent or whose declared sizes exceed its content
+                (the message says which), or a ``pool`` of another frame shape or dtype.
         """
         return _checkpoint.load(cls, path, pool=pool)
 
