@@ -341,7 +341,7 @@ class ReplayMachine(RuleBasedStateMachine):
         self.rng = np.random.default_rng(seed)
         self.streams = Streams(self.core, num_envs, k, mode, layout=layout)
         cap = rows * num_envs + (num_envs - 1 if num_envs > 1 else 0)  # rounds down to rows
-        n_step = min(n_step, cap)  # n_step is bounded by the capacity
+        n_step = min(n_step, rows * num_envs)  # n_step is bounded by the capacity
         self.rb = ReplayBuffer(
             cap,
             num_envs=num_envs,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from test_replay import Streams, assert_same_state, buffer_state, check_sample
 
-from lazyframes.replay import ReplayBuffer
+from lazyframes.replay import ReplayBuffer, _ingest
 from lazyframes.vector import LazyBatch
 
 
@@ -106,8 +106,15 @@ def add_async(rb, model, streams, rng, envs, scalar=False):
 
 @pytest.mark.parametrize("mode", ["lazy", "batch", "array"])
 @pytest.mark.parametrize("n_step", [1, 3])
-def test_interleaved_streams_match_model(impl, mode, n_step):
-    """Random subsets of 4 streams in random order, scalar ids too, through eviction."""
+@pytest.mark.parametrize("links", ["each", "arrays"])
+def test_interleaved_streams_match_model(impl, mode, n_step, links, monkeypatch):
+    """Random subsets of 4 streams in random order, scalar ids too, through eviction.
+
+    ``links``: small adds link transitions one by one, large ones with array operations;
+    "arrays" makes every add take the second way.
+    """
+    if links == "arrays":
+        monkeypatch.setattr(_ingest, "SCALAR_LINKS", 0)
     rng = np.random.default_rng(n_step)
     streams = Streams(impl, 4, 3, mode)
     rb = ReplayBuffer(12, num_envs=4, n_step=n_step, gamma=0.5, seed=1, pool=streams.buffer_pool())

@@ -129,6 +129,7 @@ class ReplayBuffer:
                 f"capacity ({capacity}) must be at least num_envs ({num_envs}): the buffer "
                 f"holds capacity // num_envs rows of one transition per env"
             )
+        capacity = capacity // num_envs * num_envs
         if not 1 <= n_step <= capacity:
             raise ValueError(f"n_step must be in [1, capacity={capacity}], got {n_step}")
         gamma = float(gamma)
@@ -150,7 +151,7 @@ class ReplayBuffer:
                 raise ValueError(f"stack_size must be at least 1, got {stack_size}")
         _ingest.check_pool(pool)
         self._num_envs = num_envs
-        self._capacity = capacity // num_envs * num_envs
+        self._capacity = capacity
         self._n_step = n_step
         self._gamma = gamma
         self._action_shape = action_shape

@@ -298,17 +298,21 @@ def exact_cast(a: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
         ValueError: an integer out of ``dtype``'s range (e.g. a uint64 above 2**63 into
             int64, -1 into uint8), a non-finite float, or a float that overflows ``dtype``.
     """
-    if a.dtype.kind not in _CASTS_INTO[dtype.kind]:
-        raise TypeError(f"{name} of dtype {a.dtype} cannot be stored as {dtype}")
-    if dtype.kind in "iu" and a.size and a.dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        lo, hi = int(a.min()), int(a.max())
-        if lo < info.min or hi > info.max:
-            bad = lo if lo < info.min else hi
-            raise ValueError(f"{name} {bad} does not fit {dtype} (range [{info.min}, {info.max}])")
-    with np.errstate(over="ignore"):  # an overflow is reported below
-        out = a.astype(dtype)
-    if dtype.kind == "f" and not np.all(np.isfinite(out)):
+    out = a
+    if a.dtype != dtype:
+        if a.dtype.kind not in _CASTS_INTO[dtype.kind]:
+            raise TypeError(f"{name} of dtype {a.dtype} cannot be stored as {dtype}")
+        if dtype.kind in "iu" and a.size and a.dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            lo, hi = int(a.min()), int(a.max())
+            if lo < info.min or hi > info.max:
+                bad = lo if lo < info.min else hi
+                raise ValueError(
+                    f"{name} {bad} does not fit {dtype} (range [{info.min}, {info.max}])"
+                )
+        with np.errstate(over="ignore"):  # an overflow is reported below
+            out = a.astype(dtype)
+    if dtype.kind == "f" and not np.isfinite(out).all():
         raise ValueError(
             f"{name} must be finite and fit {dtype} (max {np.finfo(dtype).max:.4g}), "
             f"got {a[~np.isfinite(out)].flat[0]!r}"
@@ -370,7 +374,7 @@ def env_streams(num_envs: int, env_ids, obs, reward) -> tuple:
         TypeError: ids that are not integers.
     """
     if env_ids is None:
-        batched = num_envs > 1 or is_batched_obs(obs) or np.ndim(reward) == 1
+        batched = num_envs > 1 or is_batched_obs(obs) or np.asarray(reward).ndim == 1
         return np.arange(num_envs), batched
     ids = np.asarray(env_ids)
     if ids.dtype.kind not in "iu":
@@ -404,10 +408,17 @@ def dedup_candidates(rb: ReplayBuffer, envs: np.ndarray):
 
 def ring_slots(rb: ReplayBuffer, E: int) -> np.ndarray:
     """The ring positions the next ``E`` transitions are written to, oldest first."""
+    if rb._pos + E <= rb._capacity:
+        return np.arange(rb._pos, rb._pos + E)
     return (rb._pos + np.arange(E)) % rb._capacity
 
 
-def link(rb: ReplayBuffer, idx: np.ndarray, envs: np.ndarray, flags: np.ndarray) -> None:
+#: Adds of up to this many transitions link them one by one with Python ints (NumPy's
+#: per-call overhead dominates small adds); larger adds link them with array operations.
+SCALAR_LINKS = 16
+
+
+def link(rb: ReplayBuffer, idx: np.ndarray, envs: np.ndarray) -> None:
     """Ring bookkeeping of transitions written at ``idx`` for streams ``envs``.
 
     Evicts the transitions those positions held (each is the oldest of its stream, so
@@ -415,20 +426,47 @@ def link(rb: ReplayBuffer, idx: np.ndarray, envs: np.ndarray, flags: np.ndarray)
     new transition to its stream: ``_next`` of the stream's newest transition points at
     it, and it becomes the newest. Cannot fail.
     """
-    stored = len(rb)
-    evicted = idx[idx < stored] if not rb._full else idx
-    if evicted.size:
+    evicting = rb._full or rb._pos + idx.size > rb._capacity
+    if evicting and rb._n_skip:
+        evicted = idx if rb._full else idx[idx < rb._pos]
         rb._n_skip -= int(np.count_nonzero(rb._flags[evicted] & SKIP))
-        rb._last[np.isin(rb._last, evicted)] = -1
+    if idx.size <= SCALAR_LINKS:
+        _link_each(rb, idx.tolist(), envs.tolist(), evicting)
+    else:
+        _link_arrays(rb, idx, envs, evicting)
+    end = rb._pos + idx.size
+    rb._full = rb._full or end >= rb._capacity
+    rb._pos = end % rb._capacity
+
+
+def _link_each(rb: ReplayBuffer, idx: list, envs: list, evicting: bool) -> None:
+    """:func:`link` one transition at a time."""
+    last, nxt, env, pos, full = rb._last, rb._next, rb._env, rb._pos, rb._full
+    for i, e in zip(idx, envs, strict=True):
+        if evicting and (full or i < pos):
+            old = env[i]
+            if last[old] == i:
+                last[old] = -1
+        p = last[e]
+        if p >= 0:
+            nxt[p] = i
+        nxt[i] = -1
+        env[i] = e
+        last[e] = i
+
+
+def _link_arrays(rb: ReplayBuffer, idx: np.ndarray, envs: np.ndarray, evicting: bool) -> None:
+    """:func:`link` with array operations."""
+    if evicting:
+        evicted = idx if rb._full else idx[idx < rb._pos]
+        old = rb._env[evicted]
+        rb._last[old[rb._last[old] == evicted]] = -1
     prev = rb._last[envs]
     have = prev >= 0
     rb._next[prev[have]] = idx[have]
     rb._next[idx] = -1
     rb._env[idx] = envs
     rb._last[envs] = idx
-    end = rb._pos + idx.size
-    rb._full = rb._full or end >= rb._capacity
-    rb._pos = end % rb._capacity
 
 
 def add(
@@ -487,7 +525,7 @@ def add(
     if rb._table is None:
         rb._layout, rb._k, rb._frame_shape, rb._dtype, rb._obs_shape = geom
         rb._pool, rb._table = pool, table
-    link(rb, idx, envs, flags)
+    link(rb, idx, envs)
     rb._n_skip += n_skip
     rb._actions[idx] = actions
     rb._rewards[idx] = rewards
