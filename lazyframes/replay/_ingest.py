@@ -298,26 +298,31 @@ def exact_cast(a: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
         ValueError: an integer out of ``dtype``'s range (e.g. a uint64 above 2**63 into
             int64, -1 into uint8), a non-finite float, or a float that overflows ``dtype``.
     """
-    out = a
-    if a.dtype != dtype:
-        if a.dtype.kind not in _CASTS_INTO[dtype.kind]:
-            raise TypeError(f"{name} of dtype {a.dtype} cannot be stored as {dtype}")
-        if dtype.kind in "iu" and a.size and a.dtype.kind in "iu":
-            info = np.iinfo(dtype)
-            lo, hi = int(a.min()), int(a.max())
-            if lo < info.min or hi > info.max:
-                bad = lo if lo < info.min else hi
-                raise ValueError(
-                    f"{name} {bad} does not fit {dtype} (range [{info.min}, {info.max}])"
-                )
-        with np.errstate(over="ignore"):  # an overflow is reported below
-            out = a.astype(dtype)
-    if dtype.kind == "f" and not np.isfinite(out).all():
-        raise ValueError(
-            f"{name} must be finite and fit {dtype} (max {np.finfo(dtype).max:.4g}), "
-            f"got {a[~np.isfinite(out)].flat[0]!r}"
-        )
-    return out
+    if a.dtype != dtype and a.dtype.kind not in _CASTS_INTO[dtype.kind]:
+        raise TypeError(f"{name} of dtype {a.dtype} cannot be stored as {dtype}")
+    if dtype.kind == "f" and (a.dtype.kind == "f" or dtype.itemsize < 4):
+        top = float(np.finfo(dtype).max)
+        if not _largest_magnitude(a) <= top:  # also False for NaN
+            raise ValueError(
+                f"{name} must be finite and fit {dtype} (magnitude at most {top:.4g}), got "
+                f"{a[~(np.abs(a.astype(np.float64)) <= top)].flat[0]!r}"
+            )
+    if a.dtype == dtype:
+        return a
+    if dtype.kind in "iu" and a.size and a.dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        lo, hi = int(a.min()), int(a.max())
+        if lo < info.min or hi > info.max:
+            bad = lo if lo < info.min else hi
+            raise ValueError(f"{name} {bad} does not fit {dtype} (range [{info.min}, {info.max}])")
+    return a.astype(dtype)
+
+
+def _largest_magnitude(a: np.ndarray) -> float:
+    """The largest ``abs`` of ``a``'s values as a float (NaN if one is NaN; 0.0 if empty)."""
+    if a.ndim == 0:
+        return abs(float(a))
+    return float(np.abs(a.astype(np.float64, copy=False)).max()) if a.size else 0.0
 
 
 def transition_args(
