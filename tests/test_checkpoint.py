@@ -255,6 +255,7 @@ def test_bad_meta_is_refused(valid, tmp_path, changes, match):
         ("obs_index.npy", npy(np.full((6, 2), 99, np.int32)), "not in the file"),
         ("frames.npy", npy_header((10**9, 4, 4), np.uint8) + bytes(64), "size its header"),
         ("frames.npy", npy(np.zeros((3, 4, 5), np.uint8)), "frames entry has shape"),
+        ("frames.npy", npy(np.zeros((10**5, 4, 4), np.uint8)), "100000 frames for 24 frame"),
         ("frames.npy", npy(np.zeros((3, 4, 4), np.int16)), "dtype int16"),
         ("extra.npy", npy(np.zeros(1)), "unexpected entries"),
         ("meta.npy", npy(np.zeros(1)), "bad meta entry"),

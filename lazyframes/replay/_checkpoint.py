@@ -289,7 +289,8 @@ def check_capacity(meta: dict, file_size: int) -> None:
     shape = meta.get("action_shape")
     if not isinstance(shape, list) or len(shape) > 32:
         raise ValueError(f"meta 'action_shape' must be a short list, got {shape!r}")
-    per_action = math.prod(bounded_int({"d": d}, "d", 0, limit) for d in shape) * 8
+    itemsize = np.dtype(meta.get("action_dtype")).itemsize
+    per_action = math.prod(bounded_int({"d": d}, "d", 0, limit) for d in shape) * itemsize
     per_transition = 2 * k * 8 + per_action + 4 + 1 + 4 + 8
     if capacity * per_transition > limit:
         raise ValueError(
@@ -376,7 +377,7 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
             pool = own_pool(fs, dt, rb._capacity)
         else:
             check_pool_geometry(pool, fs, dt)
-        frames = read_frames(ar, pool)
+        frames = read_frames(ar, pool, index.size)
         nf = 0 if frames is None else len(frames)
         if index.size and (index.min() < 0 or index.max() >= nf):
             raise ValueError("slot table refers to a frame that is not in the file")
@@ -414,11 +415,12 @@ def relink(rb: ReplayBuffer) -> None:
     rb._last[envs[ends]] = by_env[ends]
 
 
-def read_frames(ar: Archive, pool):
+def read_frames(ar: Archive, pool, references: int):
     """Decode the ``frames`` entry into ``pool``: a LazyBatch ``(F, 1)``, None if F is 0.
 
-    The entry's size was checked against its header (:meth:`Archive.open`) before any
-    frame is pushed; frames are read ``_CHUNK_BYTES`` at a time.
+    The entry's size was checked against its header (:meth:`Archive.open`), and ``F``
+    against the ``references`` the slot table makes (a saved frame is referenced at
+    least once), before any frame is pushed; frames are read ``_CHUNK_BYTES`` at a time.
     """
     fs, dt = tuple(pool.frame_shape), np.dtype(pool.dtype)
     fb = math.prod(fs) * dt.itemsize
@@ -427,6 +429,8 @@ def read_frames(ar: Archive, pool):
         if len(shape) != len(fs) + 1 or tuple(shape[1:]) != fs:
             raise ValueError(f"frames entry has shape {shape}, expected (F, *{fs})")
         nf = shape[0]
+        if nf > references:
+            raise ValueError(f"{nf} frames for {references} frame references")
         step = max(1, _CHUNK_BYTES // fb)
         parts = []
         for i in range(0, nf, step):

@@ -96,6 +96,10 @@ def is_batched_obs(x) -> bool:
     return C.is_lazybatch(x) or isinstance(x, (list, tuple))
 
 
+#: What the leading axis of a batched add counts, for error messages.
+_PER_ADD = "(num_envs, or one per id of env_ids)"
+
+
 def describe(x, name: str, num_envs: int, batched: bool) -> Obs:
     """Check the form of one observation argument and describe it.
 
@@ -111,11 +115,11 @@ def describe(x, name: str, num_envs: int, batched: bool) -> Obs:
         if not batched:
             raise ValueError(f"{name} is a batch but one transition is added")
         if len(x) != E:
-            raise ValueError(f"{name} has {len(x)} observations, expected num_envs={E}")
+            raise ValueError(f"{name} has {len(x)} observations, expected {E} {_PER_ADD}")
         return Obs("lazy", owner=x)
     if batched and isinstance(x, (list, tuple)) and x and all(C.is_lazyframes(o) for o in x):
         if len(x) != E:
-            raise ValueError(f"{name} has {len(x)} observations, expected num_envs={E}")
+            raise ValueError(f"{name} has {len(x)} observations, expected {E} {_PER_ADD}")
         if (
             len({o.stack_size for o in x}) != 1
             or len({o.frame_shape for o in x}) != 1
@@ -140,7 +144,7 @@ def describe(x, name: str, num_envs: int, batched: bool) -> Obs:
     if not batched:
         a = a[None]
     elif a.ndim == 0 or a.shape[0] != E:
-        raise ValueError(f"{name} has shape {a.shape}, expected a leading num_envs={E} axis")
+        raise ValueError(f"{name} has shape {a.shape}, expected a leading axis of {E} {_PER_ADD}")
     return Obs("array", arr=a)
 
 
@@ -344,8 +348,7 @@ def transition_args(
 
     Raises:
         ValueError: a wrong shape, a value that does not fit its dtype. TypeError:
-            non-numeric values, an action that needs a cast across kinds, non-boolean
-            flags.
+            non-numeric values, a float action for an integer dtype, non-boolean flags.
     """
     a = numeric(action, "action")
     if a.shape != lead + action_shape:
