@@ -37,7 +37,7 @@ class ReplayBuffer:
     ``2 k`` slot references (a row of a ``SlotTable``) instead of ``2 k`` frames; a frame
     is stored once however many observations (of however many transitions) contain it.
     At 84x84 uint8 frames and ``k = 4`` a transition costs the frame floor (7,056 bytes)
-    plus 77 bytes of tables (SB3's ``optimize_memory_usage=True`` stores one whole
+    plus 85 bytes of tables (SB3's ``optimize_memory_usage=True`` stores one whole
     observation, 28,224 bytes).
 
     Observations can be given as:
@@ -53,17 +53,26 @@ class ReplayBuffer:
       observation (reset padding). LazyFrames of another pool are copied in the same way.
 
     With ``num_envs > 1`` every argument of :meth:`add` has a leading ``num_envs`` axis
-    and each call stores one transition per env; like SB3, the buffer holds
-    ``capacity // num_envs`` rows of ``num_envs`` transitions and evicts whole rows,
-    oldest first.
+    and each call stores one transition per env, or, with ``env_ids``, one per listed
+    env (EnvPool async mode, ale-py ``batch_size < num_envs``, several actors). The
+    storage is a ring of ``capacity`` transitions over all env streams, oldest evicted
+    first, whatever the interleaving; each transition is linked to the next one of its
+    stream, so episode boundaries and n-step windows follow each stream exactly. When
+    every env adds at each step, position ``row * num_envs + env`` holds env ``env``'s
+    transition of that row (SB3's layout).
 
     Args:
-        capacity: maximum number of transitions stored (rounded down to a multiple of
-            ``num_envs``, as SB3's ``buffer_size // n_envs``).
-        num_envs: number of env streams (vector env size).
+        capacity: maximum number of transitions stored, over all env streams (rounded
+            down to a multiple of ``num_envs``, as SB3's ``buffer_size // n_envs``).
+        num_envs: number of env streams (vector env size, or total envs of several
+            actors); :meth:`add`'s ``env_ids`` are in ``[0, num_envs)``.
         n_step: length of the n-step return window (1 = plain one-step transitions).
         gamma: discount factor of the n-step return, in ``[0, 1]``.
-        seed: seed of the sampling ``np.random.default_rng(seed)``.
+        seed: seed of the sampling ``np.random.default_rng(seed)``. Two buffers with
+            the same seed that hold the same transitions at the same ring positions
+            (the same transitions added in the same order, however they were batched,
+            whether as LazyFrames or ndarrays, or restored by :meth:`load`) draw the same
+            samples from the same sequence of :meth:`sample` calls.
         action_shape: shape of one action, ``()`` for a discrete action.
         action_dtype: dtype the actions are stored and returned in.
         layout: layout of sampled observations and of ndarray observations given to
@@ -79,8 +88,9 @@ class ReplayBuffer:
             ``lazyframes.FramePool`` owned by the buffer.
 
     Raises:
-        ValueError: ``capacity < num_envs``, a non-positive ``num_envs``/``n_step``,
-            ``gamma`` outside ``[0, 1]``, an unknown ``layout``.
+        ValueError: ``capacity < num_envs``, a non-positive ``num_envs``, ``n_step``
+            outside ``[1, capacity]``, ``gamma`` outside ``[0, 1]``, an unknown
+            ``layout``.
         TypeError: a non-numeric ``action_dtype``, ``pool`` not a FramePool.
 
     Example:
@@ -119,8 +129,9 @@ class ReplayBuffer:
                 f"capacity ({capacity}) must be at least num_envs ({num_envs}): the buffer "
                 f"holds capacity // num_envs rows of one transition per env"
             )
-        if n_step < 1:
-            raise ValueError(f"n_step must be at least 1, got {n_step}")
+        capacity = capacity // num_envs * num_envs
+        if not 1 <= n_step <= capacity:
+            raise ValueError(f"n_step must be in [1, capacity={capacity}], got {n_step}")
         gamma = float(gamma)
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {gamma}")
@@ -140,8 +151,7 @@ class ReplayBuffer:
                 raise ValueError(f"stack_size must be at least 1, got {stack_size}")
         _ingest.check_pool(pool)
         self._num_envs = num_envs
-        self._rows = capacity // num_envs
-        self._capacity = self._rows * num_envs
+        self._capacity = capacity
         self._n_step = n_step
         self._gamma = gamma
         self._action_shape = action_shape
@@ -152,7 +162,13 @@ class ReplayBuffer:
         self._actions = np.zeros((self._capacity,) + action_shape, action_dtype)
         self._rewards = np.zeros(self._capacity, np.float32)
         self._flags = np.zeros(self._capacity, np.uint8)
-        self._row = 0  # next row to write
+        # the stream of each transition, the next transition of its stream (or -1) and
+        # each stream's newest transition (or -1): ring positions
+        pos_dtype = np.int32 if self._capacity <= np.iinfo(np.int32).max else np.int64
+        self._env = np.zeros(self._capacity, np.int32)
+        self._next = np.full(self._capacity, -1, pos_dtype)
+        self._last = np.full(num_envs, -1, pos_dtype)
+        self._pos = 0  # next ring position to write
         self._full = False
         self._n_skip = 0  # autoreset placeholders stored
         self._pool: Any = pool  # the pool given, else decided by the first add
@@ -174,7 +190,7 @@ class ReplayBuffer:
 
     @property
     def num_envs(self) -> int:
-        """Number of env streams; each add stores one transition per env."""
+        """Number of env streams; an add stores one transition per env (or per env id)."""
         return self._num_envs
 
     @property
@@ -207,15 +223,12 @@ class ReplayBuffer:
 
     @property
     def full(self) -> bool:
-        """True once the buffer has wrapped around (every row holds a transition)."""
+        """True once the buffer has wrapped around (every position holds a transition)."""
         return self._full
-
-    def _stored_rows(self) -> int:
-        return self._rows if self._full else self._row
 
     def __len__(self) -> int:
         """Transitions stored (autoreset placeholders included, see :meth:`add`)."""
-        return self._stored_rows() * self._num_envs
+        return self._capacity if self._full else self._pos
 
     def __repr__(self):
         return (
@@ -237,7 +250,10 @@ class ReplayBuffer:
             ``frame_bytes`` (bytes of one frame).
         """
         n = len(self)
-        table = self._actions.nbytes + self._rewards.nbytes + self._flags.nbytes
+        table = sum(
+            a.nbytes
+            for a in (self._actions, self._rewards, self._flags, self._env, self._next, self._last)
+        )
         if self._table is None:
             return {
                 "bytes_held": 0,
@@ -259,16 +275,34 @@ class ReplayBuffer:
             "frame_bytes": int(self._pool.frame_bytes),
         }
 
-    def add(self, obs, action, reward, next_obs, terminated, truncated, *, autoreset=None) -> None:
-        """Store one transition per env.
+    def add(
+        self,
+        obs,
+        action,
+        reward,
+        next_obs,
+        terminated,
+        truncated,
+        *,
+        autoreset=None,
+        env_ids=None,
+    ) -> None:
+        """Store one transition per env (or per id of ``env_ids``).
+
+        Batched arguments have a leading axis of ``E``: ``num_envs``, or ``len(env_ids)``.
+        With ``num_envs == 1`` and no ``env_ids``, arguments without that axis are one
+        transition, and a leading axis of 1 is accepted too (``reward`` of shape ``(1,)``,
+        a LazyBatch or a list).
 
         Args:
             obs: the observation the action was taken in: a LazyFrames or an ndarray of
-                the observation shape; with ``num_envs > 1`` a ``LazyBatch``, a list of
-                ``num_envs`` LazyFrames or an ndarray ``(num_envs, *observation_shape)``.
-            action: ``action_shape`` (``(num_envs, *action_shape)``), cast to
-                ``action_dtype`` ('same_kind' casts only).
-            reward: a real number (``(num_envs,)``), stored as float32.
+                the observation shape; batched, a ``LazyBatch``, a list of ``E``
+                LazyFrames or an ndarray ``(E, *observation_shape)``.
+            action: ``action_shape`` (``(E, *action_shape)``), stored as
+                ``action_dtype``: integers into an integer dtype that holds their values
+                (never wrapped), any finite number into a float dtype.
+            reward: a real number (``(E,)``), stored as float32: finite and within
+                float32's range.
             next_obs: the observation after the step, as ``obs``. For an episode that
                 ended, the final observation of the episode (Gymnasium's
                 ``info["final_obs"]`` under same-step autoreset), never the reset one.
@@ -280,26 +314,46 @@ class ReplayBuffer:
                 next-step autoreset: that "transition" joins two episodes, so it is
                 stored as a placeholder (it keeps the row layout) that is never sampled
                 and ends every n-step window.
+            env_ids: optional env streams of these transitions, in ``[0, num_envs)``,
+                distinct: a 1-D array (EnvPool's ``info["env_id"]``) for batched
+                arguments of ``len(env_ids)`` transitions, or an int for one transition
+                given without a leading axis. Default: every env, in order.
 
         Raises:
             ValueError: a wrong shape or number of envs, frames of another shape or
                 stack size than the buffer's (or than the ``pool`` given to the
                 constructor), ndarray observations in the ``"first"`` / ``"last"``
-                layout without ``stack_size``.
+                layout without ``stack_size``, an action out of ``action_dtype``'s
+                range, a non-finite action or reward, a reward beyond float32's range,
+                ``env_ids`` out of range or repeated.
             TypeError: a wrong dtype (observations are never cast), non-numeric input,
-                an action that needs an unsafe cast, non-boolean flags.
+                a float action for an integer ``action_dtype``, non-boolean flags,
+                non-integer ``env_ids``.
             Nothing is stored when an error is raised.
         """
-        _ingest.add(self, obs, action, reward, next_obs, terminated, truncated, autoreset=autoreset)
+        _ingest.add(
+            self,
+            obs,
+            action,
+            reward,
+            next_obs,
+            terminated,
+            truncated,
+            autoreset=autoreset,
+            env_ids=env_ids,
+        )
 
     def sample(self, batch_size, *, out=None, dtype=None, scale=None) -> ReplaySamples:
         """Sample ``batch_size`` transitions uniformly, with replacement.
 
-        Only transitions whose n-step window is complete (``n_step`` steps written) or
-        ended (terminated or truncated) are drawn; autoreset placeholders never are.
+        Only transitions whose n-step window is complete (``n_step`` steps of its env
+        stream written) or ended (terminated or truncated) are drawn; autoreset
+        placeholders never are. Any ``batch_size`` works once one transition is
+        sampleable (as SB3 and baselines: a ``learning_starts`` below the batch size
+        is fine); it may exceed ``len(rb)``.
 
         Args:
-            batch_size: number of transitions ``B`` (at most ``len(rb)``).
+            batch_size: number of transitions ``B``, at least 1.
             out: optional pair ``(obs_out, next_obs_out)`` of C-contiguous writeable
                 arrays ``(B, *observation_shape)`` to fill (e.g. pinned memory as
                 ``torch.empty(..., pin_memory=True).numpy()``); their dtype is the
@@ -315,7 +369,7 @@ class ReplayBuffer:
             keep them.
 
         Raises:
-            ValueError: an empty buffer, ``batch_size`` < 1 or > ``len(rb)``, no
+            ValueError: an empty buffer, ``batch_size`` < 1, no
                 sampleable transition yet, a bad ``out`` (shape, contiguity, read-only,
                 overlapping).
             TypeError: an unsupported conversion or ``out`` of the wrong dtype.
@@ -350,11 +404,17 @@ class ReplayBuffer:
                 (LazyFrames of the wrapper's pool added later are then copied in,
                 de-duplicated, see the class docs).
 
+        The file is untrusted input: every declared size is checked against the bytes
+        it really holds before anything is allocated, and the tables of the declared
+        capacity may cost at most ``max(1 GiB, 16 x the file's size)``, so a load costs
+        time and memory of a small multiple of the file. Files of format versions 1
+        and 2 are read.
+
         Raises:
             TypeError: ``pool`` is not a FramePool.
-            ValueError: a missing, truncated, corrupt or foreign file, one whose contents
-                are inconsistent (the message says which), or a ``pool`` of another frame
-                shape or dtype.
+            ValueError: a missing, truncated, corrupt, crafted or foreign file, one whose
+                contents are inconsistent or whose declared sizes exceed its content
+                (the message says which), or a ``pool`` of another frame shape or dtype.
         """
         return _checkpoint.load(cls, path, pool=pool)
 
@@ -362,10 +422,11 @@ class ReplayBuffer:
         """Drop every transition (releasing their frames); keeps geometry, pool and RNG."""
         if self._table is not None:
             self._table.clear()
-        self._row = 0
+        self._pos = 0
         self._full = False
         self._n_skip = 0
         self._flags[:] = 0
+        self._last[:] = -1
 
     def __reduce__(self):
         raise TypeError("a ReplayBuffer cannot be pickled; use ReplayBuffer.save(path)")

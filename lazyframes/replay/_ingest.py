@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import numbers
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -95,8 +96,14 @@ def is_batched_obs(x) -> bool:
     return C.is_lazybatch(x) or isinstance(x, (list, tuple))
 
 
+#: What the leading axis of a batched add counts, for error messages.
+_PER_ADD = "(num_envs, or one per id of env_ids)"
+
+
 def describe(x, name: str, num_envs: int, batched: bool) -> Obs:
     """Check the form of one observation argument and describe it.
+
+    ``num_envs`` is the number of transitions of this add (the length of ``env_ids``).
 
     Raises:
         ValueError: a batch where one observation is expected, a wrong number of envs,
@@ -106,13 +113,13 @@ def describe(x, name: str, num_envs: int, batched: bool) -> Obs:
     E = num_envs
     if C.is_lazybatch(x):
         if not batched:
-            raise ValueError(f"{name} is a batch but num_envs is 1")
+            raise ValueError(f"{name} is a batch but one transition is added")
         if len(x) != E:
-            raise ValueError(f"{name} has {len(x)} observations, expected num_envs={E}")
+            raise ValueError(f"{name} has {len(x)} observations, expected {E} {_PER_ADD}")
         return Obs("lazy", owner=x)
     if batched and isinstance(x, (list, tuple)) and x and all(C.is_lazyframes(o) for o in x):
         if len(x) != E:
-            raise ValueError(f"{name} has {len(x)} observations, expected num_envs={E}")
+            raise ValueError(f"{name} has {len(x)} observations, expected {E} {_PER_ADD}")
         if (
             len({o.stack_size for o in x}) != 1
             or len({o.frame_shape for o in x}) != 1
@@ -137,7 +144,7 @@ def describe(x, name: str, num_envs: int, batched: bool) -> Obs:
     if not batched:
         a = a[None]
     elif a.ndim == 0 or a.shape[0] != E:
-        raise ValueError(f"{name} has shape {a.shape}, expected a leading num_envs={E} axis")
+        raise ValueError(f"{name} has shape {a.shape}, expected a leading axis of {E} {_PER_ADD}")
     return Obs("array", arr=a)
 
 
@@ -265,6 +272,63 @@ def flags_arg(x, name: str, shape: tuple) -> np.ndarray:
     return a.astype(np.bool_)
 
 
+#: Kinds of the values :func:`exact_cast` stores into a dtype, by the dtype's kind.
+_CASTS_INTO = {"b": "b", "i": "biu", "u": "biu", "f": "biuf"}
+
+
+def numeric(x, name: str) -> np.ndarray:
+    """``x`` as a numeric (bool, integer or float) ndarray.
+
+    Raises:
+        ValueError: integers beyond 64 bits (NumPy makes them objects), which no stored
+            dtype holds. TypeError: anything else that is not numeric.
+    """
+    a = np.asarray(x)
+    if a.dtype == object and a.size and all(isinstance(v, numbers.Integral) for v in a.flat):
+        raise ValueError(f"{name} holds an integer beyond 64 bits, which no stored dtype holds")
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must be numeric, got dtype {a.dtype}")
+    return a
+
+
+def exact_cast(a: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+    """``a`` cast to ``dtype`` with every value kept: never wrapped, never infinite.
+
+    Booleans and integers go into any integer dtype that holds their values, anything
+    numeric into a float dtype, only booleans into bool.
+
+    Raises:
+        TypeError: a float into an integer dtype, a number into bool.
+        ValueError: an integer out of ``dtype``'s range (e.g. a uint64 above 2**63 into
+            int64, -1 into uint8), a non-finite float, or a float that overflows ``dtype``.
+    """
+    if a.dtype != dtype and a.dtype.kind not in _CASTS_INTO[dtype.kind]:
+        raise TypeError(f"{name} of dtype {a.dtype} cannot be stored as {dtype}")
+    if dtype.kind == "f" and (a.dtype.kind == "f" or dtype.itemsize < 4):
+        top = float(np.finfo(dtype).max)
+        if not _largest_magnitude(a) <= top:  # also False for NaN
+            raise ValueError(
+                f"{name} must be finite and fit {dtype} (magnitude at most {top:.4g}), got "
+                f"{a[~(np.abs(a.astype(np.float64)) <= top)].flat[0]!r}"
+            )
+    if a.dtype == dtype:
+        return a
+    if dtype.kind in "iu" and a.size and a.dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        lo, hi = int(a.min()), int(a.max())
+        if lo < info.min or hi > info.max:
+            bad = lo if lo < info.min else hi
+            raise ValueError(f"{name} {bad} does not fit {dtype} (range [{info.min}, {info.max}])")
+    return a.astype(dtype)
+
+
+def _largest_magnitude(a: np.ndarray) -> float:
+    """The largest ``abs`` of ``a``'s values as a float (NaN if one is NaN; 0.0 if empty)."""
+    if a.ndim == 0:
+        return abs(float(a))
+    return float(np.abs(a.astype(np.float64, copy=False)).max()) if a.size else 0.0
+
+
 def transition_args(
     action,
     reward,
@@ -277,26 +341,23 @@ def transition_args(
 ) -> tuple:
     """Checked ``(actions, rewards, flags, autoreset count)`` of E transitions.
 
-    The arrays have the leading shape ``lead`` (``(E,)``, or ``()`` for one env not
-    batched) and assign to the buffer's rows of E transitions as they are: the
-    action's cast was checked, the flags are ``TERM | TRUNC | SKIP`` bits (uint8).
+    The arrays have the leading shape ``lead`` (``(E,)``, or ``()`` for one transition
+    not batched) and are already of their stored dtypes (``action_dtype``, float32,
+    uint8), every value kept exactly (:func:`exact_cast`); the flags are
+    ``TERM | TRUNC | SKIP`` bits.
 
     Raises:
-        ValueError: a wrong shape. TypeError: non-numeric values, an action that needs an
-            unsafe cast, non-boolean flags.
+        ValueError: a wrong shape, a value that does not fit its dtype. TypeError:
+            non-numeric values, a float action for an integer dtype, non-boolean flags.
     """
-    a = np.asarray(action)
-    if a.dtype.kind not in "biuf":
-        raise TypeError(f"action must be numeric, got dtype {a.dtype}")
+    a = numeric(action, "action")
     if a.shape != lead + action_shape:
         raise ValueError(f"action has shape {a.shape}, expected {lead + action_shape}")
-    if a.dtype != action_dtype and not np.can_cast(a.dtype, action_dtype, casting="same_kind"):
-        raise TypeError(f"action of dtype {a.dtype} cannot be stored as {action_dtype}")
-    r = np.asarray(reward)
-    if r.dtype.kind not in "biuf":
-        raise TypeError(f"reward must be a real number, got dtype {r.dtype}")
+    a = exact_cast(a, action_dtype, "action")
+    r = numeric(reward, "reward")
     if r.shape != lead:
         raise ValueError(f"reward has shape {r.shape}, expected {lead}")
+    r = exact_cast(r, np.dtype(np.float32), "reward")
     term = flags_arg(terminated, "terminated", lead).view(np.uint8)
     flags = term | flags_arg(truncated, "truncated", lead).view(np.uint8) * TRUNC
     n_skip = 0
@@ -307,12 +368,130 @@ def transition_args(
     return a, r, flags, n_skip
 
 
+def env_streams(num_envs: int, env_ids, obs, reward) -> tuple:
+    """``(envs, batched)``: the env streams of one add, and whether it is batched.
+
+    Batched arguments have a leading axis of ``len(envs)``. ``env_ids`` None means every
+    env; the arguments are then batched when ``num_envs > 1``, or when ``num_envs == 1``
+    and the call has a leading axis of 1 (the observation is a LazyBatch or a list, or
+    ``reward`` is 1-D). A scalar id adds one transition with no leading axis; a 1-D
+    array of ids adds one transition per id.
+
+    Raises:
+        ValueError: ids out of ``[0, num_envs)``, repeated, empty, or not 0-D/1-D.
+        TypeError: ids that are not integers.
+    """
+    if env_ids is None:
+        batched = num_envs > 1 or is_batched_obs(obs) or np.asarray(reward).ndim == 1
+        return np.arange(num_envs), batched
+    ids = np.asarray(env_ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"env_ids must be integers, got dtype {ids.dtype}")
+    if ids.ndim > 1:
+        raise ValueError(f"env_ids must be an integer or a 1-D array, got shape {ids.shape}")
+    envs = ids.reshape(-1).astype(np.int64)
+    if envs.size == 0:
+        raise ValueError("env_ids is empty")
+    if (envs < 0).any() or (envs >= num_envs).any():  # uint64 ids above 2**63 wrap to < 0
+        raise ValueError(f"env_ids {ids.tolist()} out of range [0, num_envs={num_envs})")
+    if np.unique(envs).size != envs.size:
+        raise ValueError(f"env_ids {ids.tolist()} repeats an env: one transition per env per add")
+    return envs, ids.ndim == 1
+
+
+def dedup_candidates(rb: ReplayBuffer, envs: np.ndarray):
+    """The next observations of each stream's newest transition, a LazyBatch (E, k).
+
+    They are the usual source of the frames of a new ndarray observation. A stream with
+    no stored transition borrows another stream's row (a candidate is only compared
+    byte for byte, so any row is correct); None when no stream has one.
+    """
+    last = rb._last[envs]
+    have = last >= 0
+    if not have.any():
+        return None
+    rows = np.where(have, last, last[have][0])
+    return rb._table.batch(rows, rb._k, 2 * rb._k)
+
+
+def ring_slots(rb: ReplayBuffer, E: int) -> np.ndarray:
+    """The ring positions the next ``E`` transitions are written to, oldest first."""
+    if rb._pos + E <= rb._capacity:
+        return np.arange(rb._pos, rb._pos + E)
+    return (rb._pos + np.arange(E)) % rb._capacity
+
+
+#: Adds of up to this many transitions link them one by one with Python ints (NumPy's
+#: per-call overhead dominates small adds); larger adds link them with array operations.
+SCALAR_LINKS = 16
+
+
+def link(rb: ReplayBuffer, idx: np.ndarray, envs: np.ndarray) -> None:
+    """Ring bookkeeping of transitions written at ``idx`` for streams ``envs``.
+
+    Evicts the transitions those positions held (each is the oldest of its stream, so
+    only a stream whose newest it also was loses its link target), then appends each
+    new transition to its stream: ``_next`` of the stream's newest transition points at
+    it, and it becomes the newest. Cannot fail.
+    """
+    evicting = rb._full or rb._pos + idx.size > rb._capacity
+    if evicting and rb._n_skip:
+        evicted = idx if rb._full else idx[idx < rb._pos]
+        rb._n_skip -= int(np.count_nonzero(rb._flags[evicted] & SKIP))
+    if idx.size <= SCALAR_LINKS:
+        _link_each(rb, idx.tolist(), envs.tolist(), evicting)
+    else:
+        _link_arrays(rb, idx, envs, evicting)
+    end = rb._pos + idx.size
+    rb._full = rb._full or end >= rb._capacity
+    rb._pos = end % rb._capacity
+
+
+def _link_each(rb: ReplayBuffer, idx: list, envs: list, evicting: bool) -> None:
+    """:func:`link` one transition at a time."""
+    last, nxt, env, pos, full = rb._last, rb._next, rb._env, rb._pos, rb._full
+    for i, e in zip(idx, envs, strict=True):
+        if evicting and (full or i < pos):
+            old = env[i]
+            if last[old] == i:
+                last[old] = -1
+        p = last[e]
+        if p >= 0:
+            nxt[p] = i
+        nxt[i] = -1
+        env[i] = e
+        last[e] = i
+
+
+def _link_arrays(rb: ReplayBuffer, idx: np.ndarray, envs: np.ndarray, evicting: bool) -> None:
+    """:func:`link` with array operations."""
+    if evicting:
+        evicted = idx if rb._full else idx[idx < rb._pos]
+        old = rb._env[evicted]
+        rb._last[old[rb._last[old] == evicted]] = -1
+    prev = rb._last[envs]
+    have = prev >= 0
+    rb._next[prev[have]] = idx[have]
+    rb._next[idx] = -1
+    rb._env[idx] = envs
+    rb._last[envs] = idx
+
+
 def add(
-    rb: ReplayBuffer, obs, action, reward, next_obs, terminated, truncated, *, autoreset=None
+    rb: ReplayBuffer,
+    obs,
+    action,
+    reward,
+    next_obs,
+    terminated,
+    truncated,
+    *,
+    autoreset=None,
+    env_ids=None,
 ) -> None:
-    """ReplayBuffer.add: check everything, then store one row of transitions."""
-    E = rb._num_envs
-    batched = E > 1 or is_batched_obs(obs)
+    """ReplayBuffer.add: check everything, then store one transition per env stream."""
+    envs, batched = env_streams(rb._num_envs, env_ids, obs, reward)
+    E = envs.size
     lead = (E,) if batched else ()
     o = describe(obs, "obs", E, batched)
     n = describe(next_obs, "next_obs", E, batched)
@@ -341,29 +520,21 @@ def add(
             pool = own_pool(geom[2], geom[3], rb._capacity)
     elif table is None:
         check_pool_geometry(pool, geom[2], geom[3])
-    # the previous row's next observations: the usual source of obs's frames
-    row, base = rb._row, rb._row * E
     prev = None
-    if (o.kind != "lazy" or o.pool is not pool) and (row > 0 or rb._full):
-        start = (base if row > 0 else rb._capacity) - E
-        prev = table.batch(np.arange(start, start + E), k, 2 * k)
+    if (o.kind != "lazy" or o.pool is not pool) and table is not None:
+        prev = dedup_candidates(rb, envs)
     obs_part = as_part(o, pool, layout, k, prev)
     next_part = as_part(n, pool, layout, k, obs_part)
     if table is None:
         table = core_of(pool).SlotTable(pool, rb._capacity, 2 * k)
-    table.set(np.arange(base, base + E), (obs_part, next_part))
+    idx = ring_slots(rb, E)
+    table.set(idx, (obs_part, next_part))
     # nothing below can fail
     if rb._table is None:
         rb._layout, rb._k, rb._frame_shape, rb._dtype, rb._obs_shape = geom
         rb._pool, rb._table = pool, table
-    sl = slice(base, base + E)
-    if rb._full and rb._n_skip:  # evicted placeholders
-        rb._n_skip -= int(np.count_nonzero(rb._flags[sl] & SKIP))
+    link(rb, idx, envs)
     rb._n_skip += n_skip
-    rb._actions[sl] = actions
-    rb._rewards[sl] = rewards
-    rb._flags[sl] = flags
-    rb._row = row + 1
-    if rb._row == rb._rows:
-        rb._row = 0
-        rb._full = True
+    rb._actions[idx] = actions
+    rb._rewards[idx] = rewards
+    rb._flags[idx] = flags

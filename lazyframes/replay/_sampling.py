@@ -1,10 +1,17 @@
 """ReplayBuffer sampling: uniform draws, n-step windows and the output arrays.
 
-A transition is sampleable when its n-step window is complete (``n_step`` steps written)
-or ended (terminated or truncated), and it is not an autoreset placeholder. The frames
-of a batch are copied out with one ``SlotTable.gather_pairs`` call (observations from
-the first k columns of the drawn rows, next observations from the last k columns of
-each window's last row), with the dtype conversion and scaling fused into that copy.
+A transition is sampleable when its n-step window is complete (``n_step`` steps of its
+env stream written) or ended (terminated or truncated), and it is not an autoreset
+placeholder. A window follows the stream's links (``ReplayBuffer._next``), so streams
+may interleave in any order. The frames of a batch are copied out with one
+``SlotTable.gather_pairs`` call (observations from the first k columns of the drawn
+rows, next observations from the last k columns of each window's last row), with the
+dtype conversion and scaling fused into that copy.
+
+Draws depend only on the RNG state and the stored transitions (their flags and links at
+their ring positions): indices are drawn uniformly over ``[0, len(rb))`` and redrawn
+where not sampleable, or, when few are surely sampleable, drawn from the enumerated
+sampleable positions.
 """
 
 from __future__ import annotations
@@ -38,8 +45,8 @@ class ReplaySamples(NamedTuple):
         rewards: float32 ``(B,)``: ``sum_{i<m} gamma**i * r_i`` (the reward itself when
             ``n_step == 1``).
         truncations: float32 ``(B,)``: 1.0 when the window ended by truncation.
-        indices: int64 ``(B,)``: the transitions' positions in the buffer,
-            ``row * num_envs + env``.
+        indices: int64 ``(B,)``: the transitions' ring positions in the buffer
+            (``row * num_envs + env`` when every env adds at each step).
         discounts: float32 ``(B,)``: ``gamma ** m``, the factor of the bootstrap value in
             an n-step target ``rewards + discounts * (1 - dones) * V(next_observations)``
             (SB3's ``NStepReplayBuffer`` field of that name).
@@ -57,11 +64,7 @@ class ReplaySamples(NamedTuple):
 
 def window(rb: ReplayBuffer, idx: np.ndarray):
     """n-step windows of transitions ``idx``: (valid, ret, last, term, trunc, m)."""
-    E, rows, n, g = rb._num_envs, rb._rows, rb._n_step, rb._gamma
-    r, e = np.divmod(idx, E)
-    oldest = rb._row if rb._full else 0
-    stored = rb._stored_rows()
-    age = (r - oldest) % rows
+    n, g = rb._n_step, rb._gamma
     fl0 = rb._flags[idx]
     valid = (fl0 & SKIP) == 0
     ret = rb._rewards[idx].astype(np.float64)
@@ -69,15 +72,18 @@ def window(rb: ReplayBuffer, idx: np.ndarray):
     m = np.ones(idx.shape, np.int64)
     alive = valid & ((fl0 & (TERM | TRUNC)) == 0)
     for j in range(1, n):
-        inr = age + j < stored
+        p = rb._next[last]
+        inr = p >= 0
         valid &= ~(alive & ~inr)
-        p = ((r + j) % rows) * E + e
+        p = np.where(inr, p, last)
         fl = rb._flags[p]
         step = alive & inr & ((fl & SKIP) == 0)
         ret += np.where(step, g**j * rb._rewards[p].astype(np.float64), 0.0)
         last = np.where(step, p, last)
         m += step
         alive = step & ((fl & (TERM | TRUNC)) == 0)
+        if not alive.any():
+            break
     flast = rb._flags[last]
     return valid, ret, last, (flast & TERM) != 0, (flast & TRUNC) != 0, m
 
@@ -88,9 +94,8 @@ def draw(rb: ReplayBuffer, batch_size: int) -> np.ndarray:
     rng = rb._rng
     if rb._n_step == 1 and rb._n_skip == 0:
         return rng.integers(0, total, size=batch_size)
-    stored = rb._stored_rows()
-    # transitions that can be invalid: placeholders and windows running past the newest row
-    lower = total - rb._n_skip - min(rb._n_step - 1, stored) * rb._num_envs
+    # transitions that can be invalid: placeholders and each stream's open windows
+    lower = total - rb._n_skip - (rb._n_step - 1) * rb._num_envs
     if lower * 16 < total:  # few sure ones: enumerate the valid ones
         ok = np.flatnonzero(window(rb, np.arange(total))[0])
         if ok.size == 0:
@@ -137,8 +142,8 @@ def sample(rb: ReplayBuffer, batch_size, *, out=None, dtype=None, scale=None) ->
     B = operator.index(batch_size)
     if rb._table is None or len(rb) == 0:
         raise ValueError("cannot sample from an empty ReplayBuffer")
-    if not 1 <= B <= len(rb):
-        raise ValueError(f"batch_size must be in [1, len(buffer)={len(rb)}], got {B}")
+    if B < 1:
+        raise ValueError(f"batch_size must be at least 1, got {B}")
     (obs_out, next_out), dst = outputs(rb, B, out, dtype, scale)
     idx = draw(rb, B)
     if rb._n_step == 1:

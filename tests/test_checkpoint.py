@@ -1,0 +1,280 @@
+"""ReplayBuffer checkpoints: golden files of every format version, and untrusted input.
+
+``tests/data/replay_v1_*.npz`` were written by lazyframes before format version 2 (by
+the recipes :func:`v1_wrapped` and :func:`v1_partial` below, and an empty
+``ReplayBuffer(4, seed=1)``); ``replay_v2_streams.npz`` by :func:`v2_streams`. Each must
+load to the buffer its recipe builds today. Crafted files (deflate bombs, huge declared
+sizes, wrong dtypes and shapes) must be refused with a ValueError, quickly and without
+allocating more than a small multiple of the file.
+"""
+
+import io
+import json
+import os
+import time
+import tracemalloc
+import zipfile
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from lazyframes.replay import ReplayBuffer
+
+DATA = os.path.join(ROOT, "tests", "data")
+
+
+def golden(name):
+    return os.path.join(DATA, name)
+
+
+def v1_wrapped():
+    """Two envs, n_step 3, wrapped; flags of every kind; ndarray observations."""
+    rb = ReplayBuffer(8, num_envs=2, n_step=3, gamma=0.5, seed=7, action_dtype=np.int16)
+
+    def ob(t, e):  # 3 frames of (2, 3) uint8: frame value t + i + 10 e
+        return np.stack([np.full((2, 3), t + i + 10 * e, np.uint8) for i in range(3)])
+
+    for t in range(6):
+        rb.add(
+            np.stack([ob(t, 0), ob(t, 1)]),
+            [t, -t],
+            [t + 0.5, -t - 0.25],
+            np.stack([ob(t + 1, 0), ob(t + 1, 1)]),
+            [t == 2, False],
+            [False, t == 4],
+            autoreset=[False, t == 5],
+        )
+    rb.sample(2)  # the saved RNG state is not the seed's
+    return rb
+
+
+def v1_partial():
+    """One env, not full, float actions of shape (2,), layout "last"."""
+    rb = ReplayBuffer(
+        6, seed=3, action_shape=(2,), action_dtype=np.float32, layout="last", stack_size=2
+    )
+    for t in range(3):
+        obs = np.concatenate([np.full((2, 2, 1), t + i, np.uint8) for i in range(2)], axis=-1)
+        nxt = np.concatenate([np.full((2, 2, 1), t + 1 + i, np.uint8) for i in range(2)], -1)
+        rb.add(obs, [t, 0.5 * t], 1.0, nxt, t == 2, False)
+    return rb
+
+
+def v2_streams():
+    """Three streams added asynchronously (env_ids), n_step 2, wrapped."""
+    rb = ReplayBuffer(6, num_envs=3, n_step=2, gamma=0.5, seed=9)
+    order = [[2], [0, 1], [1], [2, 0], [0], [1, 2], [1]]
+    t = [0, 0, 0]
+    for ids in order:
+        obs = np.stack([np.full((2, 4, 4), 16 * e + t[e], np.uint8) for e in ids])
+        for e in ids:
+            t[e] += 1
+        nxt = np.stack([np.full((2, 4, 4), 16 * e + t[e], np.uint8) for e in ids])
+        rb.add(obs, ids, [e + 0.25 * t[e] for e in ids], nxt, [t[e] == 3 for e in ids],
+               [False] * len(ids), env_ids=ids)  # fmt: skip
+    rb.sample(3)
+    return rb
+
+
+def contents(rb):
+    """Everything a checkpoint restores, as plain values."""
+    n = len(rb)
+    st = {
+        "repr": repr(rb),
+        "pos": rb._pos,
+        "full": rb._full,
+        "n_skip": rb._n_skip,
+        "actions": rb._actions[:n].tolist(),
+        "rewards": rb._rewards[:n].tolist(),
+        "flags": rb._flags[:n].tolist(),
+        "env": rb._env[:n].tolist(),
+        "next": rb._next[:n].tolist(),
+        "last": rb._last.tolist(),
+        "rng": rb._rng.bit_generator.state,
+    }
+    if n:
+        k = rb._k
+        st["obs"] = rb._table.gather(np.arange(n), 0, k, layout="stack").tolist()
+        st["next_obs"] = rb._table.gather(np.arange(n), k, 2 * k, layout="stack").tolist()
+    return st
+
+
+@pytest.mark.parametrize(
+    "name,recipe",
+    [
+        ("replay_v1_wrapped.npz", v1_wrapped),
+        ("replay_v1_partial.npz", v1_partial),
+        ("replay_v1_empty.npz", lambda: ReplayBuffer(4, seed=1)),
+        ("replay_v2_streams.npz", v2_streams),
+    ],
+)
+def test_golden_files_load_to_what_their_recipe_builds(impl, name, recipe):
+    pool = None
+    rb = ReplayBuffer.load(golden(name))
+    want = recipe()
+    if rb.pool is not None:
+        pool = impl.FramePool(rb.pool.frame_shape, rb.pool.dtype)
+        rb = ReplayBuffer.load(golden(name), pool=pool)
+        assert rb.pool is pool
+    assert contents(rb) == contents(want)
+    if len(rb):
+        for x, y in zip(rb.sample(5), want.sample(5), strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_golden_v1_exact_values():
+    """The v1 ring: position ``row * 2 + env`` holds env's transition of step t = row+4k."""
+    rb = ReplayBuffer.load(golden("replay_v1_wrapped.npz"))
+    assert (rb._pos, rb._full, len(rb), rb.n_step, rb.gamma) == (4, True, 8, 3, 0.5)
+    assert rb._actions.tolist() == [4, -4, 5, -5, 2, -2, 3, -3]
+    assert rb._rewards.tolist() == [4.5, -4.25, 5.5, -5.25, 2.5, -2.25, 3.5, -3.25]
+    assert rb._flags.tolist() == [0, 2, 0, 4, 1, 0, 0, 0]
+    assert rb._env.tolist() == [0, 1] * 4
+    assert rb._next.tolist() == [2, 3, -1, -1, 6, 7, 0, 1] and rb._last.tolist() == [2, 3]
+    frames = rb._table.gather(np.arange(8), 0, 3, layout="stack")[:, :, 0, 0]
+    assert frames[:, 0].tolist() == [4, 14, 5, 15, 2, 12, 3, 13]
+    s = rb.sample(64)
+    # position 6 (env 0, t=3): rewards 3.5 + 0.5 * 4.5 + 0.25 * 5.5, window complete
+    i = s.indices.tolist().index(6)
+    assert (s.rewards[i], s.discounts[i], s.dones[i]) == (3.5 + 2.25 + 1.375, 0.125, 0.0)
+    # env 0's two newest windows (positions 0, 2) are open; 3 is an autoreset placeholder
+    assert set(s.indices.tolist()) == {1, 4, 5, 6, 7}
+
+
+def test_v2_round_trip_of_interleaved_streams(impl, tmp_path):
+    rb = v2_streams()
+    rb.save(tmp_path / "rb.npz")
+    back = ReplayBuffer.load(tmp_path / "rb.npz")
+    assert contents(back) == contents(rb)
+    with zipfile.ZipFile(tmp_path / "rb.npz") as zf:
+        meta = json.loads(str(np.load(io.BytesIO(zf.read("meta.npy")))[()]))
+    assert meta["version"] == 2
+
+
+# -- crafted files ----------------------------------------------------------------------
+
+
+def entries(path):
+    """The members of a checkpoint: name -> bytes."""
+    with zipfile.ZipFile(path) as zf:
+        return {i.filename: zf.read(i) for i in zf.infolist()}
+
+
+def npy(arr):
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.asarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def npy_header(shape, dtype):
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+              "shape": shape})  # fmt: skip
+    return buf.getvalue()
+
+
+def craft(path, members, compression=zipfile.ZIP_STORED):
+    with zipfile.ZipFile(path, "w", compression=compression) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+def with_meta(members, **changes):
+    meta = json.loads(str(np.load(io.BytesIO(members["meta.npy"]))[()]))
+    meta.update(changes)
+    return {**members, "meta.npy": npy(np.array(json.dumps(meta)))}
+
+
+def assert_refused_quickly(path, match):
+    """``load`` raises ValueError(match) in under 2 s, allocating < 16x the file + 4 MiB."""
+    size = os.path.getsize(path)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(ValueError, match=match):
+            ReplayBuffer.load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - t0 < 2.0
+    assert peak < 16 * size + (4 << 20), peak
+
+
+@pytest.fixture
+def valid(tmp_path):
+    """The members of a valid version-2 checkpoint of 6 transitions of (2, 4, 4) uint8."""
+    rb = v2_streams()
+    rb.save(tmp_path / "valid.npz")
+    return entries(tmp_path / "valid.npz")
+
+
+def test_deflate_bomb_is_refused(valid, tmp_path):
+    """67M frames of zeros deflate to a few MB: a deflated member is refused unread."""
+    n = 1 << 22
+    bomb = npy_header((n, 4, 4), np.uint8) + bytes(16 * n)
+    members = {**valid, "frames.npy": bomb}
+    path = craft(tmp_path / "bomb.npz", members, zipfile.ZIP_DEFLATED)
+    assert os.path.getsize(path) < 1 << 20
+    assert_refused_quickly(path, "compressed")
+
+
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        ({"capacity": 10**10}, "capacity"),
+        ({"capacity": 2**25, "num_envs": 1}, "declared capacity .* bytes of tables"),
+        ({"action_shape": [10**6, 10**6]}, "declared capacity|action_shape"),
+        ({"n_step": 10**6}, "n_step"),
+        ({"capacity": "6"}, "capacity"),
+        ({"pos": 10**9}, "pos"),
+        ({"full": 1}, "full"),
+        ({"version": 3}, "version 3 is not supported"),
+        ({"format": "other"}, "wrong format tag"),
+        ({"rng": {"name": "os", "state": {}}}, "bit generator"),
+        ({"n_skip": 5}, "autoreset count"),
+    ],
+)
+def test_bad_meta_is_refused(valid, tmp_path, changes, match):
+    path = craft(tmp_path / "bad.npz", with_meta(valid, **changes))
+    assert_refused_quickly(path, match)
+
+
+@pytest.mark.parametrize(
+    "name,data,match",
+    [
+        ("actions.npy", npy(np.zeros(6, np.float64)), "dtype float64"),
+        ("actions.npy", npy(np.zeros((6, 1), np.int64)), r"shape \(6, 1\)"),
+        ("actions.npy", npy_header((10**9,), np.int64) + bytes(48), r"shape \(1000000000,\)"),
+        ("actions.npy", npy_header((6,), np.int64) + bytes(8), "size its header"),
+        ("rewards.npy", npy(np.full(6, np.inf, np.float32)), "non-finite"),
+        ("flags.npy", npy(np.full(6, 8, np.uint8)), "bad flags"),
+        ("env_ids.npy", npy(np.full(6, 3, np.int32)), "env_ids out of range"),
+        ("obs_index.npy", npy(np.full((6, 2), 99, np.int32)), "not in the file"),
+        ("frames.npy", npy_header((10**9, 4, 4), np.uint8) + bytes(64), "size its header"),
+        ("frames.npy", npy(np.zeros((3, 4, 5), np.uint8)), "frames entry has shape"),
+        ("frames.npy", npy(np.zeros((10**5, 4, 4), np.uint8)), "100000 frames for 24 frame"),
+        ("frames.npy", npy(np.zeros((3, 4, 4), np.int16)), "dtype int16"),
+        ("extra.npy", npy(np.zeros(1)), "unexpected entries"),
+        ("meta.npy", npy(np.zeros(1)), "bad meta entry"),
+    ],
+)
+def test_bad_entries_are_refused(valid, tmp_path, name, data, match):
+    path = craft(tmp_path / "bad.npz", {**valid, name: data})
+    assert_refused_quickly(path, match)
+
+
+def test_missing_entry_and_foreign_members_are_refused(valid, tmp_path):
+    members = dict(valid)
+    del members["env_ids.npy"]
+    assert_refused_quickly(craft(tmp_path / "a.npz", members), "missing entry 'env_ids'")
+    members = {**valid, "notes.txt": b"hi"}
+    assert_refused_quickly(craft(tmp_path / "b.npz", members), "unexpected member")
+
+
+def test_empty_legitimate_checkpoint_of_a_large_capacity_loads(tmp_path):
+    """The capacity bound leaves room for real buffers: 1M Atari transitions, empty."""
+    ReplayBuffer(1_000_000, seed=0).save(tmp_path / "big.npz")
+    assert ReplayBuffer.load(tmp_path / "big.npz").capacity == 1_000_000
