@@ -103,7 +103,8 @@ class ReplayBuffer(_buffers.ReplayBuffer):
         ValueError: a non-image observation space, ``optimize_memory_usage=True``.
     """
 
-    _n_step = 1
+    _n_step = 1  # NStepReplayBuffer sets its own before __init__
+    _gamma = 0.99
 
     def __init__(
         self,
@@ -140,7 +141,7 @@ class ReplayBuffer(_buffers.ReplayBuffer):
             self.buffer_size * n_envs,
             num_envs=n_envs,
             n_step=self._n_step,
-            gamma=getattr(self, "gamma", 0.99),
+            gamma=self._gamma,
             action_shape=(self.action_dim,),
             action_dtype=self._maybe_cast_dtype(action_space.dtype),
             layout=layout,
@@ -245,7 +246,8 @@ class NStepReplayBuffer(ReplayBuffer):
     """
 
     def __init__(self, *args, n_steps=3, gamma=0.99, **kwargs):
-        self.n_steps, self.gamma, self._n_step = n_steps, gamma, n_steps
+        self.n_steps, self.gamma = n_steps, gamma
+        self._n_step, self._gamma = n_steps, gamma
         super().__init__(*args, **kwargs)
 
 

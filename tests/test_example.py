@@ -1,4 +1,4 @@
-"""examples/dqn_atari.py runs end to end: real Atari, lazyframes' stacker and replay, torch DQN."""
+"""The examples run end to end: real Atari, lazyframes' stacker and replay, torch DQN."""
 
 import os
 import re
@@ -11,14 +11,20 @@ import torch  # noqa: F401  (installed by .ci/run as a CPU build: the example ne
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_dqn_atari_example_trains_a_few_steps(tmp_path):
+def run_example(name, args, cwd):
+    """Run ``examples/<name>`` with this checkout importable; returns its stdout."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     )
-    cmd = [
-        sys.executable,
-        str(ROOT / "examples" / "dqn_atari.py"),
+    cmd = [sys.executable, str(ROOT / "examples" / name), *args]
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def test_dqn_atari_example_trains_a_few_steps(tmp_path):
+    args = [
         "--env-id",
         "ALE/Pong-v5",
         "--total-timesteps",
@@ -40,14 +46,13 @@ def test_dqn_atari_example_trains_a_few_steps(tmp_path):
         "--seed",
         "1",
     ]
-    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
+    out = run_example("dqn_atari.py", args, tmp_path)
     m = re.search(
         r"dqn_atari summary: (\d+) env steps, (\d+) gradient steps, (\d+) episodes.*"
         r"final td_loss ([0-9.]+).*replay (\d+) transitions at ([0-9,]+) B each",
-        r.stdout,
+        out,
     )
-    assert m, r.stdout
+    assert m, out
     steps, grads, _, loss, stored, per = m.groups()
     assert int(steps) == 300
     # 150 vector steps; a gradient step when step > 100 and step % 4 == 0: 104, 108, ..., 148
@@ -56,6 +61,14 @@ def test_dqn_atari_example_trains_a_few_steps(tmp_path):
     assert int(stored) == 300
     # frames are stored once: far below one 28,224-byte observation per transition
     assert int(per.replace(",", "")) < 28_224
+
+
+def test_cleanrl_dqn_atari_example_trains_a_few_steps(tmp_path):
+    args = ["--total-timesteps", "300", "--learning-starts", "100", "--buffer-size", "1000"]
+    args += ["--target-network-frequency", "50", "--torch-threads", "1", "--no-cuda"]
+    out = run_example("cleanrl_dqn_atari.py", args, tmp_path)
+    # CleanRL prints SPS every 100 steps once learning has started
+    assert re.search(r"^SPS: \d+$", out, flags=re.M), out
 
 
 def test_readme_python_examples_run(tmp_path):
