@@ -45,8 +45,12 @@ def test_dqn_atari_example_trains_a_few_steps(tmp_path):
         "1",
         "--seed",
         "1",
+        "--progress-every",
+        "0",
     ]
     out = run_example("dqn_atari.py", args, tmp_path)
+    # a flushed progress line per step here, with the run's fraction and an ETA
+    assert re.search(r"^global_step=300/300 \(100%\), SPS=\d+, ETA 0\.0 min, ", out, flags=re.M)
     m = re.search(
         r"dqn_atari summary: (\d+) env steps, (\d+) gradient steps, (\d+) episodes.*"
         r"final td_loss ([0-9.]+).*replay (\d+) transitions at ([0-9,]+) B each",
