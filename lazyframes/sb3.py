@@ -198,12 +198,16 @@ class ReplayBuffer(_buffers.ReplayBuffer):
         idx = np.asarray(batch_inds, np.int64) * self.n_envs + env_indices
         shape = (len(idx),) + self._rb.observation_shape
         dtype = np.dtype(self.observation_space.dtype)
-        obs: Any = np.empty(shape, dtype)
-        next_obs: Any = np.empty(shape, dtype)
-        s = _sampling.at(self._rb, idx, obs, next_obs, dtype, None)
+        # torch's allocator hands back warm pages; fresh NumPy arrays of this size are
+        # page-faulted in on every call (about 20x the cost of the copy itself)
+        tdtype = th.from_numpy(np.empty(0, dtype)).dtype
+        obs: Any = th.empty(shape, dtype=tdtype)
+        next_obs: Any = th.empty(shape, dtype=tdtype)
+        s = _sampling.at(self._rb, idx, obs.numpy(), next_obs.numpy(), dtype, None)
         rewards = s.rewards.reshape(-1, 1)
         if env is not None:  # VecNormalize: SB3 normalises on the way out
-            obs, next_obs = self._normalize_obs(obs, env), self._normalize_obs(next_obs, env)
+            obs = self._normalize_obs(obs.numpy(), env)
+            next_obs = self._normalize_obs(next_obs.numpy(), env)
             rewards = self._normalize_reward(rewards, env)
         return ReplayBufferSamples(
             observations=self._tensor(obs),
@@ -216,7 +220,8 @@ class ReplayBuffer(_buffers.ReplayBuffer):
 
     def _tensor(self, a) -> th.Tensor:
         # the arrays are fresh: the tensor takes them over (a copy only to another device)
-        return th.from_numpy(np.ascontiguousarray(a)).to(self.device)
+        t = a if isinstance(a, th.Tensor) else th.from_numpy(np.ascontiguousarray(a))
+        return t.to(self.device)
 
     def __getstate__(self):
         state = self.__dict__.copy()
