@@ -6,7 +6,8 @@
   buffer, with a report of speed and memory against SB3's, a naive and a
   baselines-style buffer (see :mod:`lazyframes.demo`).
 - ``bench``: the side-by-side benchmarks of ``bench/`` in the source checkout
-  (``bench_core``, ``bench_wrappers``, ``bench_replay``), each printing its table.
+  (``bench_core``, ``bench_wrappers``, ``bench_replay``, ``bench_sb3``), each printing
+  its table.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 import traceback
 from pathlib import Path
 
-BENCHES = ("core", "wrappers", "replay")
+BENCHES = ("core", "wrappers", "replay", "sb3")
 
 
 def program_name() -> str:
@@ -61,12 +62,13 @@ def build_parser(prog: str = "python -m lazyframes") -> argparse.ArgumentParser:
     demo.add_arguments(d)
     b = sub.add_parser(
         "bench",
-        help="run the benchmarks of bench/ (core, wrappers, replay) and print their tables",
+        help="run the benchmarks of bench/ (core, wrappers, replay, sb3) and print their tables",
         description=(
-            "Runs bench/bench_core.py, bench/bench_wrappers.py and bench/bench_replay.py from "
+            "Runs bench/bench_core.py, bench_wrappers.py, bench_replay.py and bench_sb3.py from "
             "the source checkout (the bench/ folder next to the lazyframes package), each "
             "printing one table with ratios against peers measured in the same run. A peer "
-            "package that is not installed (stable-baselines3, cpprb: pip install -e '.[bench]') "
+            "package that is not installed (stable-baselines3, cpprb, sb3-extra-buffers: "
+            "pip install -e '.[bench]') "
             "is reported in one line and its rows skipped."
         ),
     )

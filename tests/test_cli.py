@@ -256,10 +256,10 @@ def test_bench_reports_missing_peer_and_failure_in_one_line(tmp_path):
 def test_bench_quick_smoke():
     r = run("-m", "lazyframes", "bench", "--quick", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    for name in ("bench_core", "bench_wrappers", "bench_replay"):
+    for name in ("bench_core", "bench_wrappers", "bench_replay", "bench_sb3"):
         assert f"=== bench/{name}.py --quick ===" in r.stdout
     assert "lazyframes LazyBatch x8" in r.stdout and "gather floor" in r.stdout
     assert "Traceback" not in r.stdout + r.stderr
     # developer targets only with --check; every table names the machine and the date
     assert "target" not in r.stdout and "MISSED" not in r.stdout
-    assert r.stdout.count("measured on ") == 3
+    assert r.stdout.count("measured on ") == 4
