@@ -32,3 +32,12 @@ def test_sdist_has_the_license_examples_docs_and_tests(tmp_path):
         wanted |= {p.relative_to(ROOT).as_posix() for p in (ROOT / folder).glob(pattern)}
     assert wanted <= members, sorted(wanted - members)
     assert "License-Expression: MIT" in info and "License-File: LICENSE" in info
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("# 2. the tests", 1)[1].split("```", 1)[0]
+    command = block.strip().splitlines()[1].strip()
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1].strip()
+    assert ci == command
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in command
