@@ -18,7 +18,11 @@ observations, about 7 KB per 84x84 transition instead of 28 KB
 
 ``VecFrameStack`` is a drop-in for SB3's wrapper (same spaces, values, zero padding,
 ``terminal_observation`` and channel orders, Box and Dict spaces) that stacks by frame
-reference and returns one fresh ndarray per step.
+reference and returns one fresh ndarray per step. It does not hand its frame references
+to the buffer: between the two, SB3 transposes the observations (``VecTransposeImage``)
+and copies them, so the buffer could not trust a reference without comparing the bytes
+anyway. The buffer de-duplicates by comparing each frame with those of the previous
+observation of the same env (a ``memcmp`` of one frame per candidate).
 
 Needs Stable-Baselines3 (``python -m pip install "stable-baselines3>=2.7"``).
 """
@@ -96,8 +100,9 @@ class ReplayBuffer(_buffers.ReplayBuffer):
         optimize_memory_usage: must be False: frames are always stored once (SB3's
             memory-optimised path would need arrays this buffer does not have).
         handle_timeout_termination: read truncation from ``infos`` (SB3's default).
-        pool: optional :class:`lazyframes.FramePool` of 2-D frames to store the frames
-            in (default: one owned by the buffer).
+        pool: optional :class:`lazyframes.FramePool` to store the frames in, of one
+            channel plane: ``(H, W)`` for channels-first spaces, ``(H, W, 1)`` for
+            channels-last (default: one owned by the buffer).
 
     Raises:
         ValueError: a non-image observation space, ``optimize_memory_usage=True``.
