@@ -12,6 +12,9 @@ and floors measured in the same run and returns its rows (a list of dicts):
   FrameStackObservation, baselines' FrameStack and SB3's VecFrameStack.
 - ``bench_replay``: bytes per transition, ``add`` and ``sample`` against SB3, cpprb,
   a naive buffer and the gather floor.
+- ``bench_sb3``: SB3 replay buffers on real Breakout frames (RSS and data per
+  transition, ``add``, ``sample``): SB3's default and memory-optimised buffers,
+  sb3-extra-buffers' zstd buffer and ``lazyframes.sb3.ReplayBuffer``.
 
 bench/README.md explains the floors and the developer targets (``--check``).
 """

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import platform
 import statistics
 import sys
@@ -44,6 +43,7 @@ import numpy as np
 
 import lazyframes
 from bench.baselines_reference import BaselinesLazyFrames
+from lazyframes import _machine
 
 #: The gather floor, a plain C memcpy loop over a batch's frames: compiled core only.
 _memcpy_gather = (
@@ -151,21 +151,6 @@ LEGEND = (
     "frame addresses (1.00x = as fast as reading those frames can be);\n"
     "x faster: peer time / lazyframes time."
 )
-
-
-def cpu_model() -> str:
-    """The CPU's model name (from /proc/cpuinfo on Linux) and its number of logical CPUs."""
-    name = ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    name = name or platform.processor() or platform.machine() or "unknown CPU"
-    return f"{name}, {os.cpu_count()} logical CPUs"
 
 
 def run(*, pool_frames: int, repeats: int, warmup: int, batch_sizes=(32, 256), seed: int = 0):
@@ -348,7 +333,7 @@ def main(argv=None) -> list[dict]:
 
     print(
         f"bench_core: lazyframes {lazyframes.__version__}, core: {lazyframes.IMPLEMENTATION}, "
-        f"numpy {np.__version__}, Python {platform.python_version()}; cpu: {cpu_model()}"
+        f"numpy {np.__version__}, Python {platform.python_version()}; {_machine.stamp()}"
     )
     print(
         f"pool of {pool_frames:,} distinct {FRAME_SHAPE} uint8 frames, k={K}; "

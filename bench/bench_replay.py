@@ -41,6 +41,7 @@ import time
 import numpy as np
 
 import lazyframes
+from lazyframes import _machine
 from lazyframes.replay import ReplayBuffer
 
 H = W = 84
@@ -390,8 +391,55 @@ def format_table(rows, columns=COLUMNS) -> str:
     return "\n".join(lines)
 
 
+def check_targets(rows: list[dict], num_envs: int) -> list[tuple[str, bool]]:
+    """The targets that ``--check`` tests (bench/README.md): (description, met) pairs."""
+    main_row = next(r for r in rows if r["buffer"].startswith("lazyframes"))
+    peers = [
+        r for r in rows if not r["buffer"].startswith("lazyframes") and r["add_us"] is not None
+    ]
+    bpt = main_row["memory_bpt"]
+    results = [
+        (
+            (
+                f"bytes/transition: {bpt:,.0f} (memory()), "
+                f"{main_row['bytes_per_transition']:,.0f} (RSS) (target <= {TARGET_BPT:,})"
+            ),
+            bpt <= TARGET_BPT,
+        ),
+        (
+            f"sample(32): {main_row['vs_floor']:.2f}x the gather floor (target <= {TARGET_FLOOR}x)",
+            main_row["vs_floor"] <= TARGET_FLOOR,
+        ),
+    ]
+    if peers:
+        best = min(peers, key=lambda r: r["sample32_us"])
+        sp = best["sample32_us"] / main_row["sample32_us"]
+        results.append(
+            (
+                (
+                    f"sample(32): the fastest peer ({best['buffer']}) takes {sp:.2f}x our time "
+                    f"(target >= {TARGET_PEER}x)"
+                ),
+                sp >= TARGET_PEER,
+            )
+        )
+    results.append(
+        (
+            (
+                f"steady add (buffer full): {main_row['add_us']:.2f} us/transition with "
+                f"{num_envs} envs per call (target <= {TARGET_ADD_US} us)"
+            ),
+            main_row["add_us"] <= TARGET_ADD_US,
+        )
+    )
+    return results
+
+
 def main(argv=None) -> list[dict]:
-    """Run the replay benchmark, print one table and the targets; return the rows."""
+    """Run the replay benchmark and print one table; return the rows.
+
+    With ``--check`` it also prints the targets and exits with status 1 if one is missed.
+    """
     p = argparse.ArgumentParser(
         prog="python -m bench.bench_replay",
         description="Replay buffers of 84x84 uint8 frames, k=4: memory per transition, add "
@@ -420,6 +468,12 @@ def main(argv=None) -> list[dict]:
     )
     p.add_argument("--quick", action="store_true", help="a small, fast smoke run")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="developer check: print the performance targets (bench/README.md) and "
+        "exit with status 1 if one is missed",
+    )
     args = p.parse_args(argv)
     cap = args.capacity or (5000 if args.quick else 100_000)
     peer_cap = args.peer_capacity or min(cap, 20_000)
@@ -431,6 +485,7 @@ def main(argv=None) -> list[dict]:
         f"numpy {np.__version__}; {H}x{W} uint8 frames changing every step, k={K}; "
         f"capacity {cap:,} (SB3/naive: {peer_cap:,}); sample = median of {repeats} calls"
     )
+    print(f"bench_replay: {_machine.stamp()}")
     rows = []
     for mode, e in (("LazyBatch", E), ("LazyFrames", 1), ("ndarray", 1)):
         rows += _in_child(bench_lazyframes, mode, cap, e, repeats, warmup, args.seed)
@@ -442,41 +497,21 @@ def main(argv=None) -> list[dict]:
     for r in rows:
         r["vs_floor"] = r["sample32_us"] / floor["sample32_us"]
     print(format_table(rows))
-    ours = [r for r in rows if r["buffer"].startswith("lazyframes")]
-    peers = [
-        r for r in rows if not r["buffer"].startswith("lazyframes") and r["add_us"] is not None
-    ]
-    main_row = ours[0]
-    rss_row = main_row
+    main_row = next(r for r in rows if r["buffer"].startswith("lazyframes"))
     print(
-        f"RSS check: {rss_row['bytes_per_transition']:,.0f} B/transition by RSS growth vs "
-        f"{rss_row['memory_bpt']:,.0f} by memory() ({rss_row['gb_at_1M']:.2f} GB at 1M)"
+        f"RSS check: {main_row['bytes_per_transition']:,.0f} B/transition by RSS growth vs "
+        f"{main_row['memory_bpt']:,.0f} by memory() ({main_row['gb_at_1M']:.2f} GB at 1M)"
     )
     print(
         "B/transition (RSS): resident-set growth while building and filling / transitions held; "
         "GB at 1M: that x 1e6. s32/floor: sample(32) / gather floor (obs + next obs bytes)."
     )
-    bpt = main_row["memory_bpt"]
-    print(
-        f"target bytes/transition: {bpt:,.0f} (memory()), {main_row['bytes_per_transition']:,.0f} "
-        f"(RSS) (<= {TARGET_BPT:,}: {'met' if bpt <= TARGET_BPT else 'MISSED'})"
-    )
-    print(
-        f"target sample(32): {main_row['vs_floor']:.2f}x the gather floor "
-        f"(<= {TARGET_FLOOR}x: {'met' if main_row['vs_floor'] <= TARGET_FLOOR else 'MISSED'})"
-    )
-    if peers:
-        best = min(peers, key=lambda r: r["sample32_us"])
-        sp = best["sample32_us"] / main_row["sample32_us"]
-        print(
-            f"target sample(32): the fastest peer ({best['buffer']}) takes {sp:.2f}x our time "
-            f"(>= {TARGET_PEER}x: {'met' if sp >= TARGET_PEER else 'MISSED'})"
-        )
-    print(
-        f"target steady add (buffer full): {main_row['add_us']:.2f} us/transition "
-        f"with {E} envs per call "
-        f"(<= {TARGET_ADD_US} us: {'met' if main_row['add_us'] <= TARGET_ADD_US else 'MISSED'})"
-    )
+    if args.check:
+        results = check_targets(rows, E)
+        for text, met in results:
+            print(f"check {text}: {'met' if met else 'MISSED'}")
+        if not all(met for _, met in results):
+            sys.exit(1)
     return rows
 
 

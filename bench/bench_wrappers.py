@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 
 import gymnasium as gym
@@ -38,6 +39,7 @@ import numpy as np
 
 import lazyframes
 from bench.baselines_reference import BaselinesFrameStack
+from lazyframes import _machine
 from lazyframes import vector as lf_vector
 from lazyframes.wrappers import FrameStack, FrameStackObservation
 
@@ -300,10 +302,40 @@ def format_table(rows, columns=COLUMNS) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(b) for b in body])
 
 
+def check_targets(rows: list[dict]) -> list[tuple[str, bool]]:
+    """The targets that ``--check`` tests (bench/README.md): (description, met) pairs."""
+    by = {r["stacker"]: r for r in rows}
+    gym_row = by["Gymnasium FrameStackObservation"]
+    results = [
+        (
+            (
+                f"{gym_row['vs_lazyframes']:.1f}x less overhead than Gymnasium's "
+                f"FrameStackObservation (target >= {TARGET_GYM:.0f}x)"
+            ),
+            gym_row["vs_lazyframes"] >= TARGET_GYM,
+        )
+    ]
+    sb3 = by.get("SB3 VecFrameStack(channels_order='last')")
+    if sb3 is not None:
+        results.append(
+            (
+                (
+                    f"{sb3['vs_lazyframes']:.1f}x less per env-step than SB3's channels-last "
+                    f"VecFrameStack (target >= {TARGET_SB3:.0f}x)"
+                ),
+                sb3["vs_lazyframes"] >= TARGET_SB3,
+            )
+        )
+    return results
+
+
 def main(argv=None) -> list[dict]:
-    """Run the wrapper benchmark, print one table and the targets; return the rows."""
+    """Run the wrapper benchmark and print one table; return the rows.
+
+    With ``--check`` it also prints the targets and exits with status 1 if one is missed.
+    """
     p = argparse.ArgumentParser(
-        prog="bench_wrappers",
+        prog="python -m bench.bench_wrappers",
         description="Per-step overhead of frame stacking wrappers vs Gymnasium, baselines and SB3.",
     )
     p.add_argument("--quick", action="store_true", help="fewer steps and repeats (a smoke run)")
@@ -317,6 +349,12 @@ def main(argv=None) -> list[dict]:
         "batch, so the stacker's overhead is not lost in the vector env's own noise; "
         "'sync' uses SyncVectorEnv(copy=False) / DummyVecEnv of counter envs",
     )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="developer check: print the performance targets (bench/README.md) and "
+        "exit with status 1 if one is missed",
+    )
     args = p.parse_args(argv)
     steps = args.steps or (400 if args.quick else 4000)
     repeats = args.repeats or (3 if args.quick else 9)
@@ -325,6 +363,7 @@ def main(argv=None) -> list[dict]:
         f"numpy {np.__version__}, gymnasium {gym.__version__}; k={K}, {steps} steps x "
         f"{repeats} repeats, median"
     )
+    print(f"bench_wrappers: {_machine.stamp()}")
     rows = single_rows(steps, repeats) + vector_rows(steps, repeats, args.vec_env)
     print(format_table(rows))
     vec_name = (
@@ -337,22 +376,14 @@ def main(argv=None) -> list[dict]:
         f"{vec_name}); "
         "each step includes np.asarray(obs)"
     )
-    by = {r["stacker"]: r for r in rows}
-    gym_row = by["Gymnasium FrameStackObservation"]
-    print(
-        f"target: >= {TARGET_GYM:.0f}x less overhead than Gymnasium's FrameStackObservation: "
-        f"{gym_row['vs_lazyframes']:.1f}x "
-        f"({'met' if gym_row['vs_lazyframes'] >= TARGET_GYM else 'MISSED'})"
-    )
-    sb3 = by.get("SB3 VecFrameStack(channels_order='last')")
-    if sb3 is not None:
-        print(
-            f"target: >= {TARGET_SB3:.0f}x less per env-step than SB3's channels-last "
-            f"VecFrameStack: {sb3['vs_lazyframes']:.1f}x "
-            f"({'met' if sb3['vs_lazyframes'] >= TARGET_SB3 else 'MISSED'})"
-        )
+    if args.check:
+        results = check_targets(rows)
+        for text, met in results:
+            print(f"check {text}: {'met' if met else 'MISSED'}")
+        if not all(met for _, met in results):
+            sys.exit(1)
     return rows
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -1,10 +1,13 @@
 """Command line: ``python -m lazyframes {demo,bench}`` (also installed as ``lazyframes``).
 
+``--version`` prints the version and the core in use.
+
 - ``demo``: real Atari (ALE Pong by default) through the frame stacker and the replay
   buffer, with a report of speed and memory against SB3's, a naive and a
   baselines-style buffer (see :mod:`lazyframes.demo`).
 - ``bench``: the side-by-side benchmarks of ``bench/`` in the source checkout
-  (``bench_core``, ``bench_wrappers``, ``bench_replay``), each printing its table.
+  (``bench_core``, ``bench_wrappers``, ``bench_replay``, ``bench_sb3``), each printing
+  its table.
 """
 
 from __future__ import annotations
@@ -12,22 +15,34 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import os
 import sys
 import time
 import traceback
 from pathlib import Path
 
-BENCHES = ("core", "wrappers", "replay")
+BENCHES = ("core", "wrappers", "replay", "sb3")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m lazyframes`` parser with its ``demo`` and ``bench`` commands."""
-    from . import demo
+def program_name() -> str:
+    """How the user called us: ``lazyframes`` (console script) or ``python -m lazyframes``."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python -m lazyframes" if name in ("", "__main__.py", "-c") else name
+
+
+def build_parser(prog: str = "python -m lazyframes") -> argparse.ArgumentParser:
+    """The command-line parser with its ``demo`` and ``bench`` commands, named ``prog``."""
+    from . import IMPLEMENTATION, __version__, demo
 
     p = argparse.ArgumentParser(
-        prog="python -m lazyframes",
+        prog=prog,
         description="lazyframes: frame stacking for deep RL that stores each frame once.",
-        epilog="Run 'python -m lazyframes COMMAND --help' for a command's options.",
+        epilog=f"Run '{prog} COMMAND --help' for a command's options.",
+    )
+    p.add_argument(
+        "--version",
+        action="version",
+        version=f"lazyframes {__version__} (core: {IMPLEMENTATION})",
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     d = sub.add_parser(
@@ -47,12 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_arguments(d)
     b = sub.add_parser(
         "bench",
-        help="run the benchmarks of bench/ (core, wrappers, replay) and print their tables",
+        help="run the benchmarks of bench/ (core, wrappers, replay, sb3) and print their tables",
         description=(
-            "Runs bench/bench_core.py, bench/bench_wrappers.py and bench/bench_replay.py from "
+            "Runs bench/bench_core.py, bench_wrappers.py, bench_replay.py and bench_sb3.py from "
             "the source checkout (the bench/ folder next to the lazyframes package), each "
             "printing one table with ratios against peers measured in the same run. A peer "
-            "package that is not installed (stable-baselines3, cpprb: pip install -e '.[bench]') "
+            "package that is not installed (stable-baselines3, cpprb, sb3-extra-buffers: "
+            "pip install -e '.[bench]') "
             "is reported in one line and its rows skipped."
         ),
     )
@@ -134,7 +150,7 @@ def _accepts_quick(mod) -> bool:
 
 def main(argv=None) -> int:
     """Entry point of ``python -m lazyframes`` and of the ``lazyframes`` console script."""
-    parser = build_parser()
+    parser = build_parser(program_name())
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -145,7 +161,7 @@ def main(argv=None) -> int:
         try:
             return demo.main(args)
         except ValueError as e:
-            parser.exit(2, f"python -m lazyframes demo: error: {e}\n")
+            parser.exit(2, f"{parser.prog} demo: error: {e}\n")
     if args.command == "bench":
         return run_benches(args.only or BENCHES, quick=args.quick)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import textwrap
@@ -26,6 +27,8 @@ import time
 from typing import Any
 
 import numpy as np
+
+from . import _machine
 
 __all__ = ["add_arguments", "format_report", "main", "plot", "run"]
 
@@ -218,12 +221,20 @@ class _SampledTracker:
 
 
 # -- the run ------------------------------------------------------------------------------
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the demo loop; returns the report (a JSON-serialisable dict)."""
-    import gymnasium as gym
+INSTALL_DEMO = (
+    "python -m pip install 'lazyframes[demo]' (in a clone: python -m pip install -e '.[demo]')"
+)
 
-    import lazyframes
-    from lazyframes import vector as lvector
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse, before the run, what would make it fail during or after it.
+
+    Raises:
+        ValueError: a bad number, a missing package (with the command that installs
+            it), an unknown env id, or a ``--plot``/``--json`` path that cannot be
+            written; the message names the option.
+    """
+    import importlib.util
 
     if (
         args.steps < 1
@@ -239,7 +250,50 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(
             f"--capacity ({args.capacity}) must be at least --num-envs ({args.num_envs})"
         )
+    needs = [("ale_py", f"--env {args.env}")] if _is_atari(args.env) else []
+    needs += [] if args.no_progress else [("tqdm", "the progress bar (or --no-progress)")]
+    needs += [("matplotlib", "--plot")] if args.plot else []
+    for module, what in needs:
+        if importlib.util.find_spec(module) is None:
+            raise ValueError(f"{what} needs the package {module!r}: {INSTALL_DEMO}")
+    import gymnasium as gym
 
+    if _is_atari(args.env):
+        import ale_py
+
+        gym.register_envs(ale_py)
+    try:
+        gym.spec(args.env)
+    except gym.error.Error as e:
+        raise ValueError(f"--env {args.env!r}: {e}") from None
+    for option, path in (("--plot", args.plot), ("--json", args.json)):
+        if path is None:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise ValueError(f"{option} {path}: the folder {folder} does not exist")
+        if not os.access(folder, os.W_OK):
+            raise ValueError(f"{option} {path}: the folder {folder} is not writable")
+    if args.plot:
+        from matplotlib.figure import Figure
+
+        formats = Figure().canvas.get_supported_filetypes()
+        ext = os.path.splitext(args.plot)[1].lstrip(".").lower()
+        if ext not in formats:
+            raise ValueError(
+                f"--plot {args.plot}: matplotlib cannot write a {ext or 'extensionless'!r} "
+                f"file; use one of {', '.join(sorted(formats))}"
+            )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the demo loop; returns the report (a JSON-serialisable dict)."""
+    import gymnasium as gym
+
+    import lazyframes
+    from lazyframes import vector as lvector
+
+    check_args(args)
     n = args.num_envs
     k = args.stack_size
     Timed, TimedVector = _timed_classes()
@@ -363,6 +417,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     per = (lambda b: b / stored_real) if stored_real else (lambda b: 0.0)
     report = {
+        "measured": _machine.stamp(),
         "env": args.env,
         "num_envs": n,
         "stack_size": k,
@@ -459,6 +514,7 @@ def format_report(r: dict) -> str:
             f"lazyframes demo: {r['env']}, {r['num_envs']} env(s), stack {r['stack_size']} "
             f"-> observations {tuple(r['observation_shape'])}, core: {r['implementation']}"
         ),
+        r["measured"],
         (
             f"{r['steps']:,} env steps in {r['seconds']:.1f} s, {r['episodes_ended']} episodes "
             f"ended, random policy, {r['samples']:,} batches of {r['batch_size']} sampled "
@@ -548,17 +604,34 @@ def plot(r: dict, path: str) -> None:
 
     s = r["series"]
     x = [p["transitions"] for p in s]
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    lz = s[-1]["lazyframes"] if s else 0
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
     for key, label, style in [
         ("naive", "naive obs + next_obs (computed)", ":"),
         ("baselines_after_sampling", "baselines-style list after sampling (computed)", "-."),
         ("sb3_optimized", "SB3 optimize_memory_usage (computed)", "--"),
         ("lazyframes", "lazyframes (measured)", "-"),
     ]:
-        ax.plot(x, [p[key] / 2**20 for p in s], style, label=label, linewidth=2)
+        y = [p[key] / 2**20 for p in s]
+        ax.plot(x, y, style, label=label, linewidth=2)
+        if s:  # the final value, and its ratio to lazyframes'
+            ratio = f" ({s[-1][key] / lz:.1f}x)" if lz and key != "lazyframes" else ""
+            ax.annotate(
+                f"{y[-1]:,.0f} MiB{ratio}",
+                (x[-1], y[-1]),
+                xytext=(4, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=8,
+            )
     ax.set_xlabel("transitions stored")
     ax.set_ylabel("memory held (MiB)")
-    ax.set_title(f"Replay memory: {r['env']}, {r['num_envs']} env(s), stack {r['stack_size']}")
+    ax.set_title(
+        f"Replay memory: {r['env']}, {r['num_envs']} env(s), stack {r['stack_size']}\n"
+        f"{r['measured']}",
+        fontsize=9,
+    )
+    ax.margins(x=0.18)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()

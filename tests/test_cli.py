@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -67,6 +68,54 @@ def test_demo_rejects_bad_options_before_running():
     assert "--steps" in r.stderr
 
 
+def test_version():
+    r = run("-m", "lazyframes", "--version")
+    assert r.returncode == 0, r.stderr
+    assert re.fullmatch(r"lazyframes \d+\.\d+\.\d+\S* \(core: (compiled|reference)\)\n", r.stdout)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env", "ALE/Pongg-v5"], "--env 'ALE/Pongg-v5': Environment `Pongg` doesn't exist"),
+        (["--env", "NoSuchEnv-v0"], "--env 'NoSuchEnv-v0'"),
+        (["--plot", "no/such/folder/m.png"], "--plot no/such/folder/m.png: the folder"),
+        (["--plot", "memory.pngx"], "matplotlib cannot write a 'pngx' file"),
+        (["--json", "no/such/folder/r.json"], "--json no/such/folder/r.json: the folder"),
+    ],
+)
+def test_demo_refuses_a_bad_env_or_output_path_in_one_line_before_running(tmp_path, args, message):
+    r = run("-m", "lazyframes", "demo", "--steps", "100000", "--no-progress", *args, cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.startswith("python -m lazyframes demo: error: ") and message in r.stderr
+    assert len(r.stderr.splitlines()) == 1 and r.stdout == ""
+
+
+def test_demo_names_the_install_command_of_a_missing_extra(monkeypatch):
+    import importlib.util
+
+    from lazyframes import __main__ as cli
+    from lazyframes import demo
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "tqdm" else real(name, *a)
+    )
+    args = cli.build_parser().parse_args(["demo"])
+    with pytest.raises(ValueError, match=r"needs the package 'tqdm': python -m pip install"):
+        demo.check_args(args)
+
+
+def test_the_console_script_calls_itself_lazyframes(monkeypatch):
+    from lazyframes import __main__ as cli
+
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/lazyframes", "--help"])
+    assert cli.program_name() == "lazyframes"
+    assert cli.build_parser(cli.program_name()).format_usage().startswith("usage: lazyframes ")
+    monkeypatch.setattr(sys, "argv", ["/src/lazyframes/__main__.py"])
+    assert cli.program_name() == "python -m lazyframes"
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("demo")
@@ -129,6 +178,14 @@ def test_demo_report_and_json(demo_run):
 def test_demo_plot_is_a_png(demo_run):
     _, _, png = demo_run
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_report_names_the_machine_and_the_date(demo_run):
+    r, rep, _ = demo_run
+    assert re.fullmatch(
+        r"measured on \d{4}-\d\d-\d\d \(UTC\) on .+, \d+ logical CPUs.*", rep["measured"]
+    )
+    assert rep["measured"] in r.stdout.splitlines()[:3]
 
 
 def test_demo_vector_envs_store_real_transitions(tmp_path):
@@ -199,7 +256,10 @@ def test_bench_reports_missing_peer_and_failure_in_one_line(tmp_path):
 def test_bench_quick_smoke():
     r = run("-m", "lazyframes", "bench", "--quick", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    for name in ("bench_core", "bench_wrappers", "bench_replay"):
+    for name in ("bench_core", "bench_wrappers", "bench_replay", "bench_sb3"):
         assert f"=== bench/{name}.py --quick ===" in r.stdout
     assert "lazyframes LazyBatch x8" in r.stdout and "gather floor" in r.stdout
     assert "Traceback" not in r.stdout + r.stderr
+    # developer targets only with --check; every table names the machine and the date
+    assert "target" not in r.stdout and "MISSED" not in r.stdout
+    assert r.stdout.count("measured on ") == 4

@@ -145,7 +145,16 @@ def sample(rb: ReplayBuffer, batch_size, *, out=None, dtype=None, scale=None) ->
     if B < 1:
         raise ValueError(f"batch_size must be at least 1, got {B}")
     (obs_out, next_out), dst = outputs(rb, B, out, dtype, scale)
-    idx = draw(rb, B)
+    return at(rb, draw(rb, B), obs_out, next_out, dst, scale)
+
+
+def at(rb: ReplayBuffer, idx: np.ndarray, obs_out, next_out, dst, scale) -> ReplaySamples:
+    """The samples of the stored transitions ``idx`` into the checked arrays of :func:`outputs`.
+
+    ``idx`` is not checked for sampleability: an n-step window still open at the newest
+    row ends there (SB3's ``NStepReplayBuffer`` does the same).
+    """
+    B = len(idx)
     if rb._n_step == 1:
         fl = rb._flags[idx]
         last = idx
