@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import warnings
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -238,8 +239,9 @@ class ReplayBuffer(_buffers.ReplayBuffer):
     def __setstate__(self, state):
         archive = state.pop("_rb")
         self.__dict__.update(state)
-        with np.load(io.BytesIO(archive), allow_pickle=False) as npz:
-            self._rb = _checkpoint.read(_replay.ReplayBuffer, npz, None)
+        with zipfile.ZipFile(io.BytesIO(archive)) as zf:
+            ar = _checkpoint.Archive(zf, len(archive))
+            self._rb = _checkpoint.read(_replay.ReplayBuffer, ar, None)
 
 
 class NStepReplayBuffer(ReplayBuffer):
