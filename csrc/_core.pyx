@@ -17,8 +17,8 @@ the full documentation is written here, once. The module is split by topic:
 
 cimport cython
 cimport numpy as cnp
-from libc.stdint cimport INT64_MAX, int64_t
-from libc.stdlib cimport free, malloc
+from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 
 import math
@@ -30,6 +30,7 @@ import numpy as np
 from lazyframes import _common as C
 
 cnp.import_array()
+blosc2_init()  # once per process: C-Blosc2's global state; every codec call uses a context
 
 __all__ = ["FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool"]
 
@@ -55,13 +56,31 @@ cdef extern from "kernels.h" nogil:
                        size_t itemsize, double scale, int has_scale, void *dst)
 
 
+cdef extern from "blosc2.h" nogil:
+    void blosc2_init()
+    enum:
+        BLOSC_LZ4, BLOSC_LZ4HC, BLOSC_ZSTD
+
+
 cdef extern from "pool.h" nogil:
+    ctypedef struct lf_codec:
+        int codec
+        int level
+        int group
     ctypedef struct lf_pool:
         size_t frame_bytes
         size_t spc
         size_t n_alloc
         size_t live_frames
         size_t peak_bytes
+        void *z
+        size_t cold_frames
+        size_t cold_bytes
+    ctypedef struct lf_reader:
+        lf_pool *p
+        size_t n
+    enum:
+        LF_MAX_GROUP
     int lf_pool_init(lf_pool *p, size_t frame_bytes, size_t chunk_bytes)
     void lf_pool_free(lf_pool *p)
     int64_t lf_pool_alloc(lf_pool *p)
@@ -72,6 +91,22 @@ cdef extern from "pool.h" nogil:
     void lf_pool_incref(lf_pool *p, int64_t slot)
     void lf_pool_decref(lf_pool *p, int64_t slot)
     size_t lf_pool_bytes_held(const lf_pool *p)
+    int lf_pool_is_hot(const lf_pool *p, int64_t slot)
+    void lf_pool_incref_cold(lf_pool *p, int64_t slot)
+    void lf_pool_decref_cold(lf_pool *p, int64_t slot)
+    void lf_pool_set_prev(lf_pool *p, int64_t slot, int64_t prev)
+    int lf_pool_enable_compression(lf_pool *p, lf_codec c)
+    lf_codec lf_pool_codec(const lf_pool *p)
+    int lf_pool_compress_pending(lf_pool *p)
+    size_t lf_pool_pending(const lf_pool *p)
+    int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out)
+    void *lf_dctx_new()
+    void lf_dctx_free(void *dctx)
+    void lf_reader_init(lf_reader *r, lf_pool *p)
+    int64_t lf_reader_add(lf_reader *r, int64_t slot)
+    int lf_reader_decode(lf_reader *r, void *dctx)
+    const unsigned char *lf_reader_frame(const lf_reader *r, int64_t i)
+    void lf_reader_release(lf_reader *r)
 
 
 cdef enum:

@@ -138,6 +138,10 @@ cdef inline void _decref_all(lf_pool *p, const int64_t *a, Py_ssize_t n) noexcep
         lf_pool_decref(p, a[i])
 
 
+_CODEC_CODES = {"lz4": BLOSC_LZ4, "lz4hc": BLOSC_LZ4HC, "zstd": BLOSC_ZSTD}
+_CODEC_NAMES = {v: k for k, v in _CODEC_CODES.items()}
+
+
 cdef object _uninitialised(object obj):
     raise TypeError(C.not_initialised(type(obj).__name__))
 
@@ -217,7 +221,7 @@ cdef class FrameRef:
 @cython.final
 @cython.no_gc_clear
 cdef class FramePool:
-    """FramePool(frame_shape, dtype, *, chunk_bytes=1048576)
+    """FramePool(frame_shape, dtype, *, chunk_bytes=1048576, compress=False)
 --
 
 A refcounted store of frames of one shape and dtype, in a chunked arena.
@@ -233,14 +237,24 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
     its last owner is dropped. Methods that read slot ids given as ints (:meth:`get`,
     :meth:`lazy`, :meth:`gather`, ...) check each id right before use.
 
+    With ``compress``, each frame has its own buffer instead of an arena slot, and a
+    frame whose only owners left are :class:`SlotTable` entries is compressed once (an
+    XOR delta against the frame before it, or a keyframe; docs/COMPRESSION.md) at the
+    end of the next :meth:`SlotTable.set` or :meth:`SlotTable.take`. Frames any other
+    owner holds stay uncompressed; every copy out decodes compressed frames on the fly,
+    with the same values.
+
     Args:
         frame_shape: shape ``S`` of one frame, e.g. ``(84, 84, 1)``.
         dtype: numeric dtype of the frames, e.g. ``np.uint8``.
         chunk_bytes: size of one arena chunk in bytes (default 1 MiB).
+        compress: False (default), True (the default codec) or a mapping of ``codec``,
+            ``level`` and ``group`` (see :meth:`enable_compression`).
 
     Raises:
         TypeError: non-numeric dtype or a shape that is not a tuple of ints.
-        ValueError: a non-positive dimension or ``chunk_bytes``.
+        ValueError: a non-positive dimension or ``chunk_bytes``, or bad ``compress``
+            options.
 
     Example:
         >>> pool = FramePool((84, 84, 1), np.uint8)
@@ -269,7 +283,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
     def __cinit__(self):
         self.p.spc = 0
 
-    def __init__(self, frame_shape, dtype, *, chunk_bytes=C.DEFAULT_CHUNK_BYTES):
+    def __init__(self, frame_shape, dtype, *, chunk_bytes=C.DEFAULT_CHUNK_BYTES, compress=False):
         if self._shape is not None:
             raise RuntimeError("FramePool.__init__ called twice")
         shape = C.frame_shape(frame_shape)
@@ -279,6 +293,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
             raise ValueError(C.chunk_bytes_not_positive(chunk_bytes))
         if len(shape) > MAX_NDIM:
             raise ValueError(f"frames have more than {MAX_NDIM} dimensions: {shape}")
+        opts = C.compression(compress)
         nbytes = math.prod(shape) * dt.itemsize  # a Python int: it cannot wrap
         if nbytes > INT64_MAX:
             raise MemoryError(f"frames of shape {shape} and dtype {dt} are too large")
@@ -297,6 +312,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
             self._layout_ok[<int>code] = False
         self._refs = weakref.WeakValueDictionary()
         self._by_id = {}
+        if opts is not None:
+            self._compress(opts)
         self._shape = shape  # last: marks the pool initialised
 
     def __dealloc__(self):
@@ -355,8 +372,58 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         """Largest :attr:`bytes_held` so far."""
         return self.p.peak_bytes
 
+    @property
+    def compression(self):
+        """None, or the compression options ``{"codec", "level", "group"}`` of this pool."""
+        self._ready()
+        if self.p.z == NULL:
+            return None
+        cdef lf_codec c = lf_pool_codec(&self.p)
+        return {"codec": _CODEC_NAMES[c.codec], "level": c.level, "group": c.group}
+
+    def enable_compression(self, compress=True):
+        """Compress this pool's frames from now on (see the class docstring); idempotent.
+
+        Frames live already stay uncompressed until their only owners are SlotTable
+        entries. How a replay buffer adopts the pool of the wrappers feeding it.
+
+        Args:
+            compress: True (the default options) or a mapping of ``codec`` (``"lz4"``,
+                ``"lz4hc"`` or ``"zstd"``), ``level`` (1 to 9) and ``group`` (1 to 64:
+                a frame decodes from at most ``group`` compressed blobs).
+
+        Raises:
+            TypeError, ValueError: bad options, or options other than the pool's own
+                when it compresses already (nothing changes then).
+            MemoryError: no memory for the frames' buffers.
+        """
+        self._ready()
+        opts = C.compression(compress)
+        if opts is None:
+            raise ValueError("enable_compression needs compress=True or options")
+        self._compress(opts)
+
+    cdef int _compress(self, dict opts) except -1:
+        cdef lf_codec c
+        c.codec = _CODEC_CODES[opts["codec"]]
+        c.level = opts["level"]
+        c.group = opts["group"]
+        cdef int rc = lf_pool_enable_compression(&self.p, c)
+        if rc == -1:
+            raise MemoryError("no memory to make the pool compress")
+        if rc == -2:
+            raise ValueError(f"frames of {self.p.frame_bytes} bytes are too large to compress")
+        if rc == -3:
+            raise ValueError(C.compression_differs(self.compression, opts))
+        return 0
+
     def stats(self):
-        """Live frames, capacity, frame bytes, bytes held and peak bytes, as a dict."""
+        """Frame counts and bytes, as a dict.
+
+        ``bytes_held`` counts the arena chunks, or in a compressing pool the frames'
+        uncompressed buffers (``hot_frames``, plus a few kept to code the next delta
+        against), their compressed blobs (``cold_bytes``) and the per-slot state.
+        """
         return {
             "live_frames": self.live_frames,
             "live_bytes": self.live_bytes,
@@ -364,6 +431,9 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
             "frame_bytes": self.frame_bytes,
             "bytes_held": self.bytes_held,
             "peak_bytes": self.peak_bytes,
+            "hot_frames": self.p.live_frames - self.p.cold_frames,
+            "cold_frames": self.p.cold_frames,
+            "cold_bytes": self.p.cold_bytes,
         }
 
     def __repr__(self):
@@ -489,7 +559,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         hit = self._by_id.get(key)
         if hit is not None and hit[0]() is obj:
             s = hit[1]
-            if lf_pool_is_live(&self.p, s) and cnp.PyArray_IS_C_CONTIGUOUS(a) and memcmp(
+            if lf_pool_is_live(&self.p, s) and lf_pool_is_hot(&self.p, s) and \
+                    cnp.PyArray_IS_C_CONTIGUOUS(a) and memcmp(
                     lf_pool_addr(&self.p, s), cnp.PyArray_DATA(a), self.p.frame_bytes) == 0:
                 lf_pool_incref(&self.p, s)
                 return FrameRef._own(self, s)
@@ -513,7 +584,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
     cdef cnp.ndarray _get(self, int64_t slot):
         """A copy of the frame of a live slot (checked by the caller)."""
         cdef cnp.ndarray out = cnp.PyArray_EMPTY(self._nd, self._dims, self._descr.type_num, 0)
-        memcpy(cnp.PyArray_DATA(out), lf_pool_addr(&self.p, slot), self.p.frame_bytes)
+        if lf_pool_read(&self.p, slot, <unsigned char *>cnp.PyArray_DATA(out)) != 0:
+            raise RuntimeError(C.BLOB_CORRUPT)
         return out
 
     def get(self, slot):

@@ -7,7 +7,9 @@ so both implementations raise the very same exceptions with the very same messag
 from __future__ import annotations
 
 import functools
+import numbers
 import operator
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -26,6 +28,56 @@ MAX_NDIM = 32
 
 #: Default size of one arena chunk of a FramePool, in bytes (148 Atari frames of 84x84).
 DEFAULT_CHUNK_BYTES = 1 << 20
+
+# Frame compression (docs/COMPRESSION.md): codec names, and the default chosen by measurement.
+CODECS = ("lz4", "lz4hc", "zstd")
+DEFAULT_COMPRESSION = {"codec": "lz4", "level": 9, "group": 16}
+MAX_GROUP = 64  # longest chain of blobs one frame decodes from
+
+
+def compression(compress) -> dict | None:
+    """The compression options of ``compress``, checked: None (off) or ``{codec, level, group}``.
+
+    Args:
+        compress: False or None (off), True (the default options), or a mapping with
+            some of the keys ``codec`` (one of :data:`CODECS`), ``level`` (1 to 9) and
+            ``group`` (1 to :data:`MAX_GROUP`: at most one keyframe in ``group`` frames
+            of a chain of XOR deltas); missing keys take the defaults.
+
+    Raises:
+        TypeError: another type, or a non-integer level or group. ValueError: an unknown
+            key or codec, or a level or group out of range.
+    """
+    if compress is None or compress is False:
+        return None
+    if compress is True:
+        return dict(DEFAULT_COMPRESSION)
+    if not isinstance(compress, Mapping):
+        raise TypeError(
+            wrong_type("compress", "a bool or a mapping of codec, level, group", compress)
+        )
+    unknown = set(compress) - set(DEFAULT_COMPRESSION)
+    if unknown:
+        raise ValueError(
+            f"unknown compression options {sorted(map(str, unknown))}; "
+            f"expected some of {sorted(DEFAULT_COMPRESSION)}"
+        )
+    opts = {**DEFAULT_COMPRESSION, **compress}
+    if opts["codec"] not in CODECS:
+        raise ValueError(f"codec must be one of {CODECS}, got {opts['codec']!r}")
+    for key, top in (("level", 9), ("group", MAX_GROUP)):
+        v = opts[key]
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(wrong_type(key, "an int", v))
+        if not 1 <= v <= top:
+            raise ValueError(f"{key} must be in [1, {top}], got {v}")
+        opts[key] = int(v)
+    return opts
+
+
+def compression_differs(have: dict, want: dict) -> str:
+    return f"the pool already compresses with {have}; cannot switch to {want}"
+
 
 # dtypes the fused conversion kernels know (kind, itemsize); any other numeric dtype
 # can still be stored and copied out unconverted.
@@ -443,6 +495,8 @@ PUSH_BATCH_EMPTY = "push_batch needs at least one frame"
 OUT_PAIR = "out must be a pair of ndarrays"
 ALREADY_INITIALISED = "FramePool.__init__ called twice"
 OUT_PAIR_OVERLAP = "the two arrays of out overlap"
+ID_OVER_INT32 = "a SlotTable stores slot ids as int32: this id is above 2**31 - 1"
+BLOB_CORRUPT = "a compressed frame does not decode: the pool's memory is corrupted"
 
 
 def frames_shape(shape: tuple, lead: str, frame_shape: tuple) -> str:
