@@ -165,7 +165,7 @@ cdef int _decode_all(_Readers *rs) noexcept nogil:
         if rc != 0:
             rc = _NO_MEMORY if rc == -1 else _CORRUPT
             break
-    lf_dctx_free(dctx)
+    lf_ctx_free(dctx)
     return rc
 
 

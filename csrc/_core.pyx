@@ -30,7 +30,7 @@ import numpy as np
 from lazyframes import _common as C
 
 cnp.import_array()
-blosc2_init()  # once per process: C-Blosc2's global state; every codec call uses a context
+lf_codec_init()  # once per process: C-Blosc2's global state; every codec call uses a context
 
 __all__ = ["FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool"]
 
@@ -56,17 +56,25 @@ cdef extern from "kernels.h" nogil:
                        size_t itemsize, double scale, int has_scale, void *dst)
 
 
-cdef extern from "blosc2.h" nogil:
-    void blosc2_init()
+cdef extern from "codec.h" nogil:
     enum:
-        BLOSC_LZ4, BLOSC_LZ4HC, BLOSC_ZSTD
-
-
-cdef extern from "pool.h" nogil:
+        LF_CODEC_LZ4, LF_CODEC_LZ4HC, LF_CODEC_ZSTD, LF_BLOB_OVERHEAD, LF_MAX_GROUP
     ctypedef struct lf_codec:
         int codec
         int level
         int group
+    void lf_codec_init()
+    int lf_codec_valid(lf_codec c, size_t frame_bytes)
+    void *lf_cctx_new(lf_codec c)
+    void *lf_dctx_new()
+    void lf_ctx_free(void *ctx)
+    long lf_compress(void *cctx, const void *src, size_t n, void *dst)
+    int lf_decompress(void *dctx, const void *blob, size_t blob_bytes, void *dst, size_t n)
+    void lf_xor_of(unsigned char *out, const unsigned char *a, const unsigned char *b, size_t n)
+    void lf_xor_into(unsigned char *out, const unsigned char *b, size_t n)
+
+
+cdef extern from "pool.h" nogil:
     ctypedef struct lf_pool:
         size_t frame_bytes
         size_t spc
@@ -79,8 +87,6 @@ cdef extern from "pool.h" nogil:
     ctypedef struct lf_reader:
         lf_pool *p
         size_t n
-    enum:
-        LF_MAX_GROUP
     int lf_pool_init(lf_pool *p, size_t frame_bytes, size_t chunk_bytes)
     void lf_pool_free(lf_pool *p)
     int64_t lf_pool_alloc(lf_pool *p)
@@ -100,8 +106,6 @@ cdef extern from "pool.h" nogil:
     int lf_pool_compress_pending(lf_pool *p)
     size_t lf_pool_pending(const lf_pool *p)
     int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out)
-    void *lf_dctx_new()
-    void lf_dctx_free(void *dctx)
     void lf_reader_init(lf_reader *r, lf_pool *p)
     int64_t lf_reader_add(lf_reader *r, int64_t slot)
     int lf_reader_decode(lf_reader *r, void *dctx)

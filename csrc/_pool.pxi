@@ -138,7 +138,7 @@ cdef inline void _decref_all(lf_pool *p, const int64_t *a, Py_ssize_t n) noexcep
         lf_pool_decref(p, a[i])
 
 
-_CODEC_CODES = {"lz4": BLOSC_LZ4, "lz4hc": BLOSC_LZ4HC, "zstd": BLOSC_ZSTD}
+_CODEC_CODES = {"lz4": LF_CODEC_LZ4, "lz4hc": LF_CODEC_LZ4HC, "zstd": LF_CODEC_ZSTD}
 _CODEC_NAMES = {v: k for k, v in _CODEC_CODES.items()}
 
 
@@ -400,7 +400,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         self._ready()
         opts = C.compression(compress)
         if opts is None:
-            raise ValueError("enable_compression needs compress=True or options")
+            raise ValueError(C.ENABLE_COMPRESSION_OFF)
         self._compress(opts)
 
     cdef int _compress(self, dict opts) except -1:

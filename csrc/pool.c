@@ -1,7 +1,6 @@
 /* Plain-C refcounted frame pool of lazyframes (see pool.h). */
 #include "pool.h"
 
-#include <blosc2.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,8 +8,8 @@
  * compression runs with the GIL held, one pool at a time. */
 struct lf_compressor {
     lf_codec codec;
-    blosc2_context *cctx, *dctx;
-    unsigned char *blob;      /* frame_bytes + BLOSC2_MAX_OVERHEAD: one compressed frame */
+    void *cctx, *dctx;
+    unsigned char *blob;      /* frame_bytes + LF_BLOB_OVERHEAD: one compressed frame */
     unsigned char *delta;     /* frame_bytes: the XOR of a frame and its reference */
     unsigned char *base;      /* frame_bytes: a decoded reference */
     unsigned char *tmp;       /* frame_bytes: decoding scratch */
@@ -233,8 +232,8 @@ size_t lf_pool_bytes_held(const lf_pool *p) {
 
 static void compressor_free(lf_compressor *z) {
     if (!z) return;
-    if (z->cctx) blosc2_free_ctx(z->cctx);
-    if (z->dctx) blosc2_free_ctx(z->dctx);
+    lf_ctx_free(z->cctx);
+    lf_ctx_free(z->dctx);
     for (size_t i = 0; i < LF_WARM; i++) free(z->warm_buf[i]);
     free(z->blob);
     free(z->delta);
@@ -244,31 +243,14 @@ static void compressor_free(lf_compressor *z) {
     free(z);
 }
 
-void *lf_dctx_new(void) {
-    blosc2_dparams dp = BLOSC2_DPARAMS_DEFAULTS;
-    dp.nthreads = 1;
-    return blosc2_create_dctx(dp);
-}
-
-void lf_dctx_free(void *dctx) {
-    if (dctx) blosc2_free_ctx((blosc2_context *)dctx);
-}
-
 static lf_compressor *compressor_new(size_t fb, lf_codec c) {
     lf_compressor *z = calloc(1, sizeof(*z));
     if (!z) return NULL;
     z->codec = c;
     for (size_t i = 0; i < LF_WARM; i++) z->warm_slot[i] = -1;
-    blosc2_cparams cp = BLOSC2_CPARAMS_DEFAULTS;
-    cp.compcode = (uint8_t)c.codec;
-    cp.clevel = (uint8_t)c.level;
-    cp.typesize = 1; /* XOR deltas and bytes: no shuffle, no filter */
-    cp.nthreads = 1;
-    cp.splitmode = BLOSC_NEVER_SPLIT;
-    for (int i = 0; i < BLOSC2_MAX_FILTERS; i++) cp.filters[i] = BLOSC_NOFILTER;
-    z->cctx = blosc2_create_cctx(cp);
+    z->cctx = lf_cctx_new(c);
     z->dctx = lf_dctx_new();
-    z->blob = malloc(fb + BLOSC2_MAX_OVERHEAD);
+    z->blob = malloc(fb + LF_BLOB_OVERHEAD);
     z->delta = malloc(fb);
     z->base = malloc(fb);
     z->tmp = malloc(fb);
@@ -280,10 +262,7 @@ static lf_compressor *compressor_new(size_t fb, lf_codec c) {
 }
 
 int lf_pool_enable_compression(lf_pool *p, lf_codec c) {
-    if ((c.codec != BLOSC_LZ4 && c.codec != BLOSC_LZ4HC && c.codec != BLOSC_ZSTD) ||
-        c.level < 1 || c.level > 9 || c.group < 1 || c.group > LF_MAX_GROUP ||
-        p->frame_bytes > (size_t)BLOSC2_MAX_BUFFERSIZE)
-        return -2;
+    if (!lf_codec_valid(c, p->frame_bytes)) return -2;
     if (p->z) {
         lf_codec o = p->z->codec;
         return o.codec == c.codec && o.level == c.level && o.group == c.group ? 0 : -3;
@@ -383,16 +362,6 @@ static void warm_put(lf_compressor *z, int64_t slot, unsigned char *buf) {
 
 /* -- coding ----------------------------------------------------------------------------- */
 
-/* out = a ^ b, and out ^= b: the XOR delta and its inverse (vectorised by the compiler). */
-static void xor_of(unsigned char *restrict out, const unsigned char *restrict a,
-                   const unsigned char *restrict b, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = a[i] ^ b[i];
-}
-
-static void xor_into(unsigned char *restrict out, const unsigned char *restrict b, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] ^= b[i];
-}
-
 int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain) {
     int n = 0;
     for (;;) {
@@ -405,10 +374,8 @@ int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain) {
 int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsigned char *base,
                         unsigned char *out) {
     const lf_meta *m = lf_pool_meta(p, slot);
-    int n = blosc2_decompress_ctx((blosc2_context *)dctx, m->buf, (int32_t)m->blob_bytes, out,
-                                  (int32_t)p->frame_bytes);
-    if (n != (int)p->frame_bytes) return -1;
-    if (base) xor_into(out, base, p->frame_bytes);
+    if (lf_decompress(dctx, m->buf, m->blob_bytes, out, p->frame_bytes)) return -1;
+    if (base) lf_xor_into(out, base, p->frame_bytes);
     return 0;
 }
 
@@ -419,7 +386,7 @@ int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *ou
     if (lf_pool_decode_blob(p, dctx, chain[n - 1], NULL, out)) return -1;
     for (int i = n - 2; i >= 0; i--) {
         if (lf_pool_decode_blob(p, dctx, chain[i], NULL, tmp)) return -1;
-        xor_into(out, tmp, p->frame_bytes);
+        lf_xor_into(out, tmp, p->frame_bytes);
     }
     return 0;
 }
@@ -445,14 +412,13 @@ static int compress_one(lf_pool *p, int64_t slot) {
             if (lf_pool_decode(p, z->dctx, ref, z->base, z->tmp)) return -1;
             base = z->base;
         }
-        xor_of(z->delta, m->buf, base, fb);
+        lf_xor_of(z->delta, m->buf, base, fb);
         src = z->delta;
     } else {
         ref = -1;
     }
-    int n = blosc2_compress_ctx(z->cctx, src, (int32_t)fb, z->blob,
-                                (int32_t)(fb + BLOSC2_MAX_OVERHEAD));
-    if (n <= 0) return -1; /* cannot happen: the destination holds any frame */
+    long n = lf_compress(z->cctx, src, fb, z->blob);
+    if (n < 0) return -1; /* cannot happen: the destination holds any frame */
     unsigned char *blob = malloc((size_t)n);
     if (!blob) return -1;
     memcpy(blob, z->blob, (size_t)n);

@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -46,14 +48,6 @@ typedef struct {
     uint8_t pad_;
 } lf_meta;
 
-/* Codec settings of a compressing pool (blosc2 codes; see docs/COMPRESSION.md). */
-typedef struct {
-    int codec;             /* BLOSC_LZ4, BLOSC_LZ4HC or BLOSC_ZSTD */
-    int level;             /* 1..9 */
-    int group;             /* 1..LF_MAX_GROUP: a blob chain is at most `group` blobs long */
-} lf_codec;
-
-#define LF_MAX_GROUP 64
 #define LF_WARM 32         /* raw copies of recently compressed frames kept for the next delta */
 
 typedef struct lf_compressor lf_compressor; /* pool.c: contexts, scratch, queue, warm cache */
@@ -182,7 +176,7 @@ size_t lf_pool_bytes_held(const lf_pool *p);
 /* -- compression (pool.c) ----------------------------------------------------------- */
 
 /* Make p compress with codec c: 0, -1 on out of memory, -2 for a bad codec or a frame
- * too large for the codec (nothing changed then). Frames already live become
+ * too large for the codec (lf_codec_valid; nothing changed then). Frames already live become
  * per-slot buffers. A second call with the same codec is a no-op; with another: -3. */
 int lf_pool_enable_compression(lf_pool *p, lf_codec c);
 
@@ -199,10 +193,6 @@ size_t lf_pool_pending(const lf_pool *p);
 /* Append to chain[] the slots a cold `slot` is decoded from, itself first, its keyframe
  * last; returns their number (<= LF_MAX_GROUP). */
 int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain);
-
-/* A decompression context for lf_pool_decode (one per thread or call), or NULL. */
-void *lf_dctx_new(void);
-void lf_dctx_free(void *dctx);
 
 /* Decode the blob of a cold `slot` into out (frame_bytes): a keyframe, or its delta
  * XORed onto `base`, the decoded frame of its reference (NULL for a keyframe).

@@ -65,6 +65,7 @@ class FramePool(_Guarded):
     __slots__ = (
         "__weakref__",
         "_by_id",
+        "_compression",
         "_counts",
         "_dtype",
         "_frame_bytes",
@@ -77,7 +78,7 @@ class FramePool(_Guarded):
         "_spc",
     )
 
-    def __init__(self, frame_shape, dtype, *, chunk_bytes=C.DEFAULT_CHUNK_BYTES):
+    def __init__(self, frame_shape, dtype, *, chunk_bytes=C.DEFAULT_CHUNK_BYTES, compress=False):
         try:
             object.__getattribute__(self, "_frames")  # bypasses _Guarded.__getattr__
         except AttributeError:
@@ -90,6 +91,8 @@ class FramePool(_Guarded):
         if chunk_bytes <= 0:
             raise ValueError(C.chunk_bytes_not_positive(chunk_bytes))
         self._frame_bytes = math.prod(self._shape) * self._dtype.itemsize
+        # the twin keeps every frame uncompressed: the options are checked and reported only
+        self._compression = C.compression(compress)
         # as the arena: the largest power of two of frames that fits a chunk (at least one)
         self._spc = 1 << (min(max(1, chunk_bytes // self._frame_bytes), 1 << 31).bit_length() - 1)
         self._frames: list = []  # slot -> read-only frame, or None while the slot is free
@@ -147,8 +150,22 @@ class FramePool(_Guarded):
         """Largest :attr:`bytes_held` so far."""
         return self._peak
 
+    @property
+    def compression(self) -> dict | None:
+        """None, or the compression options ``{"codec", "level", "group"}`` of this pool."""
+        return None if self._compression is None else dict(self._compression)
+
+    def enable_compression(self, compress=True) -> None:
+        """Compress this pool's frames from now on; idempotent (the twin stores them raw)."""
+        opts = C.compression(compress)
+        if opts is None:
+            raise ValueError(C.ENABLE_COMPRESSION_OFF)
+        if self._compression is not None and self._compression != opts:
+            raise ValueError(C.compression_differs(self._compression, opts))
+        self._compression = opts
+
     def stats(self) -> dict:
-        """Live frames, capacity, frame bytes, bytes held and peak bytes, as a dict."""
+        """Frame counts and bytes, as a dict (the twin has no cold frames)."""
         return {
             "live_frames": self.live_frames,
             "live_bytes": self.live_bytes,
@@ -156,6 +173,9 @@ class FramePool(_Guarded):
             "frame_bytes": self._frame_bytes,
             "bytes_held": self.bytes_held,
             "peak_bytes": self._peak,
+            "hot_frames": self._live,
+            "cold_frames": 0,
+            "cold_bytes": 0,
         }
 
     def __repr__(self):
@@ -724,7 +744,7 @@ class SlotTable(_Guarded):
         if rows > (2**63 - 1) // 8 // width:
             raise ValueError(C.table_too_large(rows, width))
         try:
-            ids = np.full((rows, width), -1, np.int64)  # -1: empty; written in place only
+            ids = np.full((rows, width), -1, np.int32)  # -1: empty; written in place only
         except MemoryError:
             raise MemoryError(C.table_too_large(rows, width)) from None
         self._pool = pool
@@ -745,15 +765,18 @@ class SlotTable(_Guarded):
         return len(self._ids)
 
     def memory(self) -> int:
-        """Bytes of the table itself (``rows * width * 8``), not of the frames."""
+        """Bytes of the table itself (``rows * width * 4``), not of the frames."""
         return self._ids.nbytes
 
     def ids(self, rows=None) -> np.ndarray:
         """A copy of the slot ids of ``rows`` (default: all), int64; -1 marks an empty entry."""
-        return self._ids.copy() if rows is None else self._ids[C.as_rows(rows, len(self._ids))]
+        ids = self._ids if rows is None else self._ids[C.as_rows(rows, len(self._ids))]
+        return ids.astype(np.int64)
 
     def _write(self, r: np.ndarray, new: np.ndarray) -> None:
         """Rows ``r`` (distinct) := ``new``: take the new references, then drop the old ones."""
+        if new.size and new.max() > np.iinfo(np.int32).max:
+            raise OverflowError(C.ID_OVER_INT32)
         self._pool._incref(new)
         self._pool._decref(self._ids[r])
         self._ids[r] = new
@@ -809,7 +832,7 @@ class SlotTable(_Guarded):
         """The slot ids of columns ``cols = (start, stop)`` of ``rows``, all non-empty."""
         r = C.as_rows(rows, len(self._ids))
         start, stop = _columns(cols, self._ids.shape[1])
-        ids = self._ids[r, start:stop]
+        ids = self._ids[r, start:stop].astype(np.int64)
         empty = np.flatnonzero((ids < 0).any(axis=1))
         if empty.size:
             raise ValueError(C.row_empty(int(r[empty[0]])))
