@@ -12,12 +12,13 @@ the full documentation is written here, once. The module is split by topic:
 - ``_copyout.pxi``: the one copy-out routine every gather goes through;
 - ``_lazy.pxi``: :class:`LazyFrames`, :class:`LazyBatch` and :func:`stack`;
 - ``_table.pxi``: :class:`SlotTable`, the replay buffer's store;
-- ``_pickle.pxi``: pickling and :func:`default_pool`.
+- ``_pickle.pxi``: pickling and :func:`default_pool`;
+- ``_codec.pxi``: :func:`encode_frames` and :func:`decode_frames`, checkpoints' frames.
 """
 
 cimport cython
 cimport numpy as cnp
-from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t
+from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 
@@ -32,7 +33,12 @@ from lazyframes import _common as C
 cnp.import_array()
 lf_codec_init()  # once per process: C-Blosc2's global state; every codec call uses a context
 
-__all__ = ["FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool"]
+__all__ = [
+    "FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool",
+    "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW",
+]
+
+KIND_KEY, KIND_DELTA, KIND_RAW = C.KIND_KEY, C.KIND_DELTA, C.KIND_RAW  # == _KEY, _DELTA, _RAW
 
 
 cdef extern from "layout.h" nogil:
@@ -121,3 +127,4 @@ include "_copyout.pxi"
 include "_lazy.pxi"
 include "_table.pxi"
 include "_pickle.pxi"
+include "_codec.pxi"

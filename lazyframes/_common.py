@@ -75,6 +75,57 @@ def compression(compress) -> dict | None:
     return opts
 
 
+#: Kinds of blob in an :func:`encode_frames` container: a compressed frame, a compressed
+#: XOR delta against the previous frame, or the frame's raw bytes.
+KIND_KEY, KIND_DELTA, KIND_RAW = 0, 1, 2
+
+
+def frames_to_encode(frames) -> np.ndarray:
+    """``frames`` as a numeric ndarray with a leading axis (TypeError/ValueError otherwise)."""
+    arr = np.asarray(frames)
+    if arr.ndim < 1:
+        raise ValueError(f"frames must have a leading axis, got shape {arr.shape}")
+    frame_dtype(arr.dtype)
+    return arr
+
+
+def check_container(payload, offsets, kinds, frame_bytes: int) -> tuple:
+    """Check an :func:`encode_frames` container's sizes and offsets, before any allocation.
+
+    Returns:
+        ``(payload, offsets, kinds)`` as a uint8 array, an int64 array and a uint8 array.
+
+    Raises:
+        TypeError: a payload that is not bytes-like, non-integer offsets or kinds.
+        ValueError: shapes that disagree, offsets that are not 0 then increasing up to
+            the payload's end, an unknown kind, a delta first, or a raw blob whose size
+            is not the frame's.
+    """
+    try:
+        data = np.frombuffer(memoryview(payload).cast("B"), np.uint8)
+    except TypeError:
+        raise TypeError(wrong_type("payload", "bytes-like", payload)) from None
+    offs, kds = as_ints(offsets, "offsets"), as_ints(kinds, "kinds")
+    if offs.ndim != 1 or kds.ndim != 1 or offs.shape[0] != kds.shape[0] + 1:
+        raise ValueError(f"offsets {offs.shape} and kinds {kds.shape} must be (n + 1,) and (n,)")
+    # compared in their own dtype first: no value wraps when converted
+    if ((offs < 0) | (offs > data.size)).any() or ((kds < KIND_KEY) | (kds > KIND_RAW)).any():
+        raise ValueError("offsets must be in [0, len(payload)], kinds KIND_KEY/DELTA/RAW")
+    offs, kds = offs.astype(np.int64), kds.astype(np.uint8)
+    sizes = np.diff(offs)
+    if offs[0] != 0 or offs[-1] != data.size or (sizes <= 0).any():
+        raise ValueError("offsets must start at 0 and increase up to the payload's length")
+    if kds.size and kds[0] == KIND_DELTA:
+        raise ValueError("the first blob is a delta: it has no previous frame")
+    if (sizes[kds == KIND_RAW] != frame_bytes).any():
+        raise ValueError(f"a raw blob is not {frame_bytes} bytes, one frame")
+    return data, offs, kds
+
+
+def bad_blob(i: int) -> str:
+    return f"blob {i} of the container does not decode to one frame"
+
+
 def compression_differs(have: dict, want: dict) -> str:
     return f"the pool already compresses with {have}; cannot switch to {want}"
 
