@@ -24,14 +24,21 @@ import numpy as np
 from . import _common as C
 
 __all__ = [
+    "KIND_DELTA",
+    "KIND_KEY",
+    "KIND_RAW",
     "FramePool",
     "FrameRef",
     "LazyBatch",
     "LazyFrames",
     "SlotTable",
+    "decode_frames",
     "default_pool",
+    "encode_frames",
     "stack",
 ]
+
+KIND_KEY, KIND_DELTA, KIND_RAW = C.KIND_KEY, C.KIND_DELTA, C.KIND_RAW
 
 
 class _Guarded:
@@ -936,6 +943,69 @@ def stack(observations, out=None, *, dtype=None, scale=None) -> np.ndarray:
 
 
 _default_pools: dict = {}  # kept for the process: an idle pool holds no frame memory
+
+
+def encode_frames(
+    frames,
+    *,
+    codec=C.DEFAULT_COMPRESSION["codec"],
+    level=C.DEFAULT_COMPRESSION["level"],
+    group=C.DEFAULT_COMPRESSION["group"],
+) -> tuple:
+    """Frames as one container of ``KIND_RAW`` blobs: the twin does not compress.
+
+    The options are checked as the compiled core checks them; its :func:`decode_frames`
+    reads this container, and this module's reads the compiled one's.
+    """
+    C.compression({"codec": codec, "level": level, "group": group})
+    arr = np.ascontiguousarray(C.frames_to_encode(frames))
+    n = arr.shape[0]
+    fb = arr.nbytes // n if n else 0
+    offsets = np.arange(n + 1, dtype=np.int64) * fb
+    return arr.tobytes(), offsets, np.full(n, C.KIND_RAW, np.uint8)
+
+
+def decode_frames(payload, offsets, kinds, frame_shape, dtype) -> np.ndarray:
+    """The frames ``(n, *frame_shape)`` of a container of either core.
+
+    ``KIND_KEY`` and ``KIND_DELTA`` blobs (the compiled core's) need the ``blosc2``
+    package; raw blobs need nothing.
+
+    Raises:
+        TypeError, ValueError: a bad shape or dtype, or a container that is not valid.
+        ImportError: compressed blobs without the ``blosc2`` package.
+    """
+    shape, dt = C.frame_shape(frame_shape), C.frame_dtype(dtype)
+    fb = math.prod(shape) * dt.itemsize
+    data, offs, kds = C.check_container(payload, offsets, kinds, fb)
+    out = np.empty((len(kds), fb), np.uint8)
+    for i, kind in enumerate(kds.tolist()):
+        blob = data[offs[i] : offs[i + 1]]
+        if kind == C.KIND_RAW:
+            out[i] = blob
+            continue
+        out[i] = _blosc2_frame(blob, fb, i)
+        if kind == C.KIND_DELTA:
+            out[i] ^= out[i - 1]
+    return out.view(dt).reshape((len(kds), *shape))
+
+
+def _blosc2_frame(blob: np.ndarray, fb: int, i: int) -> np.ndarray:
+    """Blob ``i``, a Blosc2 chunk, decompressed: exactly ``fb`` bytes, else ValueError."""
+    try:
+        import blosc2
+    except ImportError:
+        raise ImportError(
+            "the pure-NumPy core reads compressed frames with the 'blosc2' package: "
+            "pip install blosc2"
+        ) from None
+    try:
+        raw = blosc2.decompress(blob.tobytes())
+    except Exception:  # blosc2 raises several types for a malformed chunk
+        raise ValueError(C.bad_blob(i)) from None
+    if len(raw) != fb:
+        raise ValueError(C.bad_blob(i))
+    return np.frombuffer(raw, np.uint8)
 
 
 def default_pool(frame_shape, dtype) -> FramePool:
