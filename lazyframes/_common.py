@@ -66,12 +66,12 @@ def compression(compress) -> dict | None:
     if opts["codec"] not in CODECS:
         raise ValueError(f"codec must be one of {CODECS}, got {opts['codec']!r}")
     for key, top in (("level", 9), ("group", MAX_GROUP)):
-        v = opts[key]
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            raise TypeError(wrong_type(key, "an int", v))
+        if isinstance(opts[key], bool) or not isinstance(opts[key], numbers.Integral):
+            raise TypeError(wrong_type(key, "an int", opts[key]))
+        v = int(opts[key])
         if not 1 <= v <= top:
             raise ValueError(f"{key} must be in [1, {top}], got {v}")
-        opts[key] = int(v)
+        opts[key] = v
     return opts
 
 
