@@ -163,7 +163,10 @@ class FramePool(_Guarded):
         return None if self._compression is None else dict(self._compression)
 
     def enable_compression(self, compress=True) -> None:
-        """Compress this pool's frames from now on; idempotent (the twin stores them raw)."""
+        """Compress this pool's frames from now on (see the class docstring); idempotent.
+
+        The twin checks and reports the options, and keeps its frames uncompressed.
+        """
         opts = C.compression(compress)
         if opts is None:
             raise ValueError(C.ENABLE_COMPRESSION_OFF)
@@ -172,7 +175,10 @@ class FramePool(_Guarded):
         self._compression = opts
 
     def stats(self) -> dict:
-        """Frame counts and bytes, as a dict (the twin has no cold frames)."""
+        """Frame counts and bytes, as a dict.
+
+        The twin keeps every frame uncompressed: none is ever cold.
+        """
         return {
             "live_frames": self.live_frames,
             "live_bytes": self.live_bytes,
@@ -952,10 +958,10 @@ def encode_frames(
     level=C.DEFAULT_COMPRESSION["level"],
     group=C.DEFAULT_COMPRESSION["group"],
 ) -> tuple:
-    """Frames as one container of ``KIND_RAW`` blobs: the twin does not compress.
+    """Compress ``n`` frames into one container: XOR deltas, a keyframe every ``group`` frames.
 
-    The options are checked as the compiled core checks them; its :func:`decode_frames`
-    reads this container, and this module's reads the compiled one's.
+    The twin writes ``KIND_RAW`` blobs (uncompressed), after checking the options as the
+    compiled core does; each core's :func:`decode_frames` reads the other's containers.
     """
     C.compression({"codec": codec, "level": level, "group": group})
     arr = np.ascontiguousarray(C.frames_to_encode(frames))
@@ -966,9 +972,9 @@ def encode_frames(
 
 
 def decode_frames(payload, offsets, kinds, frame_shape, dtype) -> np.ndarray:
-    """The frames ``(n, *frame_shape)`` of a container of either core.
+    """The frames ``(n, *frame_shape)`` of a container made by :func:`encode_frames`.
 
-    ``KIND_KEY`` and ``KIND_DELTA`` blobs (the compiled core's) need the ``blosc2``
+    Either core's container; ``KIND_KEY`` and ``KIND_DELTA`` blobs (the compiled core's) need the ``blosc2``
     package; raw blobs need nothing.
 
     Raises:
