@@ -112,6 +112,7 @@ cdef extern from "pool.h" nogil:
     int lf_pool_compress_pending(lf_pool *p)
     size_t lf_pool_pending(const lf_pool *p)
     int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out)
+    int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain)
     void lf_reader_init(lf_reader *r, lf_pool *p)
     int64_t lf_reader_add(lf_reader *r, int64_t slot)
     int lf_reader_decode(lf_reader *r, void *dctx)

@@ -603,6 +603,21 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         _check_ids(&self.p, &s, 1)
         return self._get(s)
 
+    def _chain(self, slot):
+        """The slots a frame decodes from, itself first, its keyframe last; [] when hot (tests).
+
+        Raises:
+            IndexError, ValueError: as :meth:`get`.
+        """
+        self._ready()
+        cdef int64_t s = _one_id(self, slot)
+        _check_ids(&self.p, &s, 1)
+        cdef int64_t chain[LF_MAX_GROUP]
+        if lf_pool_is_hot(&self.p, s):
+            return []
+        cdef int n = lf_pool_chain(&self.p, s, chain)
+        return [chain[i] for i in range(n)]
+
     def refcount(self, slot):
         """References held on ``slot`` (0 for a free slot in range).
 

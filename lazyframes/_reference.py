@@ -174,6 +174,11 @@ class FramePool(_Guarded):
             raise ValueError(C.compression_differs(self._compression, opts))
         self._compression = opts
 
+    def _chain(self, slot) -> list:
+        """The slots a frame decodes from, itself first, its keyframe last; [] when hot (tests)."""
+        self._check(self._id(slot))
+        return []  # the twin keeps every frame uncompressed
+
     def stats(self) -> dict:
         """Frame counts and bytes, as a dict.
 
@@ -974,8 +979,8 @@ def encode_frames(
 def decode_frames(payload, offsets, kinds, frame_shape, dtype) -> np.ndarray:
     """The frames ``(n, *frame_shape)`` of a container made by :func:`encode_frames`.
 
-    Either core's container; ``KIND_KEY`` and ``KIND_DELTA`` blobs (the compiled core's) need the ``blosc2``
-    package; raw blobs need nothing.
+    Either core's container: ``KIND_KEY`` and ``KIND_DELTA`` blobs (the compiled core's)
+    need the ``blosc2`` package, raw blobs nothing.
 
     Raises:
         TypeError, ValueError: a bad shape or dtype, or a container that is not valid.
