@@ -18,7 +18,7 @@ def blosc2_dirs():
     spec = importlib.util.find_spec("blosc2")
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("building lazyframes needs the 'blosc2' package (pip install blosc2)")
-    root = list(spec.submodule_search_locations)[0]
+    root = next(iter(spec.submodule_search_locations))
     include, lib = os.path.join(root, "include"), os.path.join(root, "lib")
     static = os.path.join(lib, "libblosc2.a")
     if not (os.path.isfile(os.path.join(include, "blosc2.h")) and os.path.isfile(static)):
