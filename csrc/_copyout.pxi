@@ -163,7 +163,7 @@ cdef int _decode_all(_Readers *rs) noexcept nogil:
     for j in range(rs.n):
         rc = lf_reader_decode(&rs.r[j], dctx)
         if rc != 0:
-            rc = _NO_MEMORY if rc == -1 else _CORRUPT
+            rc = _CORRUPT
             break
     lf_ctx_free(dctx)
     return rc
@@ -218,6 +218,9 @@ cdef int _copy(_Copy *c) except -1:
             else:
                 j = _resolve(&rs, p, c.ids[i], &e)
                 entry[i] = (<int64_t>j << 32) | e
+        for j in range(rs.n):
+            if lf_reader_reserve(&rs.r[j]) != 0:
+                raise MemoryError()
         if rs.n or c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out >= _NOGIL_BYTES:
             with nogil:
                 rc = _decode_all(&rs)

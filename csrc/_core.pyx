@@ -115,6 +115,7 @@ cdef extern from "pool.h" nogil:
     int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain)
     void lf_reader_init(lf_reader *r, lf_pool *p)
     int64_t lf_reader_add(lf_reader *r, int64_t slot)
+    int lf_reader_reserve(lf_reader *r)
     int lf_reader_decode(lf_reader *r, void *dctx)
     const unsigned char *lf_reader_frame(const lf_reader *r, int64_t i)
     void lf_reader_release(lf_reader *r)

@@ -15,6 +15,8 @@ struct lf_compressor {
     unsigned char *tmp;       /* frame_bytes: decoding scratch */
     int64_t *queue;           /* pending slots, in the order they became eligible */
     size_t n_queue, cap_queue;
+    unsigned char *spare;     /* a reader's scratch kept for the next reader (page faults) */
+    size_t spare_bytes;
     int64_t warm_slot[LF_WARM];        /* -1: empty */
     unsigned char *warm_buf[LF_WARM];  /* raw bytes of a recently compressed frame */
     size_t warm_next, n_warm;
@@ -225,7 +227,7 @@ size_t lf_pool_bytes_held(const lf_pool *p) {
     size_t chunks = p->n_alloc * p->spc * slot_bytes(p);
     if (!p->z) return chunks;
     return chunks + (p->live_frames - p->cold_frames + p->z->n_warm) * p->frame_bytes +
-           p->cold_bytes;
+           p->cold_bytes + p->z->spare_bytes;
 }
 
 /* -- compression ------------------------------------------------------------------------ */
@@ -239,6 +241,7 @@ static void compressor_free(lf_compressor *z) {
     free(z->delta);
     free(z->base);
     free(z->tmp);
+    free(z->spare);
     free(z->queue);
     free(z);
 }
@@ -562,11 +565,24 @@ int64_t lf_reader_add(lf_reader *r, int64_t slot) {
     return first;
 }
 
+int lf_reader_reserve(lf_reader *r) {
+    lf_compressor *z = r->p->z;
+    size_t need = r->n * r->p->frame_bytes;
+    if (!need) return 0;
+    if (z->spare && z->spare_bytes >= need) {
+        r->scratch = z->spare;
+        r->scratch_bytes = z->spare_bytes;
+        z->spare = NULL;
+        z->spare_bytes = 0;
+        return 0;
+    }
+    r->scratch = malloc(need);
+    r->scratch_bytes = need;
+    return r->scratch ? 0 : -1;
+}
+
 int lf_reader_decode(lf_reader *r, void *dctx) {
     size_t fb = r->p->frame_bytes;
-    if (!r->n) return 0;
-    r->scratch = malloc(r->n * fb);
-    if (!r->scratch) return -1;
     for (size_t i = 0; i < r->n; i++) {
         int32_t todo[LF_MAX_GROUP];
         int n = 0;
@@ -590,6 +606,13 @@ void lf_reader_release(lf_reader *r) {
     free(r->done);
     free(r->hkeys);
     free(r->hvals);
-    free(r->scratch);
+    lf_compressor *z = r->p->z;
+    if (r->scratch_bytes > z->spare_bytes && r->scratch_bytes <= LF_SPARE_MAX) {
+        free(z->spare); /* keep the larger one */
+        z->spare = r->scratch;
+        z->spare_bytes = r->scratch_bytes;
+    } else {
+        free(r->scratch);
+    }
     memset(r, 0, sizeof(*r));
 }

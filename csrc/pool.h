@@ -211,11 +211,13 @@ int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out);
 
 /* -- a reader: the cold frames of one copy out, each decoded once ----------------------- */
 
-/* Collect with the GIL held (lf_reader_add pins each slot of the chains), decode
- * without it (lf_reader_decode), read the frames (lf_reader_frame), then release with
- * the GIL held (lf_reader_release unpins and frees). An entry is decoded from the
- * decoded entry of its reference: an observation's consecutive frames, and the frames
- * an obs and its next obs share, decode once per call. */
+/* Collect with the GIL held (lf_reader_add pins each slot of the chains, then
+ * lf_reader_reserve takes the scratch), decode without it (lf_reader_decode), read the
+ * frames (lf_reader_frame), then release with the GIL held (lf_reader_release unpins,
+ * and keeps the scratch as the pool's spare, up to LF_SPARE_MAX bytes: a fresh one
+ * per call costs a page fault per 4 KiB). An entry is decoded from the decoded entry
+ * of its reference: an observation's consecutive frames, and the frames an obs and its
+ * next obs share, decode once per call. */
 typedef struct {
     lf_pool *p;
     int64_t *slots;        /* the cold slots, each pinned */
@@ -225,13 +227,18 @@ typedef struct {
     int64_t *hkeys;        /* open addressing: slot -> index, -1 empty */
     int32_t *hvals;
     size_t hcap;           /* a power of two, > 2 n */
-    unsigned char *scratch; /* n * frame_bytes, by lf_reader_decode */
+    unsigned char *scratch; /* >= n * frame_bytes, by lf_reader_reserve */
+    size_t scratch_bytes;
 } lf_reader;
+
+#define LF_SPARE_MAX ((size_t)64 << 20)
 
 void lf_reader_init(lf_reader *r, lf_pool *p);
 /* The entry of a live cold slot (added, with its chain, if new): >= 0, or -1 on out of memory. */
 int64_t lf_reader_add(lf_reader *r, int64_t slot);
-/* Decode every entry: 0, -1 on out of memory, -2 if a blob does not decode. No GIL needed. */
+/* The scratch of every entry: 0, or -1 on out of memory. GIL held. */
+int lf_reader_reserve(lf_reader *r);
+/* Decode every entry (reserved): 0, or -2 if a blob does not decode. No GIL needed. */
 int lf_reader_decode(lf_reader *r, void *dctx);
 static inline const unsigned char *lf_reader_frame(const lf_reader *r, int64_t i) {
     return r->scratch + (size_t)i * r->p->frame_bytes;

@@ -560,7 +560,7 @@ static void compression_case(lf_codec c, int n) {
     CHECK(r.n == (size_t)n, "one entry per frame (%zu)", r.n);
     CHECK(lf_pool_refcount(&p, s[0]) >= 3, "pinned");
     void *dctx = lf_dctx_new();
-    CHECK(lf_reader_decode(&r, dctx) == 0, "decode");
+    CHECK(lf_reader_reserve(&r) == 0 && lf_reader_decode(&r, dctx) == 0, "decode");
     bad_value = 0;
     for (int i = 0; i < 2 * n; i++)
         bad_value += memcmp(lf_reader_frame(&r, entry[i]), want + ((i * 7) % n) * ZFB, ZFB) != 0;
