@@ -339,6 +339,26 @@ def test_dedup_and_get_with_cold_frames(impl):
     assert np.array_equal(np.asarray(again)[:, 0], frames)
 
 
+@pytest.mark.parametrize("group", [1, 4, 16])
+def test_take_loads_and_compresses(impl, group):
+    """A checkpoint's load: take() from one LazyBatch of frames, then the frames go cold."""
+    frames, starts = recorded("breakout")
+    frames = frames[:60]
+    n = len(frames) - K
+    pool = impl.FramePool((84, 84), np.uint8, compress={"group": group})
+    table = impl.SlotTable(pool, n, K + 1)
+    index = np.arange(n)[:, None] + np.arange(K + 1)  # row r: frames r .. r + K
+    table.take(np.arange(n), pool.push_batch(frames), index)
+    flush(impl, pool)
+    if compiled(impl):
+        st = pool.stats()
+        assert st["cold_frames"] == st["live_frames"] == len(frames)
+        assert max(len(pool._chain(s)) for s in table.ids().ravel()) == min(group, len(frames))
+    a, b = table.gather_pairs(np.arange(n), (0, K), np.arange(n), (1, K + 1), layout="stack")
+    assert np.array_equal(a, frames[index[:, :K]])
+    assert np.array_equal(b, frames[index[:, 1:]])
+
+
 def test_table_stores_int32(impl):
     pool = impl.FramePool((2, 2), np.uint8, compress=True)
     table = impl.SlotTable(pool, 10, 3)
