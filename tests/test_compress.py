@@ -342,7 +342,7 @@ def test_dedup_and_get_with_cold_frames(impl):
 @pytest.mark.parametrize("group", [1, 4, 16])
 def test_take_loads_and_compresses(impl, group):
     """A checkpoint's load: take() from one LazyBatch of frames, then the frames go cold."""
-    frames, starts = recorded("breakout")
+    frames = recorded("breakout")[0]
     frames = frames[:60]
     n = len(frames) - K
     pool = impl.FramePool((84, 84), np.uint8, compress={"group": group})
