@@ -3,6 +3,7 @@
 
 #include <blosc2.h>
 #include <stdint.h>
+#include <string.h>
 
 /* compile-time checks (C99): the codec codes and a blob's overhead are Blosc2's */
 typedef char lf_codes_are_blosc2s[(int)LF_CODEC_LZ4 == (int)BLOSC_LZ4 &&
@@ -60,6 +61,37 @@ int lf_decompress(void *dctx, const void *blob, size_t blob_bytes, void *dst, si
     int r = blosc2_decompress_ctx((blosc2_context *)dctx, blob, (int32_t)blob_bytes, dst,
                                   (int32_t)n);
     return r >= 0 && (size_t)r == n ? 0 : -1;
+}
+
+/* header bytes that differ between the blobs of one context */
+static int lf_varies(size_t i) {
+    return i == 2 || (i >= 12 && i < 16) || i == 31;
+}
+
+size_t lf_lean(lf_header *t, unsigned char *buf, size_t n) {
+    if (n < LF_BLOB_OVERHEAD) return n;
+    if (!t->set) {
+        memcpy(t->h, buf, LF_BLOB_OVERHEAD);
+        t->set = 1;
+    }
+    for (size_t i = 0; i < LF_BLOB_OVERHEAD; i++)
+        if (!lf_varies(i) && buf[i] != t->h[i]) return n;
+    unsigned char flags = buf[2], flags2 = buf[31];
+    memmove(buf + 2, buf + LF_BLOB_OVERHEAD, n - LF_BLOB_OVERHEAD);
+    buf[0] = flags;
+    buf[1] = flags2;
+    return n - LF_LEAN_SAVED;
+}
+
+size_t lf_unlean(const lf_header *t, const unsigned char *lean, size_t n, unsigned char *out) {
+    size_t whole = n + LF_LEAN_SAVED;
+    uint32_t cbytes = (uint32_t)whole;
+    memcpy(out, t->h, LF_BLOB_OVERHEAD);
+    out[2] = lean[0];
+    out[31] = lean[1];
+    for (int i = 0; i < 4; i++) out[12 + i] = (unsigned char)(cbytes >> (8 * i)); /* LE */
+    memcpy(out + LF_BLOB_OVERHEAD, lean + 2, n - 2);
+    return whole;
 }
 
 void lf_xor_of(unsigned char *restrict out, const unsigned char *restrict a,

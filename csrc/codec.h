@@ -46,6 +46,25 @@ long lf_compress(void *cctx, const void *src, size_t n, void *dst);
  * exactly n bytes (checked before anything is written past its header), else -1. */
 int lf_decompress(void *dctx, const void *blob, size_t blob_bytes, void *dst, size_t n);
 
+/* Lean blobs. The blobs of one compression context share all of Blosc2's 32-byte chunk
+ * header but its compressed size (bytes 12-15) and two flag bytes (2 and 31). A pool
+ * stores a blob whose header matches its template (the first header it saw) as those
+ * two flag bytes then the payload, and rebuilds the header to decode it: 30 bytes less
+ * per frame. A blob whose header differs anywhere else stays whole. */
+#define LF_LEAN_SAVED (LF_BLOB_OVERHEAD - 2)
+
+typedef struct {
+    unsigned char h[LF_BLOB_OVERHEAD];
+    int set;
+} lf_header;
+
+/* Make the blob of n bytes in buf lean, in place, if its header matches t (which learns
+ * the first header it is given): the new size, or n (the blob stays whole). */
+size_t lf_lean(lf_header *t, unsigned char *buf, size_t n);
+
+/* The whole blob of a lean one of n bytes, written to out (room for n + LF_LEAN_SAVED). */
+size_t lf_unlean(const lf_header *t, const unsigned char *lean, size_t n, unsigned char *out);
+
 /* out = a ^ b, and out ^= b: a delta and its inverse (buffers do not overlap). */
 void lf_xor_of(unsigned char *out, const unsigned char *a, const unsigned char *b, size_t n);
 void lf_xor_into(unsigned char *out, const unsigned char *b, size_t n);

@@ -15,6 +15,7 @@ struct lf_compressor {
     unsigned char *tmp;       /* frame_bytes: decoding scratch */
     int64_t *queue;           /* pending slots, in the order they became eligible */
     size_t n_queue, cap_queue;
+    lf_header header;         /* the template of lean blobs */
     unsigned char *spare;     /* a reader's scratch kept for the next reader (page faults) */
     size_t spare_bytes;
     int64_t warm_slot[LF_WARM];        /* -1: empty */
@@ -375,9 +376,15 @@ int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain) {
 }
 
 int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsigned char *base,
-                        unsigned char *out) {
+                        unsigned char *out, unsigned char *chunk) {
     const lf_meta *m = lf_pool_meta(p, slot);
-    if (lf_decompress(dctx, m->buf, m->blob_bytes, out, p->frame_bytes)) return -1;
+    const unsigned char *blob = m->buf;
+    size_t n = m->blob_bytes;
+    if (m->lean) {
+        n = lf_unlean(&p->z->header, blob, n, chunk);
+        blob = chunk;
+    }
+    if (lf_decompress(dctx, blob, n, out, p->frame_bytes)) return -1;
     if (base) lf_xor_into(out, base, p->frame_bytes);
     return 0;
 }
@@ -386,9 +393,9 @@ int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *ou
                    unsigned char *tmp) {
     int64_t chain[LF_MAX_GROUP];
     int n = lf_pool_chain(p, slot, chain);
-    if (lf_pool_decode_blob(p, dctx, chain[n - 1], NULL, out)) return -1;
+    if (lf_pool_decode_blob(p, dctx, chain[n - 1], NULL, out, p->z->blob)) return -1;
     for (int i = n - 2; i >= 0; i--) {
-        if (lf_pool_decode_blob(p, dctx, chain[i], NULL, tmp)) return -1;
+        if (lf_pool_decode_blob(p, dctx, chain[i], NULL, tmp, p->z->blob)) return -1;
         lf_xor_into(out, tmp, p->frame_bytes);
     }
     return 0;
@@ -420,11 +427,13 @@ static int compress_one(lf_pool *p, int64_t slot) {
     } else {
         ref = -1;
     }
-    long n = lf_compress(z->cctx, src, fb, z->blob);
-    if (n < 0) return -1; /* cannot happen: the destination holds any frame */
-    unsigned char *blob = malloc((size_t)n);
+    long whole = lf_compress(z->cctx, src, fb, z->blob);
+    if (whole < 0) return -1; /* cannot happen: the destination holds any frame */
+    size_t n = lf_lean(&z->header, z->blob, (size_t)whole);
+    unsigned char *blob = malloc(n);
     if (!blob) return -1;
-    memcpy(blob, z->blob, (size_t)n);
+    memcpy(blob, z->blob, n);
+    m->lean = n < (size_t)whole;
     if (ref >= 0) {
         lf_pool_incref_cold(p, ref); /* cold: never queued again */
         m->depth = (uint8_t)(lf_pool_meta(p, ref)->depth + 1);
@@ -437,7 +446,7 @@ static int compress_one(lf_pool *p, int64_t slot) {
     m->blob_bytes = (uint32_t)n;
     m->cold_state = 1;
     p->cold_frames++;
-    p->cold_bytes += (size_t)n;
+    p->cold_bytes += n;
     return 0;
 }
 
@@ -569,6 +578,8 @@ int lf_reader_reserve(lf_reader *r) {
     lf_compressor *z = r->p->z;
     size_t need = r->n * r->p->frame_bytes;
     if (!need) return 0;
+    r->chunk = malloc(r->p->frame_bytes + LF_BLOB_OVERHEAD);
+    if (!r->chunk) return -1;
     if (z->spare && z->spare_bytes >= need) {
         r->scratch = z->spare;
         r->scratch_bytes = z->spare_bytes;
@@ -591,7 +602,8 @@ int lf_reader_decode(lf_reader *r, void *dctx) {
         while (n > 0) { /* the oldest first: each from its decoded reference */
             int32_t j = todo[--n];
             const unsigned char *base = r->ref[j] >= 0 ? lf_reader_frame(r, r->ref[j]) : NULL;
-            if (lf_pool_decode_blob(r->p, dctx, r->slots[j], base, r->scratch + (size_t)j * fb))
+            if (lf_pool_decode_blob(r->p, dctx, r->slots[j], base, r->scratch + (size_t)j * fb,
+                                    r->chunk))
                 return -2;
             r->done[j] = 1;
         }
@@ -606,6 +618,7 @@ void lf_reader_release(lf_reader *r) {
     free(r->done);
     free(r->hkeys);
     free(r->hvals);
+    free(r->chunk);
     lf_compressor *z = r->p->z;
     if (r->scratch_bytes > z->spare_bytes && r->scratch_bytes <= LF_SPARE_MAX) {
         free(z->spare); /* keep the larger one */

@@ -45,7 +45,7 @@ typedef struct {
     uint8_t depth;         /* COLD: blobs to decode it (1 for a keyframe) */
     uint8_t cold_state;    /* 1 when COLD */
     uint8_t queued;        /* 1 while in the pending queue */
-    uint8_t pad_;
+    uint8_t lean;          /* COLD: 1 if the blob is lean (codec.h) */
 } lf_meta;
 
 #define LF_WARM 32         /* raw copies of recently compressed frames kept for the next delta */
@@ -196,10 +196,11 @@ int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain);
 
 /* Decode the blob of a cold `slot` into out (frame_bytes): a keyframe, or its delta
  * XORed onto `base`, the decoded frame of its reference (NULL for a keyframe).
+ * chunk: room for frame_bytes + LF_BLOB_OVERHEAD (a lean blob is made whole there).
  * 0, or -1 if the blob does not decode (cannot happen unless memory is corrupted).
  * Needs no GIL: the caller pinned the slot and its chain. */
 int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsigned char *base,
-                        unsigned char *out);
+                        unsigned char *out, unsigned char *chunk);
 
 /* Decode a cold slot with its whole chain into out, using tmp (frame_bytes) as scratch. */
 int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *out,
@@ -229,6 +230,7 @@ typedef struct {
     size_t hcap;           /* a power of two, > 2 n */
     unsigned char *scratch; /* >= n * frame_bytes, by lf_reader_reserve */
     size_t scratch_bytes;
+    unsigned char *chunk;   /* frame_bytes + LF_BLOB_OVERHEAD: a lean blob made whole */
 } lf_reader;
 
 #define LF_SPARE_MAX ((size_t)64 << 20)

@@ -604,6 +604,24 @@ static void test_codec_bad_input(void) {
     CHECK(lf_decompress(dctx, blob, (size_t)n - 1, out, ZFB) == -1, "truncated");
     CHECK(lf_decompress(dctx, blob, 8, out, ZFB) == -1, "shorter than a header");
     CHECK(lf_decompress(dctx, blob, (size_t)n, out, ZFB - 1) == -1, "another frame size");
+    /* lean blobs: the header rebuilt from the template is the header */
+    lf_header t;
+    memset(&t, 0, sizeof(t));
+    unsigned char lean[ZFB + LF_BLOB_OVERHEAD], whole[ZFB + LF_BLOB_OVERHEAD];
+    memcpy(lean, blob, (size_t)n);
+    size_t ln = lf_lean(&t, lean, (size_t)n);
+    CHECK(ln == (size_t)n - LF_LEAN_SAVED, "lean (%zu)", ln);
+    CHECK(lf_unlean(&t, lean, ln, whole) == (size_t)n && memcmp(whole, blob, (size_t)n) == 0,
+          "unlean");
+    void *zctx = lf_cctx_new((lf_codec){LF_CODEC_ZSTD, 1, 4});
+    long zn = lf_compress(zctx, frame, ZFB, lean);
+    CHECK(zn > 0 && lf_lean(&t, lean, (size_t)zn) == (size_t)zn, "another codec's blob stays whole");
+    memset(out, 0, ZFB); /* a zero frame: Blosc2's special chunk, header only */
+    zn = lf_compress(cctx, out, ZFB, lean);
+    ln = lf_lean(&t, lean, (size_t)zn);
+    CHECK(ln == 2 && lf_unlean(&t, lean, ln, whole) == (size_t)zn, "special chunk lean");
+    CHECK(lf_decompress(dctx, whole, (size_t)zn, frame, ZFB) == 0 && frame[ZFB / 2] == 0, "zeros");
+    lf_ctx_free(zctx);
     long returned = 0; /* random corruption: an error or some bytes, never a crash */
     for (int i = 0; i < 2000; i++) {
         memcpy(bad, blob, (size_t)n);

@@ -137,6 +137,8 @@ def test_recorded_frames_bit_exact(impl, game, compress, channel):
     frames = np.expand_dims(frames, channel)[:, :] if channel < 0 else frames[:, None]
     store = Store(impl, frames, starts, compress)
     plain = Store(impl, frames, starts, False)
+    if compiled(impl):  # before any gather lends the pool decoding scratch
+        assert store.pool.bytes_held < plain.pool.bytes_held / 4
     rng = np.random.default_rng(0)
     for _ in range(3):
         rows = rng.integers(0, store.rows, 32)
@@ -151,7 +153,6 @@ def test_recorded_frames_bit_exact(impl, game, compress, channel):
         assert st["cold_frames"] == st["live_frames"] - K
         assert st["hot_frames"] == K
         assert st["cold_bytes"] < st["cold_frames"] * store.pool.frame_bytes / 4
-        assert st["bytes_held"] < plain.pool.stats()["bytes_held"] / 4
 
 
 def test_recorded_frame_size(impl):
