@@ -364,7 +364,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
 
     @property
     def bytes_held(self):
-        """Bytes of frame memory currently held (whole chunks)."""
+        """Bytes of frame memory currently held (whole chunks; see :meth:`stats` when compressing)."""
         return lf_pool_bytes_held(&self.p)
 
     @property
@@ -422,7 +422,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
 
         ``bytes_held`` counts the arena chunks, or in a compressing pool the frames'
         uncompressed buffers (``hot_frames``, plus a few kept to code the next delta
-        against), their compressed blobs (``cold_bytes``) and the per-slot state.
+        against), their compressed blobs (``cold_bytes``), the per-slot state and the
+        decoding scratch a gather lends to the next one.
         """
         return {
             "live_frames": self.live_frames,
