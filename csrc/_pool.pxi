@@ -364,7 +364,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
 
     @property
     def bytes_held(self):
-        """Bytes of frame memory currently held (whole chunks; see :meth:`stats` when compressing)."""
+        """Bytes of frame memory currently held (see :meth:`stats`)."""
         return lf_pool_bytes_held(&self.p)
 
     @property

@@ -149,7 +149,7 @@ class FramePool(_Guarded):
 
     @property
     def bytes_held(self) -> int:
-        """Bytes of frame memory currently held (whole chunks; see :meth:`stats` when compressing)."""
+        """Bytes of frame memory currently held (see :meth:`stats`)."""
         return self.live_bytes  # the twin frees a frame's memory as soon as it is free
 
     @property
