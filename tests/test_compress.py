@@ -254,6 +254,37 @@ def test_frames_others_hold_stay_hot(impl):
     assert np.array_equal(np.asarray(gathered)[:, 0], frames)
 
 
+def test_gathers_in_threads_while_the_table_changes(impl):
+    """Readers decode without the GIL while another thread writes, compresses and frees."""
+    import threading
+
+    frames, starts = recorded("pong")
+    store = Store(impl, frames, starts, True)
+    half = store.rows // 2
+    want = store.pairs(np.arange(half), layout="stack")
+    errors = []
+
+    def read():
+        rng = np.random.default_rng(threading.get_ident() % 1000)
+        for _ in range(40):
+            rows = rng.integers(0, half, 32)
+            got = store.pairs(rows, layout="stack")
+            if not all(np.array_equal(g, w[rows]) for g, w in zip(got, want, strict=True)):
+                errors.append(rows)
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    pool, table = store.pool, store.table
+    for i in range(120):  # rows of the second half: new frames, old ones dropped
+        row = half + i % (store.rows - half)
+        new = pool.push_batch(frames[(i * 7) % len(frames)][None], k=K + 1)
+        table.set([row], (new,))
+    for t in readers:
+        t.join()
+    assert not errors
+
+
 def test_refcounts_balance(impl):
     frames, starts = recorded("breakout")
     store = Store(impl, frames[:80], starts[starts < 80], True)
