@@ -169,6 +169,16 @@ cdef int _decode_all(_Readers *rs) noexcept nogil:
     return rc
 
 
+cdef void _busy(const _Copy *c, int delta) noexcept:
+    """Count a copy out running without the GIL on each of its pools (+1, then -1)."""
+    cdef Py_ssize_t i
+    if c.pools == NULL:
+        c.pool.busy += delta
+    else:
+        for i in range(c.n_obs):
+            c.pools[i].busy += delta
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int _copy(_Copy *c) except -1:
@@ -222,6 +232,7 @@ cdef int _copy(_Copy *c) except -1:
             if lf_reader_reserve(&rs.r[j]) != 0:
                 raise MemoryError()
         if rs.n or c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out >= _NOGIL_BYTES:
+            _busy(c, 1)  # the pools' frames may not move (enable_compression) meanwhile
             with nogil:
                 rc = _decode_all(&rs)
                 if rc == 0:
@@ -229,6 +240,7 @@ cdef int _copy(_Copy *c) except -1:
                         if entry[i] >= 0:
                             src[i] = lf_reader_frame(&rs.r[entry[i] >> 32], entry[i] & _ENTRY_MASK)
                     rc = _kernel(c, src)
+            _busy(c, -1)
         else:
             rc = _kernel(c, src)
     finally:

@@ -88,6 +88,7 @@ cdef extern from "pool.h" nogil:
         size_t live_frames
         size_t peak_bytes
         void *z
+        size_t busy
         size_t cold_frames
         size_t cold_bytes
     ctypedef struct lf_reader:

@@ -415,6 +415,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
             raise ValueError(f"frames of {self.p.frame_bytes} bytes are too large to compress")
         if rc == -3:
             raise ValueError(C.compression_differs(self.compression, opts))
+        if rc == -4:
+            raise RuntimeError(C.POOL_BUSY)
         return 0
 
     def stats(self):

@@ -267,6 +267,7 @@ static lf_compressor *compressor_new(size_t fb, lf_codec c) {
 
 int lf_pool_enable_compression(lf_pool *p, lf_codec c) {
     if (!lf_codec_valid(c, p->frame_bytes)) return -2;
+    if (p->busy && !p->z) return -4;
     if (p->z) {
         lf_codec o = p->z->codec;
         return o.codec == c.codec && o.level == c.level && o.group == c.group ? 0 : -3;

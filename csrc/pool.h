@@ -73,6 +73,7 @@ typedef struct {
     size_t live_frames;
     size_t peak_bytes;
     lf_compressor *z;      /* NULL unless compressing */
+    size_t busy;           /* copies out running without the GIL (they hold frame addresses) */
     size_t cold_frames, cold_bytes;
 } lf_pool;
 
@@ -176,7 +177,8 @@ size_t lf_pool_bytes_held(const lf_pool *p);
 /* -- compression (pool.c) ----------------------------------------------------------- */
 
 /* Make p compress with codec c: 0, -1 on out of memory, -2 for a bad codec or a frame
- * too large for the codec (lf_codec_valid; nothing changed then). Frames already live become
+ * too large for the codec (lf_codec_valid), -4 while p->busy (frames would move);
+ * nothing changed then. Frames already live become
  * per-slot buffers. A second call with the same codec is a no-op; with another: -3. */
 int lf_pool_enable_compression(lf_pool *p, lf_codec c);
 

@@ -548,6 +548,7 @@ ALREADY_INITIALISED = "FramePool.__init__ called twice"
 OUT_PAIR_OVERLAP = "the two arrays of out overlap"
 ID_OVER_INT32 = "a SlotTable stores slot ids as int32: this id is above 2**31 - 1"
 ENABLE_COMPRESSION_OFF = "enable_compression needs compress=True or a mapping of options"
+POOL_BUSY = "a copy out of this pool is running in another thread; enable compression first"
 BLOB_CORRUPT = "a compressed frame does not decode: the pool's memory is corrupted"
 
 
