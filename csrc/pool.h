@@ -7,21 +7,22 @@
  * most recently freed offset (a LIFO; a fresh chunk hands out offsets in increasing
  * order); a chunk whose slots all become free is returned to the OS, except one empty
  * chunk kept to avoid churn.
- * Refcounts are 64-bit: every reference is an 8-byte id held in some owner's memory, so
- * a count cannot reach 2**64 and needs no overflow check.
- * Not thread-safe: the Cython layer calls it with the GIL held.
+ * Refcounts are 64-bit: every reference is an id (4 or 8 bytes) held in some owner's
+ * memory, so a count cannot reach 2**64 and needs no overflow check.
+ * Not thread-safe: the Cython layer calls it with the GIL held, except the decoding and
+ * reading of pinned frames (lf_reader_decode, the copy kernels).
  *
  * Compression (lf_pool_enable_compression; docs/COMPRESSION.md). A compressing pool keeps
  * in its chunks one lf_meta per slot instead of the frame bytes, and each frame in its own
  * buffer, so that a cold frame pins no arena memory. A slot is HOT (its frame_bytes in
  * `buf`) or COLD (`buf` is a compressed blob: a keyframe, or the XOR delta of the frame
- * against the frame `ref`, which that slot then holds a cold reference on; `depth` < group
+ * against the frame `ref`, which that slot then holds a cold reference on; `depth` <= group
  * blobs decode it). A reference is COLD when a SlotTable entry or a delta child holds it.
  * When a hot slot's references are all cold (refcnt == cold > 0) it joins the pending
  * queue, and lf_pool_compress_pending compresses it exactly once (SlotTable.set/take
- * call it with the GIL held). A cold frame never becomes hot again; readers decode it
- * (lf_pool_decode) into their own scratch, without the GIL, after pinning (incref) every
- * slot of its chain, so that nothing they read is compressed or freed meanwhile.
+ * call it with the GIL held). A cold frame never becomes hot again; readers (lf_reader)
+ * decode it into their own scratch, without the GIL, after pinning (incref) every slot of
+ * its chain, so that nothing they read is compressed or freed meanwhile.
  */
 #ifndef LAZYFRAMES_POOL_H
 #define LAZYFRAMES_POOL_H
