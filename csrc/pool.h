@@ -236,7 +236,7 @@ typedef struct {
     unsigned char *chunk;   /* frame_bytes + LF_BLOB_OVERHEAD: a lean blob made whole */
 } lf_reader;
 
-#define LF_SPARE_MAX ((size_t)64 << 20)
+#define LF_SPARE_MAX ((size_t)8 << 20) /* sample(32) of Atari frames needs ~3 MiB */
 
 void lf_reader_init(lf_reader *r, lf_pool *p);
 /* The entry of a live cold slot (added, with its chain, if new): >= 0, or -1 on out of memory. */
