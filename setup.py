@@ -1,21 +1,47 @@
 """Build the compiled core ``lazyframes._core`` from ``csrc/`` (Cython + plain C)."""
 
 import glob
+import importlib.util
 import os
 
 import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
+
+def blosc2_dirs():
+    """The include and lib directories of C-Blosc2 shipped inside the ``blosc2`` wheel.
+
+    ``blosc2`` is a build requirement only: ``libblosc2.a`` (zstd and lz4 inside) is linked
+    statically, so the built extension does not need it at run time.
+    """
+    spec = importlib.util.find_spec("blosc2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("building lazyframes needs the 'blosc2' package (pip install blosc2)")
+    root = next(iter(spec.submodule_search_locations))
+    include, lib = os.path.join(root, "include"), os.path.join(root, "lib")
+    static = os.path.join(lib, "libblosc2.a")
+    if not (os.path.isfile(os.path.join(include, "blosc2.h")) and os.path.isfile(static)):
+        raise SystemExit(
+            f"the blosc2 package at {root} has no include/blosc2.h and lib/libblosc2.a; "
+            "lazyframes links C-Blosc2 statically from them (a blosc2 wheel from PyPI ships both)"
+        )
+    return include, static
+
+
+BLOSC2_INCLUDE, BLOSC2_STATIC = blosc2_dirs()
+
 # Portable by default: no CPU-specific tuning flags, so wheels run on any x86-64 / aarch64.
 extra = ["-O3", "-std=c99"] if os.name != "nt" else ["/O2"]
 
 ext = Extension(
     "lazyframes._core",
-    sources=["csrc/_core.pyx", "csrc/pool.c", "csrc/kernels.c"],
-    include_dirs=["csrc", np.get_include()],
+    sources=["csrc/_core.pyx", "csrc/pool.c", "csrc/codec.c", "csrc/kernels.c"],
+    include_dirs=["csrc", np.get_include(), BLOSC2_INCLUDE],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
     extra_compile_args=extra,
+    extra_objects=[BLOSC2_STATIC],  # static: the wheel has no run-time dependency on blosc2
+    libraries=["pthread", "dl", "m"] if os.name != "nt" else [],
     # _core.pyx includes one .pxi per topic: a change to any of them rebuilds the module
     depends=sorted(glob.glob("csrc/*.pxi") + glob.glob("csrc/*.h")),
 )

@@ -15,8 +15,10 @@
 #   2. No Python code from here on, so nothing can change under it (no callback, no
 #      thread switch: the GIL is held): re-check every output from its C fields
 #      (_fits) and every id (in range, live), read a table's entries, take a reference
-#      on each frame, then copy (_copy releases the GIL for large copies; the references
-#      keep every frame alive meanwhile) or hand the references to a new owner.
+#      on each hot frame and resolve each cold (compressed) one, pinning its delta chain
+#      (_resolve), reserve the decoding scratch, then decode and copy (_copy releases
+#      the GIL for large copies and for any decoding; the references and pins keep
+#      every frame alive and in place meanwhile) or hand the references to a new owner.
 #
 # Only phase 2 is trusted for memory safety; phase 1 checks exist to raise the shared
 # error messages early. An output resized in phase 1 (ndarray.resize(refcheck=False)
@@ -151,18 +153,89 @@ cdef int _kernel(const _Copy *c, const unsigned char **src) noexcept nogil:
     return rc
 
 
+cdef enum:
+    _NO_MEMORY = -10  # _decode_all's failures; the kernel's is -1
+    _CORRUPT = -11
+
+
+cdef int64_t _ENTRY_MASK = 0xFFFFFFFF  # a cold frame's entry: reader << 32 | entry
+
+
+cdef struct _Readers:
+    lf_reader *r           # one per compressing pool of the copy (stack() spans pools)
+    Py_ssize_t n
+
+
+cdef int _resolve(_Readers *rs, lf_pool *p, int64_t slot, int64_t *entry) except -1:
+    """The reader entry of a cold ``slot`` of ``p`` (its reader made on first use)."""
+    cdef Py_ssize_t j
+    cdef lf_reader *grown
+    for j in range(rs.n):
+        if rs.r[j].p == p:
+            break
+    else:
+        grown = <lf_reader *>realloc(rs.r, (rs.n + 1) * sizeof(lf_reader))
+        if grown == NULL:
+            raise MemoryError()
+        rs.r = grown
+        lf_reader_init(&rs.r[rs.n], p)
+        j = rs.n
+        rs.n += 1
+    entry[0] = lf_reader_add(&rs.r[j], slot)
+    if entry[0] < 0:
+        raise MemoryError()
+    return <int>j
+
+
+cdef int _decode_all(_Readers *rs) noexcept nogil:
+    """Decode every reader's entries: 0, _NO_MEMORY, or _CORRUPT for a blob that does not decode."""
+    cdef Py_ssize_t j
+    cdef int rc
+    cdef void *dctx
+    if rs.n == 0:
+        return 0
+    dctx = lf_dctx_new()  # one per call: calls may run in parallel threads
+    if dctx == NULL:
+        return _NO_MEMORY
+    rc = 0
+    for j in range(rs.n):
+        rc = lf_reader_decode(&rs.r[j], dctx)
+        if rc != 0:
+            rc = _CORRUPT
+            break
+    lf_ctx_free(dctx)
+    return rc
+
+
+cdef void _busy(const _Copy *c, int delta) noexcept:
+    """Count a copy out running without the GIL on each of its pools (+1, then -1)."""
+    cdef Py_ssize_t i
+    if c.pools == NULL:
+        c.pool.busy += delta
+    else:
+        for i in range(c.n_obs):
+            c.pools[i].busy += delta
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int _copy(_Copy *c) except -1:
     """Phase 2: the one copy out of ``c.ids`` into ``c.out`` (see the top of this file).
 
+    A cold (compressed) frame is decoded into per-call scratch first, each frame and
+    each member of its delta chain once per call; every slot involved is pinned
+    (a reference taken) before the GIL is released, so no other thread compresses or
+    frees it meanwhile.
+
     Raises:
         RuntimeError: an output changed since phase 1. IndexError, ValueError: an id
             out of range or free. Nothing is written then.
+        MemoryError: no memory for the decoded frames.
+        RuntimeError: a compressed frame does not decode.
     """
-    cdef Py_ssize_t per = c.n_out * c.k, m = c.n_obs * per, i
+    cdef Py_ssize_t per = c.n_out * c.k, m = c.n_obs * per, i, n_hot = 0
     cdef lf_pool *p
-    cdef int rc, o
+    cdef int rc = 0, o
     for o in range(c.n_out):
         if not _fits(<object>c.out[o], c):
             raise RuntimeError(C.OUT_CHANGED)
@@ -175,23 +248,60 @@ cdef int _copy(_Copy *c) except -1:
             _check_ids(c.pools[i], c.ids + i * per, per)
     cdef const unsigned char *few[64]
     cdef const unsigned char **src = few
+    cdef int64_t few_entry[64]
+    cdef int64_t *entry = few_entry  # -1 for a hot frame
+    cdef _Readers rs
+    rs.r = NULL
+    rs.n = 0
+    cdef int64_t e
+    cdef int j
     if m > 64:
         src = <const unsigned char **>malloc(m * sizeof(void *))
-        if src == NULL:
+        entry = <int64_t *>malloc(m * sizeof(int64_t))
+        if src == NULL or entry == NULL:
+            free(src if src != few else NULL)
+            free(entry if entry != few_entry else NULL)
             raise MemoryError()
-    for i in range(m):  # a reference on every frame while the GIL is released
-        p = c.pool if c.pools == NULL else c.pools[i // per]
-        src[i] = lf_pool_addr(p, c.ids[i])
-        lf_pool_incref(p, c.ids[i])
-    if c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out >= _NOGIL_BYTES:
-        with nogil:
+    try:
+        for i in range(m):  # a reference on every frame while the GIL is released
+            p = c.pool if c.pools == NULL else c.pools[i // per]
+            if lf_pool_is_hot(p, c.ids[i]):
+                src[i] = lf_pool_addr(p, c.ids[i])
+                lf_pool_incref(p, c.ids[i])
+                entry[i] = -1
+                n_hot = i + 1
+            else:
+                j = _resolve(&rs, p, c.ids[i], &e)
+                entry[i] = (<int64_t>j << 32) | e
+        for j in range(rs.n):
+            if lf_reader_reserve(&rs.r[j]) != 0:
+                raise MemoryError()
+        if rs.n or c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out >= _NOGIL_BYTES:
+            _busy(c, 1)  # the pools' frames may not move (enable_compression) meanwhile
+            with nogil:
+                rc = _decode_all(&rs)
+                if rc == 0:
+                    for i in range(m):
+                        if entry[i] >= 0:
+                            src[i] = lf_reader_frame(&rs.r[entry[i] >> 32], entry[i] & _ENTRY_MASK)
+                    rc = _kernel(c, src)
+            _busy(c, -1)
+        else:
             rc = _kernel(c, src)
-    else:
-        rc = _kernel(c, src)
-    for i in range(m):
-        lf_pool_decref(c.pool if c.pools == NULL else c.pools[i // per], c.ids[i])
-    if src != few:
-        free(src)
+    finally:
+        for i in range(n_hot):
+            if entry[i] < 0:
+                lf_pool_decref(c.pool if c.pools == NULL else c.pools[i // per], c.ids[i])
+        for i in range(rs.n):
+            lf_reader_release(&rs.r[i])
+        free(rs.r)
+        if src != few:
+            free(src)
+            free(entry)
+    if rc == _NO_MEMORY:
+        raise MemoryError()
+    if rc == _CORRUPT:
+        raise RuntimeError(C.BLOB_CORRUPT)
     if rc != 0:  # _output checked the pair: unreachable unless the kernels disagree
         raise TypeError("the copy kernel refused the conversion")
     return 0

@@ -13,15 +13,16 @@ the full documentation is written here, once. The module is split by topic:
   phases every call that reads ids or frames follows (convert, then check and act);
 - ``_lazy.pxi``: :class:`LazyFrames`, :class:`LazyBatch` and :func:`stack`;
 - ``_table.pxi``: :class:`SlotTable`, the replay buffer's store;
-- ``_pickle.pxi``: pickling and :func:`default_pool`.
+- ``_pickle.pxi``: pickling and :func:`default_pool`;
+- ``_codec.pxi``: :func:`encode_frames` and :func:`decode_frames`, checkpoints' frames.
 """
 
 cimport cython
 cimport numpy as cnp
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_FromObject
-from libc.stdint cimport INT64_MAX, int64_t
-from libc.stdlib cimport free, malloc
+from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint8_t
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 
 import math
@@ -33,8 +34,14 @@ import numpy as np
 from lazyframes import _common as C
 
 cnp.import_array()
+lf_codec_init()  # once per process: C-Blosc2's global state; every codec call uses a context
 
-__all__ = ["FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool"]
+__all__ = [
+    "FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool",
+    "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW",
+]
+
+KIND_KEY, KIND_DELTA, KIND_RAW = C.KIND_KEY, C.KIND_DELTA, C.KIND_RAW  # == _KEY, _DELTA, _RAW
 
 
 cdef extern from "layout.h" nogil:
@@ -58,6 +65,24 @@ cdef extern from "kernels.h" nogil:
                        size_t itemsize, double scale, int has_scale, void *dst)
 
 
+cdef extern from "codec.h" nogil:
+    enum:
+        LF_CODEC_LZ4, LF_CODEC_LZ4HC, LF_CODEC_ZSTD, LF_BLOB_OVERHEAD, LF_MAX_GROUP
+    ctypedef struct lf_codec:
+        int codec
+        int level
+        int group
+    void lf_codec_init()
+    int lf_codec_valid(lf_codec c, size_t frame_bytes)
+    void *lf_cctx_new(lf_codec c)
+    void *lf_dctx_new()
+    void lf_ctx_free(void *ctx)
+    long lf_compress(void *cctx, const void *src, size_t n, void *dst)
+    int lf_decompress(void *dctx, const void *blob, size_t blob_bytes, void *dst, size_t n)
+    void lf_xor_of(unsigned char *out, const unsigned char *a, const unsigned char *b, size_t n)
+    void lf_xor_into(unsigned char *out, const unsigned char *b, size_t n)
+
+
 cdef extern from "pool.h" nogil:
     ctypedef struct lf_pool:
         size_t frame_bytes
@@ -65,6 +90,13 @@ cdef extern from "pool.h" nogil:
         size_t n_alloc
         size_t live_frames
         size_t peak_bytes
+        void *z
+        size_t busy
+        size_t cold_frames
+        size_t cold_bytes
+    ctypedef struct lf_reader:
+        lf_pool *p
+        size_t n
     int lf_pool_init(lf_pool *p, size_t frame_bytes, size_t chunk_bytes)
     void lf_pool_free(lf_pool *p)
     int64_t lf_pool_alloc(lf_pool *p)
@@ -75,6 +107,22 @@ cdef extern from "pool.h" nogil:
     void lf_pool_incref(lf_pool *p, int64_t slot)
     void lf_pool_decref(lf_pool *p, int64_t slot)
     size_t lf_pool_bytes_held(const lf_pool *p)
+    int lf_pool_is_hot(const lf_pool *p, int64_t slot)
+    void lf_pool_incref_cold(lf_pool *p, int64_t slot)
+    void lf_pool_decref_cold(lf_pool *p, int64_t slot)
+    void lf_pool_set_prev(lf_pool *p, int64_t slot, int64_t prev)
+    int lf_pool_enable_compression(lf_pool *p, lf_codec c)
+    lf_codec lf_pool_codec(const lf_pool *p)
+    int lf_pool_compress_pending(lf_pool *p)
+    size_t lf_pool_pending(const lf_pool *p)
+    int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out)
+    int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain)
+    void lf_reader_init(lf_reader *r, lf_pool *p)
+    int64_t lf_reader_add(lf_reader *r, int64_t slot)
+    int lf_reader_reserve(lf_reader *r)
+    int lf_reader_decode(lf_reader *r, void *dctx)
+    const unsigned char *lf_reader_frame(const lf_reader *r, int64_t i)
+    void lf_reader_release(lf_reader *r)
 
 
 cdef enum:
@@ -85,3 +133,4 @@ include "_copyout.pxi"
 include "_lazy.pxi"
 include "_table.pxi"
 include "_pickle.pxi"
+include "_codec.pxi"

@@ -528,7 +528,8 @@ cdef LazyBatch _dedup(FramePool pool, cnp.ndarray arr, LazyBatch cand):
             f = src + (e * k + j) * fb
             found = -1
             for q in range(m):
-                if memcmp(lf_pool_addr(&pool.p, cp[e * m + q]), f, fb) == 0:
+                if lf_pool_is_hot(&pool.p, cp[e * m + q]) and memcmp(
+                        lf_pool_addr(&pool.p, cp[e * m + q]), f, fb) == 0:
                     found = cp[e * m + q]
                     break
             if found < 0:

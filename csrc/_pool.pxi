@@ -172,6 +172,30 @@ cdef bint _layout_fits(str name, tuple shape):
     return True
 
 
+_CODEC_CODES = {"lz4": LF_CODEC_LZ4, "lz4hc": LF_CODEC_LZ4HC, "zstd": LF_CODEC_ZSTD}
+_CODEC_NAMES = {v: k for k, v in _CODEC_CODES.items()}
+
+
+cdef bint _codec(object compress, lf_codec *c) except -1:
+    """Phase 1: the options ``compress`` (checked by ``C.compression``) into ``c``.
+
+    Returns:
+        False when ``compress`` turns compression off (``c`` untouched), else True.
+    """
+    opts = C.compression(compress)
+    if opts is None:
+        return False
+    c.codec = _CODEC_CODES[opts["codec"]]
+    c.level = opts["level"]
+    c.group = opts["group"]
+    return True
+
+
+cdef dict _codec_options(lf_codec c):
+    """The options ``{"codec", "level", "group"}`` of ``c``."""
+    return {"codec": _CODEC_NAMES[c.codec], "level": c.level, "group": c.group}
+
+
 cdef object _uninitialised(object obj):
     raise TypeError(C.not_initialised(type(obj).__name__))
 
@@ -258,7 +282,7 @@ cdef class FrameRef:
 @cython.final
 @cython.no_gc  # holds no strong reference to anything that could refer back to it
 cdef class FramePool:
-    """FramePool(frame_shape, dtype, *, chunk_bytes=1048576)
+    """FramePool(frame_shape, dtype, *, chunk_bytes=1048576, compress=False)
 --
 
 A refcounted store of frames of one shape and dtype, in a chunked arena.
@@ -274,15 +298,25 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
     its last owner is dropped. Methods that read slot ids given as ints (:meth:`get`,
     :meth:`lazy`, :meth:`gather`, ...) check each id right before use.
 
+    With ``compress``, each frame has its own buffer instead of an arena slot, and a
+    frame whose only owners left are :class:`SlotTable` entries is compressed once (an
+    XOR delta against the frame before it, or a keyframe; docs/COMPRESSION.md) at the
+    end of the next :meth:`SlotTable.set` or :meth:`SlotTable.take`. Frames any other
+    owner holds stay uncompressed; every copy out decodes compressed frames on the fly,
+    with the same values.
+
     Args:
         frame_shape: shape ``S`` of one frame, e.g. ``(84, 84, 1)``.
         dtype: numeric dtype of the frames, e.g. ``np.uint8``.
         chunk_bytes: size of one arena chunk in bytes (default 1 MiB).
+        compress: False (default), True (the default codec) or a mapping of ``codec``,
+            ``level`` and ``group`` (see :meth:`enable_compression`).
 
     Raises:
         TypeError: non-numeric dtype or a shape that is not a tuple of ints.
         ValueError: a non-positive dimension, ``chunk_bytes`` outside
-            ``[1, 2**63 - 1]``. RuntimeError: ``__init__`` called twice.
+            ``[1, 2**63 - 1]``, or bad ``compress`` options. RuntimeError: ``__init__``
+            called twice.
 
     Example:
         >>> pool = FramePool((84, 84, 1), np.uint8)
@@ -317,11 +351,13 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         self._refs = weakref.WeakValueDictionary()
         self._by_id = {}
 
-    def __init__(self, frame_shape, dtype, *, chunk_bytes=C.DEFAULT_CHUNK_BYTES):
+    def __init__(self, frame_shape, dtype, *, chunk_bytes=C.DEFAULT_CHUNK_BYTES, compress=False):
         _fresh(self, self._shape is not None)
         shape = C.frame_shape(frame_shape)
         dt = C.frame_dtype(dtype)
         chunk = C.chunk_bytes(chunk_bytes)
+        cdef lf_codec codec
+        cdef bint compressed = _codec(compress, &codec)
         nbytes = math.prod(shape) * dt.itemsize  # a Python int: it cannot wrap
         if nbytes > INT64_MAX:
             raise MemoryError(f"frames of shape {shape} and dtype {dt} are too large")
@@ -344,6 +380,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
                                &self._outer[code], &self._inner[code])
             # scalar frames cannot be concatenated, whatever a Python check says
             self._fits[code] = fits[code] and (code == LF_STACK or nd > 0)
+        if compressed:
+            self._compress(codec)
         self._shape = shape  # last: marks the pool initialised
 
     def __dealloc__(self):
@@ -394,7 +432,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
 
     @property
     def bytes_held(self):
-        """Bytes of frame memory currently held (whole chunks)."""
+        """Bytes of frame memory currently held (see :meth:`stats`)."""
         return lf_pool_bytes_held(&self.p)
 
     @property
@@ -402,8 +440,58 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         """Largest :attr:`bytes_held` so far."""
         return self.p.peak_bytes
 
+    @property
+    def compression(self):
+        """None, or the compression options ``{"codec", "level", "group"}`` of this pool."""
+        self._ready()
+        if self.p.z == NULL:
+            return None
+        return _codec_options(lf_pool_codec(&self.p))
+
+    def enable_compression(self, compress=True):
+        """Compress this pool's frames from now on (see the class docstring); idempotent.
+
+        Frames live already stay uncompressed until their only owners are SlotTable
+        entries. How a replay buffer adopts the pool of the wrappers feeding it.
+
+        Args:
+            compress: True (the default options) or a mapping of ``codec`` (``"lz4"``,
+                ``"lz4hc"`` or ``"zstd"``), ``level`` (1 to 9) and ``group`` (1 to 64:
+                a frame decodes from at most ``group`` compressed blobs).
+
+        Raises:
+            TypeError, ValueError: bad options, or options other than the pool's own
+                when it compresses already (nothing changes then).
+            MemoryError: no memory for the frames' buffers.
+            RuntimeError: a copy out of this pool runs in another thread without the GIL.
+        """
+        self._ready()
+        cdef lf_codec c
+        if not _codec(compress, &c):
+            raise ValueError(C.ENABLE_COMPRESSION_OFF)
+        self._compress(c)
+
+    cdef int _compress(self, lf_codec c) except -1:
+        """Phase 2: make the pool compress with ``c`` (the messages run Python on failure only)."""
+        cdef int rc = lf_pool_enable_compression(&self.p, c)
+        if rc == -1:
+            raise MemoryError("no memory to make the pool compress")
+        if rc == -2:
+            raise ValueError(f"frames of {self.p.frame_bytes} bytes are too large to compress")
+        if rc == -3:
+            raise ValueError(C.compression_differs(self.compression, _codec_options(c)))
+        if rc == -4:
+            raise RuntimeError(C.POOL_BUSY)
+        return 0
+
     def stats(self):
-        """Live frames, capacity, frame bytes, bytes held and peak bytes, as a dict."""
+        """Frame counts and bytes, as a dict.
+
+        ``bytes_held`` counts the arena chunks, or in a compressing pool the frames'
+        uncompressed buffers (``hot_frames``, plus a few kept to code the next delta
+        against), their compressed blobs (``cold_bytes``), the per-slot state and the
+        decoding scratch a gather lends to the next one.
+        """
         return {
             "live_frames": self.live_frames,
             "live_bytes": self.live_bytes,
@@ -411,6 +499,9 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
             "frame_bytes": self.frame_bytes,
             "bytes_held": self.bytes_held,
             "peak_bytes": self.peak_bytes,
+            "hot_frames": self.p.live_frames - self.p.cold_frames,
+            "cold_frames": self.p.cold_frames,
+            "cold_bytes": self.p.cold_bytes,
         }
 
     def __repr__(self):
@@ -546,7 +637,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         hit = self._by_id.get(key)
         if hit is not None and hit[0]() is obj:
             s = hit[1]
-            if lf_pool_is_live(&self.p, s) and cnp.PyArray_IS_C_CONTIGUOUS(a) and memcmp(
+            if lf_pool_is_live(&self.p, s) and lf_pool_is_hot(&self.p, s) and \
+                    cnp.PyArray_IS_C_CONTIGUOUS(a) and memcmp(
                     lf_pool_addr(&self.p, s), cnp.PyArray_DATA(a), self.p.frame_bytes) == 0:
                 lf_pool_incref(&self.p, s)
                 return FrameRef._own(self, s)
@@ -571,7 +663,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
     cdef cnp.ndarray _get(self, int64_t slot):
         """A copy of the frame of a live slot (checked by the caller)."""
         cdef cnp.ndarray out = cnp.PyArray_EMPTY(self._nd, self._dims, self._descr.type_num, 0)
-        memcpy(cnp.PyArray_DATA(out), lf_pool_addr(&self.p, slot), self.p.frame_bytes)
+        if lf_pool_read(&self.p, slot, <unsigned char *>cnp.PyArray_DATA(out)) != 0:
+            raise RuntimeError(C.BLOB_CORRUPT)
         return out
 
     def get(self, slot):
@@ -588,6 +681,21 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         cdef int64_t s = _one_id(self, slot)
         _check_ids(&self.p, &s, 1)
         return self._get(s)
+
+    def _chain(self, slot):
+        """The slots a frame decodes from, itself first, its keyframe last; [] when hot (tests).
+
+        Raises:
+            IndexError, ValueError: as :meth:`get`.
+        """
+        self._ready()
+        cdef int64_t s = _one_id(self, slot)
+        _check_ids(&self.p, &s, 1)
+        cdef int64_t chain[LF_MAX_GROUP]
+        if lf_pool_is_hot(&self.p, s):
+            return []
+        cdef int n = lf_pool_chain(&self.p, s, chain)
+        return [chain[i] for i in range(n)]
 
     def refcount(self, slot):
         """References held on ``slot`` (0 for a free slot in range).

@@ -1,11 +1,13 @@
 # SlotTable: R rows of W frame ids, the replay buffer's store.
 #
 # Included by _core.pyx. The table owns one reference per non-empty entry (-1 is
-# empty). It changes only through its own methods, which check every argument first,
-# then take the new references, then drop the old ones, then write. Reads (batch,
-# gather, gather_pairs) read the entries in phase 2 (see _copyout.pxi) and take their
-# references with no Python code in between, so a set or clear from a callback or
-# another thread can never make them read a slot that was freed and reused.
+# empty), a cold one (a compressing pool compresses a frame that only tables hold).
+# It changes only through its own methods, which check every argument first, then take
+# the new references, then drop the old ones, then write, then compress what went cold.
+# Reads (batch, gather, gather_pairs) read the entries in phase 2 (see _copyout.pxi)
+# and take their references with no Python code in between, so a set or clear from a
+# callback or another thread can never make them read a slot that was freed and reused.
+# Ids are stored as int32: 4 bytes per entry.
 
 
 cdef tuple _columns(object cols, Py_ssize_t width):
@@ -32,7 +34,10 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
     start empty (-1). :meth:`set` writes observations' frames into rows, :meth:`gather`
     and :meth:`gather_pairs` copy observations out of column ranges, :meth:`batch` makes
     owners of them. Row indices are checked without arithmetic that could overflow, and
-    every argument is checked before anything changes. A table cannot be pickled.
+    every argument is checked before anything changes. Ids are stored as int32 (a slot
+    id above ``2**31 - 1`` raises OverflowError). In a compressing pool the table's
+    references are cold: a frame only tables hold is compressed at the end of the next
+    :meth:`set` or :meth:`take`. A table cannot be pickled.
 
     Args:
         pool: the :class:`FramePool` of every frame the table holds.
@@ -57,7 +62,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
     """
 
     cdef FramePool _pool  # None until initialised
-    cdef int64_t *_t      # R * W ids, row-major; -1 is empty
+    cdef int32_t *_t      # R * W ids, row-major; -1 is empty
     cdef Py_ssize_t _R, _W
 
     def __cinit__(self):
@@ -77,13 +82,13 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             raise ValueError(C.table_shape(R, W))
         if R > (INT64_MAX // 8) // W:  # compared, not multiplied: cannot overflow
             raise ValueError(C.table_too_large(R, W))
-        # commit: no Python code from here on (R * W * 8 bytes are memset: the table is
+        # commit: no Python code from here on (R * W * 4 bytes are memset: the table is
         # bounded by 2**63 - 1 bytes and by malloc, as any array)
         _fresh(self, self._pool is not None)
-        self._t = <int64_t *>malloc(max(1, R * W) * sizeof(int64_t))
+        self._t = <int32_t *>malloc(max(1, R * W) * sizeof(int32_t))
         if self._t == NULL:
             raise MemoryError(C.table_too_large(R, W))
-        memset(self._t, 0xFF, R * W * sizeof(int64_t))  # every entry -1: empty
+        memset(self._t, 0xFF, R * W * sizeof(int32_t))  # every entry -1: empty
         self._R = R
         self._W = W
         self._pool = pool
@@ -93,7 +98,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         if self._pool is not None:
             for i in range(self._R * self._W):
                 if self._t[i] >= 0:
-                    lf_pool_decref(&self._pool.p, self._t[i])
+                    lf_pool_decref_cold(&self._pool.p, self._t[i])
         free(self._t)
 
     cdef inline int _ready(self) except -1:
@@ -118,9 +123,9 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         return self._R
 
     def memory(self):
-        """Bytes of the table itself (``rows * width * 8``), not of the frames."""
+        """Bytes of the table itself (``rows * width * 4``), not of the frames."""
         self._ready()
-        return self._R * self._W * <Py_ssize_t>sizeof(int64_t)
+        return self._R * self._W * <Py_ssize_t>sizeof(int32_t)
 
     def ids(self, rows=None):
         """A copy of the slot ids of ``rows`` (default: all), int64; -1 marks an empty entry.
@@ -134,31 +139,32 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         self._ready()
         cdef cnp.npy_intp dims[2]
         cdef cnp.ndarray out, r
-        cdef Py_ssize_t i
-        dims[1] = self._W
+        cdef Py_ssize_t i, j
+        cdef int64_t *o
+        cdef const int32_t *row
         if rows is None:
-            dims[0] = self._R
-            out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
-            memcpy(cnp.PyArray_DATA(out), self._t, self._R * self._W * sizeof(int64_t))
-            return out
-        r = _row_ids(rows, self._R, False)
+            r = np.arange(self._R, dtype=np.int64)
+        else:
+            r = _row_ids(rows, self._R, False)
         dims[0] = r.shape[0]
+        dims[1] = self._W
         out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
+        o = <int64_t *>cnp.PyArray_DATA(out)
         for i in range(dims[0]):
-            memcpy(<int64_t *>cnp.PyArray_DATA(out) + i * self._W,
-                   self._t + (<const int64_t *>cnp.PyArray_DATA(r))[i] * self._W,
-                   self._W * sizeof(int64_t))
+            row = self._t + (<const int64_t *>cnp.PyArray_DATA(r))[i] * self._W
+            for j in range(self._W):
+                o[i * self._W + j] = row[j]
         return out
 
     cdef void _drop_rows(self, const int64_t *r, Py_ssize_t e) noexcept:
         """Drop the references of rows ``r`` and mark them empty."""
         cdef Py_ssize_t i, j
-        cdef int64_t *row
+        cdef int32_t *row
         for i in range(e):
             row = self._t + r[i] * self._W
             for j in range(self._W):
                 if row[j] >= 0:
-                    lf_pool_decref(&self._pool.p, row[j])
+                    lf_pool_decref_cold(&self._pool.p, row[j])
                     row[j] = -1
 
     def set(self, rows, parts):
@@ -166,7 +172,10 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
 
         Row ``rows[i]`` becomes row i of each part, one after the other. The table takes
         a reference on each new id, then drops the references those rows held; no frame
-        bytes are copied.
+        bytes are copied. In a compressing pool it records, for consecutive distinct
+        ids of a part (its frames oldest first), each frame's previous frame (the delta
+        reference it is compressed against; the first record wins), then compresses the
+        frames that only tables hold now.
 
         Args:
             rows: 1-D ints, E distinct row indices in ``[0, rows)``.
@@ -175,8 +184,8 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
 
         Raises:
             IndexError: a row out of range. ValueError: duplicate rows, parts of another
-                pool or of the wrong size. TypeError: a part of another type. Nothing
-                changes then.
+                pool or of the wrong size. TypeError: a part of another type.
+                OverflowError: a slot id above ``2**31 - 1``. Nothing changes then.
         """
         self._ready()
         cdef cnp.ndarray r = _row_ids(rows, self._R, True)
@@ -217,9 +226,14 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             else:
                 src[q] = (<LazyFrames>part)._slots
                 ks[q] = (<LazyFrames>part)._k
+            if _first_over_int32(src[q], e * ks[q]) >= 0:
+                free(src)
+                free(ks)
+                raise OverflowError(C.ID_OVER_INT32)
         _table_write(self, <const int64_t *>cnp.PyArray_DATA(r), e, src, ks, n)
         free(src)
         free(ks)
+        lf_pool_compress_pending(&self._pool.p)  # out of memory: frames stay hot, queued
 
     def clear(self, rows=None):
         """Empty ``rows`` (default: all), dropping their references.
@@ -248,7 +262,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             ValueError: an empty entry.
         """
         cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
-        cdef const int64_t *row
+        cdef const int32_t *row
         cdef Py_ssize_t i, j
         for i in range(r.shape[0]):
             row = self._t + ri[i] * self._W + start
@@ -376,7 +390,9 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
 
         Entry ``(rows[i], j)`` becomes the id at flat position ``index[i, j]`` of
         ``source`` (its ``m * k`` ids, row-major), or empty where ``index[i, j]`` is -1.
-        The new references are taken before the old ones of those rows are dropped.
+        The new references are taken before the old ones of those rows are dropped. In
+        a compressing pool, each frame's previous frame is recorded along each row (as
+        :meth:`set` does along a part), then the frames only tables hold are compressed.
 
         Args:
             rows: 1-D ints, distinct row indices.
@@ -386,7 +402,8 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         Raises:
             IndexError: a row or position out of range. ValueError: duplicate rows, a
                 source of another pool, an index of the wrong shape. TypeError: a
-                non-integer index. Nothing changes then.
+                non-integer index. OverflowError: a slot id above ``2**31 - 1``.
+                Nothing changes then.
         """
         self._ready()
         cdef cnp.ndarray r = _row_ids(rows, self._R, True)
@@ -400,16 +417,27 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             raise IndexError(C.index_out_of_range(int(idx.ravel()[bad[0]]), m))
         cdef cnp.ndarray ix = np.array(idx, dtype=np.int64, order="C", copy=True)
         cdef const int64_t *x = <const int64_t *>cnp.PyArray_DATA(ix)
+        for i in range(e * self._W):
+            if x[i] >= 0 and s._slots[x[i]] > INT32_MAX:
+                raise OverflowError(C.ID_OVER_INT32)
         # all checked: new references, then the old ones dropped, then written
+        cdef lf_pool *p = &self._pool.p
         for i in range(e * self._W):
             if x[i] >= 0:
-                lf_pool_incref(&self._pool.p, s._slots[x[i]])
+                lf_pool_incref_cold(p, s._slots[x[i]])
         cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
         self._drop_rows(ri, e)
+        cdef int64_t cur, prev
         for i in range(e):
+            prev = -1
             for j in range(self._W):
                 if x[i * self._W + j] >= 0:
-                    self._t[ri[i] * self._W + j] = s._slots[x[i * self._W + j]]
+                    cur = s._slots[x[i * self._W + j]]
+                    self._t[ri[i] * self._W + j] = <int32_t>cur
+                    if prev >= 0:
+                        lf_pool_set_prev(p, cur, prev)
+                    prev = cur
+        lf_pool_compress_pending(p)  # out of memory: frames stay hot, queued
 
     def __reduce__(self):
         raise TypeError(C.TABLE_NOT_PICKLABLE)
@@ -423,15 +451,32 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
 @cython.wraparound(False)
 cdef void _table_write(SlotTable t, const int64_t *r, Py_ssize_t e, const int64_t **src,
                        const Py_ssize_t *ks, Py_ssize_t n) noexcept:
-    """Rows ``r`` := parts ``src`` side by side (checked): new references, old dropped, written."""
+    """Rows ``r`` := parts ``src`` side by side (checked): new references, old dropped, written.
+
+    Records each frame's previous frame along each part (see :meth:`SlotTable.set`).
+    """
     cdef Py_ssize_t q, i, j, col
     cdef lf_pool *p = &t._pool.p
+    cdef const int64_t *ids
     for q in range(n):
-        _incref_all(p, src[q], e * ks[q])
+        for i in range(e * ks[q]):
+            lf_pool_incref_cold(p, src[q][i])
     t._drop_rows(r, e)
     for i in range(e):
         col = 0
         for q in range(n):
+            ids = src[q] + i * ks[q]
             for j in range(ks[q]):
-                t._t[r[i] * t._W + col + j] = src[q][i * ks[q] + j]
+                t._t[r[i] * t._W + col + j] = <int32_t>ids[j]
+                if j and ids[j] != ids[j - 1]:
+                    lf_pool_set_prev(p, ids[j], ids[j - 1])
             col += ks[q]
+
+
+cdef Py_ssize_t _first_over_int32(const int64_t *ids, Py_ssize_t n) noexcept:
+    """The index of the first id above ``2**31 - 1``, or -1."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if ids[i] > INT32_MAX:
+            return i
+    return -1

@@ -4,6 +4,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The compression state of a pool (pool.h). Contexts and buffers are the pool's own:
+ * compression runs with the GIL held, one pool at a time. */
+struct lf_compressor {
+    lf_codec codec;
+    void *cctx, *dctx;
+    unsigned char *blob;      /* frame_bytes + LF_BLOB_OVERHEAD: one compressed frame */
+    unsigned char *delta;     /* frame_bytes: the XOR of a frame and its reference */
+    unsigned char *base;      /* frame_bytes: a decoded reference */
+    unsigned char *tmp;       /* frame_bytes: decoding scratch */
+    int64_t *queue;           /* pending slots, in the order they became eligible */
+    size_t n_queue, cap_queue;
+    lf_header header;         /* the template of lean blobs */
+    unsigned char *spare;     /* a reader's scratch kept for the next reader (page faults) */
+    size_t spare_bytes;
+    int64_t warm_slot[LF_WARM];        /* -1: empty */
+    unsigned char *warm_buf[LF_WARM];  /* raw bytes of a recently compressed frame */
+    size_t warm_next, n_warm;
+};
+
+/* Bytes of one chunk entry: a frame, or an lf_meta when compressing. */
+static size_t slot_bytes(const lf_pool *p) {
+    return p->z ? sizeof(lf_meta) : p->frame_bytes;
+}
+
+static void note_peak(lf_pool *p) {
+    size_t held = lf_pool_bytes_held(p);
+    if (held > p->peak_bytes) p->peak_bytes = held;
+}
+
 /* -- a min-heap of chunk ids ---------------------------------------------------- */
 static void heap_push(size_t *h, size_t *n, size_t v) {
     size_t i = (*n)++;
@@ -45,6 +74,8 @@ int lf_pool_init(lf_pool *p, size_t frame_bytes, size_t chunk_bytes) {
     return 0;
 }
 
+static void compressor_free(lf_compressor *z);
+
 static void chunk_release(lf_chunk *c) {
     free(c->data);
     free(c->refcnt);
@@ -56,7 +87,14 @@ static void chunk_release(lf_chunk *c) {
 }
 
 void lf_pool_free(lf_pool *p) {
-    for (size_t i = 0; i < p->n_chunks; i++) chunk_release(&p->chunks[i]);
+    for (size_t i = 0; i < p->n_chunks; i++) {
+        lf_chunk *ch = &p->chunks[i];
+        if (p->z && ch->data)
+            for (size_t j = 0; j < p->spc; j++)
+                if (ch->refcnt[j]) free(((lf_meta *)ch->data)[j].buf);
+        chunk_release(ch);
+    }
+    compressor_free(p->z);
     free(p->chunks);
     free(p->heap);
     free(p->released);
@@ -67,7 +105,7 @@ void lf_pool_free(lf_pool *p) {
 static int chunk_alloc(lf_pool *p, size_t c) {
     lf_chunk *ch = &p->chunks[c];
     /* frame_bytes * spc cannot overflow: spc <= chunk_bytes / frame_bytes, or 1 */
-    ch->data = malloc(p->frame_bytes * p->spc);
+    ch->data = malloc(slot_bytes(p) * p->spc);
     ch->refcnt = calloc(p->spc, sizeof(uint64_t));
     ch->free_stack = malloc(p->spc * sizeof(uint32_t));
     if (!ch->data || !ch->refcnt || !ch->free_stack) {
@@ -79,8 +117,7 @@ static int chunk_alloc(lf_pool *p, size_t c) {
     ch->live = 0;
     p->n_alloc++;
     p->n_empty++;
-    size_t held = lf_pool_bytes_held(p);
-    if (held > p->peak_bytes) p->peak_bytes = held;
+    note_peak(p);
     return 0;
 }
 
@@ -129,6 +166,8 @@ int64_t lf_pool_alloc(lf_pool *p) {
         p->chunks[c].in_heap = 1;
     }
     lf_chunk *ch = &p->chunks[c];
+    unsigned char *buf = NULL;
+    if (p->z && !(buf = malloc(p->frame_bytes))) return -1;
     uint32_t off = ch->free_stack[--ch->n_free];
     if (ch->live == 0) p->n_empty--;
     ch->live++;
@@ -138,12 +177,34 @@ int64_t lf_pool_alloc(lf_pool *p) {
     }
     ch->refcnt[off] = 1;
     p->live_frames++;
+    if (p->z) {
+        lf_meta *m = (lf_meta *)ch->data + off;
+        memset(m, 0, sizeof(*m));
+        m->buf = buf;
+        m->ref = -1;
+        m->prev = -1;
+        note_peak(p);
+    }
     return (int64_t)(c * p->spc + off);
 }
+
+static void warm_forget(lf_compressor *z, int64_t slot);
 
 void lf_pool_free_slot(lf_pool *p, int64_t slot) {
     size_t c = (size_t)slot >> p->spc_shift, off = lf_pool_offset(p, slot);
     lf_chunk *ch = &p->chunks[c];
+    int64_t ref = -1;
+    if (p->z) { /* before the chunk can be released: its data holds the lf_meta */
+        lf_meta *m = (lf_meta *)ch->data + off;
+        if (m->cold_state) {
+            p->cold_frames--;
+            p->cold_bytes -= m->blob_bytes;
+            ref = m->ref;
+            warm_forget(p->z, slot);
+        }
+        free(m->buf);
+        memset(m, 0, sizeof(*m));
+    }
     ch->free_stack[ch->n_free++] = (uint32_t)off;
     ch->live--;
     p->live_frames--;
@@ -160,8 +221,412 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
             p->n_empty++;
         }
     }
+    if (ref >= 0) lf_pool_decref_cold(p, ref); /* a chain is at most LF_MAX_GROUP deep */
 }
 
 size_t lf_pool_bytes_held(const lf_pool *p) {
-    return p->n_alloc * p->spc * p->frame_bytes;
+    size_t chunks = p->n_alloc * p->spc * slot_bytes(p);
+    if (!p->z) return chunks;
+    return chunks + (p->live_frames - p->cold_frames + p->z->n_warm) * p->frame_bytes +
+           p->cold_bytes + p->z->spare_bytes;
+}
+
+/* -- compression ------------------------------------------------------------------------ */
+
+static void compressor_free(lf_compressor *z) {
+    if (!z) return;
+    lf_ctx_free(z->cctx);
+    lf_ctx_free(z->dctx);
+    for (size_t i = 0; i < LF_WARM; i++) free(z->warm_buf[i]);
+    free(z->blob);
+    free(z->delta);
+    free(z->base);
+    free(z->tmp);
+    free(z->spare);
+    free(z->queue);
+    free(z);
+}
+
+static lf_compressor *compressor_new(size_t fb, lf_codec c) {
+    lf_compressor *z = calloc(1, sizeof(*z));
+    if (!z) return NULL;
+    z->codec = c;
+    for (size_t i = 0; i < LF_WARM; i++) z->warm_slot[i] = -1;
+    z->cctx = lf_cctx_new(c);
+    z->dctx = lf_dctx_new();
+    z->blob = malloc(fb + LF_BLOB_OVERHEAD);
+    z->delta = malloc(fb);
+    z->base = malloc(fb);
+    z->tmp = malloc(fb);
+    if (!z->cctx || !z->dctx || !z->blob || !z->delta || !z->base || !z->tmp) {
+        compressor_free(z);
+        return NULL;
+    }
+    return z;
+}
+
+int lf_pool_enable_compression(lf_pool *p, lf_codec c) {
+    if (!lf_codec_valid(c, p->frame_bytes)) return -2;
+    if (p->busy && !p->z) return -4;
+    if (p->z) {
+        lf_codec o = p->z->codec;
+        return o.codec == c.codec && o.level == c.level && o.group == c.group ? 0 : -3;
+    }
+    lf_compressor *z = compressor_new(p->frame_bytes, c);
+    if (!z) return -1;
+    /* every chunk with memory gets an lf_meta array, every live frame its own buffer:
+     * all allocated first, so that nothing changes on failure */
+    lf_meta **metas = calloc(p->n_chunks ? p->n_chunks : 1, sizeof(lf_meta *));
+    int ok = metas != NULL;
+    for (size_t i = 0; ok && i < p->n_chunks; i++) {
+        lf_chunk *ch = &p->chunks[i];
+        if (!ch->data) continue;
+        metas[i] = calloc(p->spc, sizeof(lf_meta));
+        ok = metas[i] != NULL;
+        for (size_t j = 0; ok && j < p->spc; j++) {
+            if (!ch->refcnt[j]) continue;
+            lf_meta *m = &metas[i][j];
+            m->ref = m->prev = -1;
+            ok = (m->buf = malloc(p->frame_bytes)) != NULL;
+            if (ok) memcpy(m->buf, ch->data + j * p->frame_bytes, p->frame_bytes);
+        }
+    }
+    for (size_t i = 0; i < p->n_chunks && metas; i++) {
+        lf_chunk *ch = &p->chunks[i];
+        if (!metas[i]) continue;
+        if (ok) {
+            free(ch->data);
+            ch->data = (unsigned char *)metas[i];
+        } else {
+            for (size_t j = 0; j < p->spc; j++) free(metas[i][j].buf);
+            free(metas[i]);
+        }
+    }
+    free(metas);
+    if (!ok) {
+        compressor_free(z);
+        return -1;
+    }
+    p->z = z;
+    note_peak(p);
+    return 0;
+}
+
+lf_codec lf_pool_codec(const lf_pool *p) {
+    return p->z->codec;
+}
+
+size_t lf_pool_pending(const lf_pool *p) {
+    return p->z ? p->z->n_queue : 0;
+}
+
+void lf_pool_queue(lf_pool *p, int64_t slot) {
+    lf_compressor *z = p->z;
+    if (z->n_queue == z->cap_queue) {
+        size_t cap = z->cap_queue ? 2 * z->cap_queue : 64;
+        int64_t *q = realloc(z->queue, cap * sizeof(int64_t));
+        if (!q) return; /* out of memory: the frame stays hot */
+        z->queue = q;
+        z->cap_queue = cap;
+    }
+    z->queue[z->n_queue++] = slot;
+    lf_pool_meta(p, slot)->queued = 1;
+}
+
+/* -- the warm cache: raw bytes of the last LF_WARM frames compressed, by slot ----------- */
+
+static unsigned char *warm_get(const lf_compressor *z, int64_t slot) {
+    for (size_t i = 0; i < LF_WARM; i++)
+        if (z->warm_slot[i] == slot) return z->warm_buf[i];
+    return NULL;
+}
+
+static void warm_forget(lf_compressor *z, int64_t slot) {
+    for (size_t i = 0; i < LF_WARM; i++) {
+        if (z->warm_slot[i] == slot) {
+            free(z->warm_buf[i]);
+            z->warm_buf[i] = NULL;
+            z->warm_slot[i] = -1;
+            z->n_warm--;
+        }
+    }
+}
+
+/* Keep buf (a frame_bytes malloc) as the raw bytes of slot, dropping the oldest entry. */
+static void warm_put(lf_compressor *z, int64_t slot, unsigned char *buf) {
+    size_t i = z->warm_next;
+    z->warm_next = (i + 1) % LF_WARM;
+    if (z->warm_buf[i]) {
+        free(z->warm_buf[i]);
+        z->n_warm--;
+    }
+    z->warm_slot[i] = slot;
+    z->warm_buf[i] = buf;
+    z->n_warm++;
+}
+
+/* -- coding ----------------------------------------------------------------------------- */
+
+int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain) {
+    int n = 0;
+    for (;;) {
+        chain[n++] = slot;
+        slot = lf_pool_meta(p, slot)->ref;
+        if (slot < 0 || n == LF_MAX_GROUP) return n;
+    }
+}
+
+int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsigned char *base,
+                        unsigned char *out, unsigned char *chunk) {
+    const lf_meta *m = lf_pool_meta(p, slot);
+    const unsigned char *blob = m->buf;
+    size_t n = m->blob_bytes;
+    if (m->lean) {
+        n = lf_unlean(&p->z->header, blob, n, chunk);
+        blob = chunk;
+    }
+    if (lf_decompress(dctx, blob, n, out, p->frame_bytes)) return -1;
+    if (base) lf_xor_into(out, base, p->frame_bytes);
+    return 0;
+}
+
+int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *out,
+                   unsigned char *tmp) {
+    int64_t chain[LF_MAX_GROUP];
+    int n = lf_pool_chain(p, slot, chain);
+    if (lf_pool_decode_blob(p, dctx, chain[n - 1], NULL, out, p->z->blob)) return -1;
+    for (int i = n - 2; i >= 0; i--) {
+        if (lf_pool_decode_blob(p, dctx, chain[i], NULL, tmp, p->z->blob)) return -1;
+        lf_xor_into(out, tmp, p->frame_bytes);
+    }
+    return 0;
+}
+
+/* 1 if a live slot is hot and every reference left on it is cold. */
+static int eligible(const lf_pool *p, int64_t slot) {
+    const lf_meta *m = lf_pool_meta(p, slot);
+    return !m->cold_state && m->cold > 0 && m->cold == lf_pool_refcount(p, slot);
+}
+
+/* Compress one eligible slot: an XOR delta against its recorded previous frame when that
+ * is cold and its chain has room, else a keyframe. 0, or -1 on out of memory. */
+static int compress_one(lf_pool *p, int64_t slot) {
+    lf_compressor *z = p->z;
+    lf_meta *m = lf_pool_meta(p, slot);
+    size_t fb = p->frame_bytes;
+    int64_t ref = m->prev;
+    const unsigned char *src = m->buf;
+    if (ref >= 0 && lf_pool_is_live(p, ref) && lf_pool_meta(p, ref)->cold_state &&
+        lf_pool_meta(p, ref)->depth < z->codec.group) {
+        const unsigned char *base = warm_get(z, ref);
+        if (!base) {
+            if (lf_pool_decode(p, z->dctx, ref, z->base, z->tmp)) return -1;
+            base = z->base;
+        }
+        lf_xor_of(z->delta, m->buf, base, fb);
+        src = z->delta;
+    } else {
+        ref = -1;
+    }
+    long whole = lf_compress(z->cctx, src, fb, z->blob);
+    if (whole < 0) return -1; /* cannot happen: the destination holds any frame */
+    size_t n = lf_lean(&z->header, z->blob, (size_t)whole);
+    unsigned char *blob = malloc(n);
+    if (!blob) return -1;
+    memcpy(blob, z->blob, n);
+    m->lean = n < (size_t)whole;
+    if (ref >= 0) {
+        lf_pool_incref_cold(p, ref); /* cold: never queued again */
+        m->depth = (uint8_t)(lf_pool_meta(p, ref)->depth + 1);
+    } else {
+        m->depth = 1;
+    }
+    m->ref = (int32_t)ref;
+    warm_put(z, slot, m->buf);
+    m->buf = blob;
+    m->blob_bytes = (uint32_t)n;
+    m->cold_state = 1;
+    p->cold_frames++;
+    p->cold_bytes += n;
+    return 0;
+}
+
+int lf_pool_compress_pending(lf_pool *p) {
+    lf_compressor *z = p->z;
+    if (!z) return 0;
+    size_t i;
+    for (i = 0; i < z->n_queue; i++) {
+        int64_t slot = z->queue[i], back[LF_MAX_GROUP];
+        if (!lf_pool_is_live(p, slot)) continue;
+        lf_pool_meta(p, slot)->queued = 0;
+        if (!eligible(p, slot)) continue;
+        /* its eligible predecessors first, oldest first: deltas whatever the queue order */
+        int n = 0;
+        int64_t s = lf_pool_meta(p, slot)->prev;
+        while (n < z->codec.group - 1 && s >= 0 && lf_pool_is_live(p, s) && eligible(p, s)) {
+            back[n++] = s;
+            s = lf_pool_meta(p, s)->prev;
+        }
+        while (n > 0) { /* prev links may loop (a part [a, b, a]): check each again */
+            s = back[--n];
+            if (eligible(p, s) && compress_one(p, s)) goto oom;
+        }
+        if (eligible(p, slot) && compress_one(p, slot)) goto oom;
+    }
+    z->n_queue = 0;
+    return 0;
+oom: /* keep the rest queued, from this slot on */
+    lf_pool_meta(p, z->queue[i])->queued = 1;
+    memmove(z->queue, z->queue + i, (z->n_queue - i) * sizeof(int64_t));
+    z->n_queue -= i;
+    return -1;
+}
+
+int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out) {
+    if (lf_pool_is_hot(p, slot)) {
+        memcpy(out, lf_pool_addr(p, slot), p->frame_bytes);
+        return 0;
+    }
+    return lf_pool_decode(p, p->z->dctx, slot, out, p->z->tmp);
+}
+
+/* -- the reader ------------------------------------------------------------------------- */
+
+void lf_reader_init(lf_reader *r, lf_pool *p) {
+    memset(r, 0, sizeof(*r));
+    r->p = p;
+}
+
+static size_t hash_slot(int64_t slot, size_t cap) {
+    return (size_t)(((uint64_t)slot * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1);
+}
+
+/* Room for one more entry (arrays and a hash table at most half full); 0 or -1. */
+static int reader_grow(lf_reader *r) {
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 64;
+        int64_t *slots = realloc(r->slots, cap * sizeof(int64_t));
+        if (!slots) return -1;
+        r->slots = slots;
+        int32_t *ref = realloc(r->ref, cap * sizeof(int32_t));
+        if (!ref) return -1;
+        r->ref = ref;
+        unsigned char *done = realloc(r->done, cap);
+        if (!done) return -1;
+        r->done = done;
+        r->cap = cap;
+    }
+    if (2 * (r->n + 1) < r->hcap) return 0;
+    size_t hcap = r->hcap ? 2 * r->hcap : 256;
+    int64_t *keys = malloc(hcap * sizeof(int64_t));
+    int32_t *vals = malloc(hcap * sizeof(int32_t));
+    if (!keys || !vals) {
+        free(keys);
+        free(vals);
+        return -1;
+    }
+    memset(keys, 0xFF, hcap * sizeof(int64_t));
+    for (size_t i = 0; i < r->n; i++) {
+        size_t h = hash_slot(r->slots[i], hcap);
+        while (keys[h] >= 0) h = (h + 1) & (hcap - 1);
+        keys[h] = r->slots[i];
+        vals[h] = (int32_t)i;
+    }
+    free(r->hkeys);
+    free(r->hvals);
+    r->hkeys = keys;
+    r->hvals = vals;
+    r->hcap = hcap;
+    return 0;
+}
+
+/* The index of slot, or -1; *pos receives its hash position (or the empty one). */
+static int64_t reader_find(const lf_reader *r, int64_t slot, size_t *pos) {
+    if (!r->hcap) return -1;
+    size_t h = hash_slot(slot, r->hcap);
+    while (r->hkeys[h] >= 0 && r->hkeys[h] != slot) h = (h + 1) & (r->hcap - 1);
+    *pos = h;
+    return r->hkeys[h] == slot ? r->hvals[h] : -1;
+}
+
+int64_t lf_reader_add(lf_reader *r, int64_t slot) {
+    int64_t first = -1, prev = -1;
+    /* the slot, then its chain up to the first member already an entry, or the keyframe */
+    for (; slot >= 0; slot = lf_pool_meta(r->p, slot)->ref) {
+        size_t pos = 0;
+        int64_t i = reader_find(r, slot, &pos);
+        int known = i >= 0;
+        if (!known) {
+            if (reader_grow(r)) return -1;
+            reader_find(r, slot, &pos); /* the table may have grown */
+            i = (int64_t)r->n++;
+            r->hkeys[pos] = slot;
+            r->hvals[pos] = (int32_t)i;
+            r->slots[i] = slot;
+            r->ref[i] = -1;
+            r->done[i] = 0;
+            lf_pool_incref(r->p, slot); /* pinned until lf_reader_release */
+        }
+        if (prev >= 0) r->ref[prev] = (int32_t)i;
+        if (first < 0) first = i;
+        if (known) break; /* its chain is in already */
+        prev = i;
+    }
+    return first;
+}
+
+int lf_reader_reserve(lf_reader *r) {
+    lf_compressor *z = r->p->z;
+    size_t need = r->n * r->p->frame_bytes;
+    if (!need) return 0;
+    r->chunk = malloc(r->p->frame_bytes + LF_BLOB_OVERHEAD);
+    if (!r->chunk) return -1;
+    if (z->spare && z->spare_bytes >= need) {
+        r->scratch = z->spare;
+        r->scratch_bytes = z->spare_bytes;
+        z->spare = NULL;
+        z->spare_bytes = 0;
+        return 0;
+    }
+    r->scratch = malloc(need);
+    r->scratch_bytes = need;
+    return r->scratch ? 0 : -1;
+}
+
+int lf_reader_decode(lf_reader *r, void *dctx) {
+    size_t fb = r->p->frame_bytes;
+    for (size_t i = 0; i < r->n; i++) {
+        int32_t todo[LF_MAX_GROUP];
+        int n = 0;
+        for (int32_t j = (int32_t)i; j >= 0 && !r->done[j] && n < LF_MAX_GROUP; j = r->ref[j])
+            todo[n++] = j;
+        while (n > 0) { /* the oldest first: each from its decoded reference */
+            int32_t j = todo[--n];
+            const unsigned char *base = r->ref[j] >= 0 ? lf_reader_frame(r, r->ref[j]) : NULL;
+            if (lf_pool_decode_blob(r->p, dctx, r->slots[j], base, r->scratch + (size_t)j * fb,
+                                    r->chunk))
+                return -2;
+            r->done[j] = 1;
+        }
+    }
+    return 0;
+}
+
+void lf_reader_release(lf_reader *r) {
+    for (size_t i = 0; i < r->n; i++) lf_pool_decref(r->p, r->slots[i]);
+    free(r->slots);
+    free(r->ref);
+    free(r->done);
+    free(r->hkeys);
+    free(r->hvals);
+    free(r->chunk);
+    lf_compressor *z = r->p->z;
+    if (r->scratch_bytes > z->spare_bytes && r->scratch_bytes <= LF_SPARE_MAX) {
+        free(z->spare); /* keep the larger one */
+        z->spare = r->scratch;
+        z->spare_bytes = r->scratch_bytes;
+    } else {
+        free(r->scratch);
+    }
+    memset(r, 0, sizeof(*r));
 }

@@ -7,9 +7,22 @@
  * most recently freed offset (a LIFO; a fresh chunk hands out offsets in increasing
  * order); a chunk whose slots all become free is returned to the OS, except one empty
  * chunk kept to avoid churn.
- * Refcounts are 64-bit: every reference is an 8-byte id held in some owner's memory, so
- * a count cannot reach 2**64 and needs no overflow check.
- * Not thread-safe: the Cython layer calls it with the GIL held.
+ * Refcounts are 64-bit: every reference is an id (4 or 8 bytes) held in some owner's
+ * memory, so a count cannot reach 2**64 and needs no overflow check.
+ * Not thread-safe: the Cython layer calls it with the GIL held, except the decoding and
+ * reading of pinned frames (lf_reader_decode, the copy kernels).
+ *
+ * Compression (lf_pool_enable_compression; docs/COMPRESSION.md). A compressing pool keeps
+ * in its chunks one lf_meta per slot instead of the frame bytes, and each frame in its own
+ * buffer, so that a cold frame pins no arena memory. A slot is HOT (its frame_bytes in
+ * `buf`) or COLD (`buf` is a compressed blob: a keyframe, or the XOR delta of the frame
+ * against the frame `ref`, which that slot then holds a cold reference on; `depth` <= group
+ * blobs decode it). A reference is COLD when a SlotTable entry or a delta child holds it.
+ * When a hot slot's references are all cold (refcnt == cold > 0) it joins the pending
+ * queue, and lf_pool_compress_pending compresses it exactly once (SlotTable.set/take
+ * call it with the GIL held). A cold frame never becomes hot again; readers (lf_reader)
+ * decode it into their own scratch, without the GIL, after pinning (incref) every slot of
+ * its chain, so that nothing they read is compressed or freed meanwhile.
  */
 #ifndef LAZYFRAMES_POOL_H
 #define LAZYFRAMES_POOL_H
@@ -17,12 +30,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* Per-slot state of a compressing pool (32 bytes). */
 typedef struct {
-    unsigned char *data;   /* spc * frame_bytes, or NULL when released */
+    unsigned char *buf;    /* HOT: the frame's bytes; COLD: its compressed blob */
+    uint64_t cold;         /* references held by SlotTable entries and delta children */
+    uint32_t blob_bytes;   /* COLD: bytes of the blob; 0 while HOT */
+    int32_t ref;           /* COLD delta: the reference slot; -1 for a keyframe or HOT */
+    int32_t prev;          /* the previous frame recorded by SlotTable.set, or -1 */
+    uint8_t depth;         /* COLD: blobs to decode it (1 for a keyframe) */
+    uint8_t cold_state;    /* 1 when COLD */
+    uint8_t queued;        /* 1 while in the pending queue */
+    uint8_t lean;          /* COLD: 1 if the blob is lean (codec.h) */
+} lf_meta;
+
+#define LF_WARM 32         /* raw copies of recently compressed frames kept for the next delta */
+
+typedef struct lf_compressor lf_compressor; /* pool.c: contexts, scratch, queue, warm cache */
+
+typedef struct {
+    unsigned char *data;   /* spc * frame_bytes (spc lf_meta when compressing), or NULL */
     uint64_t *refcnt;      /* spc refcounts: 64-bit, so they cannot wrap */
     uint32_t *free_stack;  /* free offsets; top pops the lowest */
     size_t n_free;
@@ -41,6 +73,9 @@ typedef struct {
     size_t n_empty, n_alloc;
     size_t live_frames;
     size_t peak_bytes;
+    lf_compressor *z;      /* NULL unless compressing */
+    size_t busy;           /* copies out running without the GIL (they hold frame addresses) */
+    size_t cold_frames, cold_bytes;
 } lf_pool;
 
 /* 0 on success, -1 on out of memory. */
@@ -76,23 +111,144 @@ static inline uint64_t lf_pool_refcount(const lf_pool *p, int64_t slot) {
     return ch->data ? ch->refcnt[lf_pool_offset(p, slot)] : 0;
 }
 
-/* Address of a live slot's bytes. The caller must have checked lf_pool_is_live. */
+/* The lf_meta of a live slot of a compressing pool. */
+static inline lf_meta *lf_pool_meta(const lf_pool *p, int64_t slot) {
+    return (lf_meta *)lf_pool_chunk(p, slot)->data + lf_pool_offset(p, slot);
+}
+
+/* 1 if a live slot holds its bytes uncompressed (always, in a pool that does not compress). */
+static inline int lf_pool_is_hot(const lf_pool *p, int64_t slot) {
+    return p->z == NULL || !lf_pool_meta(p, slot)->cold_state;
+}
+
+/* Address of a live HOT slot's bytes. The caller must have checked lf_pool_is_live and
+ * lf_pool_is_hot (a cold slot's frame is read with lf_pool_decode). */
 static inline unsigned char *lf_pool_addr(const lf_pool *p, int64_t slot) {
+    if (p->z) return lf_pool_meta(p, slot)->buf;
     return lf_pool_chunk(p, slot)->data + lf_pool_offset(p, slot) * p->frame_bytes;
 }
 
 /* Put a slot whose refcount reached 0 back on its chunk's free stack (pool.c). */
 void lf_pool_free_slot(lf_pool *p, int64_t slot);
+/* Queue a hot slot whose references are all cold for compression (pool.c). */
+void lf_pool_queue(lf_pool *p, int64_t slot);
 
-/* Refcount +1 / -1 on a live slot (caller checked). decref frees the slot at 0. */
+/* Refcount +1 / -1 on a live slot (caller checked). decref frees the slot at 0; in a
+ * compressing pool it queues a slot whose remaining references are all cold. */
 static inline void lf_pool_incref(lf_pool *p, int64_t slot) {
     lf_pool_chunk(p, slot)->refcnt[lf_pool_offset(p, slot)]++;
 }
 static inline void lf_pool_decref(lf_pool *p, int64_t slot) {
-    if (--lf_pool_chunk(p, slot)->refcnt[lf_pool_offset(p, slot)] == 0) lf_pool_free_slot(p, slot);
+    uint64_t n = --lf_pool_chunk(p, slot)->refcnt[lf_pool_offset(p, slot)];
+    if (n == 0) {
+        lf_pool_free_slot(p, slot);
+    } else if (p->z) {
+        lf_meta *m = lf_pool_meta(p, slot);
+        if (m->cold == n && !m->cold_state && !m->queued) lf_pool_queue(p, slot);
+    }
+}
+
+/* A cold reference (a SlotTable entry) +1 / -1 on a live slot. In a pool that does not
+ * compress they are lf_pool_incref / lf_pool_decref. */
+static inline void lf_pool_incref_cold(lf_pool *p, int64_t slot) {
+    lf_pool_incref(p, slot);
+    if (p->z) {
+        lf_meta *m = lf_pool_meta(p, slot);
+        m->cold++;
+        if (m->cold == lf_pool_refcount(p, slot) && !m->cold_state && !m->queued)
+            lf_pool_queue(p, slot);
+    }
+}
+static inline void lf_pool_decref_cold(lf_pool *p, int64_t slot) {
+    if (p->z) lf_pool_meta(p, slot)->cold--;
+    lf_pool_decref(p, slot);
+}
+
+/* Record `prev` as the frame before `slot` (the delta reference it will be coded
+ * against) unless one is recorded already; both live. No-op unless compressing. */
+static inline void lf_pool_set_prev(lf_pool *p, int64_t slot, int64_t prev) {
+    if (p->z && slot != prev && prev <= INT32_MAX) {
+        lf_meta *m = lf_pool_meta(p, slot);
+        if (m->prev < 0 && !m->cold_state) m->prev = (int32_t)prev;
+    }
 }
 
 size_t lf_pool_bytes_held(const lf_pool *p);
+
+/* -- compression (pool.c) ----------------------------------------------------------- */
+
+/* Make p compress with codec c: 0, -1 on out of memory, -2 for a bad codec or a frame
+ * too large for the codec (lf_codec_valid), -4 while p->busy (frames would move);
+ * nothing changed then. Frames already live become
+ * per-slot buffers. A second call with the same codec is a no-op; with another: -3. */
+int lf_pool_enable_compression(lf_pool *p, lf_codec c);
+
+/* The pool's codec (meaningful when p->z != NULL). */
+lf_codec lf_pool_codec(const lf_pool *p);
+
+/* Compress every queued slot still eligible; 0, or -1 on out of memory (the frames
+ * not compressed then stay hot and queued). The caller holds the GIL. */
+int lf_pool_compress_pending(lf_pool *p);
+
+/* Frames in the pending queue (tests and stats). */
+size_t lf_pool_pending(const lf_pool *p);
+
+/* Append to chain[] the slots a cold `slot` is decoded from, itself first, its keyframe
+ * last; returns their number (<= LF_MAX_GROUP). */
+int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain);
+
+/* Decode the blob of a cold `slot` into out (frame_bytes): a keyframe, or its delta
+ * XORed onto `base`, the decoded frame of its reference (NULL for a keyframe).
+ * chunk: room for frame_bytes + LF_BLOB_OVERHEAD (a lean blob is made whole there).
+ * 0, or -1 if the blob does not decode (cannot happen unless memory is corrupted).
+ * Needs no GIL: the caller pinned the slot and its chain. */
+int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsigned char *base,
+                        unsigned char *out, unsigned char *chunk);
+
+/* Decode a cold slot with its whole chain into out, using tmp (frame_bytes) as scratch. */
+int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *out,
+                   unsigned char *tmp);
+
+/* Decode a live slot's frame into out with the pool's own context: a plain copy when
+ * hot. 0, -1 if a blob does not decode. GIL held (it uses the pool's scratch). */
+int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out);
+
+/* -- a reader: the cold frames of one copy out, each decoded once ----------------------- */
+
+/* Collect with the GIL held (lf_reader_add pins each slot of the chains, then
+ * lf_reader_reserve takes the scratch), decode without it (lf_reader_decode), read the
+ * frames (lf_reader_frame), then release with the GIL held (lf_reader_release unpins,
+ * and keeps the scratch as the pool's spare, up to LF_SPARE_MAX bytes: a fresh one
+ * per call costs a page fault per 4 KiB). An entry is decoded from the decoded entry
+ * of its reference: an observation's consecutive frames, and the frames an obs and its
+ * next obs share, decode once per call. */
+typedef struct {
+    lf_pool *p;
+    int64_t *slots;        /* the cold slots, each pinned */
+    int32_t *ref;          /* index of the entry's reference, or -1 for a keyframe */
+    unsigned char *done;   /* 1 once decoded */
+    size_t n, cap;
+    int64_t *hkeys;        /* open addressing: slot -> index, -1 empty */
+    int32_t *hvals;
+    size_t hcap;           /* a power of two, > 2 n */
+    unsigned char *scratch; /* >= n * frame_bytes, by lf_reader_reserve */
+    size_t scratch_bytes;
+    unsigned char *chunk;   /* frame_bytes + LF_BLOB_OVERHEAD: a lean blob made whole */
+} lf_reader;
+
+#define LF_SPARE_MAX ((size_t)8 << 20) /* sample(32) of Atari frames needs ~3 MiB */
+
+void lf_reader_init(lf_reader *r, lf_pool *p);
+/* The entry of a live cold slot (added, with its chain, if new): >= 0, or -1 on out of memory. */
+int64_t lf_reader_add(lf_reader *r, int64_t slot);
+/* The scratch of every entry: 0, or -1 on out of memory. GIL held. */
+int lf_reader_reserve(lf_reader *r);
+/* Decode every entry (reserved): 0, or -2 if a blob does not decode. No GIL needed. */
+int lf_reader_decode(lf_reader *r, void *dctx);
+static inline const unsigned char *lf_reader_frame(const lf_reader *r, int64_t i) {
+    return r->scratch + (size_t)i * r->p->frame_bytes;
+}
+void lf_reader_release(lf_reader *r);
 
 #ifdef __cplusplus
 }

@@ -1,14 +1,17 @@
 /* Plain-C tests of the copy kernels (kernels.c) and the frame pool (pool.c); no Python.
  *
- * Build and run (tests/test_c_kernels.py does this, with sanitizers when available):
- *   cc -std=c99 -O1 -g -fsanitize=address,undefined -Icsrc csrc/test_kernels.c \
- *      csrc/kernels.c csrc/pool.c -o test_kernels && ./test_kernels
+ * Build and run (tests/test_c_kernels.py does this, with sanitizers when available;
+ * BLOSC2 is the directory of the installed blosc2 package, which ships C-Blosc2):
+ *   cc -std=c99 -O1 -g -fsanitize=address,undefined -Icsrc -I$BLOSC2/include \
+ *      csrc/test_kernels.c csrc/kernels.c csrc/pool.c csrc/codec.c \
+ *      $BLOSC2/lib/libblosc2.a -lpthread -ldl -lm -o test_kernels && ./test_kernels
  * Prints "N passed, 0 failed" and exits non-zero on any failure.
  *
  * The kernels are checked against naive loops written from the layouts' definitions
  * (docs/DESIGN.md): "last" out[h][w][j*C + c] = f_j[h][w][c]; "first"
  * out[j*C + c][h][w] = f_j[c][h][w]; "stack" out[j] = f_j. The pool is checked
- * against its documented policy and, in a random walk, against a plain model.
+ * against its documented policy and, in a random walk, against a plain model; its
+ * compressed (cold) path against the frames it was given, under every codec.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -486,7 +489,153 @@ static void test_pool_random_walk(void) {
     lf_pool_free(&p);
 }
 
+/* ------------------------------------------------------------------------------ */
+/* compression: hot -> cold, delta chains, readers, the codec on bad input            */
+
+#define ZFB 300 /* frame bytes: not a multiple of 16, so that XOR loops have a tail */
+
+/* Frame i of a series: runs of small changes, a noise frame every 13th. */
+static void series_frame(unsigned char *out, const unsigned char *prev, int i) {
+    if (i == 0 || i % 13 == 0) {
+        fill_random(out, ZFB);
+        return;
+    }
+    memcpy(out, prev, ZFB);
+    for (int j = 0; j < 3; j++) out[rnd() % ZFB] = (unsigned char)rnd();
+}
+
+static void compression_case(lf_codec c, int n) {
+    lf_pool p;
+    lf_pool_init(&p, ZFB, 4 * ZFB);
+    unsigned char *want = malloc((size_t)n * ZFB), *got = malloc(ZFB), *tmp = malloc(ZFB);
+    int64_t *s = malloc((size_t)n * sizeof(int64_t)), chain[LF_MAX_GROUP];
+    /* two frames live before compression is enabled: they move to their own buffers */
+    for (int i = 0; i < 2; i++) {
+        series_frame(want + i * ZFB, i ? want + (i - 1) * ZFB : NULL, i);
+        s[i] = lf_pool_alloc(&p);
+        memcpy(lf_pool_addr(&p, s[i]), want + i * ZFB, ZFB);
+    }
+    CHECK(lf_pool_enable_compression(&p, c) == 0, "enable");
+    CHECK(lf_pool_enable_compression(&p, c) == 0, "enable again: idempotent");
+    lf_codec other = c;
+    other.group = c.group == 1 ? 2 : 1;
+    CHECK(lf_pool_enable_compression(&p, other) == -3, "other options refused");
+    for (int i = 2; i < n; i++) {
+        series_frame(want + i * ZFB, want + (i - 1) * ZFB, i);
+        s[i] = lf_pool_alloc(&p);
+        CHECK(s[i] >= 0, "alloc");
+        memcpy(lf_pool_addr(&p, s[i]), want + i * ZFB, ZFB);
+    }
+    /* a table holds each frame twice (cold); consecutive frames record their previous one,
+     * except across "episodes" of 7 */
+    for (int i = 0; i < n; i++) {
+        lf_pool_incref_cold(&p, s[i]);
+        lf_pool_incref_cold(&p, s[i]);
+        if (i % 7) lf_pool_set_prev(&p, s[i], s[i - 1]);
+    }
+    CHECK(lf_pool_pending(&p) == 0 && p.cold_frames == 0, "owners hold them: hot");
+    for (int i = n - 1; i >= 0; i--) lf_pool_decref(&p, s[i]); /* newest first: any order */
+    CHECK(lf_pool_pending(&p) == (size_t)n, "all queued (%zu)", lf_pool_pending(&p));
+    lf_pool_incref(&p, s[3]); /* a reader holds frame 3: it stays hot */
+    CHECK(lf_pool_compress_pending(&p) == 0, "compress");
+    CHECK(p.cold_frames == (size_t)n - 1 && lf_pool_is_hot(&p, s[3]), "all cold but 3");
+    lf_pool_decref(&p, s[3]);
+    CHECK(lf_pool_pending(&p) == 1, "3 queued again");
+    CHECK(lf_pool_compress_pending(&p) == 0 && p.cold_frames == (size_t)n, "3 cold");
+    long bad_depth = 0, bad_value = 0, deltas = 0;
+    for (int i = 0; i < n; i++) {
+        int d = lf_pool_chain(&p, s[i], chain);
+        bad_depth += d < 1 || d > c.group || (i % 7 == 0 && d != 1);
+        deltas += d > 1;
+        bad_value += lf_pool_read(&p, s[i], got) != 0 || memcmp(got, want + i * ZFB, ZFB) != 0;
+    }
+    CHECK(bad_depth == 0, "chains within the group (%ld)", bad_depth);
+    CHECK(bad_value == 0, "values (%ld)", bad_value);
+    CHECK(c.group == 1 ? deltas == 0 : deltas > 0, "deltas (%ld)", deltas);
+    /* a reader over every frame, twice each: one entry per frame, values exact */
+    lf_reader r;
+    lf_reader_init(&r, &p);
+    int64_t *entry = malloc(2 * (size_t)n * sizeof(int64_t));
+    for (int i = 0; i < 2 * n; i++) entry[i] = lf_reader_add(&r, s[(i * 7) % n]);
+    CHECK(r.n == (size_t)n, "one entry per frame (%zu)", r.n);
+    CHECK(lf_pool_refcount(&p, s[0]) >= 3, "pinned");
+    void *dctx = lf_dctx_new();
+    CHECK(lf_reader_reserve(&r) == 0 && lf_reader_decode(&r, dctx) == 0, "decode");
+    bad_value = 0;
+    for (int i = 0; i < 2 * n; i++)
+        bad_value += memcmp(lf_reader_frame(&r, entry[i]), want + ((i * 7) % n) * ZFB, ZFB) != 0;
+    CHECK(bad_value == 0, "reader values (%ld)", bad_value);
+    lf_reader_release(&r);
+    lf_ctx_free(dctx);
+    free(entry);
+    /* drop the table's references in a scattered order: chains unwind, nothing leaks */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) lf_pool_decref_cold(&p, s[(i * 11 + pass) % n]);
+    CHECK(p.live_frames == 0 && p.cold_frames == 0 && p.cold_bytes == 0, "all freed");
+    lf_pool_free(&p);
+    free(want);
+    free(got);
+    free(tmp);
+    free(s);
+}
+
+static void test_compression(void) {
+    int codecs[] = {LF_CODEC_LZ4, LF_CODEC_LZ4HC, LF_CODEC_ZSTD};
+    int groups[] = {1, 2, 5, LF_MAX_GROUP};
+    for (int i = 0; i < 3; i++)
+        for (int g = 0; g < 4; g++) compression_case((lf_codec){codecs[i], 1 + 4 * (g % 3), groups[g]}, 90);
+    lf_pool p;
+    lf_pool_init(&p, ZFB, 1 << 12);
+    CHECK(lf_pool_enable_compression(&p, (lf_codec){7, 1, 4}) == -2, "unknown codec");
+    CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 0, 4}) == -2, "level 0");
+    CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 1, 65}) == -2, "group 65");
+    CHECK(p.z == NULL, "unchanged");
+    lf_pool_free(&p);
+}
+
+static void test_codec_bad_input(void) {
+    unsigned char frame[ZFB], blob[ZFB + LF_BLOB_OVERHEAD], out[ZFB], bad[ZFB + LF_BLOB_OVERHEAD];
+    fill_random(frame, ZFB);
+    memset(frame, 0, ZFB / 2);
+    void *cctx = lf_cctx_new((lf_codec){LF_CODEC_LZ4, 9, 4}), *dctx = lf_dctx_new();
+    long n = lf_compress(cctx, frame, ZFB, blob);
+    CHECK(n > 0 && lf_decompress(dctx, blob, (size_t)n, out, ZFB) == 0, "roundtrip");
+    CHECK(memcmp(out, frame, ZFB) == 0, "roundtrip values");
+    CHECK(lf_decompress(dctx, blob, (size_t)n - 1, out, ZFB) == -1, "truncated");
+    CHECK(lf_decompress(dctx, blob, 8, out, ZFB) == -1, "shorter than a header");
+    CHECK(lf_decompress(dctx, blob, (size_t)n, out, ZFB - 1) == -1, "another frame size");
+    /* lean blobs: the header rebuilt from the template is the header */
+    lf_header t;
+    memset(&t, 0, sizeof(t));
+    unsigned char lean[ZFB + LF_BLOB_OVERHEAD], whole[ZFB + LF_BLOB_OVERHEAD];
+    memcpy(lean, blob, (size_t)n);
+    size_t ln = lf_lean(&t, lean, (size_t)n);
+    CHECK(ln == (size_t)n - LF_LEAN_SAVED, "lean (%zu)", ln);
+    CHECK(lf_unlean(&t, lean, ln, whole) == (size_t)n && memcmp(whole, blob, (size_t)n) == 0,
+          "unlean");
+    void *zctx = lf_cctx_new((lf_codec){LF_CODEC_ZSTD, 1, 4});
+    long zn = lf_compress(zctx, frame, ZFB, lean);
+    CHECK(zn > 0 && lf_lean(&t, lean, (size_t)zn) == (size_t)zn, "another codec's blob stays whole");
+    memset(out, 0, ZFB); /* a zero frame: Blosc2's special chunk, header only */
+    zn = lf_compress(cctx, out, ZFB, lean);
+    ln = lf_lean(&t, lean, (size_t)zn);
+    CHECK(ln == 2 && lf_unlean(&t, lean, ln, whole) == (size_t)zn, "special chunk lean");
+    CHECK(lf_decompress(dctx, whole, (size_t)zn, frame, ZFB) == 0 && frame[ZFB / 2] == 0, "zeros");
+    lf_ctx_free(zctx);
+    long returned = 0; /* random corruption: an error or some bytes, never a crash */
+    for (int i = 0; i < 2000; i++) {
+        memcpy(bad, blob, (size_t)n);
+        for (int j = 0; j < 1 + i % 4; j++) bad[rnd() % (size_t)n] ^= (unsigned char)(1 + rnd() % 255);
+        int rc = lf_decompress(dctx, bad, (size_t)n, out, ZFB);
+        returned += rc == 0 || rc == -1;
+    }
+    CHECK(returned == 2000, "corrupted blobs");
+    lf_ctx_free(cctx);
+    lf_ctx_free(dctx);
+}
+
 int main(void) {
+    lf_codec_init();
     test_type_sizes();
     test_layout_shapes();
     test_geometry();
@@ -496,6 +645,8 @@ int main(void) {
     test_unsupported();
     test_pool_policy();
     test_pool_random_walk();
+    test_compression();
+    test_codec_bad_input();
     printf("%ld passed, %ld failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

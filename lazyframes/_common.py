@@ -7,7 +7,9 @@ so both implementations raise the very same exceptions with the very same messag
 from __future__ import annotations
 
 import functools
+import numbers
 import operator
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -29,6 +31,107 @@ INT64_MAX = 2**63 - 1
 
 #: Default size of one arena chunk of a FramePool, in bytes (148 Atari frames of 84x84).
 DEFAULT_CHUNK_BYTES = 1 << 20
+
+# Frame compression (docs/COMPRESSION.md): codec names, and the default chosen by measurement.
+CODECS = ("lz4", "lz4hc", "zstd")
+DEFAULT_COMPRESSION = {"codec": "lz4", "level": 9, "group": 16}
+MAX_GROUP = 64  # longest chain of blobs one frame decodes from
+
+
+def compression(compress) -> dict | None:
+    """The compression options of ``compress``, checked: None (off) or ``{codec, level, group}``.
+
+    Args:
+        compress: False or None (off), True (the default options), or a mapping with
+            some of the keys ``codec`` (one of :data:`CODECS`), ``level`` (1 to 9) and
+            ``group`` (1 to :data:`MAX_GROUP`: at most one keyframe in ``group`` frames
+            of a chain of XOR deltas); missing keys take the defaults.
+
+    Raises:
+        TypeError: another type, or a non-integer level or group. ValueError: an unknown
+            key or codec, or a level or group out of range.
+    """
+    if compress is None or compress is False:
+        return None
+    if compress is True:
+        return dict(DEFAULT_COMPRESSION)
+    if not isinstance(compress, Mapping):
+        raise TypeError(
+            wrong_type("compress", "a bool or a mapping of codec, level, group", compress)
+        )
+    unknown = set(compress) - set(DEFAULT_COMPRESSION)
+    if unknown:
+        raise ValueError(
+            f"unknown compression options {sorted(map(str, unknown))}; "
+            f"expected some of {sorted(DEFAULT_COMPRESSION)}"
+        )
+    opts = {**DEFAULT_COMPRESSION, **compress}
+    if opts["codec"] not in CODECS:
+        raise ValueError(f"codec must be one of {CODECS}, got {opts['codec']!r}")
+    for key, top in (("level", 9), ("group", MAX_GROUP)):
+        if isinstance(opts[key], bool) or not isinstance(opts[key], numbers.Integral):
+            raise TypeError(wrong_type(key, "an int", opts[key]))
+        v = int(opts[key])
+        if not 1 <= v <= top:
+            raise ValueError(f"{key} must be in [1, {top}], got {v}")
+        opts[key] = v
+    return opts
+
+
+#: Kinds of blob in an :func:`encode_frames` container: a compressed frame, a compressed
+#: XOR delta against the previous frame, or the frame's raw bytes.
+KIND_KEY, KIND_DELTA, KIND_RAW = 0, 1, 2
+
+
+def frames_to_encode(frames) -> np.ndarray:
+    """``frames`` as a numeric ndarray with a leading axis (TypeError/ValueError otherwise)."""
+    arr = np.asarray(frames)
+    if arr.ndim < 1:
+        raise ValueError(f"frames must have a leading axis, got shape {arr.shape}")
+    frame_dtype(arr.dtype)
+    return arr
+
+
+def check_container(payload, offsets, kinds, frame_bytes: int) -> tuple:
+    """Check an :func:`encode_frames` container's sizes and offsets, before any allocation.
+
+    Returns:
+        ``(payload, offsets, kinds)`` as a uint8 array, an int64 array and a uint8 array.
+
+    Raises:
+        TypeError: a payload that is not bytes-like, non-integer offsets or kinds.
+        ValueError: shapes that disagree, offsets that are not 0 then increasing up to
+            the payload's end, an unknown kind, a delta first, or a raw blob whose size
+            is not the frame's.
+    """
+    try:
+        data = np.frombuffer(memoryview(payload).cast("B"), np.uint8)
+    except TypeError:
+        raise TypeError(wrong_type("payload", "bytes-like", payload)) from None
+    offs, kds = as_ints(offsets, "offsets"), as_ints(kinds, "kinds")
+    if offs.ndim != 1 or kds.ndim != 1 or offs.shape[0] != kds.shape[0] + 1:
+        raise ValueError(f"offsets {offs.shape} and kinds {kds.shape} must be (n + 1,) and (n,)")
+    # compared in their own dtype first: no value wraps when converted
+    if ((offs < 0) | (offs > data.size)).any() or ((kds < KIND_KEY) | (kds > KIND_RAW)).any():
+        raise ValueError("offsets must be in [0, len(payload)], kinds KIND_KEY/DELTA/RAW")
+    offs, kds = offs.astype(np.int64), kds.astype(np.uint8)
+    sizes = np.diff(offs)
+    if offs[0] != 0 or offs[-1] != data.size or (sizes <= 0).any():
+        raise ValueError("offsets must start at 0 and increase up to the payload's length")
+    if kds.size and kds[0] == KIND_DELTA:
+        raise ValueError("the first blob is a delta: it has no previous frame")
+    if (sizes[kds == KIND_RAW] != frame_bytes).any():
+        raise ValueError(f"a raw blob is not {frame_bytes} bytes, one frame")
+    return data, offs, kds
+
+
+def bad_blob(i: int) -> str:
+    return f"blob {i} of the container does not decode to one frame"
+
+
+def compression_differs(have: dict, want: dict) -> str:
+    return f"the pool already compresses with {have}; cannot switch to {want}"
+
 
 # dtypes the fused conversion kernels know (kind, itemsize); any other numeric dtype
 # can still be stored and copied out unconverted.
@@ -507,6 +610,10 @@ PUSH_BATCH_EMPTY = "push_batch needs at least one frame"
 OUT_PAIR = "out must be a pair of ndarrays"
 OUT_PAIR_OVERLAP = "the two arrays of out overlap"
 OUT_CHANGED = "out changed while the call was checking its other arguments"
+ID_OVER_INT32 = "a SlotTable stores slot ids as int32: this id is above 2**31 - 1"
+ENABLE_COMPRESSION_OFF = "enable_compression needs compress=True or a mapping of options"
+POOL_BUSY = "a copy out of this pool is running in another thread; enable compression first"
+BLOB_CORRUPT = "a compressed frame does not decode: the pool's memory is corrupted"
 
 
 def scalar_layout(layout: str) -> str:

@@ -4,7 +4,7 @@ The pure-NumPy twin ``lazyframes._reference`` has the same public API; the docum
 lives in the compiled module's docstrings.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal, SupportsIndex, TypeAlias, overload
 
 import numpy as np
@@ -17,22 +17,38 @@ Slot: TypeAlias = SupportsIndex | FrameRef
 Rows: TypeAlias = npt.ArrayLike
 DTypeLike: TypeAlias = npt.DTypeLike
 Scale: TypeAlias = float | None
+#: ``compress=``: off, the default codec, or some of ``codec``, ``level``, ``group``.
+Compress: TypeAlias = bool | Mapping[str, Any] | None
 
 __all__ = [
+    "KIND_DELTA",
+    "KIND_KEY",
+    "KIND_RAW",
     "FramePool",
     "FrameRef",
     "LazyBatch",
     "LazyFrames",
     "SlotTable",
+    "decode_frames",
     "default_pool",
+    "encode_frames",
     "stack",
 ]
+
+KIND_KEY: int
+KIND_DELTA: int
+KIND_RAW: int
 
 class FramePool:
     """A refcounted store of frames of one shape and dtype, in a chunked arena."""
 
     def __init__(
-        self, frame_shape: Sequence[SupportsIndex], dtype: DTypeLike, *, chunk_bytes: int = ...
+        self,
+        frame_shape: Sequence[SupportsIndex],
+        dtype: DTypeLike,
+        *,
+        chunk_bytes: int = ...,
+        compress: Compress = False,
     ) -> None: ...
     @property
     def frame_shape(self) -> tuple[int, ...]: ...
@@ -52,6 +68,9 @@ class FramePool:
     def bytes_held(self) -> int: ...
     @property
     def peak_bytes(self) -> int: ...
+    @property
+    def compression(self) -> dict[str, Any] | None: ...
+    def enable_compression(self, compress: Compress = True) -> None: ...
     def stats(self) -> dict[str, int]: ...
     def __reduce__(self) -> Any: ...
     def push(self, frame: npt.ArrayLike) -> FrameRef: ...
@@ -246,6 +265,16 @@ def stack(
     scale: Scale = None,
 ) -> np.ndarray: ...
 def default_pool(frame_shape: Sequence[SupportsIndex], dtype: DTypeLike) -> FramePool: ...
+def encode_frames(
+    frames: npt.ArrayLike, *, codec: str = ..., level: int = ..., group: int = ...
+) -> tuple[bytes, np.ndarray, np.ndarray]: ...
+def decode_frames(
+    payload: bytes | bytearray | memoryview | np.ndarray,
+    offsets: npt.ArrayLike,
+    kinds: npt.ArrayLike,
+    frame_shape: Sequence[SupportsIndex],
+    dtype: DTypeLike,
+) -> np.ndarray: ...
 def _restore_frame(frame: np.ndarray) -> FrameRef: ...
 def _restore_lazyframes(refs: tuple[FrameRef, ...], layout: Layout) -> LazyFrames: ...
 def _restore_lazybatch(rows: tuple[LazyFrames, ...], layout: Layout) -> LazyBatch: ...

@@ -24,14 +24,21 @@ import numpy as np
 from . import _common as C
 
 __all__ = [
+    "KIND_DELTA",
+    "KIND_KEY",
+    "KIND_RAW",
     "FramePool",
     "FrameRef",
     "LazyBatch",
     "LazyFrames",
     "SlotTable",
+    "decode_frames",
     "default_pool",
+    "encode_frames",
     "stack",
 ]
+
+KIND_KEY, KIND_DELTA, KIND_RAW = C.KIND_KEY, C.KIND_DELTA, C.KIND_RAW
 
 
 class _Guarded:
@@ -77,6 +84,7 @@ class FramePool(_Guarded):
     __slots__ = (
         "__weakref__",
         "_by_id",
+        "_compression",
         "_counts",
         "_dtype",
         "_frame_bytes",
@@ -89,16 +97,19 @@ class FramePool(_Guarded):
         "_spc",
     )
 
-    def __init__(self, frame_shape, dtype, *, chunk_bytes=C.DEFAULT_CHUNK_BYTES):
+    def __init__(self, frame_shape, dtype, *, chunk_bytes=C.DEFAULT_CHUNK_BYTES, compress=False):
         # owners hold references into the state a second __init__ would replace
         self._refuse_second_init("_frames")
         shape = C.frame_shape(frame_shape)
         dt = C.frame_dtype(dtype)
         chunk_bytes = C.chunk_bytes(chunk_bytes)
+        compression = C.compression(compress)
         self._refuse_second_init("_frames")
         self._shape = shape
         self._dtype = dt
         self._frame_bytes = math.prod(shape) * dt.itemsize
+        # the twin keeps every frame uncompressed: the options are checked and reported only
+        self._compression = compression
         # as the arena: the largest power of two of frames that fits a chunk (at least one)
         self._spc = 1 << (min(max(1, chunk_bytes // self._frame_bytes), 1 << 31).bit_length() - 1)
         self._frames: list = []  # slot -> read-only frame, or None while the slot is free
@@ -149,7 +160,7 @@ class FramePool(_Guarded):
 
     @property
     def bytes_held(self) -> int:
-        """Bytes of frame memory currently held (whole chunks)."""
+        """Bytes of frame memory currently held (see :meth:`stats`)."""
         return self.live_bytes  # the twin frees a frame's memory as soon as it is free
 
     @property
@@ -157,8 +168,33 @@ class FramePool(_Guarded):
         """Largest :attr:`bytes_held` so far."""
         return self._peak
 
+    @property
+    def compression(self) -> dict | None:
+        """None, or the compression options ``{"codec", "level", "group"}`` of this pool."""
+        return None if self._compression is None else dict(self._compression)
+
+    def enable_compression(self, compress=True) -> None:
+        """Compress this pool's frames from now on (see the class docstring); idempotent.
+
+        The twin checks and reports the options, and keeps its frames uncompressed.
+        """
+        opts = C.compression(compress)
+        if opts is None:
+            raise ValueError(C.ENABLE_COMPRESSION_OFF)
+        if self._compression is not None and self._compression != opts:
+            raise ValueError(C.compression_differs(self._compression, opts))
+        self._compression = opts
+
+    def _chain(self, slot) -> list:
+        """The slots a frame decodes from, itself first, its keyframe last; [] when hot (tests)."""
+        self._check(self._id(slot))
+        return []  # the twin keeps every frame uncompressed
+
     def stats(self) -> dict:
-        """Live frames, capacity, frame bytes, bytes held and peak bytes, as a dict."""
+        """Frame counts and bytes, as a dict.
+
+        The twin keeps every frame uncompressed: none is ever cold.
+        """
         return {
             "live_frames": self.live_frames,
             "live_bytes": self.live_bytes,
@@ -166,6 +202,9 @@ class FramePool(_Guarded):
             "frame_bytes": self._frame_bytes,
             "bytes_held": self.bytes_held,
             "peak_bytes": self._peak,
+            "hot_frames": self._live,
+            "cold_frames": 0,
+            "cold_bytes": 0,
         }
 
     def __repr__(self):
@@ -753,7 +792,7 @@ class SlotTable(_Guarded):
         if rows > (2**63 - 1) // 8 // width:
             raise ValueError(C.table_too_large(rows, width))
         try:
-            ids = np.full((rows, width), -1, np.int64)  # -1: empty; written in place only
+            ids = np.full((rows, width), -1, np.int32)  # -1: empty; written in place only
         except MemoryError:
             raise MemoryError(C.table_too_large(rows, width)) from None
         self._refuse_second_init("_pool")  # an __index__ callback may have run __init__
@@ -775,15 +814,18 @@ class SlotTable(_Guarded):
         return len(self._ids)
 
     def memory(self) -> int:
-        """Bytes of the table itself (``rows * width * 8``), not of the frames."""
+        """Bytes of the table itself (``rows * width * 4``), not of the frames."""
         return self._ids.nbytes
 
     def ids(self, rows=None) -> np.ndarray:
         """A copy of the slot ids of ``rows`` (default: all), int64; -1 marks an empty entry."""
-        return self._ids.copy() if rows is None else self._ids[C.as_rows(rows, len(self._ids))]
+        ids = self._ids if rows is None else self._ids[C.as_rows(rows, len(self._ids))]
+        return ids.astype(np.int64)
 
     def _write(self, r: np.ndarray, new: np.ndarray) -> None:
         """Rows ``r`` (distinct) := ``new``: take the new references, then drop the old ones."""
+        if new.size and new.max() > np.iinfo(np.int32).max:
+            raise OverflowError(C.ID_OVER_INT32)
         self._pool._incref(new)
         self._pool._decref(self._ids[r])
         self._ids[r] = new
@@ -840,11 +882,11 @@ class SlotTable(_Guarded):
         return (C.as_rows(rows, len(self._ids)), *_columns(cols, self._ids.shape[1]))
 
     def _entries(self, r: np.ndarray, start: int, stop: int) -> np.ndarray:
-        """The slot ids of columns ``[start, stop)`` of rows ``r``, all non-empty.
+        """The slot ids of columns ``[start, stop)`` of rows ``r`` as int64, all non-empty.
 
         Read after every other argument is checked, as the compiled core does.
         """
-        ids = self._ids[r, start:stop]
+        ids = self._ids[r, start:stop].astype(np.int64)
         empty = np.flatnonzero((ids < 0).any(axis=1))
         if empty.size:
             raise ValueError(C.row_empty(int(r[empty[0]])))
@@ -961,6 +1003,69 @@ def stack(observations, out=None, *, dtype=None, scale=None) -> np.ndarray:
 
 
 _default_pools: dict = {}  # kept for the process: an idle pool holds no frame memory
+
+
+def encode_frames(
+    frames,
+    *,
+    codec=C.DEFAULT_COMPRESSION["codec"],
+    level=C.DEFAULT_COMPRESSION["level"],
+    group=C.DEFAULT_COMPRESSION["group"],
+) -> tuple:
+    """Compress ``n`` frames into one container: XOR deltas, a keyframe every ``group`` frames.
+
+    The twin writes ``KIND_RAW`` blobs (uncompressed), after checking the options as the
+    compiled core does; each core's :func:`decode_frames` reads the other's containers.
+    """
+    C.compression({"codec": codec, "level": level, "group": group})
+    arr = np.ascontiguousarray(C.frames_to_encode(frames))
+    n = arr.shape[0]
+    fb = arr.nbytes // n if n else 0
+    offsets = np.arange(n + 1, dtype=np.int64) * fb
+    return arr.tobytes(), offsets, np.full(n, C.KIND_RAW, np.uint8)
+
+
+def decode_frames(payload, offsets, kinds, frame_shape, dtype) -> np.ndarray:
+    """The frames ``(n, *frame_shape)`` of a container made by :func:`encode_frames`.
+
+    Either core's container: ``KIND_KEY`` and ``KIND_DELTA`` blobs (the compiled core's)
+    need the ``blosc2`` package, raw blobs nothing.
+
+    Raises:
+        TypeError, ValueError: a bad shape or dtype, or a container that is not valid.
+        ImportError: compressed blobs without the ``blosc2`` package.
+    """
+    shape, dt = C.frame_shape(frame_shape), C.frame_dtype(dtype)
+    fb = math.prod(shape) * dt.itemsize
+    data, offs, kds = C.check_container(payload, offsets, kinds, fb)
+    out = np.empty((len(kds), fb), np.uint8)
+    for i, kind in enumerate(kds.tolist()):
+        blob = data[offs[i] : offs[i + 1]]
+        if kind == C.KIND_RAW:
+            out[i] = blob
+            continue
+        out[i] = _blosc2_frame(blob, fb, i)
+        if kind == C.KIND_DELTA:
+            out[i] ^= out[i - 1]
+    return out.view(dt).reshape((len(kds), *shape))
+
+
+def _blosc2_frame(blob: np.ndarray, fb: int, i: int) -> np.ndarray:
+    """Blob ``i``, a Blosc2 chunk, decompressed: exactly ``fb`` bytes, else ValueError."""
+    try:
+        import blosc2
+    except ImportError:
+        raise ImportError(
+            "the pure-NumPy core reads compressed frames with the 'blosc2' package: "
+            "pip install blosc2"
+        ) from None
+    try:
+        raw = blosc2.decompress(blob.tobytes())
+    except Exception:  # blosc2 raises several types for a malformed chunk
+        raise ValueError(C.bad_blob(i)) from None
+    if len(raw) != fb:
+        raise ValueError(C.bad_blob(i))
+    return np.frombuffer(raw, np.uint8)
 
 
 def default_pool(frame_shape, dtype) -> FramePool:

@@ -18,7 +18,18 @@ from conftest import IMPLS, ROOT, core, f, needs_both
 
 import lazyframes
 
-PUBLIC = {"FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool"}
+PUBLIC = {
+    "FramePool",
+    "FrameRef",
+    "LazyFrames",
+    "LazyBatch",
+    "SlotTable",
+    "stack",
+    "default_pool",
+    "encode_frames",
+    "decode_frames",
+}
+CONSTANTS = {"KIND_KEY", "KIND_DELTA", "KIND_RAW"}  # the kinds of blob of encode_frames
 PICKLING = {"_restore_frame", "_restore_lazyframes", "_restore_lazybatch"}
 # dunders that are part of the API (their protocol is their documentation)
 DUNDERS = {
@@ -69,7 +80,8 @@ def test_public_names(name):
     mod = core(name)
     defined = _defined(mod)
     assert {n for n in defined if not n.startswith("_")} == PUBLIC
-    assert set(getattr(mod, "__all__", PUBLIC)) == PUBLIC
+    assert set(getattr(mod, "__all__", PUBLIC)) == PUBLIC | CONSTANTS
+    assert [getattr(mod, n) for n in sorted(CONSTANTS)] == [1, 0, 2]
     assert defined >= PICKLING
     if name == "compiled":
         assert "_memcpy_gather" in defined  # the bench floor

@@ -1,17 +1,21 @@
-"""Compile and run csrc/test_kernels.c: the plain-C kernels and pool, without Python.
+"""Compile and run csrc/test_kernels.c: the plain-C kernels, pool and codec, without Python.
 
 Built with the system C compiler (``cc``), with AddressSanitizer and
 UndefinedBehaviorSanitizer when this machine supports them (then any out-of-bounds
-access or UB in csrc/kernels.c or csrc/pool.c fails the run), else plainly.
+access or UB in csrc/kernels.c, csrc/pool.c or csrc/codec.c fails the run), else
+plainly; linked with C-Blosc2 from the installed ``blosc2`` package, as setup.py links it.
 """
 
+import importlib.util
 import os
 import pathlib
 import shutil
 import subprocess
 
+import pytest
+
 CSRC = pathlib.Path(__file__).resolve().parent.parent / "csrc"
-SOURCES = [CSRC / "test_kernels.c", CSRC / "kernels.c", CSRC / "pool.c"]
+SOURCES = [CSRC / "test_kernels.c", CSRC / "kernels.c", CSRC / "pool.c", CSRC / "codec.c"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
 
 
@@ -29,14 +33,26 @@ def _sanitizers_work(cc, tmp):
     return r.returncode == 0 and subprocess.run([str(exe)], capture_output=True).returncode == 0
 
 
+def _blosc2():
+    """The include directory and static library of C-Blosc2 in the ``blosc2`` package."""
+    spec = importlib.util.find_spec("blosc2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("the blosc2 package (a build requirement) is not installed")
+    root = pathlib.Path(next(iter(spec.submodule_search_locations)))
+    return root / "include", root / "lib" / "libblosc2.a"
+
+
 def test_c_kernels_and_pool(tmp_path):
     cc = _cc()
-    flags = ["-std=c99", "-O1", "-g", "-Wall", "-Wextra", f"-I{CSRC}"]
+    include, lib = _blosc2()
+    flags = ["-std=c99", "-O1", "-g", "-Wall", "-Wextra", f"-I{CSRC}", f"-I{include}"]
     if _sanitizers_work(cc, tmp_path):
         flags += SANITIZE
     exe = tmp_path / "test_kernels"
     build = subprocess.run(
-        [cc, *flags, *map(str, SOURCES), "-o", str(exe), "-lm"], capture_output=True, text=True
+        [cc, *flags, *map(str, SOURCES), str(lib), "-o", str(exe), "-lpthread", "-ldl", "-lm"],
+        capture_output=True,
+        text=True,
     )
     assert build.returncode == 0, build.stderr
     env = dict(

@@ -308,8 +308,12 @@ def test_stats_and_repr(impl):
         "frame_bytes",
         "bytes_held",
         "peak_bytes",
+        "hot_frames",
+        "cold_frames",
+        "cold_bytes",
     }
     assert (st["live_frames"], st["live_bytes"], st["frame_bytes"]) == (3, 3 * FB, FB)
+    assert (st["hot_frames"], st["cold_frames"], st["cold_bytes"]) == (3, 0, 0)
     assert st["capacity"] == pool.capacity >= 3
     assert st["bytes_held"] == pool.bytes_held >= 3 * FB
     assert st["peak_bytes"] == pool.peak_bytes >= st["bytes_held"]
@@ -981,7 +985,7 @@ def test_slot_table_starts_empty_and_set_takes_then_drops_references(impl):
     sa = ids(a)
     table = _table(impl, pool)
     np.testing.assert_array_equal(table.ids(), np.full((4, 4), -1))
-    assert table.ids().dtype == np.int64 and table.memory() == 4 * 4 * 8
+    assert table.ids().dtype == np.int64 and table.memory() == 4 * 4 * 4
     obs = pool.lazy_batch([a[:2], a[1:3]], layout="stack")
     nxt = pool.lazy_batch([a[1:3], a[2:4]], layout="last")  # parts may differ in layout
     table.set([1, 2], (obs, nxt))

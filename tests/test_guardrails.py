@@ -31,7 +31,12 @@ CELL_ENV = "LAZYFRAMES_CI_CELL"
 # the pure cell passes ~280 tests (the compiled-only ones skip); far fewer means it collected
 # the wrong thing or stopped early
 MIN_PURE_TESTS = 200
-SANITIZER_TESTS = ["tests/test_core.py", "tests/test_misuse.py", "tests/test_fuzz.py"]
+SANITIZER_TESTS = [
+    "tests/test_core.py",
+    "tests/test_misuse.py",
+    "tests/test_fuzz.py",
+    "tests/test_compress.py",
+]
 SANITIZER_REPORT = re.compile(r"ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer")
 
 pytestmark = pytest.mark.guardrail

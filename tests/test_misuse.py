@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -1039,6 +1040,33 @@ def _attack_reentrant_init(impl):
         chunk_bytes=Chunk(),
     )
     assert pool.live_frames == 1 and pool.get(keep[0]).tolist() == [0] * 4
+    keep.clear()
+    assert pool.live_frames == 0
+
+    pool = impl.FramePool.__new__(impl.FramePool)
+
+    class Options(Mapping):  # compress= is converted before the pool commits
+        def __iter__(self):
+            if not keep:
+                pool.__init__((4,), np.uint8)
+                keep.append(pool.push(np.ones(4, np.uint8)))
+            return iter(())
+
+        def __getitem__(self, key):
+            raise KeyError(key)
+
+        def __len__(self):
+            return 0
+
+    _refused(
+        RuntimeError,
+        "FramePool.__init__ called twice",
+        pool.__init__,
+        (4,),
+        np.uint8,
+        compress=Options(),
+    )
+    assert pool.compression is None and pool.get(keep[0]).tolist() == [1] * 4
     keep.clear()
     assert pool.live_frames == 0
 

@@ -568,9 +568,9 @@ def test_clear_releases_frames(impl):
 
 @pytest.mark.parametrize("mode", ["lazy", "array"])
 def test_bytes_per_transition_at_atari_size(impl, mode):
-    """84x84 uint8 frames that change every step, k=4: at most 7,193 bytes a transition.
+    """84x84 uint8 frames that change every step, k=4: at most 7,161 bytes a transition.
 
-    The floor is the frame (7,056 bytes) plus 85 bytes of tables: 8 int64 frame
+    The floor is the frame (7,056 bytes) plus 53 bytes of tables: 8 int32 frame
     references, an int64 action, a float32 reward, a flag byte, an int32 env id and an
     int32 link to the next transition of the stream.
     """
@@ -588,20 +588,20 @@ def test_bytes_per_transition_at_atari_size(impl, mode):
     assert m["transitions"] == cap
     assert m["frame_bytes"] == 7056
     assert m["unique_frames"] == cap + 4  # one new frame per step (+ the first k - 1)
-    assert m["table_bytes"] <= 85 * cap + 4
+    assert m["table_bytes"] <= 53 * cap + 4
     if mode == "array":
         # a pool with the buffer's own chunk size (a partly used chunk wastes at most
         # capacity / 256 frames)
         assert rb.pool is not streams.pool
-        assert m["bytes_per_transition"] <= 7193, m
+        assert m["bytes_per_transition"] <= 7161, m
     else:
         # the wrapper's pool is shared and keeps whole 1 MiB chunks (148 frames): beyond
         # the live frames (+1 pushed before the oldest is evicted) at most one chunk
         assert rb.pool is streams.pool
         spc = rb.pool.slots_per_chunk
         assert m["bytes_held"] < (cap + 4 + 1 + spc) * 7056
-        # so the figure converges to frame + table bytes: <= 7,185 from ~21k transitions
-        assert (m["bytes_held"] + m["table_bytes"]) / cap - spc * 7056 / cap <= 7185
+        # so the figure converges to frame + table bytes: <= 7,153 from ~21k transitions
+        assert (m["bytes_held"] + m["table_bytes"]) / cap - spc * 7056 / cap <= 7153
     del rb
     streams.close()
 

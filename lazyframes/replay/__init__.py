@@ -37,7 +37,7 @@ class ReplayBuffer:
     ``2 k`` slot references (a row of a ``SlotTable``) instead of ``2 k`` frames; a frame
     is stored once however many observations (of however many transitions) contain it.
     At 84x84 uint8 frames and ``k = 4`` a transition costs the frame floor (7,056 bytes)
-    plus 85 bytes of tables (SB3's ``optimize_memory_usage=True`` stores one whole
+    plus 53 bytes of tables (SB3's ``optimize_memory_usage=True`` stores one whole
     observation, 28,224 bytes).
 
     Observations can be given as:
@@ -329,6 +329,8 @@ class ReplayBuffer:
             TypeError: a wrong dtype (observations are never cast), non-numeric input,
                 a float action for an integer ``action_dtype``, non-boolean flags,
                 non-integer ``env_ids``.
+            OverflowError: a frame of a pool with more than ``2**31`` slots (the
+                buffer's SlotTable stores slot ids as int32).
             Nothing is stored when an error is raised.
         """
         _ingest.add(

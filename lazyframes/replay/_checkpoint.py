@@ -291,7 +291,7 @@ def check_capacity(meta: dict, file_size: int) -> None:
         raise ValueError(f"meta 'action_shape' must be a short list, got {shape!r}")
     itemsize = np.dtype(meta.get("action_dtype")).itemsize
     per_action = math.prod(bounded_int({"d": d}, "d", 0, limit) for d in shape) * itemsize
-    per_transition = 2 * k * 8 + per_action + 4 + 1 + 4 + 8
+    per_transition = 2 * k * 4 + per_action + 4 + 1 + 4 + 8
     if capacity * per_transition > limit:
         raise ValueError(
             f"declared capacity {capacity} needs {capacity * per_transition} bytes of "

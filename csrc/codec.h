@@ -1,0 +1,75 @@
+/* The frame codec of lazyframes: C-Blosc2 (lz4, lz4hc or zstd) on one frame's bytes, and
+ * the XOR that makes a frame a delta against another. The only file that includes
+ * blosc2.h; the rest of the core sees opaque contexts. See docs/COMPRESSION.md.
+ *
+ * A blob is one Blosc2 chunk: a 32-byte header (LF_BLOB_OVERHEAD) then the payload.
+ * Contexts are not shared between threads: one compression context per pool (used with
+ * the GIL held), one decompression context per call or thread.
+ */
+#ifndef LAZYFRAMES_CODEC_H
+#define LAZYFRAMES_CODEC_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Codec codes: Blosc2's own (codec.c checks they agree). */
+enum { LF_CODEC_LZ4 = 1, LF_CODEC_LZ4HC = 2, LF_CODEC_ZSTD = 5 };
+
+/* Most bytes a blob has beyond the frame it holds. */
+#define LF_BLOB_OVERHEAD 32
+#define LF_MAX_GROUP 64
+
+typedef struct {
+    int codec;             /* LF_CODEC_* */
+    int level;             /* 1..9 */
+    int group;             /* 1..LF_MAX_GROUP: a frame decodes from at most `group` blobs */
+} lf_codec;
+
+/* Once per process, before any other call. */
+void lf_codec_init(void);
+
+/* 1 if c is a valid codec for frames of frame_bytes bytes. */
+int lf_codec_valid(lf_codec c, size_t frame_bytes);
+
+/* Contexts (NULL on out of memory); lf_ctx_free accepts NULL. */
+void *lf_cctx_new(lf_codec c);
+void *lf_dctx_new(void);
+void lf_ctx_free(void *ctx);
+
+/* Compress n bytes into dst (room for n + LF_BLOB_OVERHEAD): the blob's size, or -1. */
+long lf_compress(void *cctx, const void *src, size_t n, void *dst);
+
+/* Decompress a blob of blob_bytes bytes into dst: 0 if it is a well-formed blob of
+ * exactly n bytes (checked before anything is written past its header), else -1. */
+int lf_decompress(void *dctx, const void *blob, size_t blob_bytes, void *dst, size_t n);
+
+/* Lean blobs. The blobs of one compression context share all of Blosc2's 32-byte chunk
+ * header but its compressed size (bytes 12-15) and two flag bytes (2 and 31). A pool
+ * stores a blob whose header matches its template (the first header it saw) as those
+ * two flag bytes then the payload, and rebuilds the header to decode it: 30 bytes less
+ * per frame. A blob whose header differs anywhere else stays whole. */
+#define LF_LEAN_SAVED (LF_BLOB_OVERHEAD - 2)
+
+typedef struct {
+    unsigned char h[LF_BLOB_OVERHEAD];
+    int set;
+} lf_header;
+
+/* Make the blob of n bytes in buf lean, in place, if its header matches t (which learns
+ * the first header it is given): the new size, or n (the blob stays whole). */
+size_t lf_lean(lf_header *t, unsigned char *buf, size_t n);
+
+/* The whole blob of a lean one of n bytes, written to out (room for n + LF_LEAN_SAVED). */
+size_t lf_unlean(const lf_header *t, const unsigned char *lean, size_t n, unsigned char *out);
+
+/* out = a ^ b, and out ^= b: a delta and its inverse (buffers do not overlap). */
+void lf_xor_of(unsigned char *out, const unsigned char *a, const unsigned char *b, size_t n);
+void lf_xor_into(unsigned char *out, const unsigned char *b, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
