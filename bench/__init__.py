@@ -12,6 +12,8 @@ and floors measured in the same run and returns its rows (a list of dicts):
   FrameStackObservation, baselines' FrameStack and SB3's VecFrameStack.
 - ``bench_replay``: bytes per transition, ``add`` and ``sample`` against SB3, cpprb,
   a naive buffer and the gather floor.
+- ``bench_compress``: ``ReplayBuffer(..., compress=True)`` on recorded real Atari frames
+  against our uncompressed buffer and sb3-extra-buffers zstd-3.
 
 bench/README.md explains the floors and the developer targets (``--check``).
 """
