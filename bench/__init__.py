@@ -15,6 +15,8 @@ and floors measured in the same run and returns its rows (a list of dicts):
 - ``bench_sb3``: SB3 replay buffers on real Breakout frames (RSS and data per
   transition, ``add``, ``sample``): SB3's default and memory-optimised buffers,
   sb3-extra-buffers' zstd buffer and ``lazyframes.sb3.ReplayBuffer``.
+- ``bench_compress``: ``ReplayBuffer(..., compress=True)`` on recorded real Atari frames
+  against our uncompressed buffer and sb3-extra-buffers zstd-3.
 
 bench/README.md explains the floors and the developer targets (``--check``).
 """

@@ -6,8 +6,8 @@
   buffer, with a report of speed and memory against SB3's, a naive and a
   baselines-style buffer (see :mod:`lazyframes.demo`).
 - ``bench``: the side-by-side benchmarks of ``bench/`` in the source checkout
-  (``bench_core``, ``bench_wrappers``, ``bench_replay``, ``bench_sb3``), each printing
-  its table.
+  (``bench_core``, ``bench_wrappers``, ``bench_replay``, ``bench_sb3``,
+  ``bench_compress``), each printing its table.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 import traceback
 from pathlib import Path
 
-BENCHES = ("core", "wrappers", "replay", "sb3")
+BENCHES = ("core", "wrappers", "replay", "sb3", "compress")
 
 
 def program_name() -> str:
@@ -56,20 +56,23 @@ def build_parser(prog: str = "python -m lazyframes") -> argparse.ArgumentParser:
             "every --train-freq steps a batch is sampled into float32 scaled by 1/255. Then it "
             "reports env steps/s, the share of time spent stacking, the replay memory held "
             "against SB3's memory-optimised buffer, a naive obs+next_obs buffer and a "
-            "baselines-style list after sampling, and the sample latency."
+            "baselines-style list after sampling, and the sample latency; with --compress, the "
+            "buffer's compressed memory beside the same frames uncompressed."
         ),
     )
     demo.add_arguments(d)
     b = sub.add_parser(
         "bench",
-        help="run the benchmarks of bench/ (core, wrappers, replay, sb3) and print their tables",
+        help="run the benchmarks of bench/ (core, wrappers, replay, sb3, compress) and print "
+        "their tables",
         description=(
-            "Runs bench/bench_core.py, bench_wrappers.py, bench_replay.py and bench_sb3.py from "
-            "the source checkout (the bench/ folder next to the lazyframes package), each "
-            "printing one table with ratios against peers measured in the same run. A peer "
-            "package that is not installed (stable-baselines3, cpprb, sb3-extra-buffers: "
-            "pip install -e '.[bench]') "
-            "is reported in one line and its rows skipped."
+            "Runs bench/bench_core.py, bench_wrappers.py, bench_replay.py, bench_sb3.py and "
+            "bench_compress.py from the source checkout (the bench/ folder next to the "
+            "lazyframes package), each printing one table with ratios against peers measured "
+            "in the same run. bench_compress records real Atari frames first (cached in "
+            "~/.cache/lazyframes). A peer package that is not installed (stable-baselines3, "
+            "cpprb, sb3-extra-buffers: pip install -e '.[bench]') is reported in one line and "
+            "its rows skipped."
         ),
     )
     b.add_argument(

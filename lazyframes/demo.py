@@ -12,6 +12,8 @@ float32 scaled by 1/255 (the fused path).
 The report gives env steps per second, the share of time spent stacking, the memory the
 replay buffer holds against what the same transitions take in SB3's memory-optimised
 buffer, a naive buffer and a baselines-style list after sampling, and the sample latency.
+With ``--compress`` the buffer compresses its frames (the wrapper's pool, adopted) and the
+report and the plot show that memory beside the same frames uncompressed.
 """
 
 from __future__ import annotations
@@ -37,6 +39,22 @@ __all__ = ["add_arguments", "format_report", "main", "plot", "run"]
 SB3_SCALAR_BYTES = 8 + 4 + 4 + 4
 
 DEFAULT_STEPS = 40_000
+
+#: Whether the demo's replay buffer compresses its frames unless told (--compress /
+#: --no-compress). Off: compression does not meet every target of bench/README.md yet
+#: (see COMPRESS_HELP for the measurement).
+DEFAULT_COMPRESS = False
+COMPRESS_HELP = (
+    "store the replay's frames compressed (ReplayBuffer(..., compress=True): LZ4, XOR "
+    "deltas), or not; the report and the plot then show the compressed memory beside the "
+    "same frames uncompressed (default: %(default)s). Off by default because it does not "
+    "meet all its targets yet: measured by bench/bench_compress.py on 200,000 recorded "
+    "transitions per game, it stores Pong, Breakout, MsPacman and Seaquest in 224 / 197 / "
+    "447 / 333 bytes per transition by memory() (7,000 uncompressed; targets 250 / 250 / "
+    "500 / 500 met), but on that loaded 2-core host sample(32) in uint8 took 2.4-4.8x our "
+    "uncompressed buffer's time (target <= 3x) and only 1.4-2.7x less than "
+    "sb3-extra-buffers zstd-3 (target >= 3x faster)"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -116,6 +134,12 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="FILE",
         default=None,
         help="write the report's figures (and the plot's series) to this JSON file",
+    )
+    p.add_argument(
+        "--compress",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULT_COMPRESS,
+        help=COMPRESS_HELP,
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar (tqdm, on stderr)")
     return p
@@ -306,7 +330,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         env = lvector.FrameStackObservation(inner, k)
     env.action_space.seed(args.seed)
-    rb = lazyframes.ReplayBuffer(args.capacity, num_envs=n, seed=args.seed)
+    rb = lazyframes.ReplayBuffer(args.capacity, num_envs=n, seed=args.seed, compress=args.compress)
     tracker = _SampledTracker(rb.capacity, n)
     rows = rb.capacity // n
 
@@ -391,7 +415,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             series.append(
                 {
                     "transitions": stored,
-                    "lazyframes": _lazy_bytes(rb),
+                    **_lazy_bytes(rb),
                     "forced_obs": tracker.forced_observations(),
                 }
             )
@@ -406,7 +430,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     obs_bytes = int(np.prod(obs_shape)) * np.dtype(env.observation_space.dtype).itemsize
     frame_bytes = int(mem["frame_bytes"])
     stored_real = len(rb) - int(skipped.sum())
-    lazy_bytes = _lazy_bytes(rb)
+    lazy = _lazy_bytes(rb)
     forced = tracker.forced_observations()
     alt = _alternatives(stored_real, obs_bytes, frame_bytes, forced)
     for pt in series:
@@ -429,6 +453,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "batch_size": args.batch_size,
         "train_freq": args.train_freq,
         "seed": args.seed,
+        "compress": bool(args.compress),
         "seconds": total,
         "env_steps_per_s": vec_steps * n / total,
         "time": {
@@ -454,10 +479,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "pool_bytes_held": int(mem["bytes_held"]),
             "pool_peak_bytes": int(stats["peak_bytes"]),
             "sampled_observations": forced,
-            "lazyframes": lazy_bytes,
+            "compression": mem["compression"],
+            "hot_frames": int(mem["hot_frames"]),
+            "cold_frames": int(mem["cold_frames"]),
+            "cold_bytes": int(mem["cold_bytes"]),
+            "ratio": float(mem["ratio"]),
+            **lazy,
             **alt,
             "per_transition": {
-                "lazyframes": per(lazy_bytes),
+                **{name: per(b) for name, b in lazy.items()},
                 **{name: per(b) for name, b in alt.items()},
             },
         },
@@ -477,12 +507,19 @@ def _max_rss():
     return int(kb if sys.platform == "darwin" else kb * 1024)
 
 
-def _lazy_bytes(rb) -> int:
-    """Measured: frame memory the pool holds + the buffer's tables for the rows in use."""
+def _lazy_bytes(rb) -> dict[str, int]:
+    """The buffer's memory: ``lazyframes`` (measured) and ``lazyframes_uncompressed``.
+
+    ``lazyframes``: the frame memory the pool holds + the buffer's tables for the rows in
+    use. ``lazyframes_uncompressed`` (computed): the same frames held uncompressed, each
+    once, + the same tables; equal to the measured figure's frames when not compressing.
+    """
     m = rb.memory()
-    if not m["transitions"]:
-        return int(m["bytes_held"])
-    return int(m["bytes_held"] + m["table_bytes"] * m["transitions"] / rb.capacity)
+    tables = m["table_bytes"] * m["transitions"] / rb.capacity if m["transitions"] else 0
+    return {
+        "lazyframes": int(m["bytes_held"] + tables),
+        "lazyframes_uncompressed": int(m["unique_frames"] * m["frame_bytes"] + tables),
+    }
 
 
 # -- output -------------------------------------------------------------------------------
@@ -562,8 +599,13 @@ def format_report(r: dict) -> str:
             "vs lazyframes",
         ]
     ]
-    for label, key in [
-        ("lazyframes (measured)", "lazyframes"),
+    mine = [("lazyframes (measured)", "lazyframes")]
+    if r["compress"]:
+        mine = [
+            ("lazyframes compressed (measured)", "lazyframes"),
+            ("lazyframes uncompressed (computed)", "lazyframes_uncompressed"),
+        ]
+    for label, key in mine + [
         ("SB3 optimize_memory_usage=True", "sb3_optimized"),
         ("naive obs + next_obs", "naive"),
         ("baselines-style list, after sampling", "baselines_after_sampling"),
@@ -579,6 +621,15 @@ def format_report(r: dict) -> str:
             ]
         )
     lines += _table(rows, "lrrrr")
+    if r["compress"]:
+        lines += textwrap.wrap(
+            f"compressed ({', '.join(f'{k} {v}' for k, v in m['compression'].items())}): "
+            f"{m['cold_frames']:,} frames compressed in {_mb(m['cold_bytes'])}, "
+            f"{m['hot_frames']:,} held uncompressed (the live observations, the next delta's "
+            f"reference); the pool holds its frames {m['ratio']:.1f}x smaller than raw. "
+            "'uncompressed' is the same frames stored raw, each once.",
+            width=100,
+        )
     lines += textwrap.wrap(
         f"frames: {m['unique_frames']:,} unique x {m['frame_bytes']:,} B; one observation = "
         f"{m['observation_bytes']:,} B. SB3 and naive are computed from the observation size "
@@ -606,14 +657,20 @@ def plot(r: dict, path: str) -> None:
     x = [p["transitions"] for p in s]
     lz = s[-1]["lazyframes"] if s else 0
     fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    mine = [("lazyframes", "lazyframes (measured)", "-")]
+    if r["compress"]:
+        mine = [
+            ("lazyframes_uncompressed", "lazyframes uncompressed (computed)", "-"),
+            ("lazyframes", "lazyframes compressed (measured)", "-"),
+        ]
     for key, label, style in [
         ("naive", "naive obs + next_obs (computed)", ":"),
         ("baselines_after_sampling", "baselines-style list after sampling (computed)", "-."),
         ("sb3_optimized", "SB3 optimize_memory_usage (computed)", "--"),
-        ("lazyframes", "lazyframes (measured)", "-"),
+        *mine,
     ]:
         y = [p[key] / 2**20 for p in s]
-        ax.plot(x, y, style, label=label, linewidth=2)
+        ax.plot(x, y, linestyle=style, label=label, linewidth=2)
         if s:  # the final value, and its ratio to lazyframes'
             ratio = f" ({s[-1][key] / lz:.1f}x)" if lz and key != "lazyframes" else ""
             ax.annotate(

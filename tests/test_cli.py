@@ -56,6 +56,8 @@ def test_demo_help_explains_every_option():
         "--json",
         "--stack-size",
         "--train-freq",
+        "--compress",
+        "--no-compress",
         "--no-progress",
     ):
         assert opt in r.stdout, opt
@@ -188,6 +190,36 @@ def test_demo_report_names_the_machine_and_the_date(demo_run):
     assert rep["measured"] in r.stdout.splitlines()[:3]
 
 
+def test_demo_compress_reports_compressed_memory(tmp_path):
+    r = run(
+        "-m",
+        "lazyframes",
+        "demo",
+        "--steps",
+        "200",
+        "--compress",
+        "--json",
+        str(tmp_path / "c.json"),
+        "--plot",
+        str(tmp_path / "c.png"),
+        "--no-progress",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "lazyframes compressed (measured)" in r.stdout
+    assert "lazyframes uncompressed (computed)" in r.stdout
+    rep = json.loads((tmp_path / "c.json").read_text())
+    m = rep["memory"]
+    assert rep["compress"] is True and m["compression"]["codec"] == "lz4"
+    assert m["hot_frames"] + m["cold_frames"] >= m["unique_frames"]
+    assert m["lazyframes_uncompressed"] >= m["unique_frames"] * m["frame_bytes"]
+    if rep["implementation"] == "compiled":  # the twin stores frames uncompressed
+        # 200 frames: the pool's fixed costs still weigh as much as the frames saved
+        assert 0 < m["cold_bytes"] < m["cold_frames"] * m["frame_bytes"] / 3
+    assert all("lazyframes_uncompressed" in p for p in rep["series"])
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_demo_vector_envs_store_real_transitions(tmp_path):
     r = run(
         "-m",
@@ -256,9 +288,10 @@ def test_bench_reports_missing_peer_and_failure_in_one_line(tmp_path):
 def test_bench_quick_smoke():
     r = run("-m", "lazyframes", "bench", "--quick", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    for name in ("bench_core", "bench_wrappers", "bench_replay", "bench_sb3"):
+    for name in ("bench_core", "bench_wrappers", "bench_replay", "bench_sb3", "bench_compress"):
         assert f"=== bench/{name}.py --quick ===" in r.stdout
     assert "lazyframes LazyBatch x8" in r.stdout and "gather floor" in r.stdout
+    assert "ours compress" in r.stdout
     assert "Traceback" not in r.stdout + r.stderr
     # developer targets only with --check; every table names the machine and the date
     assert "target" not in r.stdout and "MISSED" not in r.stdout

@@ -86,12 +86,22 @@ class ReplayBuffer:
             in; LazyFrames of other pools are copied in. Default: the pool of the first
             LazyFrames/LazyBatch added, or (for ndarrays) a new pool of
             ``lazyframes.FramePool`` owned by the buffer.
+        compress: compress the stored frames (docs/COMPRESSION.md): True (the default
+            codec), or a mapping of some of ``codec``, ``level``, ``group`` as
+            ``FramePool(..., compress=)`` takes. The buffer makes the pool it uses
+            compress (``pool.enable_compression``): the one given, else the wrapper's
+            pool it adopts, else its own, whatever the input. A frame is compressed
+            once, when only stored transitions refer to it: the frames of the live
+            observations (a wrapper's ring) stay uncompressed. Sampled values are the
+            same bit for bit. False (default): the pool is left as it is.
 
     Raises:
         ValueError: ``capacity < num_envs``, a non-positive ``num_envs``, ``n_step``
             outside ``[1, capacity]``, ``gamma`` outside ``[0, 1]``, an unknown
-            ``layout``.
-        TypeError: a non-numeric ``action_dtype``, ``pool`` not a FramePool.
+            ``layout``, bad ``compress`` options or options other than those ``pool``
+            compresses with already.
+        TypeError: a non-numeric ``action_dtype``, ``pool`` not a FramePool, a
+            ``compress`` of another type.
 
     Example:
         >>> import numpy as np, lazyframes
@@ -118,6 +128,7 @@ class ReplayBuffer:
         layout=None,
         stack_size=None,
         pool=None,
+        compress=False,
     ):
         capacity = operator.index(capacity)
         num_envs = operator.index(num_envs)
@@ -150,6 +161,10 @@ class ReplayBuffer:
             if stack_size < 1:
                 raise ValueError(f"stack_size must be at least 1, got {stack_size}")
         _ingest.check_pool(pool)
+        compress = C.compression(compress)
+        if pool is not None and compress is not None:
+            pool.enable_compression(compress)
+        self._compress = compress  # the options the pool is made to compress with, or None
         self._num_envs = num_envs
         self._capacity = capacity
         self._n_step = n_step
@@ -241,13 +256,19 @@ class ReplayBuffer:
         """Memory held, for comparing with other buffers.
 
         Returns:
-            dict with ``bytes_held`` (frame memory held by the pool, whole chunks; when
-            the buffer shares the wrapper's pool this includes the frames of the live
-            observations), ``unique_frames`` (distinct frames the stored transitions
-            refer to), ``transitions`` (``len(self)``), ``table_bytes`` (the buffer's
-            own arrays: frame references, actions, rewards, flags), ``bytes_per_transition``
-            (``(bytes_held + table_bytes) / transitions``; 0.0 when empty) and
-            ``frame_bytes`` (bytes of one frame).
+            dict with ``bytes_held`` (frame memory held by the pool: whole chunks, or in
+            a compressing pool the compressed frames, the uncompressed ones and the
+            per-frame state; when the buffer shares the wrapper's pool this includes
+            the frames of the live observations), ``unique_frames`` (distinct frames
+            the stored transitions refer to), ``transitions`` (``len(self)``),
+            ``table_bytes`` (the buffer's own arrays: frame references, actions,
+            rewards, flags), ``bytes_per_transition`` (``(bytes_held + table_bytes) /
+            transitions``; 0.0 when empty), ``frame_bytes`` (bytes of one frame),
+            ``compression`` (the pool's options, None when it does not compress),
+            ``hot_frames`` and ``cold_frames`` (the pool's frames held uncompressed and
+            compressed), ``cold_bytes`` (the compressed frames' bytes) and ``ratio``
+            (the uncompressed size of the pool's frames over ``bytes_held``; 0.0 when
+            it holds none).
         """
         n = len(self)
         table = sum(
@@ -255,6 +276,7 @@ class ReplayBuffer:
             for a in (self._actions, self._rewards, self._flags, self._env, self._next, self._last)
         )
         if self._table is None:
+            pool = self._pool
             return {
                 "bytes_held": 0,
                 "unique_frames": 0,
@@ -262,17 +284,28 @@ class ReplayBuffer:
                 "table_bytes": table,
                 "bytes_per_transition": 0.0,
                 "frame_bytes": 0,
+                "compression": self._compress if pool is None else pool.compression,
+                "hot_frames": 0,
+                "cold_frames": 0,
+                "cold_bytes": 0,
+                "ratio": 0.0,
             }
         table += self._table.memory()
         uniq = int(np.unique(self._table.ids(np.arange(n))).size) if n else 0
-        held = int(self._pool.bytes_held)
+        stats = self._pool.stats()
+        held = int(stats["bytes_held"])
         return {
             "bytes_held": held,
             "unique_frames": uniq,
             "transitions": n,
             "table_bytes": table,
             "bytes_per_transition": (held + table) / n if n else 0.0,
-            "frame_bytes": int(self._pool.frame_bytes),
+            "frame_bytes": int(stats["frame_bytes"]),
+            "compression": self._pool.compression,
+            "hot_frames": int(stats["hot_frames"]),
+            "cold_frames": int(stats["cold_frames"]),
+            "cold_bytes": int(stats["cold_bytes"]),
+            "ratio": stats["live_bytes"] / held if held else 0.0,
         }
 
     def add(

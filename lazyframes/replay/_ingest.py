@@ -34,17 +34,17 @@ def core_of(pool):
     return importlib.import_module(type(pool).__module__)
 
 
-def own_pool(frame_shape: tuple, dtype: np.dtype, capacity: int):
+def own_pool(frame_shape: tuple, dtype: np.dtype, capacity: int, compress=None):
     """A new pool of the import-time core for a buffer of ``capacity`` transitions.
 
     Its chunks are small enough that a partly filled one wastes less than 1/256 of the
-    capacity's frame memory.
+    capacity's frame memory. ``compress``: the checked compression options, or None.
     """
     from .. import FramePool
 
     fb = math.prod(frame_shape) * np.dtype(dtype).itemsize
     chunk = int(min(C.DEFAULT_CHUNK_BYTES, max(1, capacity * fb // 256)))
-    return FramePool(frame_shape, dtype, chunk_bytes=chunk)
+    return FramePool(frame_shape, dtype, chunk_bytes=chunk, compress=compress)
 
 
 def check_pool(pool) -> None:
@@ -517,7 +517,9 @@ def add(
     if pool is None:
         pool = o.pool if o.kind == "lazy" else n.pool if n.kind == "lazy" else None
         if pool is None:
-            pool = own_pool(geom[2], geom[3], rb._capacity)
+            pool = own_pool(geom[2], geom[3], rb._capacity, rb._compress)
+        elif rb._compress is not None:  # the wrapper's pool, adopted: it compresses from now on
+            pool.enable_compression(rb._compress)
     elif table is None:
         check_pool_geometry(pool, geom[2], geom[3])
     prev = None

@@ -1,0 +1,451 @@
+"""Compressed replay benchmark on recorded real Atari frames, against sb3-extra-buffers.
+
+Frames: ALE through Gymnasium's ``AtariPreprocessing`` (84x84 grayscale, frame_skip 4,
+``ALE/<game>-v5`` made with ``frameskip=1``), a random policy seeded by ``--seed``,
+``--steps`` env steps per game (Pong, Breakout, MsPacman, Seaquest), stacked ``k = 4``
+deep with reset padding. The recording is cached (``--cache``, default
+``~/.cache/lazyframes``) and replayed identically into every buffer; its last
+transition is marked truncated (the recording cut the episode).
+
+Rows, per game, each built and measured in its own spawned process:
+
+- **ours**: ``lazyframes.ReplayBuffer(n)`` fed the stacked ndarrays ``(4, 84, 84)``
+  (one new frame per step, de-duplicated against the previous observation);
+- **ours compress**: the same with ``compress=True`` (the default codec);
+- **sb3-extra zstd-3**: ``sb3_extra_buffers.compressed.CompressedReplayBuffer(n,
+  compression_method="zstd3", handle_timeout_termination=True)``: obs and next obs each
+  compressed whole (``pip install "sb3-extra-buffers[fast]"``; missing: one line, rows
+  skipped).
+
+Columns: bytes per transition by anonymous RSS growth (``RssAnon``) while the buffer is
+built and filled, and by the buffer's own count (``memory()``; for the peer its blobs'
+lengths plus its arrays); ``sample(32)`` obs + next obs as uint8 and as float32 / 255
+(median of ``--repeats`` calls; the peer's includes its conversion to torch tensors,
+which its users pay; torch limited to one thread, as ours runs on one); ``add`` time per
+new frame, amortised over the fill (compression included), and its excess over our
+uncompressed row's; ratios against our uncompressed row and against the peer.
+
+``--transitions N`` fills our buffers with N transitions (at least 200,000 is the
+point) by replaying the recorded episodes again and again, each pass a new stream of
+frames for the buffers (nothing de-duplicates across passes), and extrapolates the
+bytes per transition to 1M. The peer, whose RSS grows by ~57 KB per transition (see
+bench/README.md), is filled with ``--peer-transitions`` (default ``min(N, 20000)``):
+its bytes per transition do not depend on the count. ``--check`` prints the targets of
+bench/README.md.
+Run: ``python -m bench.bench_compress [--steps N] [--transitions N] [--check]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import os
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+import lazyframes
+from lazyframes.replay import ReplayBuffer
+
+from .bench_replay import _in_child, _median_us, format_table
+
+GAMES = ("Pong", "Breakout", "MsPacman", "Seaquest")
+K = 4
+BATCH = 32
+#: --check targets (issue 9, bench/README.md)
+TARGET_BPT = {"Pong": 250, "Breakout": 250, "MsPacman": 500, "Seaquest": 500}
+TARGET_SAMPLE_VS_OURS = 3.0  # compressed sample(32) at most this times our uncompressed one
+TARGET_SAMPLE_VS_PEER = 3.0  # and at least this times faster than sb3-extra-buffers
+TARGET_ADD_US = 20.0  # add, amortised, per new frame
+ROWS = ("ours", "ours compress", "sb3-extra zstd-3")
+
+
+def rss_anon() -> int:
+    """Anonymous resident memory of this process in bytes (``RssAnon`` of /proc/self/status)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("/proc/self/status has no RssAnon line (Linux only)")
+
+
+def cpu_model() -> str:
+    """The CPU model name (/proc/cpuinfo), else what the platform module says."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# -- the recording ------------------------------------------------------------------------
+def record(game: str, steps: int, seed: int, cache: Path) -> Path:
+    """Record ``steps`` random-policy steps of ``ALE/<game>-v5``, once; returns the .npz.
+
+    The file holds ``frames`` (every observation once, in order, episode by episode),
+    ``starts`` (index of each episode's reset frame), and per step ``src`` (index of the
+    frame the action was taken in; the next observation is frame ``src + 1``),
+    ``actions``, ``rewards``, ``terminated``, ``truncated``.
+    """
+    path = cache / f"{game}-v5-steps{steps}-seed{seed}.npz"
+    if path.is_file():
+        return path
+    from lazyframes.demo import make_env
+
+    env = make_env(f"ALE/{game}-v5")
+    env.action_space.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    frames, starts, src = [obs], [0], []
+    actions, rewards, term, trunc = [], [], [], []
+    for _ in range(steps):
+        a = env.action_space.sample()
+        src.append(len(frames) - 1)
+        obs, r, te, tr, _ = env.step(a)
+        frames.append(obs)
+        actions.append(a)
+        rewards.append(r)
+        term.append(te)
+        trunc.append(tr)
+        if te or tr:
+            obs, _ = env.reset()
+            starts.append(len(frames))
+            frames.append(obs)
+    env.close()
+    trunc[-1] = trunc[-1] or not term[-1]  # the recording cuts the last episode
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez_compressed(
+        tmp,
+        frames=np.stack(frames),
+        starts=np.asarray(starts, np.int64),
+        src=np.asarray(src, np.int64),
+        actions=np.asarray(actions, np.int64),
+        rewards=np.asarray(rewards, np.float32),
+        terminated=np.asarray(term, bool),
+        truncated=np.asarray(trunc, bool),
+    )
+    os.replace(tmp, path)
+    return path
+
+
+class Stream:
+    """The recorded transitions as stacked observations, replayed to ``n`` transitions."""
+
+    def __init__(self, path: Path, n: int | None):
+        with np.load(path) as d:
+            self.frames = d["frames"]
+            starts, src = d["starts"], d["src"]
+            self.actions, self.rewards = d["actions"], d["rewards"]
+            self.term, self.trunc = d["terminated"], d["truncated"]
+        self.n_rec = src.size
+        self.n = n or self.n_rec
+        # the first frame of each frame's episode, then the k frames of each stack
+        first = starts[np.searchsorted(starts, np.arange(len(self.frames)), side="right") - 1]
+        back = np.arange(-K + 1, 1)
+        self.obs_idx = np.maximum(src[:, None] + back, first[src][:, None])
+        self.next_idx = np.maximum(src[:, None] + 1 + back, first[src][:, None])
+        is_start = np.isin(src, starts)
+        # new frames a de-duplicating store sees: one per step, plus each reset frame
+        passes, rest = divmod(self.n, self.n_rec)
+        self.new_frames = self.n + passes * int(is_start.sum()) + int(is_start[:rest].sum())
+
+    def __iter__(self):
+        """``(obs, action, reward, next_obs, terminated, truncated)`` for ``n`` transitions."""
+        f = self.frames
+        for j in range(self.n):
+            i = j % self.n_rec
+            yield (
+                f[self.obs_idx[i]],
+                self.actions[i],
+                self.rewards[i],
+                f[self.next_idx[i]],
+                self.term[i],
+                self.trunc[i],
+            )
+
+
+# -- one row, in a child process ----------------------------------------------------------
+def measure(row: str, game: str, path: str, n: int | None, repeats: int, seed: int):
+    """Build, fill and sample one buffer; returns the row's figures (None: peer missing)."""
+    stream = Stream(Path(path), n)
+    if row == "sb3-extra zstd-3":
+        try:
+            from sb3_extra_buffers.compressed import CompressedReplayBuffer  # noqa: F401
+        except ImportError:
+            return None
+        return _measure_peer(game, stream, repeats, seed)
+    gc.collect()
+    r0 = rss_anon()
+    rb = ReplayBuffer(stream.n, seed=seed, compress=row == "ours compress")
+    t_add = 0.0
+    for obs, a, r, nxt, te, tr in stream:
+        t0 = time.perf_counter()
+        rb.add(obs, a, r, nxt, te, tr)
+        t_add += time.perf_counter() - t0
+    gc.collect()
+    held = rss_anon() - r0
+    m = rb.memory()
+    out = {}
+    u8 = _median_us(lambda: rb.sample(BATCH), repeats, 10)
+    f32 = _median_us(lambda: rb.sample(BATCH, dtype=np.float32, scale=1 / 255), repeats, 10)
+    out.update(sample_u8=u8, sample_f32=f32)
+    return _row(row, game, stream, held, m["bytes_per_transition"], t_add, out)
+
+
+def _measure_peer(game: str, stream: Stream, repeats: int, seed: int):
+    import torch as th
+    from gymnasium import spaces
+    from sb3_extra_buffers.compressed import CompressedReplayBuffer
+
+    th.set_num_threads(1)  # as ours: one thread (torch's pool contends on a shared host)
+    np.random.seed(seed)  # noqa: NPY002  (the peer samples with NumPy's global generator)
+    gc.collect()
+    r0 = rss_anon()
+    with warnings.catch_warnings():  # its up-front memory estimate warns on small hosts
+        warnings.simplefilter("ignore")
+        rb = CompressedReplayBuffer(
+            stream.n,
+            spaces.Box(0, 255, (K, 84, 84), np.uint8),
+            spaces.Discrete(18),
+            device="cpu",
+            compression_method="zstd3",
+            handle_timeout_termination=True,
+        )
+    t_add = 0.0
+    for obs, a, r, nxt, te, tr in stream:
+        t0 = time.perf_counter()
+        rb.add(
+            obs[None],
+            nxt[None],
+            np.array([a]),
+            np.array([r]),
+            np.array([te or tr]),
+            [{"TimeLimit.truncated": bool(tr and not te)}],
+        )
+        t_add += time.perf_counter() - t0
+    gc.collect()
+    held = rss_anon() - r0
+    blobs = sum(len(b) for arr in (rb.observations, rb.next_observations) for b in arr.ravel())
+    arrays = sum(
+        x.nbytes for x in (rb.observations, rb.next_observations, rb.actions, rb.rewards, rb.dones)
+    )
+    own = (blobs + arrays + rb.timeouts.nbytes) / stream.n
+    out = {"sample_u8": _median_us(lambda: rb.sample(BATCH), repeats, 3)}
+    rb.output_dtype, rb.normalize_images = th.float32, True  # float32 / 255, as its option
+    out["sample_f32"] = _median_us(lambda: rb.sample(BATCH), repeats, 3)
+    return _row("sb3-extra zstd-3", game, stream, held, own, t_add, out)
+
+
+def _row(name, game, stream, held, own_bpt, t_add, out) -> dict:
+    bpt = held / stream.n
+    return {
+        "game": game,
+        "buffer": name,
+        "transitions": stream.n,
+        "bpt_rss": bpt,
+        "bpt_own": own_bpt,
+        "mb_at_1M": bpt,  # B/transition x 1e6 / 1e6
+        "add_us": t_add / stream.new_frames * 1e6,
+        **out,
+    }
+
+
+COLUMNS = [
+    ("game", "game", "{}"),
+    ("buffer", "buffer", "{}"),
+    ("transitions", "transitions", "{:,}"),
+    ("bpt_rss", "B/tr RSS", "{:,.0f}"),
+    ("bpt_own", "B/tr memory()", "{:,.0f}"),
+    ("mb_at_1M", "MB at 1M", "{:,.0f}"),
+    ("sample_u8", "s32 u8 us", "{:,.0f}"),
+    ("sample_f32", "s32 f32 us", "{:,.0f}"),
+    ("add_us", "add us/frame", "{:.1f}"),
+    ("add_vs_ours", "add-ours us", "{:+.1f}"),
+    ("bytes_vs_ours", "bytes/ours", "{:.3f}"),
+    ("u8_vs_ours", "u8/ours", "{:.2f}x"),
+    ("f32_vs_ours", "f32/ours", "{:.2f}x"),
+    ("rss_vs_peer", "RSS/peer", "{:.3f}"),
+    ("own_vs_peer", "mem/peer", "{:.2f}"),
+    ("peer_u8_speedup", "peer u8/this", "{:.1f}x"),
+    ("peer_f32_speedup", "peer f32/this", "{:.1f}x"),
+]
+
+
+def add_ratios(rows: list[dict]) -> None:
+    """Ratios of each row against our uncompressed row and the peer's, game by game."""
+    by = {(r["game"], r["buffer"]): r for r in rows}
+    for r in rows:
+        ours, peer = by.get((r["game"], "ours")), by.get((r["game"], "sb3-extra zstd-3"))
+        if ours is not None:
+            r["bytes_vs_ours"] = r["bpt_rss"] / ours["bpt_rss"]
+            r["u8_vs_ours"] = r["sample_u8"] / ours["sample_u8"]
+            r["f32_vs_ours"] = r["sample_f32"] / ours["sample_f32"]
+            r["add_vs_ours"] = r["add_us"] - ours["add_us"]
+        if peer is not None:
+            r["rss_vs_peer"] = r["bpt_rss"] / peer["bpt_rss"]
+            r["own_vs_peer"] = r["bpt_own"] / peer["bpt_own"]
+            r["peer_u8_speedup"] = peer["sample_u8"] / r["sample_u8"]
+            r["peer_f32_speedup"] = peer["sample_f32"] / r["sample_f32"]
+
+
+def check(rows: list[dict]) -> bool:
+    """Print one line per target (``met`` / ``MISSED``) for the compressed rows; all met?"""
+    ok = True
+
+    def line(what, value, bound, good):
+        nonlocal ok
+        ok &= good
+        print(f"  {what}: {value} ({bound}: {'met' if good else 'MISSED'})")
+
+    print("targets (--check, bench/README.md):")
+    for r in rows:
+        if r["buffer"] != "ours compress":
+            continue
+        g, top = r["game"], TARGET_BPT[r["game"]]
+        for key, how in (("bpt_rss", "RSS"), ("bpt_own", "memory()")):
+            line(f"{g} B/transition by {how}", f"{r[key]:,.0f}", f"<= {top}", r[key] <= top)
+        for dt in ("u8", "f32"):
+            v = r.get(f"{dt}_vs_ours")
+            if v is not None:
+                line(
+                    f"{g} sample(32) {dt} vs ours",
+                    f"{v:.2f}x",
+                    f"<= {TARGET_SAMPLE_VS_OURS}x",
+                    v <= TARGET_SAMPLE_VS_OURS,
+                )
+            v = r.get(f"peer_{dt}_speedup")
+            if v is not None:
+                line(
+                    f"{g} sample(32) {dt}: peer / this",
+                    f"{v:.1f}x",
+                    f">= {TARGET_SAMPLE_VS_PEER}x",
+                    v >= TARGET_SAMPLE_VS_PEER,
+                )
+        line(
+            f"{g} add per new frame",
+            f"{r['add_us']:.1f} us",
+            f"<= {TARGET_ADD_US} us",
+            r["add_us"] <= TARGET_ADD_US,
+        )
+    return ok
+
+
+def main(argv=None) -> list[dict]:
+    """Record (or reuse) the games, measure every row, print the table; return the rows."""
+    p = argparse.ArgumentParser(
+        prog="python -m bench.bench_compress",
+        description="Compressed replay on recorded ALE frames (84x84 gray, frame_skip 4, "
+        "random policy, k=4): bytes per transition by RSS and memory(), sample(32) uint8 "
+        "and float32/255, add per new frame; ours uncompressed and compress=True against "
+        "sb3-extra-buffers zstd-3 (obs + next obs, timeouts handled).",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="env steps recorded per game (default 10000; 2000 with --quick)",
+    )
+    p.add_argument(
+        "--transitions",
+        type=int,
+        default=None,
+        metavar="N",
+        help="fill each buffer with N transitions by replaying the recorded "
+        "episodes (use >= 200000 for the 1M extrapolation); default: the recording",
+    )
+    p.add_argument(
+        "--peer-transitions",
+        type=int,
+        default=None,
+        metavar="N",
+        help="transitions of the peer's buffer with --transitions "
+        "(default min(--transitions, 20000))",
+    )
+    p.add_argument("--games", nargs="+", choices=GAMES, default=list(GAMES))
+    p.add_argument(
+        "--cache",
+        type=Path,
+        default=Path.home() / ".cache" / "lazyframes",
+        help="folder of the cached recordings (default: %(default)s)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed sample calls per row (default 200; 20 with --quick)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="a small, fast smoke run")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="print the targets (met / MISSED); exit status 1 if one is missed",
+    )
+    args = p.parse_args(argv)
+    steps = args.steps or (2000 if args.quick else 10_000)
+    repeats = args.repeats or (20 if args.quick else 200)
+    print(
+        f"bench_compress: lazyframes {lazyframes.__version__}, core: {lazyframes.IMPLEMENTATION}, "
+        f"numpy {np.__version__}; {cpu_model()}, {os.cpu_count()} CPUs; "
+        f"{datetime.datetime.now().isoformat(timespec='seconds')}"
+    )
+    paths = {}
+    for g in args.games:
+        t0 = time.perf_counter()
+        paths[g] = record(g, steps, args.seed, args.cache)
+        print(f"  {g}: {paths[g]} ({time.perf_counter() - t0:.1f} s)", flush=True)
+    n = args.transitions
+    n_peer = args.peer_transitions or (min(n, 20_000) if n else None)
+    print(
+        f"{steps:,} recorded steps per game; "
+        + (
+            f"{n:,} transitions per buffer (the peer: {n_peer:,}), replaying the recorded episodes"
+            if n
+            else "every recorded transition in each buffer"
+        )
+        + f"; sample = median of {repeats} calls"
+    )
+    rows, missing = [], False
+    for g in args.games:
+        for name in ROWS:
+            if missing and name == "sb3-extra zstd-3":
+                continue
+            size = n_peer if name == "sb3-extra zstd-3" else n
+            r = _in_child(measure, name, g, str(paths[g]), size, repeats, args.seed)
+            if r is None:
+                print(
+                    'sb3-extra-buffers is not installed (pip install "sb3-extra-buffers[fast]"); '
+                    "its rows are skipped"
+                )
+                missing = True
+                continue
+            rows.append(r)
+    add_ratios(rows)
+    print(format_table(rows, COLUMNS))
+    print(
+        "B/tr RSS: anonymous resident memory grown while building and filling / transitions "
+        "(MB at 1M: that x 1e6). B/tr memory(): the buffer's own count (the peer: its blobs "
+        "plus its arrays). s32: sample(32) obs + next obs, median us. add: fill time / new "
+        "frames (compression included). x/ours, x/peer, peer/this: ratios in this run."
+    )
+    if any(r["buffer"] == "sb3-extra zstd-3" for r in rows):
+        print(
+            "The peer's RSS is not its blobs' size: its zstd binding returns each blob in a "
+            "bytes object that keeps the allocation of zstd's worst-case bound (~28 KB for a "
+            "28,224-byte observation), so RSS/peer and mem/peer differ."
+        )
+    if args.check and not check(rows):
+        sys.exit(1)
+    return rows
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,305 @@
+"""ReplayBuffer(..., compress=True): the same samples as the uncompressed buffer, bit for bit.
+
+Each test feeds the same transitions to a compressing and a plain buffer with the same
+seed and compares every sampled field. Frames are the recorded Atari fixtures of
+tests/data (Pong and Breakout through Gymnasium's AtariPreprocessing, 84x84 gray,
+frame_skip 4, random policy, across an episode boundary) and synthetic worst cases. The
+observations come in every form the buffer takes: stacked ndarrays (copied into its
+pool), LazyFrames of a wrapper's pool and LazyBatch rows (that pool adopted and made to
+compress). The twin stores frames uncompressed: its values must agree all the same.
+"""
+
+import itertools
+import os
+import pickle
+
+import numpy as np
+import pytest
+from conftest import ROOT, impl_name, needs_both
+
+from lazyframes import _reference
+from lazyframes._common import DEFAULT_COMPRESSION
+from lazyframes.replay import ReplayBuffer
+
+K = 4
+SHAPE = (84, 84)
+
+
+def recorded(name):
+    """Recorded frames ``(n, 84, 84)`` uint8 and their episode starts."""
+    with np.load(os.path.join(ROOT, "tests", "data", f"{name}.npz")) as d:
+        return d["frames"], d["starts"]
+
+
+def episodes(frames, starts):
+    """The recording cut into episodes: a list of frame arrays."""
+    bounds = sorted({int(s) for s in starts} | {0, len(frames)})
+    return [frames[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+class Wrapper:
+    """A frame-stacking wrapper over one pool: a ring of K frame owners per env.
+
+    ``reset``/``step`` push one frame and return the env's observation as LazyFrames
+    (reset padding repeats the first frame), as ``lazyframes.FrameStackObservation`` does.
+    """
+
+    def __init__(self, pool, num_envs=1):
+        self.pool = pool
+        self.rings = [[] for _ in range(num_envs)]
+
+    def reset(self, e, frame):
+        ref = self.pool.push(frame)
+        self.rings[e] = [ref] * K
+        return self.obs(e)
+
+    def step(self, e, frame):
+        self.rings[e] = self.rings[e][1:] + [self.pool.push(frame)]
+        return self.obs(e)
+
+    def obs(self, e):
+        return self.pool.lazy(self.rings[e], layout="stack")
+
+    def batch(self):
+        return self.pool.lazy_batch(self.rings, layout="stack")
+
+
+def transitions(eps, rng):
+    """``(obs_frames, next_frames, action, reward, terminated, truncated)`` of each step.
+
+    Each episode ends terminated or truncated at random; frames are index lists into
+    the episode, with reset padding.
+    """
+    out = []
+    for ep in eps:
+        end_term = bool(rng.integers(2))
+        for t in range(len(ep) - 1):
+            last = t == len(ep) - 2
+            o = [ep[max(0, i)] for i in range(t - K + 1, t + 1)]
+            n = [ep[max(0, i)] for i in range(t - K + 2, t + 2)]
+            out.append(
+                (
+                    o,
+                    n,
+                    int(rng.integers(6)),
+                    float(rng.normal()),
+                    last and end_term,
+                    last and not end_term,
+                )
+            )
+    return out
+
+
+def feed_arrays(rb, eps, seed):
+    """Stacked ndarray observations, one env."""
+    for o, n, a, r, te, tr in transitions(eps, np.random.default_rng(seed)):
+        rb.add(np.stack(o), a, r, np.stack(n), te, tr)
+
+
+def feed_lazy(rb, pool, eps, seed):
+    """LazyFrames of a wrapper's pool, one env; the wrapper keeps its ring alive."""
+    w = Wrapper(pool)
+    rng = np.random.default_rng(seed)
+    for ep in eps:
+        end_term = bool(rng.integers(2))
+        obs = w.reset(0, ep[0])
+        for t in range(1, len(ep)):
+            nxt = w.step(0, ep[t])
+            last = t == len(ep) - 1
+            rb.add(
+                obs,
+                int(rng.integers(6)),
+                float(rng.normal()),
+                nxt,
+                last and end_term,
+                last and not end_term,
+            )
+            obs = nxt
+    return w
+
+
+def feed_batch(rb, pool, eps, seed):
+    """LazyBatch rows of a two-env wrapper: env e plays the episodes from e onwards."""
+    w = Wrapper(pool, 2)
+    rng = np.random.default_rng(seed)
+    streams = [[f for ep in eps[e:] + eps[:e] for f in ep] for e in range(2)]
+    steps = min(len(s) for s in streams) - 1
+    for e in range(2):
+        w.reset(e, streams[e][0])
+    for t in range(1, steps + 1):
+        obs = w.batch()
+        ends = rng.random(2) < 0.05
+        for e in range(2):
+            w.step(e, streams[e][t])
+        term = ends & (rng.random(2) < 0.5)
+        rb.add(
+            obs,
+            rng.integers(6, size=2),
+            rng.normal(size=2).astype(np.float32),
+            w.batch(),
+            term,
+            ends & ~term,
+        )
+        for e in np.flatnonzero(ends):
+            w.reset(e, streams[e][t])
+    return w
+
+
+def build(impl, compress, kind, eps, *, n_step=3, seed=0):
+    """A buffer of core ``impl`` fed ``eps`` as ``kind`` input; (buffer, wrapper or None)."""
+    pool = impl.FramePool(SHAPE, np.uint8)
+    num_envs = 2 if kind == "batch" else 1
+    if kind == "arrays":
+        rb = ReplayBuffer(
+            4096,
+            num_envs=num_envs,
+            n_step=n_step,
+            gamma=0.9,
+            seed=seed,
+            pool=pool,
+            compress=compress,
+        )
+        feed_arrays(rb, eps, seed)
+        return rb, None
+    rb = ReplayBuffer(
+        4096, num_envs=num_envs, n_step=n_step, gamma=0.9, seed=seed, compress=compress
+    )
+    feed = feed_lazy if kind == "lazy" else feed_batch
+    return rb, feed(rb, pool, eps, seed)
+
+
+def assert_same_samples(a, b, draws=12, batch=32):
+    """Equal samples of ``a`` and ``b`` (same seed), uint8 and float32/255, field by field."""
+    batch = min(batch, len(a))
+    for i in range(draws):
+        kw = {"dtype": np.float32, "scale": 1 / 255} if i % 2 else {}
+        sa, sb = a.sample(batch, **kw), b.sample(batch, **kw)
+        for name, x, y in zip(sa._fields, sa, sb, strict=True):
+            assert x.dtype == y.dtype, name
+            np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+@pytest.mark.parametrize("kind", ["arrays", "lazy", "batch"])
+@pytest.mark.parametrize("game", ["pong", "breakout"])
+def test_recorded_frames_bit_exact(impl, game, kind):
+    eps = episodes(*recorded(game))
+    rb, w = build(impl, True, kind, eps)
+    plain, w_plain = build(impl, False, kind, eps)
+    assert rb.pool.compression == DEFAULT_COMPRESSION
+    assert plain.pool.compression is None
+    m = rb.memory()
+    if impl_name(impl) == "compiled":
+        # every stored frame but the last few (the wrapper's ring, the delta source) is cold
+        assert m["cold_frames"] >= m["unique_frames"] - 2 * K - 2 > 0
+        assert m["bytes_held"] < plain.memory()["bytes_held"] / 3
+    else:
+        assert m["cold_frames"] == 0  # the twin stores uncompressed
+    assert_same_samples(rb, plain)
+    if w is not None:  # the observations the policy acts on read the same too
+        np.testing.assert_array_equal(np.asarray(w.obs(0)), np.asarray(w_plain.obs(0)))
+
+
+@pytest.mark.parametrize("group", [1, 3, 8])
+def test_episode_boundaries_at_every_delta_position(impl, group):
+    # episodes of 1..2*group+1 steps: each boundary lands on every position of a group;
+    # frames change by one pixel, the next episode starts from other bytes
+    rng = np.random.default_rng(group)
+    eps, v = [], 0
+    for length in range(2, 2 * group + 3):
+        base = np.full(SHAPE, v % 251, np.uint8)
+        ep = np.repeat(base[None], length, axis=0)
+        ep[np.arange(length), rng.integers(84, size=length), rng.integers(84, size=length)] += 1
+        eps.append(ep)
+        v += 37
+    for kind in ("arrays", "lazy"):
+        for n_step in (1, 3):
+            rb, _ = build(impl, {"group": group}, kind, eps, n_step=n_step, seed=group)
+            plain, _ = build(impl, False, kind, eps, n_step=n_step, seed=group)
+            assert_same_samples(rb, plain, draws=6)
+
+
+def test_noise_frames_that_do_not_compress(impl):
+    rng = np.random.default_rng(1)
+    eps = [rng.integers(0, 256, (n, *SHAPE), dtype=np.uint8) for n in (7, 12)]
+    rb, _ = build(impl, {"codec": "zstd", "level": 1, "group": 4}, "arrays", eps)
+    plain, _ = build(impl, False, "arrays", eps)
+    assert_same_samples(rb, plain, draws=4)
+
+
+def test_samples_pickle(impl):
+    eps = episodes(*recorded("pong"))
+    rb, _ = build(impl, True, "lazy", eps)
+    s = rb.sample(16, dtype=np.float32, scale=1 / 255)
+    back = pickle.loads(pickle.dumps(s))
+    assert type(back) is type(s)
+    for x, y in zip(s, back, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_memory_reports_compression(impl):
+    rb = ReplayBuffer(100, compress={"group": 4})
+    m = rb.memory()
+    assert m["compression"] == {**DEFAULT_COMPRESSION, "group": 4}
+    assert (m["hot_frames"], m["cold_frames"], m["cold_bytes"], m["ratio"]) == (0, 0, 0, 0.0)
+    eps = episodes(*recorded("breakout"))
+    rb, _ = build(impl, True, "arrays", eps)
+    plain, _ = build(impl, False, "arrays", eps)
+    m, p = rb.memory(), plain.memory()
+    assert set(m) == set(p) and m["unique_frames"] == p["unique_frames"]
+    assert m["hot_frames"] + m["cold_frames"] == rb.pool.live_frames
+    assert p["compression"] is None and p["cold_frames"] == 0 and p["cold_bytes"] == 0
+    assert m["ratio"] == rb.pool.live_bytes / m["bytes_held"]
+    if impl_name(impl) == "compiled":
+        assert 0 < m["cold_bytes"] < m["bytes_held"]
+        assert m["ratio"] > 3 > p["ratio"]
+        assert m["bytes_per_transition"] < p["bytes_per_transition"] / 3
+
+
+def test_adopting_pools(impl):
+    frames = recorded("pong")[0][:12]
+    # a wrapper's pool is made to compress by the first add, not before
+    pool = impl.FramePool(SHAPE, np.uint8)
+    rb = ReplayBuffer(50, compress={"codec": "lz4hc"})
+    w = Wrapper(pool)
+    obs = w.reset(0, frames[0])
+    assert pool.compression is None
+    rb.add(obs, 0, 0.0, w.step(0, frames[1]), False, False)
+    assert rb.pool is pool and pool.compression["codec"] == "lz4hc"
+    # a pool given to the constructor compresses at once; a compressing pool of a buffer
+    # without compress is left as it is
+    given = impl.FramePool(SHAPE, np.uint8)
+    ReplayBuffer(50, pool=given, compress=True)
+    assert given.compression == DEFAULT_COMPRESSION
+    rb = ReplayBuffer(50, pool=given)
+    assert rb.memory()["compression"] == DEFAULT_COMPRESSION
+
+
+def test_bad_options_raise_before_anything_changes(impl):
+    with pytest.raises(TypeError):
+        ReplayBuffer(10, compress="lz4")
+    with pytest.raises(ValueError, match="codec"):
+        ReplayBuffer(10, compress={"codec": "gzip"})
+    with pytest.raises(ValueError, match="unknown"):
+        ReplayBuffer(10, compress={"clevel": 3})
+    pool = impl.FramePool(SHAPE, np.uint8, compress={"group": 8})
+    with pytest.raises(ValueError, match="already compresses"):
+        ReplayBuffer(10, pool=pool, compress={"group": 4})
+    assert pool.compression["group"] == 8
+    # adopting a wrapper's pool that compresses otherwise: nothing stored
+    rb = ReplayBuffer(10, compress={"group": 4})
+    w = Wrapper(pool)
+    obs = w.reset(0, np.zeros(SHAPE, np.uint8))
+    with pytest.raises(ValueError, match="already compresses"):
+        rb.add(obs, 0, 0.0, w.step(0, np.ones(SHAPE, np.uint8)), False, False)
+    assert len(rb) == 0 and rb.pool is None and pool.compression["group"] == 8
+
+
+@needs_both
+def test_twin_agrees_with_compiled():
+    eps = episodes(*recorded("breakout"))
+    from lazyframes import _core
+
+    compiled, _ = build(_core, True, "lazy", eps)
+    twin, _ = build(_reference, True, "lazy", eps)
+    assert twin.memory()["cold_frames"] == 0 < compiled.memory()["cold_frames"]
+    assert_same_samples(compiled, twin)
