@@ -33,7 +33,7 @@ default_pool = _impl.default_pool
 #: "compiled" or "reference": which core ``import lazyframes`` chose.
 IMPLEMENTATION = "reference" if _impl.__name__.endswith("_reference") else "compiled"
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "IMPLEMENTATION",
