@@ -88,6 +88,9 @@ cdef cnp.ndarray _ids(FramePool pool, object slots, list hold):
             a[i] = _one_id(pool, x)
         else:
             return arr
+    elif (cnp.PyArray_CheckExact(slots) and cnp.PyArray_TYPE(<cnp.ndarray>slots) == cnp.NPY_INT64
+            and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>slots)):  # the other common case
+        return cnp.PyArray_NewCopy(<cnp.ndarray>slots, cnp.NPY_CORDER)
     src = np.asarray(slots)
     if src.dtype == object:
         flat = list(src.ravel())
@@ -834,7 +837,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         if cnp.PyArray_NDIM(a) != 2 or a.shape[1] == 0:
             raise ValueError(C.bad_slots_shape((<object>a).shape, "(B, k)"))
         cdef lf_layout code = self._layout(layout)
-        C.check_no_overlap(out, {"slots": slots})
+        if not _apart(out, slots):
+            C.check_no_overlap(out, {"slots": slots})
         cdef _Copy c
         memset(&c, 0, sizeof(c))
         c.n_out = 1

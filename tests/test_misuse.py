@@ -117,6 +117,15 @@ def _attack_out_aliases_ids(impl):
         half[1:4].reshape(3, 1, 1),
         layout="stack",
     )
+    half[:3] = ids[::-1, 0]
+    _refused(  # ids read backwards (a negative stride), out sharing one of them
+        ValueError,
+        "out overlaps",
+        pool.gather,
+        half[2::-1].reshape(3, 1),
+        half[2:5].reshape(3, 1, 1),
+        layout="stack",
+    )
     assert (ids == keep).all()
     table = impl.SlotTable(pool, 3, 1)
     table.set([0, 1, 2], (pool.lazy_batch(ids),))
