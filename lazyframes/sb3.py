@@ -57,7 +57,7 @@ except ImportError as _e:  # pragma: no cover - only without the extra
 
 from . import FramePool
 from . import replay as _replay
-from .replay import _checkpoint, _sampling
+from .replay import _checkpoint, _ingest, _sampling
 
 __all__ = ["NStepReplayBuffer", "ReplayBuffer", "VecFrameStack"]
 
@@ -104,9 +104,16 @@ class ReplayBuffer(_buffers.ReplayBuffer):
         pool: optional :class:`lazyframes.FramePool` to store the frames in, of one
             channel plane: ``(H, W)`` for channels-first spaces, ``(H, W, 1)`` for
             channels-last (default: one owned by the buffer).
+        compress: compress the stored frames, as :class:`lazyframes.ReplayBuffer`'s
+            ``compress`` (True, or a mapping of ``codec``, ``level``, ``group``; see
+            docs/COMPRESSION.md): samples are the same bit for bit, :meth:`memory`
+            reports the compressed bytes, and a pickled buffer (``save_replay_buffer``)
+            loads compressing with the same options.
 
     Raises:
-        ValueError: a non-image observation space, ``optimize_memory_usage=True``.
+        ValueError: a non-image observation space, ``optimize_memory_usage=True``, bad
+            ``compress`` options.
+        TypeError: ``compress`` of another type than bool or a mapping.
     """
 
     _n_step = 1  # NStepReplayBuffer sets its own before __init__
@@ -123,6 +130,7 @@ class ReplayBuffer(_buffers.ReplayBuffer):
         handle_timeout_termination=True,
         *,
         pool=None,
+        compress=False,
     ):
         layout, k = _image_geometry(observation_space)
         if optimize_memory_usage:
@@ -153,6 +161,7 @@ class ReplayBuffer(_buffers.ReplayBuffer):
             layout=layout,
             stack_size=k,
             pool=pool,
+            compress=compress,
         )
 
     def add(self, obs, next_obs, action, reward, done, infos) -> None:
@@ -231,17 +240,28 @@ class ReplayBuffer(_buffers.ReplayBuffer):
 
     def __getstate__(self):
         state = self.__dict__.copy()
+        rb = state.pop("_rb")
         fh = io.BytesIO()
-        _checkpoint.write_archive(state.pop("_rb"), fh)
+        _checkpoint.write_archive(rb, fh)
         state["_rb"] = fh.getvalue()
+        # the archive holds raw frames: the compression options travel beside it
+        state["_compression"] = rb.memory()["compression"]
         return state
 
     def __setstate__(self, state):
         archive = state.pop("_rb")
+        compression = state.pop("_compression", None)
         self.__dict__.update(state)
+        pool = None
+        if compression is not None:  # a compressing pool before the frames are read in
+            layout, _ = _image_geometry(self.observation_space)
+            shape = tuple(self.observation_space.shape)
+            planes = shape[1:] if layout == "stack" else shape[:-1] + (1,)
+            dtype = np.dtype(self.observation_space.dtype)
+            pool = _ingest.own_pool(planes, dtype, self.buffer_size * self.n_envs, compression)
         with zipfile.ZipFile(io.BytesIO(archive)) as zf:
             ar = _checkpoint.Archive(zf, len(archive))
-            self._rb = _checkpoint.read(_replay.ReplayBuffer, ar, None)
+            self._rb = _checkpoint.read(_replay.ReplayBuffer, ar, pool)
 
 
 class NStepReplayBuffer(ReplayBuffer):
