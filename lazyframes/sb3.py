@@ -164,17 +164,28 @@ class ReplayBuffer(_buffers.ReplayBuffer):
             compress=compress,
         )
 
-    def add(self, obs, next_obs, action, reward, done, infos) -> None:
+    def add(
+        self, obs, next_obs, action, reward, done, infos, *, final_obs=None, final_mask=None
+    ) -> None:
         """Store one transition per env (SB3's argument order).
 
         Args:
             obs: ``(n_envs, *obs_shape)`` observations.
             next_obs: ``(n_envs, *obs_shape)``: for an env that is done, its terminal
-                observation (SB3's ``_store_transition`` puts it there).
+                observation (SB3's ``_store_transition`` puts it there), unless
+                ``final_obs`` gives it.
             action: ``(n_envs, action_dim)`` or ``(n_envs,)`` actions.
             reward: ``(n_envs,)`` rewards.
             done: ``(n_envs,)`` episode ends, terminated or truncated.
-            infos: one dict per env; ``"TimeLimit.truncated"`` marks a truncation.
+            infos: one dict per env; ``"TimeLimit.truncated"`` marks a truncation (read
+                only with ``handle_timeout_termination``).
+            final_obs: optional final observations that replace the rows of
+                ``next_obs`` that ``final_mask`` marks, without a copy of the batch
+                (a Gymnasium 1.x vector env's ``infos["final_obs"]`` under same-step
+                autoreset, as CleanRL's loop reads it); see
+                :meth:`lazyframes.ReplayBuffer.add`.
+            final_mask: ``(n_envs,)`` bools: which rows of ``final_obs`` to store
+                (``infos["_final_obs"]``, or the truncations); needed with ``final_obs``.
         """
         E = self.n_envs
         done = np.asarray(done, dtype=bool).reshape(E)
@@ -190,9 +201,9 @@ class ReplayBuffer(_buffers.ReplayBuffer):
             done & ~timeout,
             done & timeout,
         )
-        if E == 1:  # lazyframes' one-env form has no env axis
+        if E == 1 and final_mask is None:  # lazyframes' one-env form has no env axis
             args = tuple(a[0] for a in args)
-        self._rb.add(*args)
+        self._rb.add(*args, final_obs=final_obs, final_mask=final_mask)
         self.pos += 1
         if self.pos == self.buffer_size:
             self.full = True
@@ -255,7 +266,7 @@ class ReplayBuffer(_buffers.ReplayBuffer):
         pool = None
         if compression is not None:  # a compressing pool before the frames are read in
             layout, _ = _image_geometry(self.observation_space)
-            shape = tuple(self.observation_space.shape)
+            shape = self.obs_shape
             planes = shape[1:] if layout == "stack" else shape[:-1] + (1,)
             dtype = np.dtype(self.observation_space.dtype)
             pool = _ingest.own_pool(planes, dtype, self.buffer_size * self.n_envs, compression)

@@ -129,6 +129,32 @@ def test_compressed_samples_equal_uncompressed_and_survive_save_replay_buffer(
     assert_same_samples(drawn(5, packed.sample, 32), drawn(5, back.sample, 32))
 
 
+@pytest.mark.parametrize("n_envs", [1, 3])
+def test_final_obs_replaces_only_the_masked_rows(n_envs):
+    """add(..., final_obs=, final_mask=) stores what CleanRL's copied batch stores."""
+    space = spaces.Box(0, 255, (K, 84, 84), np.uint8)
+    copied, masked = (
+        sb3.ReplayBuffer(60, space, spaces.Discrete(6), "cpu", n_envs=n_envs) for _ in range(2)
+    )
+    rng = np.random.default_rng(1)
+    for obs, last, action, reward, done, infos in stream(n_envs, 50):
+        # same-step autoreset: the reset observation in next_obs, the last one in infos
+        next_obs = np.where(
+            done[:, None, None, None], rng.integers(0, 255, obs.shape, np.uint8), last
+        )
+        final_obs = np.full(n_envs, None, object)  # Gymnasium's infos["final_obs"]
+        for i in np.flatnonzero(done):
+            final_obs[i] = last[i]
+        real_next_obs = next_obs.copy()
+        for idx, d in enumerate(done):
+            if d:
+                real_next_obs[idx] = final_obs[idx]
+        copied.add(obs, real_next_obs, action, reward, done, infos)
+        masked.add(obs, next_obs, action, reward, done, infos, final_obs=final_obs, final_mask=done)
+    for seed in range(3):
+        assert_same_samples(drawn(seed, copied.sample, 32), drawn(seed, masked.sample, 32))
+
+
 def test_replay_refuses_what_it_cannot_store():
     act = spaces.Discrete(2)
     with pytest.raises(ValueError, match="image observations"):
