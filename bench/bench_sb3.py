@@ -9,11 +9,11 @@ good as the frames are compressible.
 
 Rows: SB3's ``ReplayBuffer`` (its default), SB3 with ``optimize_memory_usage=True``,
 sb3-extra-buffers' ``CompressedReplayBuffer`` (zstd level 3, when installed) and
-``lazyframes.sb3.ReplayBuffer``. Memory is the growth of the process's resident set
-while the buffer is built and filled, per transition held (extrapolated to 1M); sample is
-the median time of ``buffer.sample(32)``, which returns SB3's torch
-``ReplayBufferSamples`` (torch on one thread). Run:
-``python -m bench.bench_sb3 [--transitions N] [--quick]``.
+``lazyframes.sb3.ReplayBuffer``, uncompressed and with ``compress=True``. Memory is the
+growth of the process's resident set while the buffer is built and filled, per
+transition held (extrapolated to 1M); sample is the median time of
+``buffer.sample(32)``, which returns SB3's torch ``ReplayBufferSamples`` (torch on one
+thread). Run: ``python -m bench.bench_sb3 [--transitions N] [--quick]``.
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ BUFFERS = {
         {"compression_method": "zstd-3"},
     ),
     "lazyframes.sb3.ReplayBuffer": ("lazyframes.sb3", "ReplayBuffer", {}),
+    "lazyframes.sb3.ReplayBuffer compress=True": (
+        "lazyframes.sb3",
+        "ReplayBuffer",
+        {"compress": True},
+    ),
 }
 
 COLUMNS = [
@@ -60,7 +65,7 @@ COLUMNS = [
 
 def _payload(rb) -> int:
     """Bytes the buffer's own data takes (what it would hold without allocator overhead)."""
-    if hasattr(rb, "memory"):  # lazyframes: frames (whole pool chunks) and tables
+    if hasattr(rb, "memory"):  # lazyframes: frames (pool chunks, or compressed) and tables
         m = rb.memory()
         return int(m["bytes_held"] + m["table_bytes"])
     total = 0
@@ -133,7 +138,7 @@ def main(argv=None) -> list[dict]:
         prog="python -m bench.bench_sb3",
         description="SB3 replay buffers on real Breakout frames: RSS per transition and "
         "sample(32) latency; SB3 default, optimize_memory_usage, sb3-extra-buffers zstd-3 "
-        "and lazyframes.sb3.ReplayBuffer.",
+        "and lazyframes.sb3.ReplayBuffer (uncompressed and compress=True).",
     )
     p.add_argument(
         "--transitions",

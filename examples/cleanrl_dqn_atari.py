@@ -4,13 +4,29 @@ This is CleanRL's single-file DQN (``cleanrl/dqn_atari.py``, docs at
 https://docs.cleanrl.dev/rl-algorithms/dqn/#dqn_ataripy) changed as little as possible.
 Its diff from upstream, in three groups:
 
-lazyframes (2 lines):
+lazyframes (three changes):
 
 - ``from stable_baselines3.common.buffers import ReplayBuffer`` ->
   ``from lazyframes.sb3 import ReplayBuffer`` (same constructor, ``add`` and ``sample``;
   each frame stored once: about 7 KB per transition instead of 28 KB);
 - ``optimize_memory_usage=True`` dropped from the buffer's arguments (the lazyframes
-  buffer is memory-optimised by construction and refuses the flag).
+  buffer is memory-optimised by construction and refuses the flag);
+- the copy of the batch with the final observations of the truncated envs put in,
+
+  .. code-block:: python
+
+      real_next_obs = next_obs.copy()
+      for idx, trunc in enumerate(truncations):
+          if trunc:
+              real_next_obs[idx] = infos["final_observation"][idx]
+      rb.add(obs, real_next_obs, actions, rewards, terminations, infos)
+
+  becomes one call that reads only those rows (``next_obs`` is stored as it is):
+
+  .. code-block:: python
+
+      rb.add(obs, next_obs, actions, rewards, terminations, infos,
+             final_obs=infos.get("final_obs"), final_mask=truncations)
 
 Gymnasium 1.x (needed by any user of current Gymnasium, lazyframes or not):
 
@@ -246,11 +262,8 @@ if __name__ == "__main__":
                 writer.add_scalar("charts/episodic_length", length, global_step)
 
         # TRY NOT TO MODIFY: save data to reply buffer; handle `final_obs`
-        real_next_obs = next_obs.copy()
-        for idx, trunc in enumerate(truncations):
-            if trunc:
-                real_next_obs[idx] = infos["final_obs"][idx]
-        rb.add(obs, real_next_obs, actions, rewards, terminations, infos)
+        rb.add(obs, next_obs, actions, rewards, terminations, infos,
+               final_obs=infos.get("final_obs"), final_mask=truncations)  # fmt: skip
 
         # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
         obs = next_obs

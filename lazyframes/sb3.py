@@ -57,7 +57,7 @@ except ImportError as _e:  # pragma: no cover - only without the extra
 
 from . import FramePool
 from . import replay as _replay
-from .replay import _checkpoint, _sampling
+from .replay import _checkpoint, _ingest, _sampling
 
 __all__ = ["NStepReplayBuffer", "ReplayBuffer", "VecFrameStack"]
 
@@ -104,9 +104,16 @@ class ReplayBuffer(_buffers.ReplayBuffer):
         pool: optional :class:`lazyframes.FramePool` to store the frames in, of one
             channel plane: ``(H, W)`` for channels-first spaces, ``(H, W, 1)`` for
             channels-last (default: one owned by the buffer).
+        compress: compress the stored frames, as :class:`lazyframes.ReplayBuffer`'s
+            ``compress`` (True, or a mapping of ``codec``, ``level``, ``group``; see
+            docs/COMPRESSION.md): samples are the same bit for bit, :meth:`memory`
+            reports the compressed bytes, and a pickled buffer (``save_replay_buffer``)
+            loads compressing with the same options.
 
     Raises:
-        ValueError: a non-image observation space, ``optimize_memory_usage=True``.
+        ValueError: a non-image observation space, ``optimize_memory_usage=True``, bad
+            ``compress`` options.
+        TypeError: ``compress`` of another type than bool or a mapping.
     """
 
     _n_step = 1  # NStepReplayBuffer sets its own before __init__
@@ -123,6 +130,7 @@ class ReplayBuffer(_buffers.ReplayBuffer):
         handle_timeout_termination=True,
         *,
         pool=None,
+        compress=False,
     ):
         layout, k = _image_geometry(observation_space)
         if optimize_memory_usage:
@@ -153,19 +161,31 @@ class ReplayBuffer(_buffers.ReplayBuffer):
             layout=layout,
             stack_size=k,
             pool=pool,
+            compress=compress,
         )
 
-    def add(self, obs, next_obs, action, reward, done, infos) -> None:
+    def add(
+        self, obs, next_obs, action, reward, done, infos, *, final_obs=None, final_mask=None
+    ) -> None:
         """Store one transition per env (SB3's argument order).
 
         Args:
             obs: ``(n_envs, *obs_shape)`` observations.
             next_obs: ``(n_envs, *obs_shape)``: for an env that is done, its terminal
-                observation (SB3's ``_store_transition`` puts it there).
+                observation (SB3's ``_store_transition`` puts it there), unless
+                ``final_obs`` gives it.
             action: ``(n_envs, action_dim)`` or ``(n_envs,)`` actions.
             reward: ``(n_envs,)`` rewards.
             done: ``(n_envs,)`` episode ends, terminated or truncated.
-            infos: one dict per env; ``"TimeLimit.truncated"`` marks a truncation.
+            infos: one dict per env; ``"TimeLimit.truncated"`` marks a truncation (read
+                only with ``handle_timeout_termination``).
+            final_obs: optional final observations that replace the rows of
+                ``next_obs`` that ``final_mask`` marks, without a copy of the batch
+                (a Gymnasium 1.x vector env's ``infos["final_obs"]`` under same-step
+                autoreset, as CleanRL's loop reads it); see
+                :meth:`lazyframes.ReplayBuffer.add`.
+            final_mask: ``(n_envs,)`` bools: which rows of ``final_obs`` to store
+                (``infos["_final_obs"]``, or the truncations); needed with ``final_obs``.
         """
         E = self.n_envs
         done = np.asarray(done, dtype=bool).reshape(E)
@@ -181,9 +201,9 @@ class ReplayBuffer(_buffers.ReplayBuffer):
             done & ~timeout,
             done & timeout,
         )
-        if E == 1:  # lazyframes' one-env form has no env axis
+        if E == 1 and final_mask is None:  # lazyframes' one-env form has no env axis
             args = tuple(a[0] for a in args)
-        self._rb.add(*args)
+        self._rb.add(*args, final_obs=final_obs, final_mask=final_mask)
         self.pos += 1
         if self.pos == self.buffer_size:
             self.full = True
@@ -231,17 +251,28 @@ class ReplayBuffer(_buffers.ReplayBuffer):
 
     def __getstate__(self):
         state = self.__dict__.copy()
+        rb = state.pop("_rb")
         fh = io.BytesIO()
-        _checkpoint.write_archive(state.pop("_rb"), fh)
+        _checkpoint.write_archive(rb, fh)
         state["_rb"] = fh.getvalue()
+        # the archive holds raw frames: the compression options travel beside it
+        state["_compression"] = rb.memory()["compression"]
         return state
 
     def __setstate__(self, state):
         archive = state.pop("_rb")
+        compression = state.pop("_compression", None)
         self.__dict__.update(state)
+        pool = None
+        if compression is not None:  # a compressing pool before the frames are read in
+            layout, _ = _image_geometry(self.observation_space)
+            shape = self.obs_shape
+            planes = shape[1:] if layout == "stack" else shape[:-1] + (1,)
+            dtype = np.dtype(self.observation_space.dtype)
+            pool = _ingest.own_pool(planes, dtype, self.buffer_size * self.n_envs, compression)
         with zipfile.ZipFile(io.BytesIO(archive)) as zf:
             ar = _checkpoint.Archive(zf, len(archive))
-            self._rb = _checkpoint.read(_replay.ReplayBuffer, ar, None)
+            self._rb = _checkpoint.read(_replay.ReplayBuffer, ar, pool)
 
 
 class NStepReplayBuffer(ReplayBuffer):

@@ -794,6 +794,65 @@ def test_bad_checkpoints_raise_and_keep_the_old_one(impl, tmp_path, monkeypatch)
 # -- bad input -------------------------------------------------------------------------------
 
 
+def same_step_autoreset(num_envs, steps, seed=0):
+    """A same-step autoreset vector env's add() arguments and final observations.
+
+    Yields ``(obs, action, reward, next_obs, terminated, truncated, final_obs)``: for an
+    env whose episode ended, ``next_obs`` holds the reset observation and ``final_obs``
+    (an object array, None for the other envs) the episode's last one, as Gymnasium
+    1.x's ``infos["final_obs"]``. Frames of 16 values, so some repeat (dedup is hit).
+    """
+    rng = np.random.default_rng(seed)
+    shape = (num_envs, 4) + FS
+    obs = rng.integers(0, 16, shape, np.uint8)
+    for _ in range(steps):
+        last = np.concatenate([obs[:, 1:], rng.integers(0, 16, (num_envs, 1) + FS, np.uint8)], 1)
+        terminated = rng.random(num_envs) < 0.15
+        truncated = ~terminated & (rng.random(num_envs) < 0.15)
+        ended = terminated | truncated
+        next_obs = np.where(ended[:, None, None, None], rng.integers(0, 16, shape, np.uint8), last)
+        final_obs = np.full(num_envs, None, object)
+        for i in np.flatnonzero(ended):
+            final_obs[i] = last[i]
+        action = rng.integers(0, 4, num_envs)
+        reward = rng.standard_normal(num_envs).astype(np.float32)
+        yield obs, action, reward, next_obs, terminated, truncated, final_obs
+        obs = next_obs
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+@pytest.mark.parametrize("which", ["truncated", "ended"])
+def test_final_obs_stores_what_the_copied_batch_stores(impl, num_envs, which):
+    """``final_obs=, final_mask=`` against CleanRL's copy of the batch with rows replaced."""
+    copied, masked = (
+        ReplayBuffer(60, num_envs=num_envs, seed=3, pool=impl.FramePool(FS, np.uint8))
+        for _ in range(2)
+    )
+    one = num_envs == 1  # one env: arguments without the env axis
+    for obs, action, reward, next_obs, term, trunc, final_obs in same_step_autoreset(num_envs, 90):
+        mask = trunc if which == "truncated" else term | trunc
+        real_next_obs = next_obs.copy()
+        for idx in np.flatnonzero(mask):
+            real_next_obs[idx] = final_obs[idx]
+        if one:
+            copied.add(obs[0], action[0], reward[0], real_next_obs[0], term[0], trunc[0])
+            masked.add(obs[0], action[0], reward[0], next_obs[0], term[0], trunc[0],
+                       final_obs=final_obs[0], final_mask=mask[0])  # fmt: skip
+        else:
+            copied.add(obs, action, reward, real_next_obs, term, trunc)
+            masked.add(obs, action, reward, next_obs, term, trunc,
+                       final_obs=final_obs, final_mask=mask)  # fmt: skip
+    assert len(copied) == len(masked) == 60  # wrapped around
+    for _ in range(4):
+        a, b = copied.sample(48), masked.sample(48)
+        for name in a._fields:
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    ma, mb = copied.memory(), masked.memory()
+    assert ma["unique_frames"] == mb["unique_frames"]
+    gc.collect()
+    assert copied.pool.live_frames == masked.pool.live_frames
+
+
 def test_bad_input_leaves_buffer_unchanged(impl):
     streams, rb, _model = _filled(impl, mode="array", n_step=1)
     (o, _arr) = streams.current()
@@ -816,6 +875,13 @@ def test_bad_input_leaves_buffer_unchanged(impl):
         ({"reward": np.array([1.0])}, ValueError, "reward has shape"),
         ({"terminated": np.array([2, 0])}, TypeError, "terminated"),
         ({"truncated": [False]}, ValueError, "truncated has shape"),
+        ({"final_obs": o}, ValueError, "final_obs needs final_mask"),
+        ({"final_mask": np.array([False, True])}, ValueError, "final_obs is None"),
+        ({"final_obs": [o[0], None], "final_mask": [0, 1]}, ValueError, "None"),
+        ({"final_obs": o, "final_mask": [True]}, ValueError, "final_mask has shape"),
+        ({"final_obs": o[:1], "final_mask": [True, False]}, ValueError, "one entry per env"),
+        ({"final_obs": o[:, :3], "final_mask": [True, False]}, ValueError, "final_obs has"),
+        ({"final_obs": o.astype(np.int16), "final_mask": [0, 1]}, TypeError, "dtype"),
     ]
     for bad, exc, msg in cases:
         before = buffer_state(rb)

@@ -9,9 +9,11 @@ import pytest
 import torch
 from gymnasium import spaces
 from stable_baselines3.common import buffers as sb3_buffers
+from stable_baselines3.common.save_util import load_from_pkl, save_to_pkl
 from stable_baselines3.common.vec_env import DummyVecEnv
 from stable_baselines3.common.vec_env import VecFrameStack as SB3VecFrameStack
 
+import lazyframes
 from lazyframes import sb3
 
 K = 4
@@ -38,11 +40,12 @@ def stream(n_envs, steps, shape=(K, 84, 84), seed=0):
         stacks = np.where(done[:, None, None, None], reset, nxt)
 
 
-def both(cls_sb3, cls_ours, n_envs, steps, **kw):
+def both(cls_sb3, cls_ours, n_envs, steps, ours_kw=(), **kw):
+    """SB3's buffer and ours (with ``ours_kw`` too) filled with the same transitions."""
     obs_space = spaces.Box(0, 255, (K, 84, 84), np.uint8)
     act_space = spaces.Discrete(6)
     theirs = cls_sb3(50, obs_space, act_space, device="cpu", n_envs=n_envs, **kw)
-    ours = cls_ours(50, obs_space, act_space, device="cpu", n_envs=n_envs, **kw)
+    ours = cls_ours(50, obs_space, act_space, device="cpu", n_envs=n_envs, **kw, **dict(ours_kw))
     for args in stream(n_envs, steps):
         theirs.add(*args)
         ours.add(*args)
@@ -98,6 +101,58 @@ def test_replay_stores_each_frame_once_and_pickles():
     copy = pickle.loads(pickle.dumps(ours))
     assert (copy.pos, copy.full, copy.size(), copy.n_envs) == (ours.pos, ours.full, 40, 1)
     assert_same_samples(drawn(3, ours.sample, 16), drawn(3, copy.sample, 16))
+
+
+@pytest.mark.parametrize(
+    "cls_sb3, cls_ours, kw",
+    [
+        (sb3_buffers.ReplayBuffer, sb3.ReplayBuffer, {}),
+        (sb3_buffers.NStepReplayBuffer, sb3.NStepReplayBuffer, {"n_steps": 3, "gamma": 0.9}),
+    ],
+)
+def test_compressed_samples_equal_uncompressed_and_survive_save_replay_buffer(
+    tmp_path, cls_sb3, cls_ours, kw
+):
+    _, plain = both(cls_sb3, cls_ours, 2, 73, **kw)
+    _, packed = both(cls_sb3, cls_ours, 2, 73, {"compress": {"group": 4}}, **kw)
+    for seed in range(3):
+        assert_same_samples(drawn(seed, plain.sample, 32), drawn(seed, packed.sample, 32))
+    mem = packed.memory()
+    assert mem["compression"]["group"] == 4 and plain.memory()["compression"] is None
+    if lazyframes.IMPLEMENTATION == "compiled":  # the twin keeps its frames uncompressed
+        assert mem["cold_frames"] > 0 and mem["cold_bytes"] > 0
+    # what model.save_replay_buffer / load_replay_buffer do
+    save_to_pkl(tmp_path / "rb", packed)
+    back = load_from_pkl(tmp_path / "rb")
+    assert isinstance(back, cls_ours) and back.memory()["compression"] == mem["compression"]
+    assert (back.pos, back.full, back.size()) == (packed.pos, packed.full, packed.size())
+    assert_same_samples(drawn(5, packed.sample, 32), drawn(5, back.sample, 32))
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+def test_final_obs_replaces_only_the_masked_rows(n_envs):
+    """add(..., final_obs=, final_mask=) stores what CleanRL's copied batch stores."""
+    space = spaces.Box(0, 255, (K, 84, 84), np.uint8)
+    copied, masked = (
+        sb3.ReplayBuffer(60, space, spaces.Discrete(6), "cpu", n_envs=n_envs) for _ in range(2)
+    )
+    rng = np.random.default_rng(1)
+    for obs, last, action, reward, done, infos in stream(n_envs, 50):
+        # same-step autoreset: the reset observation in next_obs, the last one in infos
+        next_obs = np.where(
+            done[:, None, None, None], rng.integers(0, 255, obs.shape, np.uint8), last
+        )
+        final_obs = np.full(n_envs, None, object)  # Gymnasium's infos["final_obs"]
+        for i in np.flatnonzero(done):
+            final_obs[i] = last[i]
+        real_next_obs = next_obs.copy()
+        for idx, d in enumerate(done):
+            if d:
+                real_next_obs[idx] = final_obs[idx]
+        copied.add(obs, real_next_obs, action, reward, done, infos)
+        masked.add(obs, next_obs, action, reward, done, infos, final_obs=final_obs, final_mask=done)
+    for seed in range(3):
+        assert_same_samples(drawn(seed, copied.sample, 32), drawn(seed, masked.sample, 32))
 
 
 def test_replay_refuses_what_it_cannot_store():

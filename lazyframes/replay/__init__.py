@@ -319,6 +319,8 @@ class ReplayBuffer:
         *,
         autoreset=None,
         env_ids=None,
+        final_obs=None,
+        final_mask=None,
     ) -> None:
         """Store one transition per env (or per id of ``env_ids``).
 
@@ -351,6 +353,16 @@ class ReplayBuffer:
                 distinct: a 1-D array (EnvPool's ``info["env_id"]``) for batched
                 arguments of ``len(env_ids)`` transitions, or an int for one transition
                 given without a leading axis. Default: every env, in order.
+            final_obs: optional final observations of the envs whose episode ended,
+                stored as ``next_obs`` of the rows ``final_mask`` marks instead of
+                ``next_obs``'s, which are stored as they are (no copy of the batch):
+                Gymnasium's ``infos["final_obs"]`` under same-step autoreset (a
+                ``num_envs`` object array, None for the other envs), or anything
+                ``next_obs`` takes. Only the marked entries are read.
+            final_mask: bool (``(num_envs,)``): the rows to take from ``final_obs``
+                (``infos["_final_obs"]``, or ``truncations`` to bootstrap only those);
+                needed with ``final_obs``. When it marks no env, ``final_obs`` is not
+                read (it may be None).
 
         Raises:
             ValueError: a wrong shape or number of envs, frames of another shape or
@@ -358,7 +370,8 @@ class ReplayBuffer:
                 constructor), ndarray observations in the ``"first"`` / ``"last"``
                 layout without ``stack_size``, an action out of ``action_dtype``'s
                 range, a non-finite action or reward, a reward beyond float32's range,
-                ``env_ids`` out of range or repeated.
+                ``env_ids`` out of range or repeated, ``final_obs`` without
+                ``final_mask`` or without an observation where ``final_mask`` marks.
             TypeError: a wrong dtype (observations are never cast), non-numeric input,
                 a float action for an integer ``action_dtype``, non-boolean flags,
                 non-integer ``env_ids``.
@@ -376,6 +389,8 @@ class ReplayBuffer:
             truncated,
             autoreset=autoreset,
             env_ids=env_ids,
+            final_obs=final_obs,
+            final_mask=final_mask,
         )
 
     def sample(self, batch_size, *, out=None, dtype=None, scale=None) -> ReplaySamples:

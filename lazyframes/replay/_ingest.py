@@ -368,6 +368,58 @@ def transition_args(
     return a, r, flags, n_skip
 
 
+def final_rows(final_obs, final_mask, E: int, batched: bool, lead: tuple):
+    """``(rows, Obs)``: the final observations that replace rows of ``next_obs``, or None.
+
+    Only the rows ``final_mask`` marks are read from ``final_obs`` (Gymnasium's
+    ``infos["final_obs"]`` holds None for the other envs); None when it marks none.
+
+    Raises:
+        ValueError: ``final_obs`` without ``final_mask``, a wrong shape or number of
+            envs, no observation (None) where ``final_mask`` marks an env.
+        TypeError: non-boolean ``final_mask``, non-numeric observations.
+    """
+    if final_mask is None:
+        if final_obs is not None:
+            raise ValueError(
+                "final_obs needs final_mask (e.g. Gymnasium's infos['_final_obs']): the envs "
+                "whose next_obs it replaces"
+            )
+        return None
+    rows = np.flatnonzero(flags_arg(final_mask, "final_mask", lead))
+    if rows.size == 0:
+        return None
+    if final_obs is None:
+        raise ValueError(f"final_mask marks env(s) {rows.tolist()} but final_obs is None")
+    if not batched:
+        return rows, describe(final_obs, "final_obs", 1, False)
+    if not hasattr(final_obs, "__len__") or len(final_obs) != E:
+        raise ValueError(f"final_obs must hold one entry per env ({E} {_PER_ADD})")
+    picked = [final_obs[i] for i in rows.tolist()]
+    missing = [int(i) for i, o in zip(rows, picked, strict=True) if o is None]
+    if missing:
+        raise ValueError(f"final_obs has no observation (None) for env(s) {missing}")
+    return rows, describe(picked, "final_obs", rows.size, True)
+
+
+def with_final(pool, n: Obs, fin: tuple, layout: str, k: int, obs_part, E: int):
+    """The owner of the next observations: ``n``'s rows, ``fin``'s where it has one.
+
+    Only the rows of ``fin`` are read from the final observations, and ``n`` is stored
+    as it is (a view, not a copy): the two owners' slots are combined into one LazyBatch.
+    The final frames are de-duplicated against the same env's ``obs_part`` row.
+    """
+    rows, f = fin
+    cand = pool.lazy_batch(np.reshape(obs_part.slots, (-1, k))[rows])
+    final = as_part(f, pool, layout, k, cand)
+    if rows.size == E:  # every row replaced: next_obs is not stored at all
+        return final
+    nxt = as_part(n, pool, layout, k, obs_part)
+    slots = np.array(np.reshape(nxt.slots, (-1, k)))
+    slots[rows] = np.reshape(final.slots, (-1, k))
+    return pool.lazy_batch(slots)
+
+
 def env_streams(num_envs: int, env_ids, obs, reward) -> tuple:
     """``(envs, batched)``: the env streams of one add, and whether it is batched.
 
@@ -488,6 +540,8 @@ def add(
     *,
     autoreset=None,
     env_ids=None,
+    final_obs=None,
+    final_mask=None,
 ) -> None:
     """ReplayBuffer.add: check everything, then store one transition per env stream."""
     envs, batched = env_streams(rb._num_envs, env_ids, obs, reward)
@@ -505,6 +559,7 @@ def add(
         rb._action_shape,
         rb._action_dtype,
     )
+    fin = final_rows(final_obs, final_mask, E, batched, lead)
     table = rb._table
     if table is None:  # the first add decides the geometry and the pool
         geom = geometry(o, rb._layout_opt, rb._k_opt)
@@ -512,6 +567,8 @@ def add(
         geom = (rb._layout, rb._k, rb._frame_shape, rb._dtype, rb._obs_shape)
     check_obs(o, "obs", geom, E, rb._pool)
     check_obs(n, "next_obs", geom, E, rb._pool)
+    if fin is not None:
+        check_obs(fin[1], "final_obs", geom, fin[0].size, rb._pool)
     layout, k = geom[0], geom[1]
     pool = rb._pool
     if pool is None:
@@ -526,7 +583,10 @@ def add(
     if (o.kind != "lazy" or o.pool is not pool) and table is not None:
         prev = dedup_candidates(rb, envs)
     obs_part = as_part(o, pool, layout, k, prev)
-    next_part = as_part(n, pool, layout, k, obs_part)
+    if fin is None:
+        next_part = as_part(n, pool, layout, k, obs_part)
+    else:
+        next_part = with_final(pool, n, fin, layout, k, obs_part, E)
     if table is None:
         table = core_of(pool).SlotTable(pool, rb._capacity, 2 * k)
     idx = ring_slots(rb, E)
