@@ -12,8 +12,6 @@ import pathlib
 import shutil
 import subprocess
 
-import pytest
-
 CSRC = pathlib.Path(__file__).resolve().parent.parent / "csrc"
 SOURCES = [CSRC / "test_kernels.c", CSRC / "kernels.c", CSRC / "pool.c", CSRC / "codec.c"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
@@ -36,8 +34,9 @@ def _sanitizers_work(cc, tmp):
 def _blosc2():
     """The include directory and static library of C-Blosc2 in the ``blosc2`` package."""
     spec = importlib.util.find_spec("blosc2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("the blosc2 package (a build requirement) is not installed")
+    assert spec is not None and spec.submodule_search_locations, (
+        "the blosc2 package (a build requirement, in the test extra) is not installed"
+    )
     root = pathlib.Path(next(iter(spec.submodule_search_locations)))
     return root / "include", root / "lib" / "libblosc2.a"
 

@@ -415,7 +415,7 @@ def with_final(pool, n: Obs, fin: tuple, layout: str, k: int, obs_part, E: int):
     if rows.size == E:  # every row replaced: next_obs is not stored at all
         return final
     nxt = as_part(n, pool, layout, k, obs_part)
-    slots = np.array(np.reshape(nxt.slots, (-1, k)))
+    slots = np.reshape(nxt.slots, (-1, k))  # a fresh array: .slots is a copy
     slots[rows] = np.reshape(final.slots, (-1, k))
     return pool.lazy_batch(slots)
 
