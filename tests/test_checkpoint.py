@@ -149,7 +149,7 @@ def test_v2_round_trip_of_interleaved_streams(impl, tmp_path):
     assert contents(back) == contents(rb)
     with zipfile.ZipFile(tmp_path / "rb.npz") as zf:
         meta = json.loads(str(np.load(io.BytesIO(zf.read("meta.npy")))[()]))
-    assert meta["version"] == 2
+    assert meta["version"] == 3
 
 
 # -- crafted files ----------------------------------------------------------------------
@@ -231,7 +231,7 @@ def test_deflate_bomb_is_refused(valid, tmp_path):
         ({"capacity": "6"}, "capacity"),
         ({"pos": 10**9}, "pos"),
         ({"full": 1}, "full"),
-        ({"version": 3}, "version 3 is not supported"),
+        ({"version": 4}, "version 4 is not supported"),
         ({"format": "other"}, "wrong format tag"),
         ({"rng": {"name": "os", "state": {}}}, "bit generator"),
         ({"n_skip": 5}, "autoreset count"),

@@ -479,4 +479,21 @@ class ReplayBuffer:
         self._last[:] = -1
 
     def __reduce__(self):
-        raise TypeError("a ReplayBuffer cannot be pickled; use ReplayBuffer.save(path)")
+        """Pickle as the bytes of a checkpoint (:meth:`save`), restored as :meth:`load` does.
+
+        The copy holds the same transitions and RNG state, compresses with the same
+        options (its pickle holds the compressed frames) and owns its pool. Unpickling
+        checks the bytes as ``load`` checks a file.
+
+        Example:
+            >>> import pickle
+            >>> rb = ReplayBuffer(10, seed=0, compress=True)
+            >>> frames = np.arange(5 * 84 * 84, dtype=np.uint8).reshape(5, 84, 84)
+            >>> rb.add(frames[:4], 1, 0.5, frames[1:], False, False)
+            >>> copy = pickle.loads(pickle.dumps(rb))
+            >>> copy.memory()["compression"] == rb.memory()["compression"]
+            True
+            >>> bool((copy.sample(2).observations == rb.sample(2).observations).all())
+            True
+        """
+        return _checkpoint.from_bytes, (type(self), _checkpoint.to_bytes(self))
