@@ -639,4 +639,5 @@ def read_blobs(ar: Archive, table, index: np.ndarray) -> None:
             source = None
             holders.pop(c, None)
         # compress what the last chunk left hot: it happens at the end of a take
-        table.take(np.zeros(0, np.int64), pool.lazy_batch(slots[:1, None]), np.zeros((0, width), np.int64))
+        none = np.zeros((0, width), np.int64)
+        table.take(none[:, 0], pool.lazy_batch(slots[:1, None]), none)
