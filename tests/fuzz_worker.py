@@ -128,8 +128,11 @@ def state(world):
 
 
 def counts_agree(a, b):
-    """The states of two worlds agree: equal counts, but in a compressing pool the
-    compiled core's (``a``, listed first) may exceed the twin's."""
+    """The states of two worlds (compiled first) agree.
+
+    Counts are equal, except that in a compressing pool the compiled core's may exceed
+    the twin's.
+    """
     pairs = list(zip(a[0], b[0], strict=True)) + list(zip(a[1], b[1], strict=True))
     return all(x == y or (x[1] and y[1] and x[0] >= y[0]) for x, y in pairs)
 
@@ -519,8 +522,11 @@ def op_pickle(d):
 
 
 def op_store(d):
-    """Frames only a table holds: pushed, set as sliding windows into a table's rows, their
-    owners dropped, then an empty set (a compressing pool compresses them there)."""
+    """Frames only a table holds, which a compressing pool compresses.
+
+    Pushed, set as sliding windows into a table's rows, their owners dropped, then an
+    empty set (where the compressing happens).
+    """
     if not d.n["table"]:
         return op_table(d)
     t = d.r.randrange(d.n["table"])
