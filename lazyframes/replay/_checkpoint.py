@@ -3,25 +3,33 @@
 An archive (zip, stored uncompressed) of ``.npy`` entries, no pickled objects:
 
 - ``meta``: a JSON string (``format``, ``version``, the constructor arguments, the
-  geometry, the write position and the sampling RNG state);
-- ``frames``: ``(F, *frame_shape)``, every frame the stored transitions refer to, once;
+  geometry, the compression options, the write position and the sampling RNG state);
+- ``frames``: ``(F, *frame_shape)``, every frame the stored transitions refer to, once,
+  when the buffer does not compress; when it does (``meta["compression"]``), the same
+  frames as an ``encode_frames`` container of those options: ``frame_blobs`` (uint8, the
+  payload), ``frame_offsets`` (int64 ``(F + 1,)``), ``frame_kinds`` (uint8 ``(F,)``).
+  Frames are numbered in the order each stream's transitions first show them, so the
+  XOR deltas of the container are mostly against the previous frame in time;
 - ``obs_index``, ``next_index``: int32 ``(n, k)``, each transition's frames as indices
   into ``frames``;
 - ``actions``, ``rewards``, ``flags``: the first ``n`` entries of the buffer's arrays;
 - ``env_ids`` (version 2): int32 ``(n,)``, each transition's env stream. The links of
   each stream (its transitions in ring order) are rebuilt from them.
 
-Version 1 (one transition per env per row) has ``row`` in place of ``pos`` and no
-``env_ids``: position ``i`` holds env ``i % num_envs``. Both versions are read.
+Version 3 added the compression options and the container (a version-2 file holds raw
+frames and loads as a buffer that does not compress). Version 1 (one transition per env
+per row) has ``row`` in place of ``pos`` and no ``env_ids``: position ``i`` holds env
+``i % num_envs``. Every version is read.
 
 A checkpoint is untrusted input: before anything is allocated, every entry's declared
 size is checked against the bytes the file really holds (stored, not deflated, zip
 members inside the file; ``.npy`` headers whose shape and dtype are the expected ones
 and whose data is exactly the member's size), and the declared capacity is bounded by
 the file's size (:func:`check_capacity`), so ``load`` costs time and memory of a small
-multiple of the file. Frames are streamed in chunks both ways (:func:`write_frames`,
-:func:`read_frames`, the one place frame bytes are encoded and decoded), so neither
-needs a second copy of the buffer.
+multiple of the file. Frames are streamed in chunks both ways (:func:`write_frames` and
+:func:`read_frames`, :func:`write_blobs` and :func:`read_blobs`, the places frame bytes
+are encoded and decoded), so neither needs a second copy of the buffer; a compressed
+container also bounds the bytes it decodes to, in all and at once, by the file's size.
 """
 
 from __future__ import annotations
