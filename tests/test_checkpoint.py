@@ -400,7 +400,7 @@ def test_frames_held_at_once_are_bounded(packed, tmp_path, monkeypatch, impl_nam
     from lazyframes.replay import _checkpoint
 
     monkeypatch.setattr(_checkpoint, "_TABLE_FLOOR", 0)
-    monkeypatch.setattr(_checkpoint, "_CHUNK_BYTES", 2 * 7056)
+    monkeypatch.setattr(_checkpoint, "_DECODE_BYTES", 2 * 7056)
     pool = core(impl_name).FramePool((84, 84), np.uint8)
     rb = ReplayBuffer.load(golden("replay_v3_compressed.npz"), pool=pool)
     want = v3_compressed()

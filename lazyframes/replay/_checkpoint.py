@@ -57,6 +57,7 @@ _FORMAT = "lazyframes.ReplayBuffer"
 _VERSION = 3
 _CHUNK_BYTES = 64 << 20  # frames are written/read this many bytes at a time
 _PIECE = 256  # frames a compressed container is encoded this many at a time
+_DECODE_BYTES = 8 << 20  # and decoded (and spooled, copied) this many bytes at a time
 #: Tables (slot ids, actions, rewards, flags, links) a checkpoint may make ``load``
 #: allocate: this many bytes, or ``_TABLE_FACTOR`` times the file's size if larger.
 _TABLE_FLOOR = 1 << 30
@@ -200,7 +201,7 @@ def write_blobs(zf: zipfile.ZipFile, pool, frame_ids: np.ndarray, opts: dict) ->
     fb, group = pool.frame_bytes, opts["group"]
     step = max(1, min(_PIECE, _CHUNK_BYTES // fb) // group) * group
     offsets, kinds = [np.zeros(1, np.int64)], [np.zeros(0, np.uint8)]
-    with tempfile.SpooledTemporaryFile(max_size=_CHUNK_BYTES) as spool:
+    with tempfile.SpooledTemporaryFile(max_size=_DECODE_BYTES) as spool:
         for i in range(0, frame_ids.size, step):
             frames = pool.gather(frame_ids[i : i + step, None], layout="stack")
             payload, offs, kds = encode(frames[:, 0], **opts)
@@ -214,7 +215,7 @@ def write_blobs(zf: zipfile.ZipFile, pool, frame_ids: np.ndarray, opts: dict) ->
         with zf.open("frame_blobs.npy", "w", force_zip64=True) as f:
             header = {"descr": "|u1", "fortran_order": False, "shape": (size,)}
             np.lib.format.write_array_header_2_0(f, header)
-            shutil.copyfileobj(spool, f, _CHUNK_BYTES)
+            shutil.copyfileobj(spool, f, _DECODE_BYTES)
 
 
 def load(cls: type[ReplayBuffer], path, *, pool=None) -> ReplayBuffer:
@@ -600,7 +601,7 @@ def read_blobs(ar: Archive, table, index: np.ndarray) -> None:
         # rows by their newest frame, in chunks; the chunk that last needs each frame
         newest = index.max(axis=1)
         rows = np.argsort(newest, kind="stable")
-        per = max(1, _CHUNK_BYTES // fb)
+        per = max(1, _DECODE_BYTES // fb)
         chunk = np.empty(n, np.int64)
         chunk[rows] = np.arange(n) // per
         last = np.full(nf, -1, np.int64)
