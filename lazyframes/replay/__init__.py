@@ -430,12 +430,12 @@ class ReplayBuffer:
         """Write the buffer to ``path`` (an ``.npz`` archive), atomically.
 
         The archive holds every live frame once, the slot tables as indices into those
-        frames, the actions, rewards, flags, the compression options and the sampling RNG
-        state; no pickled objects. A compressing buffer's frames are stored compressed
-        with its options (XOR deltas, ``encode_frames``): the file is about as large as
-        the buffer's memory. It is written to a temporary file in the same directory and renamed
-        over ``path`` (``os.replace``), so a failed or interrupted save leaves an
-        existing checkpoint intact. Frames are streamed in chunks: saving needs no
+        frames, the actions, rewards, flags, the compression options and the sampling
+        RNG state; no pickled objects. A compressing buffer's frames are stored
+        compressed with its options (XOR deltas, ``encode_frames``): the file is about
+        as large as the buffer's memory. It is written to a temporary file in the same
+        directory and renamed over ``path`` (``os.replace``), so a failed or interrupted
+        save leaves an existing checkpoint intact. Frames are streamed in chunks: saving needs no
         second copy of the buffer in memory.
 
         Raises:

@@ -155,13 +155,11 @@ def write_archive(rb: ReplayBuffer, fh) -> None:
     with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, arr in arrays.items():
             write_entry(zf, name, arr)
-        if frame_ids is None:
-            pass
-        elif meta["compression"] is None:
+        if frame_ids is not None and meta["compression"] is not None:
+            write_blobs(zf, rb._pool, frame_ids, meta["compression"])
+        elif frame_ids is not None:
             with zf.open("frames.npy", "w", force_zip64=True) as f:
                 write_frames(f, rb._pool, frame_ids, rb._frame_shape, rb._dtype)
-        else:
-            write_blobs(zf, rb._pool, frame_ids, meta["compression"])
 
 
 def write_entry(zf: zipfile.ZipFile, name: str, arr: np.ndarray) -> None:
