@@ -1059,6 +1059,14 @@ def _blosc2_frame(blob: np.ndarray, fb: int, i: int) -> np.ndarray:
             "the pure-NumPy core reads compressed frames with the 'blosc2' package: "
             "pip install blosc2"
         ) from None
+    # the sizes its header declares, checked before blosc2 allocates what they say
+    head = blob[:16].tobytes()
+    if (
+        len(head) < 16
+        or int.from_bytes(head[4:8], "little") != fb
+        or int.from_bytes(head[12:16], "little") != blob.size
+    ):
+        raise ValueError(C.bad_blob(i))
     try:
         raw = blosc2.decompress(blob.tobytes())
     except Exception:  # blosc2 raises several types for a malformed chunk

@@ -255,7 +255,7 @@ class ReplayBuffer(_buffers.ReplayBuffer):
         fh = io.BytesIO()
         _checkpoint.write_archive(rb, fh)
         state["_rb"] = fh.getvalue()
-        # the archive holds raw frames: the compression options travel beside it
+        # the archive holds the options too (format 3); kept for pickles of lazyframes 0.2
         state["_compression"] = rb.memory()["compression"]
         return state
 

@@ -2,10 +2,12 @@
 
 ``tests/data/replay_v1_*.npz`` were written by lazyframes before format version 2 (by
 the recipes :func:`v1_wrapped` and :func:`v1_partial` below, and an empty
-``ReplayBuffer(4, seed=1)``); ``replay_v2_streams.npz`` by :func:`v2_streams`. Each must
-load to the buffer its recipe builds today. Crafted files (deflate bombs, huge declared
-sizes, wrong dtypes and shapes) must be refused with a ValueError, quickly and without
-allocating more than a small multiple of the file.
+``ReplayBuffer(4, seed=1)``); ``replay_v2_streams.npz`` by :func:`v2_streams`;
+``replay_v3_compressed.npz`` (frames as a compressed container) by the compiled core
+from :func:`v3_compressed`. Each must load to the buffer its recipe builds today.
+Crafted files (deflate bombs, decompression bombs, huge declared sizes, forged offsets
+and kinds, wrong dtypes and shapes) must be refused with a ValueError, quickly and
+without allocating more than a small multiple of the file.
 """
 
 import io
@@ -17,7 +19,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import IMPLS, ROOT, core
 
 from lazyframes.replay import ReplayBuffer
 
@@ -77,6 +79,19 @@ def v2_streams():
     return rb
 
 
+def v3_compressed():
+    """Two envs of recorded Pong frames, compressed in groups of 4, n_step 2, wrapped."""
+    with np.load(golden("pong.npz")) as d:
+        frames = d["frames"]
+    rb = ReplayBuffer(24, num_envs=2, n_step=2, gamma=0.5, seed=5, compress={"group": 4})
+    for t in range(15):
+        obs = np.stack([frames[80 * e + t : 80 * e + t + 4] for e in range(2)])
+        nxt = np.stack([frames[80 * e + t + 1 : 80 * e + t + 5] for e in range(2)])
+        rb.add(obs, [t % 6, 5 - t % 6], [t, -t], nxt, [t == 9, False], [False, t == 12])
+    rb.sample(4)
+    return rb
+
+
 def contents(rb):
     """Everything a checkpoint restores, as plain values."""
     n = len(rb)
@@ -107,6 +122,7 @@ def contents(rb):
         ("replay_v1_partial.npz", v1_partial),
         ("replay_v1_empty.npz", lambda: ReplayBuffer(4, seed=1)),
         ("replay_v2_streams.npz", v2_streams),
+        ("replay_v3_compressed.npz", v3_compressed),
     ],
 )
 def test_golden_files_load_to_what_their_recipe_builds(impl, name, recipe):
@@ -118,6 +134,7 @@ def test_golden_files_load_to_what_their_recipe_builds(impl, name, recipe):
         rb = ReplayBuffer.load(golden(name), pool=pool)
         assert rb.pool is pool
     assert contents(rb) == contents(want)
+    assert rb.memory()["compression"] == want.memory()["compression"]
     if len(rb):
         for x, y in zip(rb.sample(5), want.sample(5), strict=True):
             np.testing.assert_array_equal(x, y)
@@ -149,7 +166,7 @@ def test_v2_round_trip_of_interleaved_streams(impl, tmp_path):
     assert contents(back) == contents(rb)
     with zipfile.ZipFile(tmp_path / "rb.npz") as zf:
         meta = json.loads(str(np.load(io.BytesIO(zf.read("meta.npy")))[()]))
-    assert meta["version"] == 2
+    assert meta["version"] == 3
 
 
 # -- crafted files ----------------------------------------------------------------------
@@ -231,7 +248,7 @@ def test_deflate_bomb_is_refused(valid, tmp_path):
         ({"capacity": "6"}, "capacity"),
         ({"pos": 10**9}, "pos"),
         ({"full": 1}, "full"),
-        ({"version": 3}, "version 3 is not supported"),
+        ({"version": 4}, "version 4 is not supported"),
         ({"format": "other"}, "wrong format tag"),
         ({"rng": {"name": "os", "state": {}}}, "bit generator"),
         ({"n_skip": 5}, "autoreset count"),
@@ -278,3 +295,131 @@ def test_empty_legitimate_checkpoint_of_a_large_capacity_loads(tmp_path):
     """The capacity bound leaves room for real buffers: 1M Atari transitions, empty."""
     ReplayBuffer(1_000_000, seed=0).save(tmp_path / "big.npz")
     assert ReplayBuffer.load(tmp_path / "big.npz").capacity == 1_000_000
+
+
+# -- crafted compressed containers (format 3) -------------------------------------------
+
+
+@pytest.fixture
+def packed():
+    """The members of the v3 golden file: 32 frames of 7,056 B as a compressed container."""
+    return entries(golden("replay_v3_compressed.npz"))
+
+
+def member(members, name):
+    return np.load(io.BytesIO(members[name + ".npy"]))
+
+
+def with_blob_header(members, at, value):
+    """The first blob's 4-byte header field at byte ``at`` set to ``value``."""
+    blobs = member(members, "frame_blobs").copy()
+    blobs[at : at + 4] = np.frombuffer(np.uint32(value).tobytes(), np.uint8)
+    return {**members, "frame_blobs.npy": npy(blobs)}
+
+
+def test_golden_v3_holds_compressed_frames(packed):
+    kinds = member(packed, "frame_kinds")
+    assert kinds.tolist() == [0, 1, 1, 1] * 8  # a keyframe, then 3 XOR deltas, per group
+    assert member(packed, "frame_blobs").size < 32 * 7056 / 10
+    assert "frames.npy" not in packed
+
+
+@pytest.mark.parametrize(
+    "name,data,match",
+    [
+        ("frame_blobs.npy", npy_header((10**9,), np.uint8) + bytes(64), "size its header"),
+        ("frame_offsets.npy", npy_header((10**9,), np.int64) + bytes(64), "size its header"),
+        ("frame_offsets.npy", npy(np.arange(200, dtype=np.int64)), r"\(200,\) for 192 ref"),
+        ("frame_offsets.npy", npy(np.zeros((33, 1), np.int64)), "frame_offsets entry has shape"),
+        ("frame_offsets.npy", npy(np.arange(33, dtype=np.int64)), "do not span"),
+        ("frame_kinds.npy", npy(np.zeros(31, np.uint8)), r"shape \(31,\)"),
+        ("frame_kinds.npy", npy(np.full(32, 7, np.uint8)), "kinds KIND_KEY/DELTA/RAW"),
+        ("frame_kinds.npy", npy(np.ones(32, np.uint8)), "first blob is a delta"),
+        ("frame_kinds.npy", npy(np.full(32, 2, np.uint8)), "raw blob is not 7056 bytes"),
+        ("frame_kinds.npy", npy(np.zeros(32, np.float32)), "dtype float32"),
+        ("frames.npy", npy(np.zeros((32, 84, 84), np.uint8)), "frames are compressed"),
+        ("obs_index.npy", npy(np.full((24, 4), 32, np.int32)), "not in the file"),
+    ],
+)
+def test_bad_containers_are_refused(packed, tmp_path, name, data, match):
+    path = craft(tmp_path / "bad.npz", {**packed, name: data})
+    assert_refused_quickly(path, match)
+
+
+def test_forged_offsets_are_refused(packed, tmp_path):
+    offsets = member(packed, "frame_offsets")
+    swapped = offsets.copy()
+    swapped[[3, 4]] = swapped[[4, 3]]
+    path = craft(tmp_path / "a.npz", {**packed, "frame_offsets.npy": npy(swapped)})
+    assert_refused_quickly(path, "must increase")
+    moved = offsets.copy()
+    moved[5] += 3  # blobs 4 and 5 cut in the wrong place: neither decodes
+    path = craft(tmp_path / "b.npz", {**packed, "frame_offsets.npy": npy(moved)})
+    assert_refused_quickly(path, "does not decode")
+
+
+def test_truncated_payload_is_refused(packed, tmp_path):
+    blobs = member(packed, "frame_blobs")
+    offsets = member(packed, "frame_offsets")
+    members = {**packed, "frame_blobs.npy": npy(blobs[:-100])}
+    assert_refused_quickly(craft(tmp_path / "a.npz", members), "do not span")
+    cut = np.minimum(offsets, blobs.size - 100)
+    cut[-1] = blobs.size - 100  # the last blob loses its tail
+    members["frame_offsets.npy"] = npy(cut)
+    assert_refused_quickly(craft(tmp_path / "b.npz", members), "does not decode")
+
+
+def test_unreferenced_frames_are_refused(packed, tmp_path):
+    """A frame no transition refers to: 32 frames, 33 offsets, the index avoids frame 31."""
+    index = member(packed, "next_index").copy()
+    index[index == 31] = 30
+    path = craft(tmp_path / "a.npz", {**packed, "next_index.npy": npy(index)})
+    assert_refused_quickly(path, "in no transition")
+
+
+@pytest.mark.parametrize("at,value", [(4, 1 << 30), (4, 7055), (12, 1 << 30)])
+def test_blob_headers_declaring_other_sizes_are_refused(packed, tmp_path, at, value):
+    """A decompression bomb: a blob declaring 1 GiB (or another size) of frame or blob."""
+    path = craft(tmp_path / "bomb.npz", with_blob_header(packed, at, value))
+    assert_refused_quickly(path, "blob 0 of the container does not decode")
+
+
+def test_frames_declared_larger_than_the_file_allows_are_refused(packed, tmp_path):
+    """32 frames of 64 MiB from a 13 KB file: refused before any is decoded."""
+    members = with_meta(packed, frame_shape=[8192, 8192])
+    assert_refused_quickly(craft(tmp_path / "bomb.npz", members), "decompression bomb")
+
+
+@pytest.mark.parametrize("impl_name", IMPLS)
+def test_frames_held_at_once_are_bounded(packed, tmp_path, monkeypatch, impl_name):
+    """Rows load in chunks (here of 2); an index that pins every frame until the end is refused.
+
+    The bounds are lowered to 16x the file (13 KB: 28 frames): the golden file loads in
+    16 chunks, its pieces starting with deltas, and samples as before.
+    """
+    from lazyframes.replay import _checkpoint
+
+    monkeypatch.setattr(_checkpoint, "_TABLE_FLOOR", 0)
+    monkeypatch.setattr(_checkpoint, "_DECODE_BYTES", 2 * 7056)
+    pool = core(impl_name).FramePool((84, 84), np.uint8)
+    rb = ReplayBuffer.load(golden("replay_v3_compressed.npz"), pool=pool)
+    want = v3_compressed()
+    assert contents(rb) == contents(want)
+    for x, y in zip(rb.sample(8), want.sample(8), strict=True):
+        np.testing.assert_array_equal(x, y)
+    index = member(packed, "obs_index").copy()
+    index[:, 1] = 31  # (it is next_index[:, 0] too) every row needs the newest frame
+    path = craft(tmp_path / "pin.npz", {**packed, "obs_index.npy": npy(index)})
+    assert_refused_quickly(path, "would be held at once")
+
+
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        ({"compression": {"codec": "nope"}}, "codec"),
+        ({"compression": 5}, "bad meta 'compression'"),
+        ({"compression": None}, "the meta says the frames are not compressed"),
+    ],
+)
+def test_bad_compression_meta_is_refused(packed, tmp_path, changes, match):
+    assert_refused_quickly(craft(tmp_path / "bad.npz", with_meta(packed, **changes)), match)

@@ -64,6 +64,17 @@ def test_demo_help_explains_every_option():
     assert "ALE/Pong-v5" in r.stdout
 
 
+def test_demo_compress_flags():
+    """--compress / --no-compress set the option; without either, the demo's default."""
+    from lazyframes.__main__ import build_parser
+    from lazyframes.demo import DEFAULT_COMPRESS
+
+    parser = build_parser()
+    assert parser.parse_args(["demo"]).compress is DEFAULT_COMPRESS
+    assert parser.parse_args(["demo", "--compress"]).compress is True
+    assert parser.parse_args(["demo", "--compress", "--no-compress"]).compress is False
+
+
 def test_demo_rejects_bad_options_before_running():
     r = run("-m", "lazyframes", "demo", "--steps", "0", "--no-progress")
     assert r.returncode == 2
@@ -146,6 +157,10 @@ def test_demo_report_and_json(demo_run):
     assert rep["env"] == "ALE/Pong-v5" and rep["num_envs"] == 1 and rep["stack_size"] == 4
     assert rep["observation_shape"] == [4, 84, 84]
     assert rep["steps"] == 200 and rep["transitions"] == 200 and rep["buffer_len"] == 200
+    from lazyframes.demo import DEFAULT_COMPRESS
+
+    assert rep["compress"] is DEFAULT_COMPRESS
+    assert ("frames compressed in" in r.stdout) is DEFAULT_COMPRESS
     assert rep["env_steps_per_s"] > 0
     assert 0 < rep["stacking_share"] < 1
     t = rep["time"]
@@ -208,6 +223,9 @@ def test_demo_compress_reports_compressed_memory(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "lazyframes compressed (measured)" in r.stdout
     assert "lazyframes uncompressed (computed)" in r.stdout
+    text = " ".join(r.stdout.split())  # the line is wrapped
+    assert re.search(r"compressed \(codec lz4, level 9, group 16\): [\d,]+ frames compressed", text)
+    assert re.search(r"[\d,]+ held raw; frames [\d.]+x smaller than raw", text)
     rep = json.loads((tmp_path / "c.json").read_text())
     m = rep["memory"]
     assert rep["compress"] is True and m["compression"]["codec"] == "lz4"

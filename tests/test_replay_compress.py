@@ -303,3 +303,87 @@ def test_twin_agrees_with_compiled():
     twin, _ = build(_reference, True, "lazy", eps)
     assert twin.memory()["cold_frames"] == 0 < compiled.memory()["cold_frames"]
     assert_same_samples(compiled, twin)
+
+
+# -- checkpoints and pickles ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["arrays", "lazy", "batch"])
+def test_checkpoint_keeps_compression(impl, kind, tmp_path):
+    """save/load: the same options, the same samples (same seed); the file holds them compressed."""
+    eps = episodes(*recorded("breakout"))
+    rb, _ = build(impl, {"group": 8}, kind, eps)
+    plain, _ = build(impl, False, kind, eps)
+    rb.save(tmp_path / "rb.npz")
+    back, again = (
+        ReplayBuffer.load(tmp_path / "rb.npz", pool=impl.FramePool(SHAPE, np.uint8))
+        for _ in range(2)
+    )
+    assert back.memory()["compression"] == {**DEFAULT_COMPRESSION, "group": 8}
+    m = back.memory()
+    if impl_name(impl) == "compiled":  # every frame cold but the one a final take left
+        assert m["cold_frames"] >= m["unique_frames"] - 1 > 0
+    assert_same_samples(rb, back, draws=6)
+    assert_same_samples(plain, again, draws=6)
+    if kind != "batch":  # a loaded buffer goes on compressing what it is given
+        feed_arrays(again, eps[:1], 1)
+        feed_arrays(plain, eps[:1], 1)
+        assert_same_samples(plain, again, draws=4)
+
+
+def test_checkpoint_is_about_as_large_as_memory(tmp_path):
+    """A full buffer of recorded frames: the file within 1.2x of memory(), 10x below raw."""
+    for game in ("pong", "breakout"):
+        eps = episodes(*recorded(game)) * 6  # new frames each time: only stacks dedupe
+        rb = ReplayBuffer(900, n_step=3, seed=0, compress=True)
+        feed_arrays(rb, eps, 0)
+        assert rb.full
+        m = rb.memory()
+        rb.save(tmp_path / "rb.npz")
+        size = os.path.getsize(tmp_path / "rb.npz")
+        if type(rb.pool).__module__ == "lazyframes._core":  # the twin writes raw frames
+            assert size < 1.2 * (m["bytes_held"] + m["table_bytes"]), (game, size, m)
+            assert size < m["unique_frames"] * m["frame_bytes"] / 10
+        back = ReplayBuffer.load(tmp_path / "rb.npz")
+        assert back.memory()["bytes_held"] <= 1.2 * m["bytes_held"]
+        assert_same_samples(rb, back, draws=2)
+
+
+def test_pickle_keeps_compression(impl):
+    eps = episodes(*recorded("pong"))
+    rb, _ = build(impl, {"group": 4}, "lazy", eps)
+    plain, _ = build(impl, False, "lazy", eps)
+    data = pickle.dumps(rb)
+    back = pickle.loads(data)
+    assert type(back) is ReplayBuffer and back.pool is not rb.pool
+    assert back.memory()["compression"] == rb.memory()["compression"]
+    assert (back.n_step, back.gamma, back.capacity, len(back)) == (3, 0.9, 4096, len(rb))
+    if impl_name(impl) == "compiled":
+        assert len(data) < len(rb) * 1000  # compressed frames: 7,056 B each raw
+    assert_same_samples(rb, back, draws=4)
+    assert_same_samples(plain, pickle.loads(data), draws=4)
+    empty = pickle.loads(pickle.dumps(ReplayBuffer(8, compress=True)))
+    assert empty.memory()["compression"] == DEFAULT_COMPRESSION and len(empty) == 0
+
+
+def test_unpickling_checks_what_it_is_given():
+    from lazyframes.replay import _checkpoint
+
+    with pytest.raises(TypeError, match="restore a ReplayBuffer as"):
+        _checkpoint.from_bytes(dict, b"")
+    with pytest.raises(TypeError, match="from bytes"):
+        _checkpoint.from_bytes(ReplayBuffer, "x")
+    with pytest.raises(ValueError, match="not a ReplayBuffer checkpoint"):
+        _checkpoint.from_bytes(ReplayBuffer, b"PK\x03\x04 not a zip")
+
+
+def test_load_makes_a_given_pool_compress(impl, tmp_path):
+    eps = episodes(*recorded("pong"))
+    rb, _ = build(impl, True, "arrays", eps)
+    rb.save(tmp_path / "rb.npz")
+    pool = impl.FramePool(SHAPE, np.uint8)
+    assert ReplayBuffer.load(tmp_path / "rb.npz", pool=pool).pool is pool
+    assert pool.compression == DEFAULT_COMPRESSION
+    other = impl.FramePool(SHAPE, np.uint8, compress={"group": 2})
+    with pytest.raises(ValueError, match="already compresses"):
+        ReplayBuffer.load(tmp_path / "rb.npz", pool=other)

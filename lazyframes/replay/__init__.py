@@ -430,10 +430,12 @@ class ReplayBuffer:
         """Write the buffer to ``path`` (an ``.npz`` archive), atomically.
 
         The archive holds every live frame once, the slot tables as indices into those
-        frames, the actions, rewards, flags and the sampling RNG state; no pickled
-        objects. It is written to a temporary file in the same directory and renamed
-        over ``path`` (``os.replace``), so a failed or interrupted save leaves an
-        existing checkpoint intact. Frames are streamed in chunks: saving needs no
+        frames, the actions, rewards, flags, the compression options and the sampling
+        RNG state; no pickled objects. A compressing buffer's frames are stored
+        compressed with its options (XOR deltas, ``encode_frames``): the file is about
+        as large as the buffer's memory. It is written to a temporary file in the same
+        directory and renamed over ``path`` (``os.replace``), so a failed or interrupted
+        save leaves an existing checkpoint intact. Frames are streamed in chunks: saving needs no
         second copy of the buffer in memory.
 
         Raises:
@@ -445,7 +447,9 @@ class ReplayBuffer:
     def load(cls, path, *, pool=None) -> ReplayBuffer:
         """Restore a buffer written by :meth:`save`: same transitions, same RNG state.
 
-        The same ``sample`` calls give the same samples as the saved buffer would have.
+        The same ``sample`` calls give the same samples as the saved buffer would have,
+        and the buffer compresses with the same options (its pool, or ``pool``, is made
+        to compress as the constructor's ``compress`` does).
 
         Args:
             path: the ``.npz`` file.
@@ -457,14 +461,18 @@ class ReplayBuffer:
         The file is untrusted input: every declared size is checked against the bytes
         it really holds before anything is allocated, and the tables of the declared
         capacity may cost at most ``max(1 GiB, 16 x the file's size)``, so a load costs
-        time and memory of a small multiple of the file. Files of format versions 1
-        and 2 are read.
+        time and memory of a small multiple of the file; compressed frames are decoded
+        in chunks, which a compressing pool compresses again as the load goes, and may
+        decode to at most ``max(1 GiB, 1024 x the file's size)``, of which at most
+        ``max(1 GiB, 16 x the file's size)`` is held uncompressed at once. Files of
+        format versions 1, 2 and 3 are read.
 
         Raises:
             TypeError: ``pool`` is not a FramePool.
             ValueError: a missing, truncated, corrupt, crafted or foreign file, one whose
                 contents are inconsistent or whose declared sizes exceed its content
-                (the message says which), or a ``pool`` of another frame shape or dtype.
+                (the message says which), a ``pool`` of another frame shape or dtype, or
+                one that compresses with other options than the file's.
         """
         return _checkpoint.load(cls, path, pool=pool)
 
@@ -479,4 +487,21 @@ class ReplayBuffer:
         self._last[:] = -1
 
     def __reduce__(self):
-        raise TypeError("a ReplayBuffer cannot be pickled; use ReplayBuffer.save(path)")
+        """Pickle as the bytes of a checkpoint (:meth:`save`), restored as :meth:`load` does.
+
+        The copy holds the same transitions and RNG state, compresses with the same
+        options (its pickle holds the compressed frames) and owns its pool. Unpickling
+        checks the bytes as ``load`` checks a file.
+
+        Example:
+            >>> import pickle
+            >>> rb = ReplayBuffer(10, seed=0, compress=True)
+            >>> frames = np.arange(5 * 84 * 84, dtype=np.uint8).reshape(5, 84, 84)
+            >>> rb.add(frames[:4], 1, 0.5, frames[1:], False, False)
+            >>> copy = pickle.loads(pickle.dumps(rb))
+            >>> copy.memory()["compression"] == rb.memory()["compression"]
+            True
+            >>> bool((copy.sample(2).observations == rb.sample(2).observations).all())
+            True
+        """
+        return _checkpoint.from_bytes, (type(self), _checkpoint.to_bytes(self))

@@ -3,33 +3,43 @@
 An archive (zip, stored uncompressed) of ``.npy`` entries, no pickled objects:
 
 - ``meta``: a JSON string (``format``, ``version``, the constructor arguments, the
-  geometry, the write position and the sampling RNG state);
-- ``frames``: ``(F, *frame_shape)``, every frame the stored transitions refer to, once;
+  geometry, the compression options, the write position and the sampling RNG state);
+- ``frames``: ``(F, *frame_shape)``, every frame the stored transitions refer to, once,
+  when the buffer does not compress; when it does (``meta["compression"]``), the same
+  frames as an ``encode_frames`` container of those options: ``frame_blobs`` (uint8, the
+  payload), ``frame_offsets`` (int64 ``(F + 1,)``), ``frame_kinds`` (uint8 ``(F,)``).
+  Frames are numbered in the order each stream's transitions first show them, so the
+  XOR deltas of the container are mostly against the previous frame in time;
 - ``obs_index``, ``next_index``: int32 ``(n, k)``, each transition's frames as indices
   into ``frames``;
 - ``actions``, ``rewards``, ``flags``: the first ``n`` entries of the buffer's arrays;
 - ``env_ids`` (version 2): int32 ``(n,)``, each transition's env stream. The links of
   each stream (its transitions in ring order) are rebuilt from them.
 
-Version 1 (one transition per env per row) has ``row`` in place of ``pos`` and no
-``env_ids``: position ``i`` holds env ``i % num_envs``. Both versions are read.
+Version 3 added the compression options and the container (a version-2 file holds raw
+frames and loads as a buffer that does not compress). Version 1 (one transition per env
+per row) has ``row`` in place of ``pos`` and no ``env_ids``: position ``i`` holds env
+``i % num_envs``. Every version is read.
 
 A checkpoint is untrusted input: before anything is allocated, every entry's declared
 size is checked against the bytes the file really holds (stored, not deflated, zip
 members inside the file; ``.npy`` headers whose shape and dtype are the expected ones
 and whose data is exactly the member's size), and the declared capacity is bounded by
 the file's size (:func:`check_capacity`), so ``load`` costs time and memory of a small
-multiple of the file. Frames are streamed in chunks both ways (:func:`write_frames`,
-:func:`read_frames`, the one place frame bytes are encoded and decoded), so neither
-needs a second copy of the buffer.
+multiple of the file. Frames are streamed in chunks both ways (:func:`write_frames` and
+:func:`read_frames`, :func:`write_blobs` and :func:`read_blobs`, the places frame bytes
+are encoded and decoded), so neither needs a second copy of the buffer; a compressed
+container also bounds the bytes it decodes to, in all and at once, by the file's size.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
+import shutil
 import tempfile
 import zipfile
 from typing import TYPE_CHECKING
@@ -43,9 +53,11 @@ if TYPE_CHECKING:
     from . import ReplayBuffer
 
 _FORMAT = "lazyframes.ReplayBuffer"
-#: Version of the file format written by :func:`save`; :func:`read` also reads version 1.
-_VERSION = 2
+#: Version of the file format written by :func:`save`; :func:`read` also reads 1 and 2.
+_VERSION = 3
 _CHUNK_BYTES = 64 << 20  # frames are written/read this many bytes at a time
+_PIECE = 256  # frames a compressed container is encoded this many at a time
+_DECODE_BYTES = 8 << 20  # and decoded (and spooled, copied) this many bytes at a time
 #: Tables (slot ids, actions, rewards, flags, links) a checkpoint may make ``load``
 #: allocate: this many bytes, or ``_TABLE_FACTOR`` times the file's size if larger.
 _TABLE_FLOOR = 1 << 30
@@ -55,6 +67,13 @@ _ENTRIES = {
     1: {"meta", "frames", "obs_index", "next_index", "actions", "rewards", "flags"},
     2: {"meta", "frames", "obs_index", "next_index", "actions", "rewards", "flags", "env_ids"},
 }
+#: Version 3: the frames of a compressing buffer as a compressed container, else as in 2.
+_BLOBS = {"frame_blobs", "frame_offsets", "frame_kinds"}
+_ENTRIES[3] = _ENTRIES[2] | _BLOBS
+#: Frames a compressed container may make ``load`` decode: ``_TABLE_FLOOR`` bytes, or
+#: this many times the file's size if larger (Atari frames compress ~15-50x), and
+#: hold uncompressed at once: ``max(_TABLE_FLOOR, _TABLE_FACTOR * file_size)`` bytes.
+_INFLATE_FACTOR = 1024
 
 
 def header(rb: ReplayBuffer) -> dict:
@@ -75,6 +94,7 @@ def header(rb: ReplayBuffer) -> dict:
         "stack_size": rb._k,
         "frame_shape": None if rb._frame_shape is None else list(rb._frame_shape),
         "frame_dtype": None if rb._dtype is None else rb._dtype.str,
+        "compression": rb._compress if rb._pool is None else rb._pool.compression,
         "pos": rb._pos,
         "full": rb._full,
         "n_skip": rb._n_skip,
@@ -99,29 +119,53 @@ def save(rb: ReplayBuffer, path) -> None:
         raise
 
 
+def stream_order(rb: ReplayBuffer) -> np.ndarray:
+    """The positions of the stored transitions, stream by stream, each oldest first."""
+    n = len(rb)
+    order = np.roll(np.arange(n), -rb._pos) if rb._full else np.arange(n)  # oldest first
+    return order[np.argsort(rb._env[order], kind="stable")]
+
+
 def write_archive(rb: ReplayBuffer, fh) -> None:
-    """Write the archive's entries to the open file ``fh``."""
+    """Write the archive's entries to the open file ``fh``.
+
+    Frames are numbered in the order the transitions of each stream first show them
+    (each stream's frames in time order), so a frame's neighbour in the file is
+    usually its previous frame: what the XOR deltas of a compressed container need.
+    """
     n = len(rb)
     arrays = {}
     frame_ids = None
     if rb._table is not None:
         ids = rb._table.ids(np.arange(n))
-        frame_ids, inv = np.unique(ids, return_inverse=True)
-        inv = inv.reshape(ids.shape).astype(np.int32)
-        arrays["obs_index"] = inv[:, : rb._k]
-        arrays["next_index"] = inv[:, rb._k :]
+        uniq, first = np.unique(ids[stream_order(rb)], return_index=True)
+        by_time = np.argsort(first, kind="stable")
+        frame_ids = uniq[by_time]
+        number = np.empty(uniq.size, np.int32)
+        number[by_time] = np.arange(uniq.size, dtype=np.int32)
+        index = number[np.searchsorted(uniq, ids)]
+        arrays["obs_index"] = index[:, : rb._k]
+        arrays["next_index"] = index[:, rb._k :]
     arrays["actions"] = rb._actions[:n]
     arrays["rewards"] = rb._rewards[:n]
     arrays["flags"] = rb._flags[:n]
     arrays["env_ids"] = rb._env[:n]
-    arrays["meta"] = np.array(json.dumps(header(rb)))
+    meta = header(rb)
+    arrays["meta"] = np.array(json.dumps(meta))
     with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, arr in arrays.items():
-            with zf.open(name + ".npy", "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, np.require(arr, requirements="C"), allow_pickle=False)
-        if frame_ids is not None:
+            write_entry(zf, name, arr)
+        if frame_ids is not None and meta["compression"] is not None:
+            write_blobs(zf, rb._pool, frame_ids, meta["compression"])
+        elif frame_ids is not None:
             with zf.open("frames.npy", "w", force_zip64=True) as f:
                 write_frames(f, rb._pool, frame_ids, rb._frame_shape, rb._dtype)
+
+
+def write_entry(zf: zipfile.ZipFile, name: str, arr: np.ndarray) -> None:
+    """Write ``arr`` as the entry ``name`` (``name.npy``) of the open archive."""
+    with zf.open(name + ".npy", "w", force_zip64=True) as f:
+        np.lib.format.write_array(f, np.require(arr, requirements="C"), allow_pickle=False)
 
 
 def write_frames(f, pool, frame_ids: np.ndarray, frame_shape: tuple, dtype: np.dtype) -> None:
@@ -141,6 +185,37 @@ def write_frames(f, pool, frame_ids: np.ndarray, frame_shape: tuple, dtype: np.d
         f.write(pool.gather(frame_ids[i : i + step, None], layout="stack").data)
 
 
+def write_blobs(zf: zipfile.ZipFile, pool, frame_ids: np.ndarray, opts: dict) -> None:
+    """The frames ``frame_ids`` of ``pool`` as a compressed container: three entries.
+
+    ``frame_blobs`` (uint8, the payload), ``frame_offsets`` (int64 ``(F + 1,)``) and
+    ``frame_kinds`` (uint8 ``(F,)``), as ``encode_frames(frames, **opts)`` returns them
+    for all ``F`` frames: each piece of ``_PIECE`` frames (a multiple of the group) is
+    gathered, encoded and spooled, so no second copy of the buffer is made (and the
+    gather's scratch stays small: the pool keeps it as its spare).
+    :func:`read_blobs` decodes it.
+    """
+    encode = core_of(pool).encode_frames
+    fb, group = pool.frame_bytes, opts["group"]
+    step = max(1, min(_PIECE, _CHUNK_BYTES // fb) // group) * group
+    offsets, kinds = [np.zeros(1, np.int64)], [np.zeros(0, np.uint8)]
+    with tempfile.SpooledTemporaryFile(max_size=_DECODE_BYTES) as spool:
+        for i in range(0, frame_ids.size, step):
+            frames = pool.gather(frame_ids[i : i + step, None], layout="stack")
+            payload, offs, kds = encode(frames[:, 0], **opts)
+            offsets.append(offs[1:] + offsets[-1][-1])
+            kinds.append(kds)
+            spool.write(payload)
+        write_entry(zf, "frame_offsets", np.concatenate(offsets))
+        write_entry(zf, "frame_kinds", np.concatenate(kinds))
+        size = int(offsets[-1][-1])
+        spool.seek(0)
+        with zf.open("frame_blobs.npy", "w", force_zip64=True) as f:
+            header = {"descr": "|u1", "fortran_order": False, "shape": (size,)}
+            np.lib.format.write_array_header_2_0(f, header)
+            shutil.copyfileobj(spool, f, _DECODE_BYTES)
+
+
 def load(cls: type[ReplayBuffer], path, *, pool=None) -> ReplayBuffer:
     """ReplayBuffer.load: open ``path`` and read it; every failure is a ValueError."""
     check_pool(pool)
@@ -150,21 +225,49 @@ def load(cls: type[ReplayBuffer], path, *, pool=None) -> ReplayBuffer:
         raise
     except OSError as e:
         raise ValueError(f"{path}: not a ReplayBuffer checkpoint ({type(e).__name__}: {e})") from e
+    with fh:
+        return read_file(cls, fh, os.fstat(fh.fileno()).st_size, pool, f"{path}: ")
+
+
+def read_file(cls: type[ReplayBuffer], fh, size: int, pool, where: str = "") -> ReplayBuffer:
+    """A buffer from the open checkpoint ``fh`` of ``size`` bytes; every failure a ValueError.
+
+    ``where`` prefixes the messages (the path).
+    """
     try:
-        with fh:
-            size = os.fstat(fh.fileno()).st_size
-            try:
-                zf = zipfile.ZipFile(fh)
-            except Exception as e:
-                raise ValueError(f"not a ReplayBuffer checkpoint ({type(e).__name__}: {e})") from e
-            with zf:
-                return read(cls, Archive(zf, size), pool)
+        try:
+            zf = zipfile.ZipFile(fh)
+        except Exception as e:
+            raise ValueError(f"not a ReplayBuffer checkpoint ({type(e).__name__}: {e})") from e
+        with zf:
+            return read(cls, Archive(zf, size), pool)
     except ValueError as e:
-        raise ValueError(f"{path}: {e}") from e
+        raise ValueError(f"{where}{e}") from e
     except Exception as e:
-        raise ValueError(
-            f"{path}: corrupt ReplayBuffer checkpoint ({type(e).__name__}: {e})"
-        ) from e
+        raise ValueError(f"{where}corrupt ReplayBuffer checkpoint ({type(e).__name__}: {e})") from e
+
+
+def to_bytes(rb: ReplayBuffer) -> bytes:
+    """The checkpoint of ``rb`` as bytes (what :func:`save` writes): its pickle."""
+    fh = io.BytesIO()
+    write_archive(rb, fh)
+    return fh.getvalue()
+
+
+def from_bytes(cls: type[ReplayBuffer], data) -> ReplayBuffer:
+    """A buffer from the bytes of a checkpoint, checked as :func:`load` checks a file.
+
+    Raises:
+        TypeError: ``cls`` is not a ReplayBuffer class, ``data`` not bytes.
+        ValueError: as :func:`load`.
+    """
+    from . import ReplayBuffer
+
+    if not (isinstance(cls, type) and issubclass(cls, ReplayBuffer)):
+        raise TypeError(f"cannot restore a ReplayBuffer as {cls!r}")
+    if not isinstance(data, bytes):
+        raise TypeError(f"a ReplayBuffer restores from bytes, got {type(data).__name__}")
+    return read_file(cls, io.BytesIO(data), len(data), None)
 
 
 class Archive:
@@ -323,6 +426,16 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
     if not ar.names() <= _ENTRIES[version]:
         raise ValueError(f"unexpected entries {sorted(ar.names() - _ENTRIES[version])}")
     check_capacity(meta, ar.size)
+    try:
+        compression = C.compression(meta.get("compression"))
+    except TypeError as e:
+        raise ValueError(f"bad meta 'compression': {e}") from None
+    other = ar.names() & (_BLOBS if compression is None else {"frames"})
+    if other:
+        raise ValueError(
+            f"unexpected entries {sorted(other)}: the meta says the frames are "
+            f"{'not ' if compression is None else ''}compressed"
+        )
     rb = cls(
         meta["capacity"],
         num_envs=meta["num_envs"],
@@ -333,6 +446,7 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
         layout=meta["layout_opt"],
         stack_size=meta["stack_size_opt"],
         pool=pool,
+        compress=compression,
     )
     if rb._capacity != meta["capacity"]:
         raise ValueError("inconsistent capacity")
@@ -374,16 +488,19 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
             axis=1,
         )
         if pool is None:
-            pool = own_pool(fs, dt, rb._capacity)
+            pool = own_pool(fs, dt, rb._capacity, compression)
         else:
             check_pool_geometry(pool, fs, dt)
-        frames = read_frames(ar, pool, index.size)
-        nf = 0 if frames is None else len(frames)
-        if index.size and (index.min() < 0 or index.max() >= nf):
-            raise ValueError("slot table refers to a frame that is not in the file")
         table = core_of(pool).SlotTable(pool, rb._capacity, 2 * k)
-        if n:
-            table.take(np.arange(n), frames, index.astype(np.int64))
+        if compression is None:
+            frames = read_frames(ar, pool, index.size)
+            nf = 0 if frames is None else len(frames)
+            if index.size and (index.min() < 0 or index.max() >= nf):
+                raise ValueError("slot table refers to a frame that is not in the file")
+            if n:
+                table.take(np.arange(n), frames, index.astype(np.int64))
+        else:
+            read_blobs(ar, table, index)
         rb._layout, rb._k, rb._frame_shape, rb._dtype = layout, k, fs, dt
         rb._obs_shape = C.observation_shape(fs, k, layout)
         rb._pool, rb._table = pool, table
@@ -443,3 +560,91 @@ def read_frames(ar: Archive, pool, references: int):
         return parts[0] if parts else None
     # one source for SlotTable.take; the parts hold the frames until it has them
     return pool.lazy_batch(np.concatenate([p.slots for p in parts]))
+
+
+def read_blobs(ar: Archive, table, index: np.ndarray) -> None:
+    """Decode the compressed container into ``table``'s pool, and fill the table.
+
+    ``index`` ``(n, 2k)`` numbers each transition's frames in the container. The rows
+    are filled in chunks, in the order of the newest frame they need, the frames
+    decoded as they are first needed and dropped once every row that refers to them
+    is filled: a compressing pool compresses them while loading, so the frames held
+    uncompressed at once are about one chunk's. Before any frame is decoded:
+    ``F`` is checked against the references, every frame must be referred to, and the
+    bytes decoded in all and held at once against the file's size.
+    """
+    pool = table.pool
+    fs, dt = tuple(pool.frame_shape), np.dtype(pool.dtype)
+    fb = math.prod(fs) * dt.itemsize
+    n, width = index.shape
+    f, shape, _ = ar.open("frame_offsets", None, np.int64)
+    with f:
+        if len(shape) != 1 or not 1 <= shape[0] <= index.size + 1:
+            raise ValueError(f"frame_offsets entry has shape {shape} for {index.size} references")
+        offsets = np.frombuffer(f.read(shape[0] * 8), np.int64)
+    nf = offsets.size - 1
+    kinds = ar.array("frame_kinds", (nf,), np.uint8)
+    blobs, shape, _ = ar.open("frame_blobs", None, np.uint8)
+    with blobs:
+        if len(shape) != 1 or offsets[0] != 0 or offsets[-1] != shape[0]:
+            raise ValueError("frame_offsets do not span the frame_blobs entry")
+        if (np.diff(offsets) <= 0).any():
+            raise ValueError("frame_offsets must increase")
+        if index.size and (index.min() < 0 or index.max() >= nf):
+            raise ValueError("slot table refers to a frame that is not in the file")
+        if nf * fb > max(_TABLE_FLOOR, _INFLATE_FACTOR * ar.size):
+            raise ValueError(f"{nf} frames of {fb} bytes: a decompression bomb")
+        if n == 0:
+            return
+        # rows by their newest frame, in chunks; the chunk that last needs each frame
+        newest = index.max(axis=1)
+        rows = np.argsort(newest, kind="stable")
+        per = max(1, _DECODE_BYTES // fb)
+        chunk = np.empty(n, np.int64)
+        chunk[rows] = np.arange(n) // per
+        last = np.full(nf, -1, np.int64)
+        np.maximum.at(last, index.ravel(), np.repeat(chunk, width))
+        if (last < 0).any():
+            raise ValueError("a frame of the file is in no transition")
+        ends = np.minimum(np.arange(1, -(-n // per) + 1) * per, n) - 1
+        need = newest[rows[ends]].astype(np.int64) + 1  # frames decoded by each chunk
+        first = np.searchsorted(need, np.arange(nf), side="right")  # chunk decoding f
+        live = np.cumsum(
+            np.bincount(first, minlength=need.size + 1)
+            - np.bincount(last + 1, minlength=need.size + 1)
+        )
+        if live.max() * fb > max(_TABLE_FLOOR, _TABLE_FACTOR * ar.size):
+            raise ValueError(f"{live.max()} frames of {fb} bytes would be held at once")
+        decode = core_of(pool).decode_frames
+        slots = np.full(nf, -1, np.int64)
+        holders: dict = {}  # chunk -> LazyBatches holding the frames it is the last to need
+        prev = None  # the last frame decoded, for a delta that starts a piece
+        done = 0
+        for c in range(need.size):
+            while done < need[c]:  # decode frames [done, stop) in pieces of <= per frames
+                stop = min(int(need[c]), done + per)
+                lo, hi = int(offsets[done]), int(offsets[stop])
+                payload = blobs.read(hi - lo)
+                if len(payload) != hi - lo:
+                    raise ValueError("frame_blobs entry is truncated")
+                offs, kds = offsets[done : stop + 1] - lo, kinds[done:stop]
+                if kds[0] == C.KIND_DELTA and prev is not None:  # the previous frame, raw
+                    payload, offs = prev.tobytes() + payload, np.append(0, offs + fb)
+                    kds = np.append(np.uint8(C.KIND_RAW), kds)
+                frames = decode(payload, offs, kds, fs, dt)[-(stop - done) :]
+                part = pool.push_batch(frames, k=1)
+                slots[done:stop] = part.slots[:, 0]
+                for h in np.unique(last[done:stop]).tolist():
+                    mine = slots[done:stop][last[done:stop] == h]
+                    holders.setdefault(h, []).append(pool.lazy_batch(mine[:, None]))
+                prev, part = frames[-1], None
+                done = stop
+            mine = rows[c * per : (c + 1) * per]
+            used, at = np.unique(index[mine], return_inverse=True)
+            source = pool.lazy_batch(slots[used][:, None])
+            table.take(mine, source, at.reshape(mine.size, width))
+            source = None
+            holders.pop(c, None)
+        # compress what the last chunk left hot: it happens at the end of a take
+        none = np.zeros((0, width), np.int64)
+        table.take(none[:, 0], pool.lazy_batch(slots[:1, None]), none)
