@@ -265,7 +265,7 @@ class Sender:
             self._geom, self._pool = geom, pool
             self._last = np.full((self._num_envs, k), -1, np.int64)
         self._held.extend(held)
-        self._register(obs_ids, stored, envs)
+        self._register(envs, obs_ids, stored, next_ids)
         self._rows.append(
             (obs_ids, stored, envs, np.reshape(actions, (E, *self._action_shape)), rewards, flags)
         )
@@ -367,12 +367,14 @@ class Sender:
         self._carry, self._carry_owner = [], None
         self._index, self._new, self._new_env = {}, [], []
         for r in self._rows:
-            self._register(r[0], r[1], r[2])
+            self._register(r[2], r[0], r[1])
+        have = np.flatnonzero(self._last[:, 0] >= 0)
+        self._register(have, self._last[have])  # the frames the receiver will keep
 
-    def _register(self, obs_ids: np.ndarray, next_ids: np.ndarray, envs: np.ndarray) -> None:
+    def _register(self, envs: np.ndarray, *id_arrays: np.ndarray) -> None:
         """Give each slot of the ids (E, k) not yet in the message the next new index."""
         index, new, new_env, c = self._index, self._new, self._new_env, len(self._carry)
-        for ids in (obs_ids, next_ids):
+        for ids in id_arrays:
             for e, row in zip(envs.tolist(), ids.tolist(), strict=True):
                 for s in row:
                     if s not in index:
@@ -467,7 +469,6 @@ class Receiver:
         c = st.carried
         sizes = _uints(msg["sizes"], "sizes", None)
         m = sizes.shape[0]
-        kinds = _uints(msg["kinds"], "kinds", (m,))
         if m > self._max_frames:
             raise ValueError(f"the message carries {m} new frames, more than max_frames")
         if m > 2 * k * T + k * st.num_envs:
@@ -475,6 +476,7 @@ class Receiver:
                 f"the message carries {m} new frames for {T} transitions of {k} frames "
                 f"(at most {2 * k * T + k * st.num_envs})"
             )
+        kinds = _uints(msg["kinds"], "kinds", (m,))
         obs = _uints(msg["obs"], "obs", (T, k), c + m)
         nxt = _uints(msg["next_obs"], "next_obs", (T, k), c + m)
         env = _uints(msg["env"], "env", (T,), st.num_envs)
@@ -499,7 +501,8 @@ class Receiver:
             pool = _ingest.own_pool(fs, dt, rb.capacity, rb._compress)
         frames = _ingest.core_of(pool).decode_frames(msg["payload"], offsets, kinds, fs, dt)
         # every check passed: push the frames, add the transitions, keep the retained
-        new = pool.push_batch(frames, k=1).slots.ravel() if m else np.empty(0, np.int64)
+        pushed = pool.push_batch(frames, k=1) if m else None  # holds the new frames
+        new = np.empty(0, np.int64) if pushed is None else pushed.slots.ravel()
         table = new if st.carry is None else np.concatenate([st.carry.slots.ravel(), new])
         env_ids = env.astype(np.int64) + st.offset
         term = (flags & TERM).astype(np.bool_)
