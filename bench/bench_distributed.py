@@ -107,8 +107,10 @@ class Actor:
                 else:
                     cols = list(zip(*naive, strict=True))
                     keys = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
-                    send({k: np.concatenate(c) for k, c in zip(keys, cols, strict=True)},
-                         replay.add_naive)
+                    send(
+                        {k: np.concatenate(c) for k, c in zip(keys, cols, strict=True)},
+                        replay.add_naive,
+                    )
                     naive = []
         ray.get(in_flight)
         return sent
@@ -171,7 +173,10 @@ def run(steps: int, envs: int, record: int, episode: int, flush: int, seed: int)
             streams = [ray.get(replay.open.remote(envs)) for _ in range(n)]
             t0 = time.perf_counter()
             sent = ray.get(
-                [a.run.remote(mode, replay, s, steps) for a, s in zip(actors, streams, strict=False)]
+                [
+                    a.run.remote(mode, replay, s, steps)
+                    for a, s in zip(actors, streams, strict=False)
+                ]
             )
             wall = time.perf_counter() - t0
             st = ray.get(replay.stats.remote())

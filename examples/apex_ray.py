@@ -75,8 +75,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--address",
         default=None,
-        help="Ray cluster to join (ray.init(address=...)); default: $RAY_ADDRESS, else a "
-        "local Ray",
+        help="Ray cluster to join (ray.init(address=...)); default: $RAY_ADDRESS, else a local Ray",
     )
     p.add_argument("--actor-cpus", type=float, default=1.0, help="CPUs reserved per actor")
     p.add_argument("--replay-cpus", type=float, default=1.0, help="CPUs of the replay actor")

@@ -400,7 +400,7 @@ class _Stream:
 
 
 class Receiver:
-    """The replay side: checks messages of :class:`Sender`\\ s and adds them to a ReplayBuffer.
+    """The replay side: checks messages of senders and adds them to a ReplayBuffer.
 
     Each sender is a *stream*, opened with :meth:`open`, which gives it its own
     ``num_envs`` env streams of the buffer (``env_ids`` ``offset .. offset + num_envs``):
@@ -534,7 +534,9 @@ class Receiver:
                 f"version {msg.get('version')!r}"
             )
         if set(msg) != KEYS:
-            raise ValueError(f"the message's keys differ from the format's: {sorted(set(msg) ^ KEYS)}")
+            raise ValueError(
+                f"the message's keys differ from the format's: {sorted(set(msg) ^ KEYS)}"
+            )
         sid = _count(msg["stream"], "stream")
         if sid >= len(self._streams):
             raise ValueError(f"unknown stream {sid}: open it with Receiver.open first")
@@ -562,7 +564,9 @@ class Receiver:
         if rb._k is not None and k != rb._k:
             raise ValueError(f"the message has {k} frames per observation, the buffer {rb._k}")
         if rb._k_opt is not None and k != rb._k_opt:
-            raise ValueError(f"the message has {k} frames per observation, stack_size is {rb._k_opt}")
+            raise ValueError(
+                f"the message has {k} frames per observation, stack_size is {rb._k_opt}"
+            )
         if rb._table is None:
             C.check_layout(rb._layout_opt or layout, fs)
         return st, fs, dt, k, layout
@@ -598,12 +602,15 @@ def _uints(x, name: str, shape: tuple | None, bound: int | None = None) -> np.nd
 
 
 def _what(x) -> str:
+    """What ``x`` is, for an error message: its dtype or its type."""
     return f"dtype {x.dtype}" if isinstance(x, np.ndarray) else type(x).__name__
 
 
 def _rounds(env: np.ndarray) -> list:
     """``[(a, b), ...]``: consecutive runs of transitions with distinct envs, one add each."""
-    out, seen, a = [], set(), 0
+    out: list = []
+    seen: set = set()
+    a = 0
     for i, e in enumerate(env.tolist()):
         if e in seen:
             out.append((a, i))

@@ -93,7 +93,12 @@ def test_sender_receiver_equal_local_adds(impl, compress, same_step):
     run = vector_run(impl, 60, num_envs, 1, same_step=same_step)
     local = ReplayBuffer(120, num_envs=num_envs, n_step=n_step, seed=5, compress=compress)
     remote = ReplayBuffer(
-        120, num_envs=num_envs, n_step=n_step, seed=5, compress=compress, pool=impl.FramePool(SHAPE, np.uint8)
+        120,
+        num_envs=num_envs,
+        n_step=n_step,
+        seed=5,
+        compress=compress,
+        pool=impl.FramePool(SHAPE, np.uint8),
     )
     receiver = Receiver(remote)
     sender = Sender(num_envs=num_envs, stream=receiver.open(num_envs), compress=compress)
@@ -186,7 +191,7 @@ FORGERIES = [
 ]
 
 
-@pytest.mark.parametrize(("key", "value", "exc", "match"), FORGERIES)
+@pytest.mark.parametrize("key,value,exc,match", FORGERIES)
 def test_forged_messages_raise_before_writing(impl, key, value, exc, match):
     rb, receiver, _, msg = _message(impl)
     pool = rb.pool
@@ -265,7 +270,7 @@ def test_a_blob_that_does_not_decode_is_refused(impl):
 
 
 def test_messages_in_order_then_resync(impl):
-    rb, receiver, sender, first = _message(impl, steps=4)
+    rb, receiver, sender, _ = _message(impl, steps=4)
     run = vector_run(impl, 8, 2, 8)
     for obs, act, rew, nxt, term, trunc, extras in run[4:6]:
         sender.add(obs, act, rew, nxt, term, trunc, **extras)
@@ -296,7 +301,9 @@ def test_pickle_protocol_5_keeps_shared_frames_shared(impl):
         assert len(buffers) == 35  # one out-of-band buffer per frame
         assert len(head) < frame // 2  # the frames are not in the stream
         back = pickle.loads(head, buffers=buffers)
-        np.testing.assert_array_equal(np.asarray(back if x is batch else back[31]),
-                                      np.asarray(batch if x is batch else obs[31]))
+        np.testing.assert_array_equal(
+            np.asarray(back if x is batch else back[31]),
+            np.asarray(batch if x is batch else obs[31]),
+        )
         slots = np.asarray([o.slots for o in back]) if x is obs else back.slots
         assert np.unique(slots).size == 35
