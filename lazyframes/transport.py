@@ -350,8 +350,10 @@ class Sender:
     def _encode(self, frames: np.ndarray) -> tuple:
         """``(payload, sizes, kinds)`` of the new frames: a container of the core's codec."""
         m = frames.shape[0]
-        if self._compress is None or m == 0:
-            return frames, np.full(m, frames[0].nbytes if m else 0, np.uint32), _raw(m)
+        if m == 0:
+            return b"", np.zeros(0, np.uint32), _raw(0)
+        if self._compress is None:  # the frames' array itself: out-of-band when pickled
+            return frames, np.full(m, frames[0].nbytes, np.uint32), _raw(m)
         core = _ingest.core_of(self._pool)
         payload, offsets, kinds = core.encode_frames(frames, **self._compress)
         return payload, np.diff(offsets).astype(np.uint32), kinds
@@ -468,6 +470,8 @@ class Receiver:
         T = _count(msg["transitions"], "transitions")
         c = st.carried
         sizes = _uints(msg["sizes"], "sizes", None)
+        if sizes.dtype.itemsize > 4:
+            raise TypeError(f"sizes must be uint32 (or narrower), got dtype {sizes.dtype}")
         m = sizes.shape[0]
         if m > self._max_frames:
             raise ValueError(f"the message carries {m} new frames, more than max_frames")

@@ -229,6 +229,7 @@ def _forged_arrays(msg):
     sizes[0] += 1
     out.append(("sizes", sizes, ValueError, "offsets"))
     out.append(("sizes", np.ones(10**6, np.uint32), ValueError, "new frames"))
+    out.append(("sizes", msg["sizes"].astype(np.uint64), TypeError, "uint32"))
     kinds = msg["kinds"].copy()
     kinds[0] = 1  # a delta first
     out.append(("kinds", kinds, ValueError, "delta"))
@@ -285,6 +286,25 @@ def test_messages_in_order_then_resync(impl):
     assert third["carry"] == 0
     assert receiver.ingest(third) == 4
     assert len(rb) == 4
+
+
+def test_a_message_without_new_frames(impl):
+    pool = impl.FramePool(SHAPE, np.uint8)
+    refs = [pool.push(np.full(SHAPE, v, np.uint8)) for v in range(5)]
+    obs, nxt = pool.lazy(refs[:4], layout="stack"), pool.lazy(refs[1:], layout="stack")
+    rb = ReplayBuffer(10, seed=0)
+    receiver = Receiver(rb)
+    sender = Sender(stream=receiver.open(), compress=True)
+    sender.add(obs, 0, 1.0, nxt, False, False)
+    assert receiver.ingest(sender.flush()) == 1
+    sender.add(nxt, 1, 0.0, nxt, True, False)  # a no-op step: every frame already kept
+    msg = sender.flush()
+    assert (msg["carry"], len(msg["sizes"])) == (4, 0)
+    assert receiver.ingest(msg) == 1
+    s = rb.sample(8)
+    ended = s.next_observations[s.dones == 1]
+    assert len(ended) > 0
+    np.testing.assert_array_equal(ended, np.broadcast_to(np.asarray(nxt), ended.shape))
 
 
 def test_pickle_protocol_5_keeps_shared_frames_shared(impl):
