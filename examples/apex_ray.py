@@ -175,8 +175,12 @@ class Actor:
         self.in_flight: list = []
         self.stats = {"transitions": 0, "wire_bytes": 0, "naive_bytes": 0, "messages": 0}
 
-    def n_actions_(self) -> int:
+    def num_actions(self) -> int:
         return self.n_actions
+
+    def totals(self) -> dict:
+        """Transitions, messages and bytes sent so far (and what stacked obs would cost)."""
+        return dict(self.stats)
 
     def run(self, steps: int, weights) -> dict:
         """``steps`` vector steps; messages go straight to the replay actor."""
@@ -196,7 +200,7 @@ class Actor:
                 self._send(ray)
         ray.get(self.in_flight)  # every message of the round ingested
         self.in_flight = []
-        return dict(self.stats)
+        return self.totals()
 
     def _send(self, ray) -> None:
         msg = self.sender.flush()
@@ -341,11 +345,10 @@ def main(argv=None) -> None:
         )
         for i, eps in enumerate(epsilons(args.num_actors))
     ]
-    q = LinearQ(ray.get(actors[0].n_actions_.remote()), args.seed)
+    q = LinearQ(ray.get(actors[0].num_actions.remote()), args.seed)
     rtts: list = []
     learner_steps = 0
     t_start = time.perf_counter()
-    per_actor: list = []
     for _ in range(args.rounds):
         weights = ray.put(q.get())
         pending = [a.run.remote(args.steps_per_round, weights) for a in actors]
@@ -364,8 +367,8 @@ def main(argv=None) -> None:
             if args.prioritized:
                 replay.update_priorities.remote(s["indices"], np.abs(td) + 1e-6)
             learner_steps += 1
-        per_actor = ray.get([a.run.remote(0, None) for a in actors])  # cumulative stats
     wall = time.perf_counter() - t_start
+    per_actor = ray.get([a.totals.remote() for a in actors])
     st = ray.get(replay.stats.remote())
     sent = sum(a["transitions"] for a in per_actor)
     wire = sum(a["wire_bytes"] for a in per_actor) / max(1, sent)

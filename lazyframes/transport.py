@@ -243,7 +243,7 @@ class Sender:
         if pool is None:
             pool = o.pool if o.kind == "lazy" else n.pool if n.kind == "lazy" else None
             if pool is None:
-                pool = _ingest.own_pool(geom[2], geom[3], 1 << 12)
+                pool = _ingest.own_pool(geom[2], geom[3], 1 << 12)  # small chunks
         prev = None
         if o.kind != "lazy" or o.pool is not pool:
             prev = self._candidates(pool, envs)
