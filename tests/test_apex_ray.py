@@ -21,7 +21,9 @@ def figures(out: str) -> dict:
 
 
 def test_apex_ray_smoke_ingests_every_transition_at_a_fraction_of_the_bytes(tmp_path):
-    f = figures(run_example("apex_ray.py", ["--smoke"], tmp_path))
+    # prioritized once lazyframes has PrioritizedReplayBuffer (issue 11)
+    prioritized = hasattr(lazyframes, "PrioritizedReplayBuffer")
+    f = figures(run_example("apex_ray.py", ["--smoke"] + ["--prioritized"] * prioritized, tmp_path))
     # 2 actors x 2 envs x 2 rounds x 150 vector steps, every one ingested
     assert int(f["transitions"]) == 1200
     assert int(f["learner_steps"]) == 20
@@ -32,7 +34,7 @@ def test_apex_ray_smoke_ingests_every_transition_at_a_fraction_of_the_bytes(tmp_
     naive, wire = float(f["naive_bytes_per_transition"]), float(f["wire_bytes_per_transition"])
     assert 56_448 <= naive < 57_000
     assert float(f["sample_us"]) > 0
-    assert f["prioritized"] == "False"
+    assert f["prioritized"] == str(prioritized)
     cold, stored = float(f["cold_bytes_per_frame"]), float(f["replay_bytes_per_transition"])
     if lazyframes.IMPLEMENTATION == "compiled":
         assert 0 < wire < 1_000

@@ -12,11 +12,16 @@ import pickle
 import numpy as np
 import pytest
 
+import lazyframes
 from lazyframes import ReplayBuffer
 from lazyframes.transport import Receiver, Sender, wire_bytes
 
 SHAPE = (12, 10)
 K = 4
+#: The buffers a Receiver fills: the prioritized one too once it is there (issue 11).
+BUFFERS = [ReplayBuffer] + [
+    getattr(lazyframes, n) for n in ("PrioritizedReplayBuffer",) if hasattr(lazyframes, n)
+]
 
 
 def vector_run(impl, steps, num_envs, seed, *, same_step=False, shape=SHAPE):
@@ -86,13 +91,14 @@ def assert_same_buffers(a, b, n_step):
             np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.parametrize("buffer", BUFFERS)
 @pytest.mark.parametrize("same_step", [False, True])
 @pytest.mark.parametrize("compress", [False, True])
-def test_sender_receiver_equal_local_adds(impl, compress, same_step):
+def test_sender_receiver_equal_local_adds(impl, compress, same_step, buffer):
     num_envs, n_step = 3, 3
     run = vector_run(impl, 60, num_envs, 1, same_step=same_step)
-    local = ReplayBuffer(120, num_envs=num_envs, n_step=n_step, seed=5, compress=compress)
-    remote = ReplayBuffer(
+    local = buffer(120, num_envs=num_envs, n_step=n_step, seed=5, compress=compress)
+    remote = buffer(
         120,
         num_envs=num_envs,
         n_step=n_step,
