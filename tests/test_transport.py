@@ -7,6 +7,8 @@ seed, same unique frames.
 
 import copy
 import gc
+import importlib
+import multiprocessing
 import pickle
 
 import numpy as np
@@ -311,6 +313,54 @@ def test_a_message_without_new_frames(impl):
     ended = s.next_observations[s.dones == 1]
     assert len(ended) > 0
     np.testing.assert_array_equal(ended, np.broadcast_to(np.asarray(nxt), ended.shape))
+
+
+def _child_sender(core, queue, steps, num_envs, seed, stream, flush, stop_after):
+    """A sender in another process: its messages go through ``queue``.
+
+    After ``stop_after`` messages it puts ``"stalled"`` and blocks: the parent kills it.
+    """
+    impl = importlib.import_module(core)
+    sender = Sender(num_envs=num_envs, stream=stream, compress=True)
+    sent = 0
+    for t, (obs, act, rew, nxt, term, trunc, extras) in enumerate(
+        vector_run(impl, steps, num_envs, seed), 1
+    ):
+        sender.add(obs, act, rew, nxt, term, trunc, **extras)
+        if t % flush == 0 or t == steps:
+            queue.put(sender.flush())
+            sent += 1
+            if sent == stop_after:
+                queue.put("stalled")
+                multiprocessing.Event().wait()  # never set
+    queue.put(None)
+
+
+@pytest.mark.parametrize("stop_after", [None, 2])
+def test_a_sender_in_another_process(impl, stop_after):
+    """Messages cross a process boundary; a sender killed mid-stream leaves whole messages."""
+    steps, num_envs, flush = 40, 2, 10
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    remote = ReplayBuffer(200, num_envs=num_envs, seed=3, pool=impl.FramePool(SHAPE, np.uint8))
+    receiver = Receiver(remote)
+    stream = receiver.open(num_envs)
+    args = (impl.__name__, queue, steps, num_envs, 9, stream, flush, stop_after)
+    child = ctx.Process(target=_child_sender, args=args, daemon=True)
+    child.start()
+    try:
+        while (msg := queue.get(timeout=120)) not in (None, "stalled"):
+            receiver.ingest(msg)
+        if msg == "stalled":
+            child.kill()  # a dead sender: its stream just stops
+    finally:
+        child.join(timeout=60)
+    done = steps if stop_after is None else stop_after * flush
+    local = ReplayBuffer(200, num_envs=num_envs, seed=3)
+    for obs, act, rew, nxt, term, trunc, extras in vector_run(impl, steps, num_envs, 9)[:done]:
+        local.add(obs, act, rew, nxt, term, trunc, **extras)
+    assert len(remote) == done * num_envs
+    assert_same_buffers(local, remote, 1)
 
 
 def test_pickle_protocol_5_keeps_shared_frames_shared(impl):
