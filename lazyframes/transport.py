@@ -466,114 +466,172 @@ class Receiver:
             Nothing is written (buffer and stream unchanged) when an error is raised.
         """
         rb = self._rb
-        st, fs, dt, k, layout = self._header(msg)
-        T = _count(msg["transitions"], "transitions")
-        c = st.carried
-        sizes = _uints(msg["sizes"], "sizes", None)
-        if sizes.dtype.itemsize > 4:
-            raise TypeError(f"sizes must be uint32 (or narrower), got dtype {sizes.dtype}")
-        m = sizes.shape[0]
-        if m > self._max_frames:
-            raise ValueError(f"the message carries {m} new frames, more than max_frames")
-        if m > 2 * k * T + k * st.num_envs:
+        p = parse(msg, self._streams, max_frames=self._max_frames)
+        if rb.pool is not None:
+            _ingest.check_pool_geometry(rb.pool, p.frame_shape, p.dtype)
+        if rb._k is not None and p.k != rb._k:
+            raise ValueError(f"the message has {p.k} frames per observation, the buffer {rb._k}")
+        if rb._k_opt is not None and p.k != rb._k_opt:
             raise ValueError(
-                f"the message carries {m} new frames for {T} transitions of {k} frames "
-                f"(at most {2 * k * T + k * st.num_envs})"
+                f"the message has {p.k} frames per observation, stack_size is {rb._k_opt}"
             )
-        kinds = _uints(msg["kinds"], "kinds", (m,))
-        obs = _uints(msg["obs"], "obs", (T, k), c + m)
-        nxt = _uints(msg["next_obs"], "next_obs", (T, k), c + m)
-        env = _uints(msg["env"], "env", (T,), st.num_envs)
-        retain = _uints(msg["retain"], "retain", None, c + m)
-        if retain.shape[0] > k * st.num_envs:
-            raise ValueError(f"retain keeps {retain.shape[0]} frames, more than k x num_envs")
-        flags = _uints(msg["flags"], "flags", (T,), (TERM | TRUNC | SKIP) + 1)
-        actions, rewards, _, _ = _ingest.transition_args(
-            msg["action"],
-            msg["reward"],
-            np.zeros(T, np.bool_),
-            np.zeros(T, np.bool_),
-            None,
-            (T,),
-            rb._action_shape,
-            rb._action_dtype,
-        )
-        offsets = np.zeros(m + 1, np.int64)
-        np.cumsum(sizes, out=offsets[1:])
+        if rb._table is None:
+            C.check_layout(rb._layout_opt or p.layout, p.frame_shape)
+        actions, rewards = p.checked_values(rb._action_shape, rb._action_dtype)
         pool = rb.pool
         if pool is None:
-            pool = _ingest.own_pool(fs, dt, rb.capacity, rb._compress)
-        frames = _ingest.core_of(pool).decode_frames(msg["payload"], offsets, kinds, fs, dt)
+            pool = _ingest.own_pool(p.frame_shape, p.dtype, rb.capacity, rb._compress)
+        frames = p.frames(_ingest.core_of(pool))
         # every check passed: push the frames, add the transitions, keep the retained
-        pushed = pool.push_batch(frames, k=1) if m else None  # holds the new frames
+        st = p.stream
+        pushed = pool.push_batch(frames, k=1) if len(frames) else None  # holds the new frames
         new = np.empty(0, np.int64) if pushed is None else pushed.slots.ravel()
         table = new if st.carry is None else np.concatenate([st.carry.slots.ravel(), new])
-        env_ids = env.astype(np.int64) + st.offset
-        term = (flags & TERM).astype(np.bool_)
-        trunc = (flags & TRUNC).astype(np.bool_)
-        skip = (flags & SKIP).astype(np.bool_)
-        for a, b in _rounds(env):
+        env_ids = p.env.astype(np.int64) + st.offset
+        term, trunc, skip = p.flag_masks()
+        for a, b in _rounds(p.env):
             rb.add(
-                pool.lazy_batch(table[obs[a:b]], layout=layout),
+                pool.lazy_batch(table[p.obs[a:b]], layout=p.layout),
                 actions[a:b],
                 rewards[a:b],
-                pool.lazy_batch(table[nxt[a:b]], layout=layout),
+                pool.lazy_batch(table[p.next_obs[a:b]], layout=p.layout),
                 term[a:b],
                 trunc[a:b],
                 autoreset=skip[a:b],
                 env_ids=env_ids[a:b],
             )
-        st.carry = pool.lazy_batch(table[retain][:, None]) if retain.size else None
-        st.geometry = (fs, dt, k, layout)
-        st.seq = operator.index(msg["seq"]) + 1
-        return T
+        st.carry = pool.lazy_batch(table[p.retain][:, None]) if p.retain.size else None
+        p.advance()
+        return p.transitions
 
-    def _header(self, msg) -> tuple:
-        """``(stream, frame_shape, dtype, k, layout)`` of ``msg``, checked."""
-        if type(msg) is not dict:
-            raise TypeError(f"a message is a dict, got {type(msg).__name__}")
-        if msg.get("format") != FORMAT or msg.get("version") != VERSION:
-            raise ValueError(
-                f"not a {FORMAT} message of version {VERSION}: format {msg.get('format')!r}, "
-                f"version {msg.get('version')!r}"
-            )
-        if set(msg) != KEYS:
-            raise ValueError(
-                f"the message's keys differ from the format's: {sorted(set(msg) ^ KEYS)}"
-            )
-        sid = _count(msg["stream"], "stream")
-        if sid >= len(self._streams):
-            raise ValueError(f"unknown stream {sid}: open it with Receiver.open first")
-        st = self._streams[sid]
-        seq = _count(msg["seq"], "seq")
-        carry = _count(msg["carry"], "carry")
-        if carry != st.carried or (seq != st.seq and carry):
-            raise ValueError(
-                f"stream {sid}: message {seq} refers to {carry} kept frames, the receiver "
-                f"keeps {st.carried} after message {st.seq - 1}: messages lost or out of "
-                f"order (Sender.resync makes the next message self-contained)"
-            )
-        fs = C.frame_shape(msg["frame_shape"])
-        dt = C.frame_dtype(msg["dtype"])
-        k = C.stack_size(msg["stack_size"])
-        layout = msg["layout"]
-        if type(layout) is not str or layout not in C.LAYOUTS:
-            raise ValueError(f"layout must be one of {C.LAYOUTS}, got {layout!r}")
-        C.check_layout(layout, fs)
-        if st.geometry is not None and st.geometry != (fs, dt, k, layout):
-            raise ValueError(f"stream {sid} changed its geometry to {(fs, dt, k, layout)}")
-        rb = self._rb
-        if rb.pool is not None:
-            _ingest.check_pool_geometry(rb.pool, fs, dt)
-        if rb._k is not None and k != rb._k:
-            raise ValueError(f"the message has {k} frames per observation, the buffer {rb._k}")
-        if rb._k_opt is not None and k != rb._k_opt:
-            raise ValueError(
-                f"the message has {k} frames per observation, stack_size is {rb._k_opt}"
-            )
-        if rb._table is None:
-            C.check_layout(rb._layout_opt or layout, fs)
-        return st, fs, dt, k, layout
+
+class Parsed:
+    """A message whose every field was checked by :func:`parse`; nothing decoded yet.
+
+    ``stream`` (the stream's state), ``frame_shape``, ``dtype``, ``k``, ``layout``,
+    ``transitions`` (``T``), ``obs``/``next_obs`` ``(T, k)`` and ``retain`` references
+    into the frame table (the stream's kept frames, then the new ones), ``env`` ``(T,)``,
+    ``flags`` ``(T,)``.
+    """
+
+    def __init__(self, msg: dict, stream: _Stream, geometry: tuple, T: int, arrays: dict):
+        self._msg = msg
+        self.stream = stream
+        self.frame_shape, self.dtype, self.k, self.layout = geometry
+        self.transitions = T
+        self.obs, self.next_obs, self.env = arrays["obs"], arrays["next_obs"], arrays["env"]
+        self.retain, self.flags = arrays["retain"], arrays["flags"]
+        self._sizes, self._kinds = arrays["sizes"], arrays["kinds"]
+
+    def checked_values(self, action_shape: tuple, action_dtype: np.dtype) -> tuple:
+        """``(actions, rewards)`` cast exactly to ``action_dtype`` and float32.
+
+        Raises:
+            ValueError, TypeError: as :meth:`ReplayBuffer.add
+                <lazyframes.ReplayBuffer.add>` for actions and rewards.
+        """
+        T = self.transitions
+        no = np.zeros(T, np.bool_)
+        a, r, _, _ = _ingest.transition_args(
+            self._msg["action"], self._msg["reward"], no, no, None, (T,), action_shape, action_dtype
+        )
+        return a, r
+
+    def frames(self, core) -> np.ndarray:
+        """The new frames ``(m, *frame_shape)``, decoded by ``core``'s ``decode_frames``.
+
+        Raises:
+            ValueError, TypeError: a container that is not valid (every blob is checked).
+        """
+        offsets = np.zeros(len(self._sizes) + 1, np.int64)
+        np.cumsum(self._sizes, out=offsets[1:])
+        return core.decode_frames(
+            self._msg["payload"], offsets, self._kinds, self.frame_shape, self.dtype
+        )
+
+    def flag_masks(self) -> tuple:
+        """``(terminated, truncated, autoreset)`` bool ``(T,)`` from the flag bits."""
+        f = self.flags
+        return (
+            (f & TERM).astype(np.bool_),
+            (f & TRUNC).astype(np.bool_),
+            (f & SKIP).astype(np.bool_),
+        )
+
+    def advance(self) -> None:
+        """The message is stored: the stream takes its geometry and expects the next one."""
+        self.stream.geometry = (self.frame_shape, self.dtype, self.k, self.layout)
+        self.stream.seq = int(self._msg["seq"]) + 1
+
+
+def parse(msg, streams: list, *, max_frames: int) -> Parsed:
+    """Check every field of ``msg`` against its stream (of ``streams``); decode nothing.
+
+    Raises:
+        ValueError, TypeError: as :meth:`Receiver.ingest`, except the checks against the
+            buffer (geometry, actions, rewards) and of the frame container's blobs.
+    """
+    st, fs, dt, k, layout = _header(msg, streams)
+    T = _count(msg["transitions"], "transitions")
+    c = st.carried
+    sizes = _uints(msg["sizes"], "sizes", None)
+    if sizes.dtype.itemsize > 4:
+        raise TypeError(f"sizes must be uint32 (or narrower), got dtype {sizes.dtype}")
+    m = sizes.shape[0]
+    if m > max_frames:
+        raise ValueError(f"the message carries {m} new frames, more than max_frames")
+    if m > 2 * k * T + k * st.num_envs:
+        raise ValueError(
+            f"the message carries {m} new frames for {T} transitions of {k} frames "
+            f"(at most {2 * k * T + k * st.num_envs})"
+        )
+    arrays = {
+        "sizes": sizes,
+        "kinds": _uints(msg["kinds"], "kinds", (m,)),
+        "obs": _uints(msg["obs"], "obs", (T, k), c + m),
+        "next_obs": _uints(msg["next_obs"], "next_obs", (T, k), c + m),
+        "env": _uints(msg["env"], "env", (T,), st.num_envs),
+        "retain": _uints(msg["retain"], "retain", None, c + m),
+        "flags": _uints(msg["flags"], "flags", (T,), (TERM | TRUNC | SKIP) + 1),
+    }
+    if arrays["retain"].shape[0] > k * st.num_envs:
+        raise ValueError(f"retain keeps {arrays['retain'].shape[0]} frames, more than k x num_envs")
+    return Parsed(msg, st, (fs, dt, k, layout), T, arrays)
+
+
+def _header(msg, streams: list) -> tuple:
+    """``(stream, frame_shape, dtype, k, layout)`` of ``msg``, checked."""
+    if type(msg) is not dict:
+        raise TypeError(f"a message is a dict, got {type(msg).__name__}")
+    if msg.get("format") != FORMAT or msg.get("version") != VERSION:
+        raise ValueError(
+            f"not a {FORMAT} message of version {VERSION}: format {msg.get('format')!r}, "
+            f"version {msg.get('version')!r}"
+        )
+    if set(msg) != KEYS:
+        raise ValueError(f"the message's keys differ from the format's: {sorted(set(msg) ^ KEYS)}")
+    sid = _count(msg["stream"], "stream")
+    if sid >= len(streams):
+        raise ValueError(f"unknown stream {sid}: open it with Receiver.open first")
+    st = streams[sid]
+    seq = _count(msg["seq"], "seq")
+    carry = _count(msg["carry"], "carry")
+    if carry != st.carried or (seq != st.seq and carry):
+        raise ValueError(
+            f"stream {sid}: message {seq} refers to {carry} kept frames, the receiver "
+            f"keeps {st.carried} after message {st.seq - 1}: messages lost or out of "
+            f"order (Sender.resync makes the next message self-contained)"
+        )
+    fs = C.frame_shape(msg["frame_shape"])
+    dt = C.frame_dtype(msg["dtype"])
+    k = C.stack_size(msg["stack_size"])
+    layout = msg["layout"]
+    if type(layout) is not str or layout not in C.LAYOUTS:
+        raise ValueError(f"layout must be one of {C.LAYOUTS}, got {layout!r}")
+    C.check_layout(layout, fs)
+    if st.geometry is not None and st.geometry != (fs, dt, k, layout):
+        raise ValueError(f"stream {sid} changed its geometry to {(fs, dt, k, layout)}")
+    return st, fs, dt, k, layout
 
 
 def _count(x, name: str) -> int:
