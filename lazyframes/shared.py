@@ -375,6 +375,8 @@ class SharedReplay:
                 raise ValueError(f"{name} has shape {x.shape}, expected (T, {self._k})")
             if x.size and (x.min() < 0 or x.max() >= self.frames_written):
                 raise ValueError(f"{name} refers to frames not written yet")
+            if x.size and x.min() < self.frames_written - self._slots:
+                raise ValueError(f"{name} refers to frames already replaced (frame_capacity)")
         T = o.shape[0]
         if n.shape[0] != T or self._rows < T:
             raise ValueError(f"{T} and {n.shape[0]} rows: expected as many, at most capacity")
@@ -439,6 +441,11 @@ class SharedReplay:
             raise ValueError("the message holds more rows or frames than the file")
         st = p.stream
         carry = np.empty(0, np.int64) if st.carry is None else st.carry
+        if carry.size and carry.min() < self.frames_written + len(frames) - self._slots:
+            raise ValueError(
+                f"the message refers to kept frames its own new frames would replace: "
+                f"frame_capacity ({self._slots}) is too small for this traffic"
+            )
         new = self.add_frames(frames) if len(frames) else np.empty(0, np.int64)
         table = np.concatenate([carry, new])
         refs = np.concatenate([table[p.obs], table[p.next_obs]], axis=1)[keep]

@@ -92,6 +92,11 @@ def test_readers_cannot_write_and_closed_objects_raise(tmp_path):
         w.add([[0, 1, 2, 3]], [0], [0.0], [[1, 2, 3, 4]], [False], [False])
     with pytest.raises(TypeError, match="dtype"):
         w.add_frames(np.zeros((1, *SHAPE), np.float32))
+    w.add_frames(np.stack([frame(f) for f in range(10)]))
+    w.add_frames(np.stack([frame(f) for f in range(10, 20)]))  # 16 slots: 0-3 replaced
+    with pytest.raises(ValueError, match="already replaced"):
+        w.add([[3, 4, 5, 6]], [0], [0.0], [[4, 5, 6, 7]], [False], [False])
+    assert w.add([[4, 5, 6, 7]], [0], [0.0], [[5, 6, 7, 8]], [False], [False]) == 1
     with pytest.raises(TypeError, match="pickled"):
         copy.copy(w)
     with pytest.raises(TypeError, match="create"):
