@@ -230,6 +230,15 @@ def naive_wire_bytes(T: int) -> int:
     )
 
 
+def check_prioritized() -> None:
+    """Raises SystemExit, saying why, when lazyframes has no PrioritizedReplayBuffer."""
+    if not hasattr(lazyframes, "PrioritizedReplayBuffer"):
+        raise SystemExit(
+            "--prioritized needs lazyframes.PrioritizedReplayBuffer, which this lazyframes "
+            f"({lazyframes.__version__}) does not have; run without --prioritized"
+        )
+
+
 class Replay:
     """The replay actor: a compressed (optionally prioritized) buffer behind a Receiver."""
 
@@ -243,14 +252,8 @@ class Replay:
             "action_dtype": np.uint8,
         }
         if prioritized:
-            cls = getattr(lazyframes, "PrioritizedReplayBuffer", None)
-            if cls is None:
-                raise RuntimeError(
-                    "--prioritized needs lazyframes.PrioritizedReplayBuffer, which this "
-                    f"lazyframes ({lazyframes.__version__}) does not have; run without "
-                    "--prioritized"
-                )
-            self.rb = cls(capacity, alpha=alpha, **kwargs)
+            check_prioritized()  # again here: the replay's node may have another lazyframes
+            self.rb = lazyframes.PrioritizedReplayBuffer(capacity, alpha=alpha, **kwargs)
         else:
             self.rb = lazyframes.ReplayBuffer(capacity, **kwargs)
         self.prioritized = prioritized
@@ -309,6 +312,8 @@ class Replay:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.prioritized:
+        check_prioritized()
     import ray
 
     address = args.address or os.environ.get("RAY_ADDRESS")
