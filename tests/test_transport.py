@@ -137,6 +137,27 @@ def test_ndarray_observations_send_one_frame_per_step(impl):
     assert len(msg["sizes"]) == local.memory()["unique_frames"] < 2 * 30 + 2 * K
 
 
+def test_env_ids_subsets_as_async_vector_envs_give(impl):
+    """Each add carries some of the envs (EnvPool's async mode): streams stay exact."""
+    run = vector_run(impl, 30, 3, 12)
+    rng = np.random.default_rng(0)
+    local = ReplayBuffer(200, num_envs=3, n_step=2, seed=4)
+    remote = ReplayBuffer(200, num_envs=3, n_step=2, seed=4, pool=impl.FramePool(SHAPE, np.uint8))
+    receiver = Receiver(remote)
+    sender = Sender(num_envs=3, stream=receiver.open(3))
+    for obs, act, rew, nxt, term, trunc, extras in run:
+        ids = np.flatnonzero(rng.random(3) < 0.7)
+        if ids.size == 0:
+            continue
+        args = ([obs[i] for i in ids], act[ids], rew[ids], [nxt[i] for i in ids])
+        flags = (term[ids], trunc[ids])
+        auto = {"autoreset": extras["autoreset"][ids], "env_ids": ids}
+        local.add(*args, *flags, **auto)
+        sender.add(*args, *flags, **auto)
+    receiver.ingest(sender.flush())
+    assert_same_buffers(local, remote, 2)
+
+
 def test_two_senders_share_one_buffer_in_their_own_env_streams(impl):
     rb = ReplayBuffer(200, num_envs=3, seed=0, pool=impl.FramePool(SHAPE, np.uint8))
     receiver = Receiver(rb)
