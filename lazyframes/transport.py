@@ -1,0 +1,688 @@
+"""Transitions across processes and machines with each frame sent once.
+
+An actor (an env worker process, a Ray actor) feeds a :class:`Sender` the observations
+it produces, exactly as it would feed :meth:`ReplayBuffer.add
+<lazyframes.ReplayBuffer.add>`; :meth:`Sender.flush` returns a *message*: the frames
+the receiver has not seen yet, each once (compressed with the core's ``encode_frames``
+when compression is on), and the transitions as references into those frames. On the
+replay side a :class:`Receiver` checks a message and adds it to a
+:class:`~lazyframes.ReplayBuffer`: the new frames are pushed once into the buffer's
+pool, and each transition is stored as the slot references of its observation and next
+observation (``ReplayBuffer.add`` with ``LazyBatch`` arguments, so episode boundaries,
+autoreset placeholders, truncation's real final observation and n-step windows are
+exactly those of a local ``add``). No observation is stacked, and no frame is sent
+twice: with 4 stacked frames a transition costs one compressed frame on the wire
+(~150-250 bytes for Atari) instead of two stacked observations (56,448 bytes).
+
+A message is a ``dict`` of ints, strings, ``bytes`` and small NumPy arrays (the format
+is docs/TRANSPORT.md), so any transport that pickles carries it: Ray, multiprocessing
+queues and pipes. The messages of one stream refer to the frames kept by the one
+before (the frames of each env's latest observation), so they must arrive in order:
+each carries a sequence number, and a stream's messages are refused out of order. A
+message is untrusted input: :meth:`Receiver.ingest` checks every field, id and size
+before it writes anything (``ValueError``/``TypeError`` naming the problem).
+
+This module imports no distributed framework; examples/apex_ray.py runs it on Ray.
+
+Example:
+    >>> import numpy as np, lazyframes
+    >>> from lazyframes.transport import Receiver, Sender
+    >>> pool = lazyframes.FramePool((84, 84), np.uint8)
+    >>> frames = [pool.push(np.full((84, 84), v, np.uint8)) for v in range(7)]
+    >>> sender = Sender(compress=True)
+    >>> for t in range(3):  # three steps of one env, 4 stacked frames
+    ...     obs = pool.lazy(frames[t : t + 4], layout="stack")
+    ...     nxt = pool.lazy(frames[t + 1 : t + 5], layout="stack")
+    ...     sender.add(obs, 1, 0.5, nxt, False, False)
+    >>> msg = sender.flush()  # 7 frames, each once, and 3 transitions of references
+    >>> msg["transitions"], len(msg["sizes"])
+    (3, 7)
+    >>> rb = lazyframes.ReplayBuffer(100, compress=True)
+    >>> receiver = Receiver(rb)
+    >>> receiver.open(num_envs=1)
+    0
+    >>> receiver.ingest(msg)
+    3
+    >>> len(rb), rb.memory()["unique_frames"]
+    (3, 7)
+"""
+
+from __future__ import annotations
+
+import operator
+import pickle
+from typing import Any
+
+import numpy as np
+
+from . import _common as C
+from .replay import _ingest
+
+__all__ = ["FORMAT", "Receiver", "Sender", "wire_bytes"]
+
+#: The ``format`` field of every message, and the version this module reads and writes.
+FORMAT = "lazyframes.transport"
+VERSION = 1
+#: Keys of a message (docs/TRANSPORT.md).
+KEYS = frozenset(
+    {
+        "format",
+        "version",
+        "stream",
+        "seq",
+        "frame_shape",
+        "dtype",
+        "stack_size",
+        "layout",
+        "carry",
+        "payload",
+        "sizes",
+        "kinds",
+        "transitions",
+        "obs",
+        "next_obs",
+        "env",
+        "action",
+        "reward",
+        "flags",
+        "retain",
+    }
+)
+#: Flag bits of a transition on the wire: those of the replay buffer.
+TERM, TRUNC, SKIP = int(_ingest.TERM), int(_ingest.TRUNC), int(_ingest.SKIP)
+
+
+def wire_bytes(obj) -> int:
+    """Bytes ``obj`` costs on the wire, pickled as Ray and ``multiprocessing`` pickle it.
+
+    The length of ``pickle.dumps(obj, protocol=5)`` with NumPy's buffers taken
+    out-of-band (as Ray sends them), plus those buffers' sizes.
+
+    Example:
+        >>> wire_bytes(np.zeros((4, 84, 84), np.uint8)) > 4 * 84 * 84
+        True
+    """
+    buffers: list = []
+    head = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    return len(head) + sum(memoryview(b).nbytes for b in buffers)
+
+
+def _id_dtype(n: int) -> np.dtype:
+    """The smallest unsigned dtype for ids in ``[0, n)``."""
+    return np.dtype(np.uint16 if n <= 1 << 16 else np.uint32)
+
+
+class Sender:
+    """The actor side: turns transitions into messages that carry each new frame once.
+
+    :meth:`add` takes what :meth:`ReplayBuffer.add <lazyframes.ReplayBuffer.add>`
+    takes (LazyFrames, a ``LazyBatch``, lists of LazyFrames or stacked ndarrays; the
+    same flags, ``autoreset``, ``final_obs``/``final_mask`` and ``env_ids``) and keeps
+    references to the frames until :meth:`flush` turns everything added since the last
+    flush into one message. A frame is identified by its slot in the observations'
+    pool, so the frames an observation shares with the previous one are sent once;
+    ndarray observations are split into frames and de-duplicated against the same env's
+    previous observation, as the replay buffer does. After a flush the sender keeps the
+    frames of each env's latest observation (the receiver keeps them too): the next
+    message refers to them instead of sending them again.
+
+    Args:
+        num_envs: env streams of this sender (the receiver's ``open(num_envs)``).
+        stream: the id :meth:`Receiver.open` returned for this sender.
+        compress: compress the new frames with the core's ``encode_frames``: True (the
+            default codec, docs/COMPRESSION.md), a mapping of ``codec``/``level``/
+            ``group``, or False to send them raw.
+        action_shape: shape of one action, ``()`` for a discrete action.
+        action_dtype: dtype the actions are sent in (the receiver casts them exactly to
+            its buffer's, refusing values that do not fit).
+        layout: layout of ndarray observations, as ``ReplayBuffer(layout=)``.
+        stack_size: ``k``, needed for ndarray observations in the ``"first"``/``"last"``
+            layouts.
+
+    Raises:
+        ValueError, TypeError: bad options (the replay buffer's messages).
+    """
+
+    def __init__(
+        self,
+        *,
+        num_envs=1,
+        stream=0,
+        compress=True,
+        action_shape=(),
+        action_dtype=np.int64,
+        layout=None,
+        stack_size=None,
+    ):
+        num_envs = operator.index(num_envs)
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        self._num_envs = num_envs
+        self._stream = operator.index(stream)
+        self._compress = C.compression(compress)
+        if isinstance(action_shape, (int, np.integer)):
+            action_shape = (action_shape,)
+        self._action_shape = tuple(operator.index(d) for d in action_shape)
+        self._action_dtype = np.dtype(action_dtype)
+        if self._action_dtype.kind not in "biuf":
+            raise TypeError(f"action_dtype must be a numeric dtype, got {self._action_dtype}")
+        if layout is not None and layout not in C.LAYOUTS:
+            raise ValueError(f"layout must be one of {C.LAYOUTS}, got {layout!r}")
+        self._layout_opt = layout
+        self._k_opt = None if stack_size is None else C.stack_size(stack_size)
+        self._geom: Any = None  # (layout, k, frame_shape, dtype, observation_shape)
+        self._pool: Any = None
+        self._seq = 0
+        self._reset_window()
+        self._carry: list = []  # slots the receiver keeps from the last message, in order
+        self._carry_owner: Any = None  # holds them
+        self._index: dict = {}  # slot -> index in this message's frame table
+        # each env's latest next observation (held by the window or the carry owner)
+        self._last = np.full((num_envs, 1), -1, np.int64)
+
+    def _reset_window(self) -> None:
+        """Forget the transitions added since the last flush (not the carried frames)."""
+        self._new: list = []  # new slots, in the order first seen
+        self._new_env: list = []  # the env each was first seen in
+        self._held: list = []  # owners of the window's slots
+        self._rows: list = []  # per add: (obs ids, next ids, envs, actions, rewards, flags)
+
+    @property
+    def stream(self) -> int:
+        """The receiver's id of this sender's stream."""
+        return self._stream
+
+    @property
+    def pending(self) -> int:
+        """Transitions added since the last :meth:`flush`."""
+        return sum(len(r[2]) for r in self._rows)
+
+    def add(
+        self,
+        obs,
+        action,
+        reward,
+        next_obs,
+        terminated,
+        truncated,
+        *,
+        autoreset=None,
+        env_ids=None,
+        final_obs=None,
+        final_mask=None,
+    ) -> None:
+        """Queue one transition per env (or per id of ``env_ids``), as ``ReplayBuffer.add``.
+
+        Raises:
+            ValueError, TypeError: as :meth:`ReplayBuffer.add
+                <lazyframes.ReplayBuffer.add>`; nothing is queued.
+        """
+        envs, batched = _ingest.env_streams(self._num_envs, env_ids, obs, reward)
+        E = envs.size
+        lead = (E,) if batched else ()
+        o = _ingest.describe(obs, "obs", E, batched)
+        n = _ingest.describe(next_obs, "next_obs", E, batched)
+        actions, rewards, flags, _ = _ingest.transition_args(
+            action,
+            reward,
+            terminated,
+            truncated,
+            autoreset,
+            lead,
+            self._action_shape,
+            self._action_dtype,
+        )
+        fin = _ingest.final_rows(final_obs, final_mask, E, batched, lead)
+        geom = self._geom or _ingest.geometry(o, self._layout_opt, self._k_opt)
+        pool = self._pool
+        _ingest.check_obs(o, "obs", geom, E, pool)
+        _ingest.check_obs(n, "next_obs", geom, E, pool)
+        if fin is not None:
+            _ingest.check_obs(fin[1], "final_obs", geom, fin[0].size, pool)
+        layout, k = geom[0], geom[1]
+        if pool is None:
+            pool = o.pool if o.kind == "lazy" else n.pool if n.kind == "lazy" else None
+            if pool is None:
+                pool = _ingest.own_pool(geom[2], geom[3], 1 << 12)  # small chunks
+        prev = None
+        if o.kind != "lazy" or o.pool is not pool:
+            prev = self._candidates(pool, envs)
+        obs_part = _ingest.as_part(o, pool, layout, k, prev)
+        next_part = _ingest.as_part(n, pool, layout, k, obs_part)
+        obs_ids = np.reshape(obs_part.slots, (E, k))
+        next_ids = np.reshape(next_part.slots, (E, k))
+        stored = next_ids
+        held = [obs_part, next_part]
+        if fin is not None:  # the transition's next_obs is the final one; the env goes on
+            rows, f = fin
+            cand = pool.lazy_batch(obs_ids[rows])
+            final = _ingest.as_part(f, pool, layout, k, cand)
+            stored = next_ids.copy()
+            stored[rows] = np.reshape(final.slots, (-1, k))
+            held.append(final)
+        # nothing below can fail
+        if self._geom is None:
+            self._geom, self._pool = geom, pool
+            self._last = np.full((self._num_envs, k), -1, np.int64)
+        self._held.extend(held)
+        self._register(envs, obs_ids, stored, next_ids)
+        self._rows.append(
+            (obs_ids, stored, envs, np.reshape(actions, (E, *self._action_shape)), rewards, flags)
+        )
+        self._last[envs] = next_ids
+
+    def _candidates(self, pool, envs: np.ndarray):
+        """The latest observation of each env in ``envs``, a LazyBatch (E, k), or None."""
+        if self._geom is None:
+            return None
+        last = self._last[envs]
+        have = last[:, 0] >= 0
+        if not have.any():
+            return None
+        return pool.lazy_batch(np.where(have[:, None], last, last[have][0]))
+
+    def flush(self) -> dict | None:
+        """The message of everything added since the last flush, or None if nothing was.
+
+        The message references the frames kept from the previous one (``carry``) and
+        carries the frames not sent before, ordered by env then time (so compressed
+        XOR deltas run along each env's frames). Send messages in the order they are
+        made.
+        """
+        if not self._rows:
+            return None
+        layout, k, fs, dt, _ = self._geom
+        c, m = len(self._carry), len(self._new)
+        # new frames ordered by env, then as first seen (time): the deltas follow an env
+        order = np.argsort(np.asarray(self._new_env, np.int64), kind="stable")
+        remap = np.empty(c + m, np.int64)
+        remap[:c] = np.arange(c)
+        remap[c + order] = c + np.arange(m)
+        new_slots = np.asarray(self._new, np.int64)[order]
+        ids = _id_dtype(c + m)
+        index = self._index
+
+        def refs(slots: np.ndarray) -> np.ndarray:
+            flat = [index[s] for s in slots.ravel().tolist()]
+            return remap[np.asarray(flat, np.int64)].reshape(slots.shape).astype(ids)
+
+        obs = np.concatenate([refs(r[0]) for r in self._rows])
+        nxt = np.concatenate([refs(r[1]) for r in self._rows])
+        env = np.concatenate([r[2] for r in self._rows]).astype(_id_dtype(self._num_envs))
+        if m:
+            frames = self._pool.gather(new_slots[:, None], layout="stack").reshape((m, *fs))
+        else:
+            frames = np.empty((0, *fs), dt)
+        payload, sizes, kinds = self._encode(frames)
+        # the frames the receiver keeps: each env's latest observation
+        have = self._last[:, 0] >= 0
+        keep = list(dict.fromkeys(self._last[have].ravel().tolist()))
+        msg = {
+            "format": FORMAT,
+            "version": VERSION,
+            "stream": self._stream,
+            "seq": self._seq,
+            "frame_shape": tuple(fs),
+            "dtype": dt.str,
+            "stack_size": k,
+            "layout": layout,
+            "carry": c,
+            "payload": payload,
+            "sizes": sizes,
+            "kinds": kinds,
+            "transitions": int(obs.shape[0]),
+            "obs": obs,
+            "next_obs": nxt,
+            "env": env,
+            "action": np.concatenate([r[3] for r in self._rows]),
+            "reward": np.concatenate([np.reshape(r[4], -1) for r in self._rows]),
+            "flags": np.concatenate([np.reshape(r[5], -1) for r in self._rows]),
+            "retain": refs(np.asarray(keep, np.int64)),
+        }
+        # the kept frames: held before the window's owners are dropped
+        self._carry_owner = self._pool.lazy_batch(np.asarray(keep, np.int64)[:, None])
+        self._carry = keep
+        self._index = {s: i for i, s in enumerate(keep)}
+        self._seq += 1
+        self._reset_window()
+        return msg
+
+    def _encode(self, frames: np.ndarray) -> tuple:
+        """``(payload, sizes, kinds)`` of the new frames: a container of the core's codec."""
+        m = frames.shape[0]
+        if m == 0:
+            return b"", np.zeros(0, np.uint32), _raw(0)
+        if self._compress is None:  # the frames' array itself: out-of-band when pickled
+            return frames, np.full(m, frames[0].nbytes, np.uint32), _raw(m)
+        core = _ingest.core_of(self._pool)
+        payload, offsets, kinds = core.encode_frames(frames, **self._compress)
+        return payload, np.diff(offsets).astype(np.uint32), kinds
+
+    def resync(self) -> None:
+        """Make the next message self-contained (``carry`` 0): it resends every frame it needs.
+
+        After the receiver refused a message (or lost its state), a self-contained
+        message is accepted whatever its sequence number. Queued transitions are kept.
+        """
+        if self._carry_owner is not None:  # the queued rows may refer to its frames
+            self._held.append(self._carry_owner)
+        self._carry, self._carry_owner = [], None
+        self._index, self._new, self._new_env = {}, [], []
+        for r in self._rows:
+            self._register(r[2], r[0], r[1])
+        have = np.flatnonzero(self._last[:, 0] >= 0)
+        self._register(have, self._last[have])  # the frames the receiver will keep
+
+    def _register(self, envs: np.ndarray, *id_arrays: np.ndarray) -> None:
+        """Give each slot of the ids (E, k) not yet in the message the next new index."""
+        index, new, new_env, c = self._index, self._new, self._new_env, len(self._carry)
+        for ids in id_arrays:
+            for e, row in zip(envs.tolist(), ids.tolist(), strict=True):
+                for s in row:
+                    if s not in index:
+                        index[s] = c + len(new)
+                        new.append(s)
+                        new_env.append(e)
+
+
+class _Stream:
+    """A receiver's state of one sender: its envs, the next sequence number, kept frames."""
+
+    __slots__ = ("carry", "geometry", "num_envs", "offset", "seq")
+
+    def __init__(self, offset: int, num_envs: int):
+        self.offset, self.num_envs = offset, num_envs
+        self.seq = 0
+        self.carry: Any = None  # a LazyBatch (c, 1) of the buffer's pool, or None
+        self.geometry: Any = None  # (frame_shape, dtype, k, layout) of its first message
+
+    @property
+    def carried(self) -> int:
+        return 0 if self.carry is None else len(self.carry)
+
+
+class Receiver:
+    """The replay side: checks messages of senders and adds them to a ReplayBuffer.
+
+    Each sender is a *stream*, opened with :meth:`open`, which gives it its own
+    ``num_envs`` env streams of the buffer (``env_ids`` ``offset .. offset + num_envs``):
+    the buffer's ``num_envs`` must cover every sender's envs. :meth:`ingest` decodes a
+    message's new frames, pushes them once into the buffer's pool and adds its
+    transitions as ``LazyBatch`` es of slot references, one ``ReplayBuffer.add`` per
+    vector step. Works with any buffer of the ``ReplayBuffer`` API (a prioritized one
+    too: the transitions are added as a local ``add`` would).
+
+    Args:
+        replay: the :class:`~lazyframes.ReplayBuffer` to fill. Its pool is made by the
+            first message when it has none (with the buffer's compression).
+        max_frames: the most new frames one message may carry: a bound on the memory a
+            message makes the receiver allocate (frames x frame bytes), whatever its size.
+
+    Example:
+        See the module's example.
+    """
+
+    def __init__(self, replay, *, max_frames=1 << 16):
+        self._rb = replay
+        self._max_frames = operator.index(max_frames)
+        self._streams: list[_Stream] = []
+        self._next_env = 0
+
+    @property
+    def replay(self):
+        """The buffer the messages are added to."""
+        return self._rb
+
+    def open(self, num_envs=1) -> int:
+        """Open a stream of ``num_envs`` envs for one sender; returns its id (``Sender(stream=)``).
+
+        Raises:
+            ValueError: the buffer's ``num_envs`` has no room for ``num_envs`` more envs.
+        """
+        num_envs = operator.index(num_envs)
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        if self._next_env + num_envs > self._rb.num_envs:
+            raise ValueError(
+                f"the buffer has num_envs={self._rb.num_envs}, {self._next_env} of them "
+                f"already opened: no room for {num_envs} more"
+            )
+        self._streams.append(_Stream(self._next_env, num_envs))
+        self._next_env += num_envs
+        return len(self._streams) - 1
+
+    def ingest(self, msg) -> int:
+        """Check ``msg`` and add its transitions to the buffer; returns how many.
+
+        Raises:
+            ValueError: a message that is not one of this format and version, of an
+                unknown stream, out of sequence, of another geometry than the stream's
+                or the buffer's, with a corrupt frame container, more new frames than
+                ``max_frames`` or than its transitions refer to, ids out of range, env
+                ids beyond the stream's, arrays of the wrong shape, or values the buffer
+                refuses (an action out of its dtype's range, a non-finite reward).
+            TypeError: fields of the wrong type (ids that are not integers, a payload
+                that is not bytes-like).
+            Nothing is written (buffer and stream unchanged) when an error is raised.
+        """
+        rb = self._rb
+        p = parse(msg, self._streams, max_frames=self._max_frames)
+        if rb.pool is not None:
+            _ingest.check_pool_geometry(rb.pool, p.frame_shape, p.dtype)
+        if rb._k is not None and p.k != rb._k:
+            raise ValueError(f"the message has {p.k} frames per observation, the buffer {rb._k}")
+        if rb._k_opt is not None and p.k != rb._k_opt:
+            raise ValueError(
+                f"the message has {p.k} frames per observation, stack_size is {rb._k_opt}"
+            )
+        if rb._table is None:
+            C.check_layout(rb._layout_opt or p.layout, p.frame_shape)
+        actions, rewards = p.checked_values(rb._action_shape, rb._action_dtype)
+        pool = rb.pool
+        if pool is None:
+            pool = _ingest.own_pool(p.frame_shape, p.dtype, rb.capacity, rb._compress)
+        frames = p.frames(_ingest.core_of(pool))
+        # every check passed: push the frames, add the transitions, keep the retained
+        st = p.stream
+        pushed = pool.push_batch(frames, k=1) if len(frames) else None  # holds the new frames
+        new = np.empty(0, np.int64) if pushed is None else pushed.slots.ravel()
+        table = new if st.carry is None else np.concatenate([st.carry.slots.ravel(), new])
+        env_ids = p.env.astype(np.int64) + st.offset
+        term, trunc, skip = p.flag_masks()
+        for a, b in _rounds(p.env):
+            rb.add(
+                pool.lazy_batch(table[p.obs[a:b]], layout=p.layout),
+                actions[a:b],
+                rewards[a:b],
+                pool.lazy_batch(table[p.next_obs[a:b]], layout=p.layout),
+                term[a:b],
+                trunc[a:b],
+                autoreset=skip[a:b],
+                env_ids=env_ids[a:b],
+            )
+        st.carry = pool.lazy_batch(table[p.retain][:, None]) if p.retain.size else None
+        p.advance()
+        return p.transitions
+
+
+class Parsed:
+    """A message whose every field was checked by :func:`parse`; nothing decoded yet.
+
+    ``stream`` (the stream's state), ``frame_shape``, ``dtype``, ``k``, ``layout``,
+    ``transitions`` (``T``), ``obs``/``next_obs`` ``(T, k)`` and ``retain`` references
+    into the frame table (the stream's kept frames, then the new ones), ``env`` ``(T,)``,
+    ``flags`` ``(T,)``.
+    """
+
+    def __init__(self, msg: dict, stream: _Stream, geometry: tuple, T: int, arrays: dict):
+        self._msg = msg
+        self.stream = stream
+        self.frame_shape, self.dtype, self.k, self.layout = geometry
+        self.transitions = T
+        self.obs, self.next_obs, self.env = arrays["obs"], arrays["next_obs"], arrays["env"]
+        self.retain, self.flags = arrays["retain"], arrays["flags"]
+        self._sizes, self._kinds = arrays["sizes"], arrays["kinds"]
+
+    def checked_values(self, action_shape: tuple, action_dtype: np.dtype) -> tuple:
+        """``(actions, rewards)`` cast exactly to ``action_dtype`` and float32.
+
+        Raises:
+            ValueError, TypeError: as :meth:`ReplayBuffer.add
+                <lazyframes.ReplayBuffer.add>` for actions and rewards.
+        """
+        T = self.transitions
+        no = np.zeros(T, np.bool_)
+        a, r, _, _ = _ingest.transition_args(
+            self._msg["action"], self._msg["reward"], no, no, None, (T,), action_shape, action_dtype
+        )
+        return a, r
+
+    def frames(self, core) -> np.ndarray:
+        """The new frames ``(m, *frame_shape)``, decoded by ``core``'s ``decode_frames``.
+
+        Raises:
+            ValueError, TypeError: a container that is not valid (every blob is checked).
+        """
+        offsets = np.zeros(len(self._sizes) + 1, np.int64)
+        np.cumsum(self._sizes, out=offsets[1:])
+        return core.decode_frames(
+            self._msg["payload"], offsets, self._kinds, self.frame_shape, self.dtype
+        )
+
+    def flag_masks(self) -> tuple:
+        """``(terminated, truncated, autoreset)`` bool ``(T,)`` from the flag bits."""
+        f = self.flags
+        return (
+            (f & TERM).astype(np.bool_),
+            (f & TRUNC).astype(np.bool_),
+            (f & SKIP).astype(np.bool_),
+        )
+
+    def advance(self) -> None:
+        """The message is stored: the stream takes its geometry and expects the next one."""
+        self.stream.geometry = (self.frame_shape, self.dtype, self.k, self.layout)
+        self.stream.seq = int(self._msg["seq"]) + 1
+
+
+def parse(msg, streams: list, *, max_frames: int) -> Parsed:
+    """Check every field of ``msg`` against its stream (of ``streams``); decode nothing.
+
+    Raises:
+        ValueError, TypeError: as :meth:`Receiver.ingest`, except the checks against the
+            buffer (geometry, actions, rewards) and of the frame container's blobs.
+    """
+    st, fs, dt, k, layout = _header(msg, streams)
+    T = _count(msg["transitions"], "transitions")
+    c = st.carried
+    sizes = _uints(msg["sizes"], "sizes", None)
+    if sizes.dtype.itemsize > 4:
+        raise TypeError(f"sizes must be uint32 (or narrower), got dtype {sizes.dtype}")
+    m = sizes.shape[0]
+    if m > max_frames:
+        raise ValueError(f"the message carries {m} new frames, more than max_frames")
+    if m > 2 * k * T + k * st.num_envs:
+        raise ValueError(
+            f"the message carries {m} new frames for {T} transitions of {k} frames "
+            f"(at most {2 * k * T + k * st.num_envs})"
+        )
+    arrays = {
+        "sizes": sizes,
+        "kinds": _uints(msg["kinds"], "kinds", (m,)),
+        "obs": _uints(msg["obs"], "obs", (T, k), c + m),
+        "next_obs": _uints(msg["next_obs"], "next_obs", (T, k), c + m),
+        "env": _uints(msg["env"], "env", (T,), st.num_envs),
+        "retain": _uints(msg["retain"], "retain", None, c + m),
+        "flags": _uints(msg["flags"], "flags", (T,), (TERM | TRUNC | SKIP) + 1),
+    }
+    if arrays["retain"].shape[0] > k * st.num_envs:
+        raise ValueError(f"retain keeps {arrays['retain'].shape[0]} frames, more than k x num_envs")
+    return Parsed(msg, st, (fs, dt, k, layout), T, arrays)
+
+
+def _header(msg, streams: list) -> tuple:
+    """``(stream, frame_shape, dtype, k, layout)`` of ``msg``, checked."""
+    if type(msg) is not dict:
+        raise TypeError(f"a message is a dict, got {type(msg).__name__}")
+    if msg.get("format") != FORMAT or msg.get("version") != VERSION:
+        raise ValueError(
+            f"not a {FORMAT} message of version {VERSION}: format {msg.get('format')!r}, "
+            f"version {msg.get('version')!r}"
+        )
+    if set(msg) != KEYS:
+        raise ValueError(f"the message's keys differ from the format's: {sorted(set(msg) ^ KEYS)}")
+    sid = _count(msg["stream"], "stream")
+    if sid >= len(streams):
+        raise ValueError(f"unknown stream {sid}: open it with Receiver.open first")
+    st = streams[sid]
+    seq = _count(msg["seq"], "seq")
+    carry = _count(msg["carry"], "carry")
+    if carry != st.carried or (seq != st.seq and carry):
+        raise ValueError(
+            f"stream {sid}: message {seq} refers to {carry} kept frames, the receiver "
+            f"keeps {st.carried} after message {st.seq - 1}: messages lost or out of "
+            f"order (Sender.resync makes the next message self-contained)"
+        )
+    fs = C.frame_shape(msg["frame_shape"])
+    dt = C.frame_dtype(msg["dtype"])
+    k = C.stack_size(msg["stack_size"])
+    layout = msg["layout"]
+    if type(layout) is not str or layout not in C.LAYOUTS:
+        raise ValueError(f"layout must be one of {C.LAYOUTS}, got {layout!r}")
+    C.check_layout(layout, fs)
+    if st.geometry is not None and st.geometry != (fs, dt, k, layout):
+        raise ValueError(f"stream {sid} changed its geometry to {(fs, dt, k, layout)}")
+    return st, fs, dt, k, layout
+
+
+def _count(x, name: str) -> int:
+    """A non-negative int field.
+
+    Raises:
+        TypeError: not an integer. ValueError: negative.
+    """
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(x).__name__}")
+    if x < 0:
+        raise ValueError(f"{name} must be non-negative, got {x}")
+    return int(x)
+
+
+def _uints(x, name: str, shape: tuple | None, bound: int | None = None) -> np.ndarray:
+    """An array field of unsigned integers, of ``shape`` (None: 1-D), each below ``bound``.
+
+    Raises:
+        TypeError: not an ndarray of unsigned integers. ValueError: another shape, a
+            value out of range.
+    """
+    if type(x) is not np.ndarray or x.dtype.kind != "u":
+        raise TypeError(f"{name} must be an ndarray of unsigned integers, got {_what(x)}")
+    if (x.ndim != 1) if shape is None else (x.shape != shape):
+        raise ValueError(f"{name} has shape {x.shape}, expected {shape or '1-D'}")
+    if bound is not None and x.size and int(x.max()) >= bound:
+        raise ValueError(f"{name} holds {int(x.max())}, out of range [0, {bound})")
+    return x
+
+
+def _what(x) -> str:
+    """What ``x`` is, for an error message: its dtype or its type."""
+    return f"dtype {x.dtype}" if isinstance(x, np.ndarray) else type(x).__name__
+
+
+def _rounds(env: np.ndarray) -> list:
+    """``[(a, b), ...]``: consecutive runs of transitions with distinct envs, one add each."""
+    out: list = []
+    seen: set = set()
+    a = 0
+    for i, e in enumerate(env.tolist()):
+        if e in seen:
+            out.append((a, i))
+            seen, a = set(), i
+        seen.add(e)
+    if a < len(env):
+        out.append((a, len(env)))
+    return out
+
+
+def _raw(m: int) -> np.ndarray:
+    """``kinds`` of ``m`` raw blobs."""
+    return np.full(m, C.KIND_RAW, np.uint8)
