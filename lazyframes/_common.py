@@ -779,8 +779,8 @@ def prio_index(j: int, v: int, n: int) -> str:
     return f"indices[{j}] = {v} is out of range for a SumTree of {n} leaves"
 
 
-def prio_lengths(a: int, b: int) -> str:
-    return f"indices and values differ in length: {a} and {b}"
+def prio_lengths(a: int, b: int, what: str = "values") -> str:
+    return f"indices and {what} differ in size: {a} and {b}"
 
 
 def prio_value(j: int, v: float) -> str:

@@ -281,7 +281,6 @@ def _restore_lazyframes(refs: tuple[FrameRef, ...], layout: Layout) -> LazyFrame
 def _restore_lazybatch(rows: tuple[LazyFrames, ...], layout: Layout) -> LazyBatch: ...
 def _memcpy_gather(pool: FramePool, slots: npt.ArrayLike, out: np.ndarray) -> np.ndarray: ...
 
-
 class SumTree:
     """A sum-tree and a min-tree of float64 leaves: the priorities of prioritized replay."""
 

@@ -990,7 +990,7 @@ class SumTree(_Guarded):
         return float(self._min[1])
 
     def get(self, indices) -> np.ndarray:
-        """The leaves ``indices`` (a float64 array)."""
+        """The leaves ``indices`` (a float64 array). Raises IndexError out of range."""
         idx = _prio_i64(indices, "indices")
         bad = np.flatnonzero((idx < 0) | (idx >= self._n))
         if bad.size:
@@ -998,7 +998,7 @@ class SumTree(_Guarded):
         return self._sum[self._size + idx]
 
     def set(self, indices, values) -> None:
-        """Set leaves ``indices`` to ``values`` (a repeated index keeps its last)."""
+        """Set leaves ``indices`` to ``values`` (same size; a repeated index keeps its last)."""
         idx = _prio_i64(indices, "indices")
         val = _prio_f64(values, "values")
         if idx.size != val.size:
@@ -1038,11 +1038,21 @@ class SumTree(_Guarded):
         return self.sample_weighted(u, None)[0]
 
     def sample_weighted(self, u, beta) -> tuple:
-        """:meth:`sample` and the importance weights ``(leaf / min) ** -beta`` (float32)."""
+        """:meth:`sample` and the importance weights of the draws, in one call."""
+        pos, _, w = self.draw(u, beta, -1)
+        return pos, w
+
+    def draw(self, u, beta, newest) -> tuple:
+        """The draws of a prioritized replay buffer: :meth:`sample_weighted` and numbers."""
         uu = _prio_f64(u, "u")
+        newest = operator.index(newest)
         m = uu.size
         if m == 0:
-            return np.empty(0, np.int64), None if beta is None else np.empty(0, np.float32)
+            return (
+                np.empty(0, np.int64),
+                None if newest < 0 else np.empty(0, np.int64),
+                None if beta is None else np.empty(0, np.float32),
+            )
         total = self._sum[1]
         if not total > 0:
             raise ValueError(C.prio_empty())
@@ -1057,20 +1067,29 @@ class SumTree(_Guarded):
             x = np.where(left, x, x - left_sum)
             i = 2 * i + ~left
         idx = i - self._size
-        if beta is None:
-            return idx, None
-        w = np.power(s[i] / self._min[1], -float(beta)).astype(np.float32)
-        return idx, w
+        num = None if newest < 0 else newest - (newest % self._n - idx) % self._n
+        w = None
+        if beta is not None:
+            w = np.power(s[i] / self._min[1], -float(beta)).astype(np.float32)
+        return idx, num, w
 
     def update_priorities(self, numbers, priorities, alpha, lo, hi, raw):
         """PrioritizedReplayBuffer's priority update, checked whole before any write."""
-        t = np.asarray(numbers, np.int64).reshape(-1)
-        p = np.asarray(priorities, np.float64).reshape(-1)
+        t = _prio_i64(numbers, "indices")
+        p = _prio_f64(priorities, "priorities")
+        if not (
+            type(raw) is np.ndarray
+            and raw.dtype == np.float64
+            and raw.flags.c_contiguous
+            and raw.flags.writeable
+        ):
+            raise TypeError("raw must be a writeable C-contiguous float64 ndarray")
         n = self._n
         if p.size != t.size:
-            raise ValueError(C.prio_lengths(t.size, p.size))
-        if raw.shape[0] != n:
-            raise ValueError(f"raw must hold {n} priorities, got {raw.shape[0]}")
+            raise ValueError(C.prio_lengths(t.size, p.size, "priorities"))
+        if raw.size != n:
+            raise ValueError(f"raw must hold {n} priorities, got {raw.size}")
+        p = p.copy()  # read every priority before raw changes
         with np.errstate(all="ignore"):
             v = np.power(p, float(alpha))
         bad0 = (t < 0) | (t < lo) | (t >= hi) | (n == 0)
@@ -1081,15 +1100,16 @@ class SumTree(_Guarded):
             j = int(bad[0])
             return j, 0 if bad0[j] else 1 if bad1[j] else 2
         if t.size == 0:
-            return None
+            return 0.0
+        most = float(p.max())
         pos = t % n
         if pos.size > 1:
             pos, last = np.unique(pos[::-1], return_index=True)
             p, v = p[::-1][last], v[::-1][last]
-        raw[pos] = p
+        raw.reshape(-1)[pos] = p
         live = self._sum[self._size + pos] > 0
         self._write(pos[live], v[live])
-        return None
+        return most
 
     def __reduce__(self):
         raise TypeError("a SumTree cannot be pickled")

@@ -169,10 +169,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             np.concatenate([np.zeros(idx.size), self._prio[enter] ** self._alpha]),
         )
 
-    def _numbers(self, pos: np.ndarray) -> np.ndarray:
-        """Transition numbers of the stored transitions at ring positions ``pos``."""
-        return self._added - 1 - (self._pos - 1 - pos) % self._capacity
-
     def priorities(self, indices) -> np.ndarray:
         """The priorities (float64) of stored transitions, by number (as ``indices``).
 
@@ -244,9 +240,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 "no transition can be sampled yet: every stored n-step window is "
                 "still open (add more steps) or an autoreset placeholder"
             )
-        pos, weights = self._tree.sample_weighted(self._rng.random(B), b)
+        pos, numbers, weights = self._draw(B, b)
         s = _sampling.at(self, pos, obs_out, next_out, dst, scale)
-        return PrioritizedSamples(*s._replace(indices=self._numbers(pos)), weights)
+        return PrioritizedSamples(*s._replace(indices=numbers), weights)
+
+    def _draw(self, batch_size: int, beta: float) -> tuple:
+        """``(positions, numbers, weights)`` of ``batch_size`` prioritized draws (checked args).
+
+        The priority machinery of :meth:`sample` without the copy of the frames (the
+        benchmark times it alone).
+        """
+        return self._tree.draw(self._rng.random(batch_size), beta, self._added - 1)
 
     def update_priorities(self, indices, priorities) -> None:
         """Set the priorities of the transitions ``indices`` (from :meth:`sample`).
@@ -269,32 +273,21 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             TypeError: non-integer indices, non-numeric priorities.
             Nothing changes when an error is raised.
         """
-        t = np.asarray(indices)
-        p = np.asarray(priorities)
-        if t.dtype.kind not in "iu":
-            raise TypeError(f"indices must be integers, got dtype {t.dtype}")
-        if p.dtype.kind not in "iuf":
-            raise TypeError(f"priorities must be real numbers, got dtype {p.dtype}")
-        if t.size != p.size:
-            raise ValueError(
-                f"indices and priorities differ in size: {t.shape} and {p.shape}"
-            )
-        tt = np.ascontiguousarray(t.reshape(-1)).astype(np.int64, copy=False)
-        pp = np.ascontiguousarray(p.reshape(-1), np.float64)
         lo, hi = self._added - len(self), self._added
-        bad = self._tree.update_priorities(tt, pp, self._alpha, lo, hi, self._prio)
-        if bad is not None:
-            j, kind = bad
+        r = self._tree.update_priorities(indices, priorities, self._alpha, lo, hi, self._prio)
+        if type(r) is tuple:
+            j, kind = r
             if kind == 0:
-                raise ValueError(self._stale(j, int(t.reshape(-1)[j])))
+                raise ValueError(self._stale(j, int(np.asarray(indices).reshape(-1)[j])))
+            p = float(np.asarray(priorities).reshape(-1)[j])
             if kind == 1:
-                raise ValueError(f"priorities[{j}] = {pp[j]!r} must be positive and finite")
+                raise ValueError(f"priorities[{j}] = {p!r} must be positive and finite")
             raise ValueError(
-                f"priorities[{j}] = {pp[j]!r}: priority ** alpha ({self._alpha}) must be "
+                f"priorities[{j}] = {p!r}: priority ** alpha ({self._alpha}) must be "
                 f"a positive float64 at most float64 max / capacity"
             )
-        if pp.size:
-            self._max_p = max(self._max_p, float(pp.max()))
+        if r > self._max_p:
+            self._max_p = r
 
     def clear(self) -> None:
         """Drop every transition and its priority; keeps ``max_priority`` and the RNG.
