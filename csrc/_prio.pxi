@@ -9,8 +9,6 @@ cdef extern from "sumtree.h" nogil:
     ctypedef struct lf_sumtree:
         size_t n
         size_t size
-        double *sum
-        double *min
     int lf_sumtree_init(lf_sumtree *t, size_t n)
     void lf_sumtree_free(lf_sumtree *t)
     void lf_sumtree_clear(lf_sumtree *t)
@@ -106,8 +104,7 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
     cdef bint _ready
 
     def __cinit__(self):
-        self._t.sum = NULL
-        self._t.min = NULL
+        memset(&self._t, 0, sizeof(lf_sumtree))
         self._t.n = 0
         self._t.size = 0
         self._ready = False

@@ -24,11 +24,19 @@
 extern "C" {
 #endif
 
+/* One node: the sum of the leaves below and the smallest positive one (+inf if none).
+ * Sum and min side by side, and a node's two children in one 32-byte pair (the array
+ * is 64-byte aligned), so a level of a descent or of an update reads one cache line. */
 typedef struct {
-    size_t n;    /* leaves in use: indices [0, n) */
-    size_t size; /* leaves of the full tree, a power of two >= max(n, 1) */
-    double *sum; /* 2 * size nodes (node 0 unused) */
-    double *min; /* 2 * size nodes; +inf where no positive leaf is below */
+    double sum;
+    double min;
+} lf_node;
+
+typedef struct {
+    size_t n;      /* leaves in use: indices [0, n) */
+    size_t size;   /* leaves of the full tree, a power of two >= max(n, 1) */
+    lf_node *node; /* 2 * size nodes (node 0 unused), 64-byte aligned */
+    void *mem;     /* the allocation node points into */
 } lf_sumtree;
 
 /* Allocate a tree of n empty leaves. 0, or -1 (n too large, no memory; t left empty). */

@@ -200,9 +200,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         )
 
     # -- sampling and updates ---------------------------------------------------------
-    def sample(
+    def sample(  # type: ignore[override]
         self, batch_size, *, beta=0.4, out=None, dtype=None, scale=None
-    ) -> PrioritizedSamples:  # type: ignore[override]
+    ) -> PrioritizedSamples:
         """Sample ``batch_size`` transitions in proportion to ``priority ** alpha``.
 
         Draws are with replacement and stratified (one per equal segment of the total
@@ -315,6 +315,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """The priorities of a checkpoint (1.0 each for a plain ReplayBuffer's)."""
         n = len(self)
         pm = meta.get("prioritized")
+        max_p: object
         if pm is None:  # a uniform buffer's checkpoint: every priority 1.0
             prio = np.ones(n)
             max_p = 1.0
@@ -325,7 +326,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             self._alpha = _alpha(pm.get("alpha"))
             max_p = pm.get("max_priority")
             added = pm.get("added")
-            if not isinstance(max_p, float) or not (math.isfinite(max_p) and max_p >= 1.0):
+            if not (isinstance(max_p, float) and math.isfinite(max_p) and max_p >= 1.0):
                 raise ValueError(f"bad max_priority {max_p!r}")
             if (
                 isinstance(added, bool)
