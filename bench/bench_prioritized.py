@@ -12,6 +12,8 @@ training step's worth of priority work, ``sample(B)`` then ``update_priorities(B
   ``update_priorities``;
 - **lazyframes uniform sample**: ``ReplayBuffer.sample(B)`` on the same buffer (the
   uniform draw and the same copy): the cost the machinery adds to;
+- **lazyframes tiny**: ``sample(B)`` + ``update_priorities`` of a buffer of 1x1 frames
+  (k = 4): the whole call with a payload as small as cpprb's below, like for like;
 - **cpprb**: ``cpprb.PrioritizedReplayBuffer`` (C++ segment trees) ``sample(B, beta)``
   and ``update_priorities``, storing a 1-byte observation, an action, a reward and a
   done per transition (cpprb stores whole observations, so 84x84x4 frames do not fit
@@ -65,11 +67,11 @@ def _median_us(fns: dict[str, Callable], repeats: int, warmup: int) -> dict[str,
     return {k: statistics.median(v) * 1e6 for k, v in times.items()}
 
 
-def ours(n: int, seed: int) -> PrioritizedReplayBuffer:
-    """A prioritized buffer of ``n`` transitions of the same 84x84x4 uint8 stack."""
+def ours(n: int, seed: int, frame=(H, W)) -> PrioritizedReplayBuffer:
+    """A prioritized buffer of ``n`` transitions of the same k-stack of uint8 ``frame``s."""
     rb = PrioritizedReplayBuffer(n, alpha=ALPHA, num_envs=E, seed=seed)
-    stack = np.random.default_rng(seed).integers(0, 256, (K, H, W), dtype=np.uint8)
-    obs = np.broadcast_to(stack, (E, K, H, W))
+    stack = np.random.default_rng(seed).integers(0, 256, (K, *frame), dtype=np.uint8)
+    obs = np.broadcast_to(stack, (E, K, *frame))
     act = np.zeros(E, np.int64)
     rew = np.ones(E, np.float32)
     flags = np.zeros(E, bool)
@@ -124,6 +126,7 @@ def run(sizes, batches, repeats: int, warmup: int, seed: int) -> tuple[list[dict
     prios = {b: rng.uniform(0.01, 2.0, b) for b in batches}
     for n in sizes:
         rb = ours(n, seed)
+        tiny = ours(n, seed, (1, 1))
         peer = cpprb_buffer(n)
         if peer is None:
             notes.append("cpprb: not installed (pip install cpprb); its column is empty")
@@ -145,10 +148,15 @@ def run(sizes, batches, repeats: int, warmup: int, seed: int) -> tuple[list[dict
             def uniform(b=b, rb=rb):
                 ReplayBuffer.sample(rb, b)
 
+            def tiny_full(b=b, p=p, rb=tiny):
+                s = rb.sample(b, beta=BETA)
+                rb.update_priorities(s.indices, p)
+
             fns: dict[str, Callable] = {
                 "machinery": machinery,
                 "full": full,
                 "uniform": uniform,
+                "tiny": tiny_full,
             }
             if peer is not None:
 
@@ -176,6 +184,7 @@ def run(sizes, batches, repeats: int, warmup: int, seed: int) -> tuple[list[dict
                     "B": b,
                     **{k + "_us": v for k, v in t.items()},
                     "fastest_peer_x": min(peers) / t["machinery"] if peers else float("nan"),
+                    "tiny_x": min(peers) / t["tiny"] if peers else float("nan"),
                     "machinery_of_uniform": t["machinery"] / t["uniform"],
                 }
             )
@@ -189,9 +198,11 @@ def format_table(rows: list[dict]) -> str:
         ("lf machinery", "machinery_us", "{:.1f}"),
         ("lf sample+update", "full_us", "{:.1f}"),
         ("lf uniform sample", "uniform_us", "{:.1f}"),
+        ("lf tiny", "tiny_us", "{:.1f}"),
         ("cpprb", "cpprb_us", "{:.1f}"),
         ("TorchRL", "torchrl_us", "{:.1f}"),
         ("peer/lf machinery", "fastest_peer_x", "{:.2f}x"),
+        ("peer/lf tiny", "tiny_x", "{:.2f}x"),
         ("machinery/uniform", "machinery_of_uniform", "{:.0%}"),
     ]
     head = [c[0] for c in cols]
@@ -268,8 +279,9 @@ def main(argv=None) -> list[dict]:
         print(note)
     print(
         "lf machinery: draw (RNG uniforms, C tree descent, weights, numbers) + "
-        "update_priorities, no frame copy; peer/lf machinery: the fastest peer's sample+update "
-        "over it; machinery/uniform: over our uniform sample(B) of the same frames."
+        "update_priorities, no frame copy; lf tiny: sample+update with 1x1 frames; peer/lf ...: "
+        "the fastest peer's sample+update over ours; machinery/uniform: over our uniform "
+        "sample(B) of the same frames."
     )
     if args.check:
         results = check_targets(rows)
