@@ -36,7 +36,7 @@ extra = ["-O3", "-std=c99"] if os.name != "nt" else ["/O2"]
 
 ext = Extension(
     "lazyframes._core",
-    sources=["csrc/_core.pyx", "csrc/pool.c", "csrc/codec.c", "csrc/kernels.c"],
+    sources=["csrc/_core.pyx", "csrc/pool.c", "csrc/codec.c", "csrc/kernels.c", "csrc/sumtree.c"],
     include_dirs=["csrc", np.get_include(), BLOSC2_INCLUDE],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
     extra_compile_args=extra,

@@ -14,14 +14,15 @@ the full documentation is written here, once. The module is split by topic:
 - ``_lazy.pxi``: :class:`LazyFrames`, :class:`LazyBatch` and :func:`stack`;
 - ``_table.pxi``: :class:`SlotTable`, the replay buffer's store;
 - ``_pickle.pxi``: pickling and :func:`default_pool`;
-- ``_codec.pxi``: :func:`encode_frames` and :func:`decode_frames`, checkpoints' frames.
+- ``_codec.pxi``: :func:`encode_frames` and :func:`decode_frames`, checkpoints' frames;
+- ``_prio.pxi``: :class:`SumTree`, the priorities of ``PrioritizedReplayBuffer``.
 """
 
 cimport cython
 cimport numpy as cnp
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_FromObject
-from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint8_t
+from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 
@@ -38,7 +39,7 @@ lf_codec_init()  # once per process: C-Blosc2's global state; every codec call u
 
 __all__ = [
     "FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool",
-    "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW",
+    "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW", "SumTree",
 ]
 
 KIND_KEY, KIND_DELTA, KIND_RAW = C.KIND_KEY, C.KIND_DELTA, C.KIND_RAW  # == _KEY, _DELTA, _RAW
@@ -134,3 +135,4 @@ include "_lazy.pxi"
 include "_table.pxi"
 include "_pickle.pxi"
 include "_codec.pxi"
+include "_prio.pxi"

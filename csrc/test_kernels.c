@@ -1,9 +1,10 @@
-/* Plain-C tests of the copy kernels (kernels.c) and the frame pool (pool.c); no Python.
+/* Plain-C tests of the copy kernels (kernels.c), the frame pool (pool.c) and the
+ * priority sum-tree (sumtree.c); no Python.
  *
  * Build and run (tests/test_c_kernels.py does this, with sanitizers when available;
  * BLOSC2 is the directory of the installed blosc2 package, which ships C-Blosc2):
  *   cc -std=c99 -O1 -g -fsanitize=address,undefined -Icsrc -I$BLOSC2/include \
- *      csrc/test_kernels.c csrc/kernels.c csrc/pool.c csrc/codec.c \
+ *      csrc/test_kernels.c csrc/kernels.c csrc/pool.c csrc/codec.c csrc/sumtree.c \
  *      $BLOSC2/lib/libblosc2.a -lpthread -ldl -lm -o test_kernels && ./test_kernels
  * Prints "N passed, 0 failed" and exits non-zero on any failure.
  *
@@ -17,11 +18,13 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels.h"
 #include "layout.h"
 #include "pool.h"
+#include "sumtree.h"
 
 static long n_pass = 0, n_fail = 0;
 
@@ -634,6 +637,177 @@ static void test_codec_bad_input(void) {
     lf_ctx_free(dctx);
 }
 
+/* ------------------------------------------------------------------------------ */
+/* sum-tree / min-tree (sumtree.c)                                                  */
+
+static int tree_nodes_equal(const lf_sumtree *a, const lf_sumtree *b) {
+    return a->size == b->size && memcmp(a->node, b->node, 2 * a->size * sizeof(lf_node)) == 0;
+}
+
+static void test_sumtree_basic(void) {
+    lf_sumtree t;
+    CHECK(lf_sumtree_init(&t, 5) == 0 && t.size == 8, "init 5 -> size %zu", t.size);
+    CHECK(lf_sumtree_total(&t) == 0.0 && isinf(lf_sumtree_min(&t)), "empty tree");
+    int64_t idx[] = {0, 2, 4, 1};
+    double val[] = {1.0, 3.0, 4.0, 0.5};
+    CHECK(lf_sumtree_set(&t, idx, val, 4) == 0, "set");
+    CHECK(lf_sumtree_total(&t) == 8.5 && lf_sumtree_min(&t) == 0.5, "total %g min %g",
+          lf_sumtree_total(&t), lf_sumtree_min(&t));
+    int64_t one[] = {1};
+    double zero[] = {0.0};
+    CHECK(lf_sumtree_set(&t, one, zero, 1) == 0, "empty a leaf");
+    CHECK(lf_sumtree_total(&t) == 8.0 && lf_sumtree_min(&t) == 1.0, "zero leaf leaves the min");
+    CHECK(lf_sumtree_get(&t, 2) == 3.0 && lf_sumtree_get(&t, 1) == 0.0, "get");
+    /* a repeated index keeps its last value */
+    int64_t dup[] = {3, 3};
+    double dv[] = {7.0, 2.0};
+    CHECK(lf_sumtree_set(&t, dup, dv, 2) == 0 && lf_sumtree_get(&t, 3) == 2.0, "last wins");
+    CHECK(lf_sumtree_total(&t) == 10.0, "total after dup %g", lf_sumtree_total(&t));
+    /* invalid input: refused, nothing written */
+    lf_sumtree before;
+    lf_sumtree_init(&before, 5);
+    memcpy(before.node, t.node, 2 * t.size * sizeof(lf_node));
+    int64_t bad_idx[][2] = {{0, -1}, {0, 5}, {0, INT64_MIN}, {0, INT64_MAX}};
+    double ok2[] = {9.0, 9.0};
+    for (int c = 0; c < 4; c++) {
+        CHECK(lf_sumtree_check(&t, bad_idx[c], ok2, 2) == 1, "check idx case %d", c);
+        CHECK(lf_sumtree_set(&t, bad_idx[c], ok2, 2) == -1, "bad idx case %d", c);
+    }
+    int64_t good_idx[] = {0, 1};
+    double bad_val[][2] = {{9.0, -1.0}, {9.0, NAN}, {9.0, INFINITY}, {9.0, -INFINITY}, {9.0, -0.5}};
+    for (int c = 0; c < 5; c++) {
+        CHECK(lf_sumtree_check(&t, good_idx, bad_val[c], 2) == 1, "check val case %d", c);
+        CHECK(lf_sumtree_set(&t, good_idx, bad_val[c], 2) == -1, "bad val case %d", c);
+    }
+    CHECK(tree_nodes_equal(&t, &before), "refused sets wrote nothing");
+    lf_sumtree_free(&before);
+    /* weights: (leaf / min)^-beta */
+    float w[3];
+    int64_t wi[] = {0, 2, 3};
+    lf_sumtree_weights(&t, wi, 3, 0.5, w); /* leaves 1, 3, 2; min 1 */
+    CHECK(w[0] == 1.0f && w[1] == (float)pow(3.0, -0.5) && w[2] == (float)pow(2.0, -0.5),
+          "weights %g %g %g", w[0], w[1], w[2]);
+    lf_sumtree_weights(&t, wi, 3, 0.0, w);
+    CHECK(w[0] == 1.0f && w[1] == 1.0f && w[2] == 1.0f, "beta 0: weights 1");
+    lf_sumtree_clear(&t);
+    CHECK(lf_sumtree_total(&t) == 0.0 && isinf(lf_sumtree_min(&t)), "clear");
+    lf_sumtree_free(&t);
+    lf_sumtree_free(&t); /* twice is safe */
+    /* one leaf, and none */
+    CHECK(lf_sumtree_init(&t, 1) == 0 && t.size == 1, "one leaf");
+    double v1[] = {2.5};
+    int64_t i0[] = {0};
+    CHECK(lf_sumtree_set(&t, i0, v1, 1) == 0 && lf_sumtree_total(&t) == 2.5, "one leaf set");
+    double u[] = {0.0, 0.999};
+    int64_t out[2] = {-1, -1};
+    CHECK(lf_sumtree_sample(&t, u, 2, out) == 0 && out[0] == 0 && out[1] == 0, "one leaf drawn");
+    lf_sumtree_free(&t);
+    CHECK(lf_sumtree_init(&t, 0) == 0 && lf_sumtree_set(&t, i0, v1, 1) == -1, "no leaf");
+    lf_sumtree_free(&t);
+}
+
+static void test_sumtree_sample(void) {
+    lf_sumtree t;
+    lf_sumtree_init(&t, 6);
+    int64_t idx[] = {0, 1, 2, 3, 4, 5};
+    double val[] = {1.0, 0.0, 3.0, 0.0, 4.0, 0.0}; /* total 8, trailing empty leaves */
+    lf_sumtree_set(&t, idx, val, 6);
+    double u[8];
+    int64_t out[8];
+    for (int j = 0; j < 8; j++) u[j] = 0.5;
+    CHECK(lf_sumtree_sample(&t, u, 8, out) == 0, "sample");
+    int64_t want[] = {0, 2, 2, 2, 4, 4, 4, 4};
+    CHECK(memcmp(out, want, sizeof want) == 0, "one draw per segment: %lld %lld %lld %lld %lld",
+          (long long)out[0], (long long)out[1], (long long)out[3], (long long)out[4],
+          (long long)out[7]);
+    /* the top of the range never lands on an empty leaf */
+    for (int j = 0; j < 8; j++) u[j] = nextafter(1.0, 0.0);
+    CHECK(lf_sumtree_sample(&t, u, 8, out) == 0, "sample near 1");
+    int empty = 0;
+    for (int j = 0; j < 8; j++) empty += val[out[j]] == 0.0;
+    CHECK(empty == 0 && out[7] == 4, "no empty leaf drawn (last %lld)", (long long)out[7]);
+    /* u out of range, empty tree: refused, out untouched */
+    double bad_u[][1] = {{1.0}, {-0.1}, {NAN}};
+    for (int c = 0; c < 3; c++) {
+        int64_t o = -7;
+        CHECK(lf_sumtree_sample(&t, bad_u[c], 1, &o) == -1 && o == -7, "bad u %d", c);
+    }
+    lf_sumtree_clear(&t);
+    int64_t o = -7;
+    CHECK(lf_sumtree_sample(&t, u, 1, &o) == -1 && o == -7, "empty tree");
+    lf_sumtree_free(&t);
+    /* frequencies: with one draw per segment, each leaf gets its share within 2 draws */
+    enum { N = 37, M = 100000 };
+    lf_sumtree_init(&t, N);
+    double p[N], tot = 0.0;
+    int64_t ids[N];
+    for (int i = 0; i < N; i++) {
+        ids[i] = i;
+        p[i] = (i % 5 == 0) ? 0.0 : (double)(rnd() % 1000 + 1) / 7.0;
+        tot += p[i];
+    }
+    lf_sumtree_set(&t, ids, p, N);
+    static double uu[M];
+    static int64_t draws[M];
+    for (int j = 0; j < M; j++) uu[j] = (double)(rnd() >> 11) * 0x1.0p-53;
+    CHECK(lf_sumtree_sample(&t, uu, M, draws) == 0, "big sample");
+    long count[N] = {0};
+    for (int j = 0; j < M; j++) count[draws[j]]++;
+    int ok = 1;
+    for (int i = 0; i < N; i++) ok &= fabs((double)count[i] - M * p[i] / tot) <= 2.0;
+    CHECK(ok, "stratified counts within 2 of M * P(i)");
+    lf_sumtree_free(&t);
+}
+
+/* The drift guard: after millions of writes over a wide dynamic range every node equals
+ * a rebuild from the leaves bit for bit, and the root is within depth * eps of the exact
+ * sum. A tree that added deltas would fail both. */
+static void test_sumtree_drift(void) {
+    enum { N = 1000, WRITES = 2000000 };
+    lf_sumtree t, fresh;
+    lf_sumtree_init(&t, N);
+    lf_sumtree_init(&fresh, N);
+    double leaves[N] = {0};
+    for (long w = 0; w < WRITES; w++) {
+        int64_t i = (int64_t)(rnd() % N);
+        uint64_t r = rnd();
+        /* 1e-6 .. 1e6, some empties */
+        double v = (r % 17 == 0) ? 0.0 : pow(10.0, (double)(r >> 11) * 0x1.0p-53 * 12.0 - 6.0);
+        lf_sumtree_set(&t, &i, &v, 1);
+        leaves[i] = v;
+    }
+    int64_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = i;
+    lf_sumtree_set(&fresh, ids, leaves, N); /* the batched path: leaves, then a rebuild */
+    CHECK(tree_nodes_equal(&t, &fresh), "2M writes: every node equals the rebuild");
+    long double exact = 0.0L, comp = 0.0L;
+    double mn = INFINITY;
+    for (int i = 0; i < N; i++) { /* Kahan in long double: exact enough here */
+        long double y = (long double)leaves[i] - comp, s = exact + y;
+        comp = (s - exact) - y;
+        exact = s;
+        if (leaves[i] > 0.0 && leaves[i] < mn) mn = leaves[i];
+    }
+    double rel = fabs((double)((long double)lf_sumtree_total(&t) - exact) / (double)exact);
+    CHECK(rel <= 10 * 0x1.0p-52, "root error %g relative", rel);
+    CHECK(lf_sumtree_min(&t) == mn, "min %g vs %g", lf_sumtree_min(&t), mn);
+    /* batched writes with repeats take the same path as one by one */
+    lf_sumtree_free(&fresh);
+    lf_sumtree_init(&fresh, N);
+    static int64_t bi[4 * N];
+    static double bv[4 * N];
+    for (int j = 0; j < 4 * N; j++) {
+        bi[j] = (int64_t)(rnd() % N);
+        bv[j] = (double)(rnd() % 100);
+    }
+    lf_sumtree_set(&fresh, bi, bv, 4 * N); /* rebuild path */
+    lf_sumtree_clear(&t);
+    for (int j = 0; j < 4 * N; j++) lf_sumtree_set(&t, &bi[j], &bv[j], 1);
+    CHECK(tree_nodes_equal(&t, &fresh), "batched set == one by one (repeats: last wins)");
+    lf_sumtree_free(&t);
+    lf_sumtree_free(&fresh);
+}
+
 int main(void) {
     lf_codec_init();
     test_type_sizes();
@@ -647,6 +821,9 @@ int main(void) {
     test_pool_random_walk();
     test_compression();
     test_codec_bad_input();
+    test_sumtree_basic();
+    test_sumtree_sample();
+    test_sumtree_drift();
     printf("%ld passed, %ld failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

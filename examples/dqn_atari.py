@@ -10,6 +10,12 @@ The differences from CleanRL's script are the data path only:
   tensors (``dtype=np.float32, scale=1/255``: conversion fused into the copy, no
   ``x / 255.0`` in the network).
 
+With ``--prioritized`` the buffer is ``lazyframes.PrioritizedReplayBuffer`` (Schaul et al.,
+2016, proportional): transitions are drawn in proportion to ``priority ** alpha``, the
+squared TD errors are weighted by the importance weights ``data.weights`` (``beta``
+annealed from ``--beta`` to 1 over the run), and the priorities are set to
+``|TD error| + --priority-eps`` after each gradient step.
+
 Under Gymnasium 1.x's default NEXT_STEP autoreset the step after an episode ends
 returns the reset observation; that (final -> reset) pair is not a transition, so it is
 stored as a placeholder the buffer never samples (``autoreset=`` mask), as CleanRL skips it.
@@ -77,6 +83,18 @@ def parse_args(argv=None):
     )
     p.add_argument(
         "--train-frequency", type=int, default=4, help="vector steps between gradient steps"
+    )
+    p.add_argument(
+        "--prioritized",
+        action="store_true",
+        help="prioritized replay (PrioritizedReplayBuffer) with importance weights in the loss",
+    )
+    p.add_argument("--alpha", type=float, default=0.6, help="priority exponent (--prioritized)")
+    p.add_argument(
+        "--beta", type=float, default=0.4, help="initial importance exponent, annealed to 1"
+    )
+    p.add_argument(
+        "--priority-eps", type=float, default=1e-6, help="added to |TD error| as the priority"
     )
     p.add_argument(
         "--torch-threads",
@@ -152,7 +170,12 @@ def main(argv=None) -> dict:
     target_network = QNetwork(n_actions)
     target_network.load_state_dict(q_network.state_dict())
 
-    rb = lazyframes.ReplayBuffer(args.buffer_size, num_envs=n, gamma=args.gamma, seed=args.seed)
+    if args.prioritized:
+        rb = lazyframes.PrioritizedReplayBuffer(
+            args.buffer_size, alpha=args.alpha, num_envs=n, gamma=args.gamma, seed=args.seed
+        )
+    else:
+        rb = lazyframes.ReplayBuffer(args.buffer_size, num_envs=n, gamma=args.gamma, seed=args.seed)
     # the network's input tensors, filled in place by lazyframes (no intermediate arrays)
     obs_t = torch.empty((n, 4, 84, 84), dtype=torch.float32)
     b_obs = torch.empty((args.batch_size, 4, 84, 84), dtype=torch.float32)
@@ -193,12 +216,14 @@ def main(argv=None) -> dict:
         obs = next_obs
 
         if global_step > args.learning_starts and global_step % args.train_frequency == 0:
-            data = rb.sample(
-                args.batch_size,
-                out=(b_obs.numpy(), b_next.numpy()),
-                dtype=np.float32,
-                scale=1 / 255,
-            )
+            out = (b_obs.numpy(), b_next.numpy())
+            if args.prioritized:
+                beta = args.beta + (1.0 - args.beta) * global_step / vec_steps
+                data = rb.sample(
+                    args.batch_size, beta=beta, out=out, dtype=np.float32, scale=1 / 255
+                )
+            else:
+                data = rb.sample(args.batch_size, out=out, dtype=np.float32, scale=1 / 255)
             with torch.no_grad():
                 target_max, _ = target_network(b_next).max(dim=1)
                 td_target = torch.from_numpy(data.rewards) + args.gamma * target_max * (
@@ -207,7 +232,12 @@ def main(argv=None) -> dict:
             old_val = (
                 q_network(b_obs).gather(1, torch.from_numpy(data.actions).view(-1, 1)).squeeze(1)
             )
-            loss = F.mse_loss(td_target, old_val)
+            if args.prioritized:  # importance weights in the loss, |TD error| as priority
+                td = td_target - old_val
+                loss = (torch.from_numpy(data.weights) * td.pow(2)).mean()
+                rb.update_priorities(data.indices, td.abs().detach().numpy() + args.priority_eps)
+            else:
+                loss = F.mse_loss(td_target, old_val)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -241,6 +271,7 @@ def main(argv=None) -> dict:
         "steps_per_s": vec_steps * n / seconds,
         "replay_transitions": len(rb),
         "replay_bytes_per_transition": mem["bytes_per_transition"],
+        "max_priority": rb.max_priority if args.prioritized else None,
     }
     print(
         f"dqn_atari summary: {summary['env_steps']} env steps, {updates} gradient steps, "
@@ -250,6 +281,8 @@ def main(argv=None) -> dict:
         f"replay {len(rb)} transitions at {mem['bytes_per_transition']:,.0f} B each",
         flush=True,
     )
+    if args.prioritized:
+        print(f"prioritized replay: alpha {args.alpha}, max priority {rb.max_priority:.4f}")
     return summary
 
 

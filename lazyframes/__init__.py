@@ -44,6 +44,7 @@ __all__ = [
     "FrameStackObservation",
     "LazyBatch",
     "LazyFrames",
+    "PrioritizedReplayBuffer",
     "ReplayBuffer",
     "default_pool",
     "stack",
@@ -53,6 +54,7 @@ __all__ = [
 _LAZY = {
     "FrameStack": ("wrappers", "FrameStack"),
     "FrameStackObservation": ("wrappers", "FrameStackObservation"),
+    "PrioritizedReplayBuffer": ("replay", "PrioritizedReplayBuffer"),
     "ReplayBuffer": ("replay", "ReplayBuffer"),
     "vector": ("vector", None),
 }

@@ -764,3 +764,28 @@ def restore_needs(what: str, x) -> str:
 
 def rows_stack_sizes(a: int, b: int) -> str:
     return f"rows have different stack sizes: {a} and {b}"
+
+
+# -- SumTree (prioritized replay) messages, shared by both cores ---------------------
+def prio_dtype(name: str, dt) -> str:
+    return f"{name} must be real numbers, got dtype {dt}"
+
+
+def prio_int_dtype(name: str, dt) -> str:
+    return f"{name} must be integers, got dtype {dt}"
+
+
+def prio_index(j: int, v: int, n: int) -> str:
+    return f"indices[{j}] = {v} is out of range for a SumTree of {n} leaves"
+
+
+def prio_lengths(a: int, b: int, what: str = "values") -> str:
+    return f"indices and {what} differ in size: {a} and {b}"
+
+
+def prio_value(j: int, v: float) -> str:
+    return f"values[{j}] = {v!r}: leaves must be finite and >= 0"
+
+
+def prio_empty() -> str:
+    return "no transition can be sampled: every leaf of the SumTree is empty"

@@ -32,6 +32,7 @@ __all__ = [
     "LazyBatch",
     "LazyFrames",
     "SlotTable",
+    "SumTree",
     "decode_frames",
     "default_pool",
     "encode_frames",
@@ -937,6 +938,181 @@ class SlotTable(_Guarded):
 
     def __repr__(self):
         return f"SlotTable(shape={self.shape}, pool={self._pool!r})"
+
+
+def _prio_f64(x, name: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype.kind not in "iuf":
+        raise TypeError(C.prio_dtype(name, a.dtype))
+    return np.ascontiguousarray(a.reshape(-1), np.float64)
+
+
+def _prio_i64(x, name: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu":
+        raise TypeError(C.prio_int_dtype(name, a.dtype))
+    return np.ascontiguousarray(a.reshape(-1)).astype(np.int64, copy=False)
+
+
+class SumTree(_Guarded):
+    """A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampling.
+
+    The same nodes as the compiled tree (node 1 the root, leaf ``j`` at ``size + j``),
+    each recomputed from its children level by level, so both hold the same values.
+    """
+
+    __slots__ = ("_min", "_n", "_size", "_sum")
+
+    def __init__(self, capacity):
+        self._refuse_second_init("_sum")
+        n = operator.index(capacity)
+        if n < 0:
+            raise ValueError(f"capacity must be >= 0, got {n}")
+        size = 1
+        while size < n:
+            size *= 2
+        self._refuse_second_init("_sum")
+        self._n, self._size = n, size
+        self._min = np.full(2 * size, np.inf)
+        self._sum = np.zeros(2 * size)
+
+    @property
+    def capacity(self) -> int:
+        """Number of leaves."""
+        return self._n
+
+    def total(self) -> float:
+        """Sum of the leaves."""
+        return float(self._sum[1])
+
+    def min(self) -> float:
+        """Smallest non-empty leaf (``inf`` when every leaf is empty)."""
+        return float(self._min[1])
+
+    def get(self, indices) -> np.ndarray:
+        """The leaves ``indices`` (a float64 array). Raises IndexError out of range."""
+        idx = _prio_i64(indices, "indices")
+        bad = np.flatnonzero((idx < 0) | (idx >= self._n))
+        if bad.size:
+            raise IndexError(C.prio_index(int(bad[0]), int(idx[bad[0]]), self._n))
+        return self._sum[self._size + idx]
+
+    def set(self, indices, values) -> None:
+        """Set leaves ``indices`` to ``values`` (same size; a repeated index keeps its last)."""
+        idx = _prio_i64(indices, "indices")
+        val = _prio_f64(values, "values")
+        if idx.size != val.size:
+            raise ValueError(C.prio_lengths(idx.size, val.size))
+        bad = np.flatnonzero((idx < 0) | (idx >= self._n) | ~(val >= 0) | np.isinf(val))
+        if bad.size:
+            j = int(bad[0])
+            if not 0 <= idx[j] < self._n:
+                raise ValueError(C.prio_index(j, int(idx[j]), self._n))
+            raise ValueError(C.prio_value(j, float(val[j])))
+        self._write(idx, val)
+
+    def _write(self, idx: np.ndarray, val: np.ndarray) -> None:
+        """Write checked leaves (the last of a repeated index wins), then their ancestors."""
+        if idx.size > 1:
+            idx, last = np.unique(idx[::-1], return_index=True)
+            val = val[::-1][last]
+        nodes = self._size + idx
+        self._sum[nodes] = val
+        self._min[nodes] = np.where(val > 0, val, np.inf)
+        nodes = np.unique(nodes >> 1)
+        nodes = nodes[nodes >= 1]
+        while nodes.size:  # one level at a time: every leaf is at the same depth
+            s, m = self._sum, self._min
+            s[nodes] = s[2 * nodes] + s[2 * nodes + 1]
+            m[nodes] = np.minimum(m[2 * nodes], m[2 * nodes + 1])
+            nodes = np.unique(nodes >> 1)
+            nodes = nodes[nodes >= 1]
+
+    def clear(self) -> None:
+        """Empty every leaf."""
+        self._sum[:] = 0.0
+        self._min[:] = np.inf
+
+    def sample(self, u) -> np.ndarray:
+        """Stratified draws: leaf indices (int64), one per entry of ``u`` (in ``[0, 1)``)."""
+        return self.sample_weighted(u, None)[0]
+
+    def sample_weighted(self, u, beta) -> tuple:
+        """:meth:`sample` and the importance weights of the draws, in one call."""
+        pos, _, w = self.draw(u, beta, -1)
+        return pos, w
+
+    def draw(self, u, beta, newest) -> tuple:
+        """The draws of a prioritized replay buffer: :meth:`sample_weighted` and numbers."""
+        uu = _prio_f64(u, "u")
+        newest = operator.index(newest)
+        m = uu.size
+        if m == 0:
+            return (
+                np.empty(0, np.int64),
+                None if newest < 0 else np.empty(0, np.int64),
+                None if beta is None else np.empty(0, np.float32),
+            )
+        total = self._sum[1]
+        if not total > 0:
+            raise ValueError(C.prio_empty())
+        if not np.all((uu >= 0) & (uu < 1)):
+            raise ValueError("u must hold numbers in [0, 1)")
+        x = (np.arange(m, dtype=np.float64) + uu) * total / m
+        i = np.ones(m, np.int64)
+        s = self._sum
+        for _ in range(self._size.bit_length() - 1):
+            left_sum = s[2 * i]
+            left = (x < left_sum) | ~(s[2 * i + 1] > 0)
+            x = np.where(left, x, x - left_sum)
+            i = 2 * i + ~left
+        idx = i - self._size
+        num = None if newest < 0 else newest - (newest % self._n - idx) % self._n
+        w = None
+        if beta is not None:
+            w = np.power(s[i] / self._min[1], -float(beta)).astype(np.float32)
+        return idx, num, w
+
+    def update_priorities(self, numbers, priorities, alpha, lo, hi, raw):
+        """PrioritizedReplayBuffer's priority update, checked whole before any write."""
+        t = _prio_i64(numbers, "indices")
+        p = _prio_f64(priorities, "priorities")
+        if not (
+            type(raw) is np.ndarray
+            and raw.dtype == np.float64
+            and raw.flags.c_contiguous
+            and raw.flags.writeable
+        ):
+            raise TypeError("raw must be a writeable C-contiguous float64 ndarray")
+        n = self._n
+        if p.size != t.size:
+            raise ValueError(C.prio_lengths(t.size, p.size, "priorities"))
+        if raw.size != n:
+            raise ValueError(f"raw must hold {n} priorities, got {raw.size}")
+        p = p.copy()  # read every priority before raw changes
+        with np.errstate(all="ignore"):
+            v = np.power(p, float(alpha))
+        bad0 = (t < 0) | (t < lo) | (t >= hi) | (n == 0)
+        bad1 = ~((p > 0) & np.isfinite(p))
+        bad2 = ~((v > 0) & (v <= np.finfo(np.float64).max / max(n, 1)))
+        bad = np.flatnonzero(bad0 | bad1 | bad2)
+        if bad.size:
+            j = int(bad[0])
+            return j, 0 if bad0[j] else 1 if bad1[j] else 2
+        if t.size == 0:
+            return 0.0
+        most = float(p.max())
+        pos = t % n
+        if pos.size > 1:
+            pos, last = np.unique(pos[::-1], return_index=True)
+            p, v = p[::-1][last], v[::-1][last]
+        raw.reshape(-1)[pos] = p
+        live = self._sum[self._size + pos] > 0
+        self._write(pos[live], v[live])
+        return most
+
+    def __reduce__(self):
+        raise TypeError("a SumTree cannot be pickled")
 
 
 def _columns(cols, width: int) -> tuple:

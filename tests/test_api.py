@@ -24,6 +24,7 @@ PUBLIC = {
     "LazyFrames",
     "LazyBatch",
     "SlotTable",
+    "SumTree",
     "stack",
     "default_pool",
     "encode_frames",

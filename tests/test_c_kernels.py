@@ -2,7 +2,7 @@
 
 Built with the system C compiler (``cc``), with AddressSanitizer and
 UndefinedBehaviorSanitizer when this machine supports them (then any out-of-bounds
-access or UB in csrc/kernels.c, csrc/pool.c or csrc/codec.c fails the run), else
+access or UB in csrc/kernels.c, csrc/pool.c, csrc/codec.c or csrc/sumtree.c fails the run), else
 plainly; linked with C-Blosc2 from the installed ``blosc2`` package, as setup.py links it.
 """
 
@@ -13,7 +13,13 @@ import shutil
 import subprocess
 
 CSRC = pathlib.Path(__file__).resolve().parent.parent / "csrc"
-SOURCES = [CSRC / "test_kernels.c", CSRC / "kernels.c", CSRC / "pool.c", CSRC / "codec.c"]
+SOURCES = [
+    CSRC / "test_kernels.c",
+    CSRC / "kernels.c",
+    CSRC / "pool.c",
+    CSRC / "codec.c",
+    CSRC / "sumtree.c",
+]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
 
 

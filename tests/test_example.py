@@ -29,32 +29,35 @@ def run_example_file(path, cwd, *args):
     return r.stdout
 
 
+#: A few steps of real Pong: 150 vector steps of 2 envs, 12 gradient steps.
+DQN_ARGS = [
+    "--env-id",
+    "ALE/Pong-v5",
+    "--total-timesteps",
+    "300",
+    "--num-envs",
+    "2",
+    "--learning-starts",
+    "100",
+    "--train-frequency",
+    "4",
+    "--batch-size",
+    "8",
+    "--buffer-size",
+    "1000",
+    "--target-network-frequency",
+    "50",
+    "--torch-threads",
+    "1",
+    "--seed",
+    "1",
+    "--progress-every",
+    "0",
+]
+
+
 def test_dqn_atari_example_trains_a_few_steps(tmp_path):
-    args = [
-        "--env-id",
-        "ALE/Pong-v5",
-        "--total-timesteps",
-        "300",
-        "--num-envs",
-        "2",
-        "--learning-starts",
-        "100",
-        "--train-frequency",
-        "4",
-        "--batch-size",
-        "8",
-        "--buffer-size",
-        "1000",
-        "--target-network-frequency",
-        "50",
-        "--torch-threads",
-        "1",
-        "--seed",
-        "1",
-        "--progress-every",
-        "0",
-    ]
-    out = run_example("dqn_atari.py", args, tmp_path)
+    out = run_example("dqn_atari.py", DQN_ARGS, tmp_path)
     # a flushed progress line per step here, with the run's fraction and an ETA
     assert re.search(r"^global_step=300/300 \(100%\), SPS=\d+, ETA 0\.0 min, ", out, flags=re.M)
     m = re.search(
@@ -71,6 +74,14 @@ def test_dqn_atari_example_trains_a_few_steps(tmp_path):
     assert int(stored) == 300
     # frames are stored once: far below one 28,224-byte observation per transition
     assert int(per.replace(",", "")) < 28_224
+
+
+def test_dqn_atari_example_prioritized(tmp_path):
+    out = run_example("dqn_atari.py", [*DQN_ARGS, "--prioritized"], tmp_path)
+    m = re.search(r"dqn_atari summary: 300 env steps, (\d+) gradient steps", out)
+    assert m and int(m.group(1)) == 12, out
+    m = re.search(r"^prioritized replay: alpha 0.6, max priority ([0-9.]+)$", out, flags=re.M)
+    assert m and float(m.group(1)) >= 1.0, out
 
 
 def test_cleanrl_dqn_atari_example_trains_a_few_steps(tmp_path):

@@ -27,7 +27,7 @@ from .. import _common as C
 from . import _checkpoint, _ingest, _sampling
 from ._sampling import ReplaySamples
 
-__all__ = ["ReplayBuffer", "ReplaySamples"]
+__all__ = ["PrioritizedReplayBuffer", "PrioritizedSamples", "ReplayBuffer", "ReplaySamples"]
 
 
 class ReplayBuffer:
@@ -379,7 +379,7 @@ class ReplayBuffer:
                 buffer's SlotTable stores slot ids as int32).
             Nothing is stored when an error is raised.
         """
-        _ingest.add(
+        idx = _ingest.add(
             self,
             obs,
             action,
@@ -392,6 +392,7 @@ class ReplayBuffer:
             final_obs=final_obs,
             final_mask=final_mask,
         )
+        self._on_add(idx)
 
     def sample(self, batch_size, *, out=None, dtype=None, scale=None) -> ReplaySamples:
         """Sample ``batch_size`` transitions uniformly, with replacement.
@@ -505,3 +506,17 @@ class ReplayBuffer:
             True
         """
         return _checkpoint.from_bytes, (type(self), _checkpoint.to_bytes(self))
+
+    # -- hooks for subclasses (PrioritizedReplayBuffer) -----------------------------
+    def _on_add(self, idx: np.ndarray) -> None:
+        """Called at the end of :meth:`add` with the ring positions written (cannot fail)."""
+
+    def _extra_state(self) -> tuple[dict, dict]:
+        """``(meta, arrays)`` a checkpoint adds: meta keys and optional entries."""
+        return {}, {}
+
+    def _restore_extra(self, meta: dict, archive) -> None:
+        """Called last by :meth:`load` to read what :meth:`_extra_state` wrote."""
+
+
+from ._prioritized import PrioritizedReplayBuffer, PrioritizedSamples  # noqa: E402

@@ -14,7 +14,11 @@ An archive (zip, stored uncompressed) of ``.npy`` entries, no pickled objects:
   into ``frames``;
 - ``actions``, ``rewards``, ``flags``: the first ``n`` entries of the buffer's arrays;
 - ``env_ids`` (version 2): int32 ``(n,)``, each transition's env stream. The links of
-  each stream (its transitions in ring order) are rebuilt from them.
+  each stream (its transitions in ring order) are rebuilt from them;
+- optional entries of subclasses (``_OPTIONAL``), with their meta keys
+  (``ReplayBuffer._extra_state``): ``priorities``, float64 ``(n,)``, and meta
+  ``prioritized`` of a ``PrioritizedReplayBuffer``. A plain ``ReplayBuffer`` loads
+  such a file and ignores them.
 
 Version 3 added the compression options and the container (a version-2 file holds raw
 frames and loads as a buffer that does not compress). Version 1 (one transition per env
@@ -74,6 +78,8 @@ _ENTRIES[3] = _ENTRIES[2] | _BLOBS
 #: this many times the file's size if larger (Atari frames compress ~15-50x), and
 #: hold uncompressed at once: ``max(_TABLE_FLOOR, _TABLE_FACTOR * file_size)`` bytes.
 _INFLATE_FACTOR = 1024
+#: Entries a subclass may add to any version (read by its ``_restore_extra``).
+_OPTIONAL = {"priorities"}
 
 
 def header(rb: ReplayBuffer) -> dict:
@@ -150,7 +156,9 @@ def write_archive(rb: ReplayBuffer, fh) -> None:
     arrays["rewards"] = rb._rewards[:n]
     arrays["flags"] = rb._flags[:n]
     arrays["env_ids"] = rb._env[:n]
-    meta = header(rb)
+    extra_meta, extra_arrays = rb._extra_state()
+    arrays.update(extra_arrays)
+    meta = {**header(rb), **extra_meta}
     arrays["meta"] = np.array(json.dumps(meta))
     with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, arr in arrays.items():
@@ -375,12 +383,13 @@ def bounded_int(meta: dict, key: str, lo: int, hi: int) -> int:
     return v
 
 
-def check_capacity(meta: dict, file_size: int) -> None:
+def check_capacity(meta: dict, file_size: int, extra: int = 0) -> None:
     """Refuse a declared capacity whose tables would cost more than the file justifies.
 
     ``load`` allocates the tables of the whole capacity (slot ids, actions, rewards,
     flags, links); their size is bounded by ``max(_TABLE_FLOOR, _TABLE_FACTOR *
-    file_size)``. The other declared sizes are checked entry by entry (:class:`Archive`).
+    file_size)``; ``extra``: bytes per transition a subclass adds (its priority trees).
+    The other declared sizes are checked entry by entry (:class:`Archive`).
 
     Raises:
         ValueError: a capacity, stack size or action shape out of those bounds.
@@ -394,7 +403,7 @@ def check_capacity(meta: dict, file_size: int) -> None:
         raise ValueError(f"meta 'action_shape' must be a short list, got {shape!r}")
     itemsize = np.dtype(meta.get("action_dtype")).itemsize
     per_action = math.prod(bounded_int({"d": d}, "d", 0, limit) for d in shape) * itemsize
-    per_transition = 2 * k * 4 + per_action + 4 + 1 + 4 + 8
+    per_transition = 2 * k * 4 + per_action + 4 + 1 + 4 + 8 + extra
     if capacity * per_transition > limit:
         raise ValueError(
             f"declared capacity {capacity} needs {capacity * per_transition} bytes of "
@@ -423,9 +432,9 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
             f"checkpoint version {version!r} is not supported (this lazyframes reads "
             f"versions {sorted(_ENTRIES)})"
         )
-    if not ar.names() <= _ENTRIES[version]:
-        raise ValueError(f"unexpected entries {sorted(ar.names() - _ENTRIES[version])}")
-    check_capacity(meta, ar.size)
+    if not ar.names() <= _ENTRIES[version] | _OPTIONAL:
+        raise ValueError(f"unexpected entries {sorted(ar.names() - _ENTRIES[version] - _OPTIONAL)}")
+    check_capacity(meta, ar.size, getattr(cls, "_EXTRA_BYTES_PER_TRANSITION", 0))
     try:
         compression = C.compression(meta.get("compression"))
     except TypeError as e:
@@ -513,6 +522,7 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
     rb._pos, rb._full, rb._n_skip = pos, full, n_skip
     relink(rb)
     rb._rng = rng
+    rb._restore_extra(meta, ar)
     return rb
 
 

@@ -542,8 +542,11 @@ def add(
     env_ids=None,
     final_obs=None,
     final_mask=None,
-) -> None:
-    """ReplayBuffer.add: check everything, then store one transition per env stream."""
+) -> np.ndarray:
+    """ReplayBuffer.add: check everything, then store one transition per env stream.
+
+    Returns the ring positions written, oldest first.
+    """
     envs, batched = env_streams(rb._num_envs, env_ids, obs, reward)
     E = envs.size
     lead = (E,) if batched else ()
@@ -600,3 +603,4 @@ def add(
     rb._actions[idx] = actions
     rb._rewards[idx] = rewards
     rb._flags[idx] = flags
+    return idx

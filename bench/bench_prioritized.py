@@ -1,0 +1,296 @@
+"""Prioritized replay benchmark: sample + update_priorities against cpprb and TorchRL in one run.
+
+For ``N`` in 100,000 and 1,000,000 transitions and batches of 32 and 256, it times one
+training step's worth of priority work, ``sample(B)`` then ``update_priorities(B)``
+(the same new priorities for every buffer):
+
+- **lazyframes machinery**: ``PrioritizedReplayBuffer``'s draw (uniforms from its RNG,
+  the stratified descent of the C sum-tree, the weights, the transition numbers) and
+  ``update_priorities``: everything but the copy of the frames;
+- **lazyframes sample+update**: the whole ``sample(B)`` (84x84 uint8 frames, k = 4,
+  copied out as uint8 ``(B, 4, 84, 84)`` observations and next observations) and
+  ``update_priorities``;
+- **lazyframes uniform sample**: ``ReplayBuffer.sample(B)`` on the same buffer (the
+  uniform draw and the same copy): the cost the machinery adds to;
+- **lazyframes tiny**: ``sample(B)`` + ``update_priorities`` of a buffer of 1x1 frames
+  (k = 4): the whole call with a payload as small as cpprb's below, like for like;
+- **cpprb**: ``cpprb.PrioritizedReplayBuffer`` (C++ segment trees) ``sample(B, beta)``
+  and ``update_priorities``, storing a 1-byte observation, an action, a reward and a
+  done per transition (cpprb stores whole observations, so 84x84x4 frames do not fit
+  1M transitions in memory): its priority machinery plus a near-free gather;
+- **TorchRL**: ``torchrl.data.PrioritizedSampler`` (C++ segment trees) ``sample`` and
+  ``update_priority`` over a storage of ``N``: priority machinery only.
+
+Every row of the lazyframes buffer holds the same frames (one random-looking 84x84
+stack; the pool stores them once per env stream), so 1M transitions fit in about
+100 MB. Figures are medians over repeats taken round-robin, after a warmup. Ratios:
+``peer / lazyframes machinery`` (target >= 2x against the fastest peer) and
+``machinery / uniform sample(32)`` (target <= 25%). A missing peer costs one line.
+Run: ``python -m bench.bench_prioritized [--quick] [--check]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import lazyframes
+from lazyframes import _machine
+from lazyframes.replay import PrioritizedReplayBuffer, ReplayBuffer
+
+ALPHA, BETA = 0.6, 0.4
+H = W = 84
+K = 4
+E = 1000  # env streams of the fill: one add call stores E transitions
+TARGET_PEER = 2.0  # the fastest peer's sample+update over our machinery
+TARGET_UNIFORM = 0.25  # our machinery over our uniform sample(32)
+
+
+def _median_us(fns: dict[str, Callable], repeats: int, warmup: int) -> dict[str, float]:
+    """Median microseconds of each function, timed round-robin."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) * 1e6 for k, v in times.items()}
+
+
+def ours(n: int, seed: int, frame=(H, W)) -> PrioritizedReplayBuffer:
+    """A prioritized buffer of ``n`` transitions of the same k-stack of uint8 ``frame``s."""
+    rb = PrioritizedReplayBuffer(n, alpha=ALPHA, num_envs=E, seed=seed)
+    stack = np.random.default_rng(seed).integers(0, 256, (K, *frame), dtype=np.uint8)
+    obs = np.broadcast_to(stack, (E, K, *frame))
+    act = np.zeros(E, np.int64)
+    rew = np.ones(E, np.float32)
+    flags = np.zeros(E, bool)
+    for _ in range(n // E):
+        rb.add(obs, act, rew, obs, flags, flags)
+    return rb
+
+
+def cpprb_buffer(n: int):
+    """The cpprb PrioritizedReplayBuffer of ``n`` transitions, or None without cpprb."""
+    try:
+        import cpprb
+    except ImportError:
+        return None
+    rb = cpprb.PrioritizedReplayBuffer(
+        n,
+        {"obs": {"shape": (1,), "dtype": np.uint8}, "act": {}, "rew": {}, "done": {}},
+        alpha=ALPHA,
+    )
+    for _ in range(n // E):
+        rb.add(obs=np.zeros((E, 1), np.uint8), act=np.zeros(E), rew=np.ones(E), done=np.zeros(E))
+    return rb
+
+
+def torchrl_sampler(n: int):
+    """``(sampler, storage)`` of TorchRL over ``n`` transitions, or the reason it is missing."""
+    try:
+        import torch
+        from tensordict import TensorDict
+        from torchrl.data import LazyTensorStorage, PrioritizedSampler
+
+        storage = LazyTensorStorage(n)
+        storage.set(torch.arange(n), TensorDict({"a": torch.zeros(n, 1)}, batch_size=[n]))
+        sampler = PrioritizedSampler(n, alpha=ALPHA, beta=BETA)
+        sampler.extend(torch.arange(n))
+        return sampler, storage
+    except ImportError as e:
+        return f"not installed ({e}; pip install torchrl)"
+    except Exception as e:  # its C++ segment trees not loading: built for another torch
+        import torch
+        import torchrl
+
+        return (
+            f"{type(e).__name__}: {str(e).splitlines()[0][:80]} (its C++ extension does not "
+            f"load: torchrl {torchrl.__version__}, torch {torch.__version__})"
+        )
+
+
+def run(sizes, batches, repeats: int, warmup: int, seed: int) -> tuple[list[dict], list[str]]:
+    rows, notes = [], []
+    rng = np.random.default_rng(seed)
+    prios = {b: rng.uniform(0.01, 2.0, b) for b in batches}
+    for n in sizes:
+        rb = ours(n, seed)
+        tiny = ours(n, seed, (1, 1))
+        peer = cpprb_buffer(n)
+        if peer is None:
+            notes.append("cpprb: not installed (pip install cpprb); its column is empty")
+        tr = torchrl_sampler(n)
+        if isinstance(tr, str):
+            notes.append(f"TorchRL PrioritizedSampler: unavailable, {tr}")
+            tr = None
+        for b in batches:
+            p = prios[b]
+
+            def machinery(b=b, p=p, rb=rb):
+                _, numbers, _ = rb._draw(b, BETA)
+                rb.update_priorities(numbers, p)
+
+            def full(b=b, p=p, rb=rb):
+                s = rb.sample(b, beta=BETA)
+                rb.update_priorities(s.indices, p)
+
+            def uniform(b=b, rb=rb):
+                ReplayBuffer.sample(rb, b)
+
+            def tiny_full(b=b, p=p, rb=tiny):
+                s = rb.sample(b, beta=BETA)
+                rb.update_priorities(s.indices, p)
+
+            fns: dict[str, Callable] = {
+                "machinery": machinery,
+                "full": full,
+                "uniform": uniform,
+                "tiny": tiny_full,
+            }
+            if peer is not None:
+
+                def cp(b=b, p=p, peer=peer):
+                    s = peer.sample(b, beta=BETA)
+                    peer.update_priorities(s["indexes"], p)
+
+                fns["cpprb"] = cp
+            if tr is not None:
+                import torch
+
+                sampler, storage = tr
+                tp = torch.as_tensor(p)
+
+                def tl(b=b, tp=tp):
+                    idx, _ = sampler.sample(storage, b)
+                    sampler.update_priority(idx, tp)
+
+                fns["torchrl"] = tl
+            t = _median_us(fns, repeats if b == 32 else max(10, repeats // 4), warmup)
+            peers = [t[k] for k in ("cpprb", "torchrl") if k in t]
+            rows.append(
+                {
+                    "N": n,
+                    "B": b,
+                    **{k + "_us": v for k, v in t.items()},
+                    "fastest_peer_x": min(peers) / t["machinery"] if peers else float("nan"),
+                    "tiny_x": min(peers) / t["tiny"] if peers else float("nan"),
+                    "machinery_of_uniform": t["machinery"] / t["uniform"],
+                }
+            )
+    return rows, notes
+
+
+def format_table(rows: list[dict]) -> str:
+    cols = [
+        ("N", "N", "{:,}"),
+        ("B", "B", "{}"),
+        ("lf machinery", "machinery_us", "{:.1f}"),
+        ("lf sample+update", "full_us", "{:.1f}"),
+        ("lf uniform sample", "uniform_us", "{:.1f}"),
+        ("lf tiny", "tiny_us", "{:.1f}"),
+        ("cpprb", "cpprb_us", "{:.1f}"),
+        ("TorchRL", "torchrl_us", "{:.1f}"),
+        ("peer/lf machinery", "fastest_peer_x", "{:.2f}x"),
+        ("peer/lf tiny", "tiny_x", "{:.2f}x"),
+        ("machinery/uniform", "machinery_of_uniform", "{:.0%}"),
+    ]
+    head = [c[0] for c in cols]
+    body = [[fmt.format(r[k]) if k in r else "-" for _, k, fmt in cols] for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
+    return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, body)])
+
+
+def check_targets(rows: list[dict]) -> list[tuple[str, bool]]:
+    out = []
+    for r in rows:
+        x = r["fastest_peer_x"]
+        out.append(
+            (
+                f"N={r['N']:,} B={r['B']}: fastest peer / machinery {x:.2f} >= {TARGET_PEER}",
+                bool(x >= TARGET_PEER),
+            )
+        )
+        if r["B"] == 32:
+            m = r["machinery_of_uniform"]
+            text = f"N={r['N']:,} B=32: machinery / uniform sample {m:.0%} <= {TARGET_UNIFORM:.0%}"
+            out.append((text, bool(m <= TARGET_UNIFORM)))
+    return out
+
+
+def main(argv=None) -> list[dict]:
+    """Run the prioritized replay benchmark and print one table; return the rows.
+
+    With ``--check`` it also prints the targets and exits with status 1 if one is missed.
+    """
+    p = argparse.ArgumentParser(
+        prog="python -m bench.bench_prioritized",
+        description="Prioritized replay: sample + update_priorities of lazyframes against "
+        "cpprb's PrioritizedReplayBuffer and TorchRL's PrioritizedSampler.",
+    )
+    p.add_argument("--quick", action="store_true", help="a small, fast smoke run")
+    p.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="buffer sizes (default 100000 1000000; 10000 with --quick)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed calls at batch 32 (a quarter at 256; default 400, 40 with --quick)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="developer check: print the targets and exit with status 1 if one is missed",
+    )
+    args = p.parse_args(argv)
+    sizes = args.sizes or ([10_000] if args.quick else [100_000, 1_000_000])
+    repeats = args.repeats or (40 if args.quick else 400)
+    warmup = 3 if args.quick else 30
+    print(
+        f"bench_prioritized: lazyframes {lazyframes.__version__}, core: "
+        f"{lazyframes.IMPLEMENTATION}, numpy {np.__version__}, Python "
+        f"{platform.python_version()}; alpha={ALPHA}, beta={BETA}; {_machine.stamp()}"
+    )
+    print(
+        f"{H}x{W} uint8 frames, k={K}, the same stack in every row; median of {repeats} "
+        f"calls at B=32, {max(10, repeats // 4)} at B=256 (microseconds); "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    rows, notes = run(sizes, (32, 256), repeats, warmup, args.seed)
+    print(format_table(rows))
+    for note in dict.fromkeys(notes):
+        print(note)
+    print(
+        "lf machinery: draw (RNG uniforms, C tree descent, weights, numbers) + "
+        "update_priorities, no frame copy; lf tiny: sample+update with 1x1 frames; peer/lf ...: "
+        "the fastest peer's sample+update over ours; machinery/uniform: over our uniform "
+        "sample(B) of the same frames."
+    )
+    if args.check:
+        results = check_targets(rows)
+        for text, met in results:
+            print(f"check {text}: {'met' if met else 'MISSED'}")
+        if not all(met for _, met in results):
+            sys.exit(1)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

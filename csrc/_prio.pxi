@@ -1,0 +1,342 @@
+# SumTree: the priority sum-tree and min-tree of PrioritizedReplayBuffer (sumtree.c).
+#
+# Included by _core.pyx. Every method converts its arguments first (phase 1: the only
+# place Python code can run, e.g. an __array__ or __index__ callback), then checks them
+# again in C and acts without the GIL (phase 2). A refused call writes nothing.
+
+
+cdef extern from "sumtree.h" nogil:
+    ctypedef struct lf_sumtree:
+        size_t n
+        size_t size
+    int lf_sumtree_init(lf_sumtree *t, size_t n)
+    void lf_sumtree_free(lf_sumtree *t)
+    void lf_sumtree_clear(lf_sumtree *t)
+    long long lf_sumtree_check(const lf_sumtree *t, const int64_t *idx, const double *val,
+                               size_t m)
+    int lf_sumtree_set(lf_sumtree *t, const int64_t *idx, const double *val, size_t m)
+    double lf_sumtree_total(const lf_sumtree *t)
+    double lf_sumtree_min(const lf_sumtree *t)
+    double lf_sumtree_get(const lf_sumtree *t, size_t i)
+    int lf_sumtree_sample(const lf_sumtree *t, const double *u, size_t m, int64_t *out)
+    void lf_sumtree_weights(const lf_sumtree *t, const int64_t *idx, size_t m, double beta,
+                            float *out)
+
+
+cdef extern from "<math.h>" nogil:
+    double pow(double x, double y)
+    bint isfinite(double x)
+
+
+cdef extern from "<float.h>":
+    double DBL_MAX
+
+
+cdef cnp.ndarray _vec(object x, int typenum, str name, str kinds):
+    """``x`` as a C-contiguous array of ``typenum`` (read flat), converted when needed.
+
+    An exact ndarray of that type and contiguity is used as it is (the fast path of the
+    buffer's own arrays); anything else goes through ``np.asarray``, whose dtype kind
+    must be one of ``kinds`` (TypeError naming ``name`` otherwise).
+    """
+    cdef cnp.ndarray a
+    if cnp.PyArray_CheckExact(x):
+        a = <cnp.ndarray>x
+        if (cnp.PyArray_TYPE(a) == typenum and cnp.PyArray_IS_C_CONTIGUOUS(a)
+                and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_ISALIGNED(a)):
+            return a
+    b = np.asarray(x)
+    if b.dtype.kind not in kinds:
+        if kinds == "iu":
+            raise TypeError(C.prio_int_dtype(name, b.dtype))
+        raise TypeError(C.prio_dtype(name, b.dtype))
+    return np.ascontiguousarray(b.reshape(-1)).astype(
+        np.int64 if typenum == cnp.NPY_INT64 else np.float64, copy=False)
+
+
+cdef inline cnp.ndarray _i64(object x, str name):
+    return _vec(x, cnp.NPY_INT64, name, "iu")
+
+
+cdef inline cnp.ndarray _f64(object x, str name):
+    return _vec(x, cnp.NPY_FLOAT64, name, "iuf")
+
+
+cdef inline bint _overlap(cnp.ndarray a, cnp.ndarray b) noexcept:
+    """True when the data of ``a`` and ``b`` may share bytes."""
+    cdef char *pa = <char *>cnp.PyArray_DATA(a)
+    cdef char *pb = <char *>cnp.PyArray_DATA(b)
+    return pa < pb + cnp.PyArray_NBYTES(b) and pb < pa + cnp.PyArray_NBYTES(a)
+
+
+@cython.final
+@cython.no_gc
+cdef class SumTree:
+    """SumTree(capacity)
+--
+
+A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampling.
+
+    Leaf ``i`` holds a non-negative weight; 0 is an empty leaf, never drawn and not in
+    :meth:`min`. :meth:`set` writes leaves in batches, :meth:`sample` draws a whole
+    batch in one call, stratified (draw ``j`` of ``m`` falls in the ``j``-th of ``m``
+    equal segments of the total, as OpenAI baselines and Dopamine draw), and
+    :meth:`sample_weighted` adds the importance weights. A write recomputes each node
+    above it from its two children, so the tree always equals a rebuild from its
+    leaves: no drift however many updates (docs/DESIGN.md). A tree cannot be pickled.
+
+    Args:
+        capacity: number of leaves, ``>= 0``.
+
+    Raises:
+        ValueError: a negative capacity. MemoryError: no memory for the nodes.
+
+    Example:
+        >>> t = SumTree(4)
+        >>> t.set([0, 1, 3], [1.0, 2.0, 5.0])
+        >>> t.total(), t.min()
+        (8.0, 1.0)
+        >>> t.sample([0.5, 0.5]).tolist()
+        [1, 3]
+    """
+
+    cdef lf_sumtree _t
+    cdef bint _ready
+
+    def __cinit__(self):
+        memset(&self._t, 0, sizeof(lf_sumtree))
+        self._t.n = 0
+        self._t.size = 0
+        self._ready = False
+
+    def __dealloc__(self):
+        lf_sumtree_free(&self._t)
+
+    def __init__(self, capacity):
+        _fresh(self, self._ready)
+        n = operator.index(capacity)
+        if n < 0:
+            raise ValueError(f"capacity must be >= 0, got {n}")
+        _fresh(self, self._ready)  # an __index__ callback may have run __init__
+        if n > <Py_ssize_t>(INT64_MAX // 32) or lf_sumtree_init(&self._t, <size_t>n) != 0:
+            raise MemoryError(f"no memory for a SumTree of {n} leaves")
+        self._ready = True
+
+    cdef int _check(self) except -1:
+        if not self._ready:
+            raise TypeError(C.not_initialised("SumTree"))
+        return 0
+
+    @property
+    def capacity(self) -> int:
+        """Number of leaves."""
+        self._check()
+        return self._t.n
+
+    def total(self) -> float:
+        """Sum of the leaves."""
+        self._check()
+        return lf_sumtree_total(&self._t)
+
+    def min(self) -> float:
+        """Smallest non-empty leaf (``inf`` when every leaf is empty)."""
+        self._check()
+        return lf_sumtree_min(&self._t)
+
+    def get(self, indices):
+        """The leaves ``indices`` (a float64 array). Raises IndexError out of range."""
+        self._check()
+        cdef cnp.ndarray idx = _i64(indices, "indices")
+        cdef const int64_t *iv = <const int64_t *>cnp.PyArray_DATA(idx)
+        cdef Py_ssize_t j, m = cnp.PyArray_SIZE(idx)
+        out = np.empty(m, np.float64)
+        cdef double *ov = <double *>cnp.PyArray_DATA(out)
+        for j in range(m):
+            if iv[j] < 0 or <uint64_t>iv[j] >= self._t.n:
+                raise IndexError(C.prio_index(j, iv[j], self._t.n))
+        for j in range(m):
+            ov[j] = lf_sumtree_get(&self._t, <size_t>iv[j])
+        return out
+
+    def set(self, indices, values) -> None:
+        """Set leaves ``indices`` to ``values`` (same size; a repeated index keeps its last).
+
+        Raises:
+            ValueError: sizes differ, an index outside ``[0, capacity)``, a value that
+                is negative, NaN or infinite. TypeError: non-integer indices, non-numeric
+                values. Nothing is written when an error is raised.
+        """
+        self._check()
+        cdef cnp.ndarray idx = _i64(indices, "indices")
+        cdef cnp.ndarray val = _f64(values, "values")
+        if cnp.PyArray_SIZE(idx) != cnp.PyArray_SIZE(val):
+            raise ValueError(C.prio_lengths(cnp.PyArray_SIZE(idx), cnp.PyArray_SIZE(val)))
+        cdef const int64_t *iv = <const int64_t *>cnp.PyArray_DATA(idx)
+        cdef const double *vv = <const double *>cnp.PyArray_DATA(val)
+        cdef size_t m = cnp.PyArray_SIZE(idx)
+        cdef long long bad
+        with nogil:
+            bad = lf_sumtree_check(&self._t, iv, vv, m)
+            if bad < 0:
+                lf_sumtree_set(&self._t, iv, vv, m)
+        if bad >= 0:
+            if iv[bad] < 0 or <uint64_t>iv[bad] >= self._t.n:
+                raise ValueError(C.prio_index(bad, iv[bad], self._t.n))
+            raise ValueError(C.prio_value(bad, vv[bad]))
+
+    def clear(self) -> None:
+        """Empty every leaf."""
+        self._check()
+        lf_sumtree_clear(&self._t)
+
+    def sample(self, u):
+        """Stratified draws: leaf indices (int64), one per entry of ``u`` (in ``[0, 1)``).
+
+        Draw ``j`` of ``m`` takes the leaf where the running sum of the leaves crosses
+        ``(j + u[j]) * total / m``; an empty leaf is never drawn.
+
+        Raises:
+            ValueError: every leaf is empty, or a ``u`` outside ``[0, 1)``.
+        """
+        return self.sample_weighted(u, None)[0]
+
+    def sample_weighted(self, u, beta):
+        """:meth:`sample` and the importance weights of the draws, in one call.
+
+        Returns:
+            ``(indices, weights)``: int64 and float32 arrays; ``weights[j] =
+            (leaf / min) ** -beta`` (baselines' ``(N P(i))**-beta / (N P_min)**-beta``,
+            ``N`` cancelled), or None when ``beta`` is None.
+
+        Raises:
+            ValueError: as :meth:`sample`.
+        """
+        pos, _, w = self.draw(u, beta, -1)
+        return pos, w
+
+    @cython.cdivision(True)
+    def draw(self, u, beta, int64_t newest):
+        """The draws of a prioritized replay buffer: :meth:`sample_weighted` and numbers.
+
+        Returns:
+            ``(indices, numbers, weights)``: the leaves drawn, the number of the
+            transition each holds when leaf ``newest % capacity`` holds the transition
+            numbered ``newest`` and the others the ones before it (int64; None when
+            ``newest < 0``), and the weights (None when ``beta`` is None).
+
+        Raises:
+            ValueError: as :meth:`sample`.
+        """
+        self._check()
+        cdef cnp.ndarray uu = _f64(u, "u")
+        cdef double b = 0.0 if beta is None else float(beta)
+        cdef size_t j, m = cnp.PyArray_SIZE(uu)
+        cdef int64_t n = <int64_t>self._t.n, top = newest % n if n and newest >= 0 else 0
+        idx = np.empty(m, np.int64)
+        w = None if beta is None else np.empty(m, np.float32)
+        num = None if newest < 0 else np.empty(m, np.int64)
+        cdef const double *uv = <const double *>cnp.PyArray_DATA(uu)
+        cdef int64_t *iv = <int64_t *>cnp.PyArray_DATA(idx)
+        cdef int64_t *nv = NULL if num is None else <int64_t *>cnp.PyArray_DATA(num)
+        cdef float *wv = NULL if w is None else <float *>cnp.PyArray_DATA(w)
+        cdef int rc = 0
+        if m == 0:
+            return idx, num, w
+        with nogil:
+            rc = lf_sumtree_sample(&self._t, uv, m, iv)
+            if rc == 0 and wv != NULL:
+                lf_sumtree_weights(&self._t, iv, m, b, wv)
+            if rc == 0 and nv != NULL:
+                for j in range(m):
+                    nv[j] = newest - (top - iv[j] + n) % n
+        if rc != 0:
+            if not lf_sumtree_total(&self._t) > 0.0:
+                raise ValueError(C.prio_empty())
+            raise ValueError("u must hold numbers in [0, 1)")
+        return idx, num, w
+
+    @cython.cdivision(True)
+    def update_priorities(self, numbers, priorities, double alpha, int64_t lo, int64_t hi,
+                          raw):
+        """PrioritizedReplayBuffer's priority update, checked whole before any write.
+
+        ``numbers`` are transition numbers: number ``t`` is stored at position
+        ``t % capacity`` while ``lo <= t < hi``. Sets ``raw[pos] = p`` (``raw``: a
+        float64 array of ``capacity`` entries) and, where the leaf is not empty (the
+        transition is sampleable), the leaf to ``p ** alpha``. A repeated number keeps
+        its last priority.
+
+        Returns:
+            The largest priority given (0.0 for none), or ``(j, kind)`` for the first
+            refused entry, nothing written: kind 0, a number outside ``[lo, hi)``; 1, a
+            priority that is not a positive finite number; 2, ``p ** alpha`` that is 0
+            or above ``float64 max / capacity``.
+
+        Raises:
+            TypeError: non-integer numbers, non-numeric priorities, ``raw`` not a
+                float64 array. ValueError: sizes that differ.
+        """
+        self._check()
+        cdef cnp.ndarray tt = _i64(numbers, "indices")
+        cdef cnp.ndarray pp = _f64(priorities, "priorities")
+        if not (cnp.PyArray_CheckExact(raw) and cnp.PyArray_TYPE(raw) == cnp.NPY_FLOAT64
+                and cnp.PyArray_IS_C_CONTIGUOUS(raw) and cnp.PyArray_ISWRITEABLE(raw)
+                and cnp.PyArray_ISNOTSWAPPED(raw) and cnp.PyArray_ISALIGNED(raw)):
+            raise TypeError("raw must be a writeable C-contiguous float64 ndarray")
+        cdef cnp.ndarray rr = <cnp.ndarray>raw
+        cdef size_t m = cnp.PyArray_SIZE(tt), j = 0, n = self._t.n
+        if <size_t>cnp.PyArray_SIZE(pp) != m:
+            raise ValueError(C.prio_lengths(m, cnp.PyArray_SIZE(pp), "priorities"))
+        if <size_t>cnp.PyArray_SIZE(rr) != n:
+            raise ValueError(f"raw must hold {n} priorities, got {cnp.PyArray_SIZE(rr)}")
+        if _overlap(pp, rr):  # read every priority before raw changes
+            pp = pp.copy()
+        if _overlap(tt, rr):
+            tt = tt.copy()
+        cdef const int64_t *tv = <const int64_t *>cnp.PyArray_DATA(tt)
+        cdef const double *pv = <const double *>cnp.PyArray_DATA(pp)
+        cdef double *rv = <double *>cnp.PyArray_DATA(rr)
+        cdef int64_t pos
+        cdef double v, p, most = 0.0, top = DBL_MAX / <double>(n if n else 1)
+        cdef int kind = -1
+        cdef size_t live = 0
+        # the leaves to write: positions, then their values p ** alpha
+        cdef int64_t *wpos = <int64_t *>malloc((m if m else 1) * sizeof(int64_t))
+        cdef double *wval = <double *>malloc((m if m else 1) * sizeof(double))
+        if wpos == NULL or wval == NULL:
+            free(wpos)
+            free(wval)
+            raise MemoryError()
+        with nogil:
+            for j in range(m):
+                p = pv[j]
+                if n == 0 or tv[j] < 0 or tv[j] < lo or tv[j] >= hi:
+                    kind = 0
+                elif not (p > 0.0 and isfinite(p)):
+                    kind = 1
+                else:
+                    v = pow(p, alpha)
+                    wval[j] = v
+                    if not (v > 0.0 and v <= top):
+                        kind = 2
+                if kind >= 0:
+                    break
+                if p > most:
+                    most = p
+            if kind < 0:
+                for j in range(m):  # in order: a repeated number keeps its last priority
+                    pos = tv[j] % <int64_t>n
+                    rv[pos] = pv[j]
+                    if lf_sumtree_get(&self._t, <size_t>pos) > 0.0:  # sampleable
+                        wpos[live] = pos
+                        wval[live] = wval[j]
+                        live += 1
+                lf_sumtree_set(&self._t, wpos, wval, live)
+        free(wpos)
+        free(wval)
+        if kind >= 0:
+            return j, kind
+        return most
+
+    def __reduce__(self):
+        raise TypeError("a SumTree cannot be pickled")

@@ -1,0 +1,356 @@
+"""Prioritized replay (Schaul et al., 2016, proportional variant) over deduplicated frames.
+
+:class:`PrioritizedReplayBuffer` is a :class:`ReplayBuffer` whose draws follow the
+priorities of the transitions. The priorities live in a ``SumTree`` of the core (a
+sum-tree and a min-tree in plain C, ``csrc/sumtree.c``, or its NumPy twin), one leaf
+per ring position: leaf ``i`` holds ``p_i ** alpha`` while transition ``i`` is
+sampleable, 0 (empty) otherwise. A batch is one ``SumTree.sample_weighted`` call.
+
+Indices: :meth:`PrioritizedReplayBuffer.sample` returns *transition numbers*, not ring
+positions: the ``t``-th transition ever added (0-based) has number ``t``, and sits at
+ring position ``t % capacity`` while it is stored, that is while ``newest - len(rb) <
+t <= newest``. A number outside that window was evicted (or never written) and
+:meth:`update_priorities` refuses it, so a stale index can never update the
+transition that has since taken its ring position. :meth:`clear` moves the count on
+to the next multiple of ``capacity``, so numbers issued before it are stale after it.
+
+Sampleability: a transition enters the trees when its n-step window closes (at once
+for ``n_step == 1``), with the priority it was given (the largest priority seen when it
+was added, or a later update); autoreset placeholders never enter; a ring position
+leaves the trees when it is overwritten. The positions whose windows are still open are
+kept in ``_open`` and re-checked at each add.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import NamedTuple
+
+import numpy as np
+
+from . import ReplayBuffer, _sampling
+from ._ingest import SKIP, core_of
+
+__all__ = ["PrioritizedReplayBuffer", "PrioritizedSamples"]
+
+
+class PrioritizedSamples(NamedTuple):
+    """One prioritized batch: the fields of :class:`ReplaySamples`, and ``weights``.
+
+    Attributes:
+        observations: as :class:`ReplaySamples`.
+        actions: as :class:`ReplaySamples`.
+        next_observations: as :class:`ReplaySamples`.
+        dones: as :class:`ReplaySamples`.
+        rewards: as :class:`ReplaySamples`.
+        truncations: as :class:`ReplaySamples`.
+        indices: int64 ``(B,)``: the transitions' numbers (the ``t``-th transition
+            added has number ``t``; its ring position is ``t % capacity``), to give
+            back to :meth:`PrioritizedReplayBuffer.update_priorities`.
+        discounts: as :class:`ReplaySamples`.
+        weights: float32 ``(B,)``: importance-sampling weights ``(N P(i))**-beta /
+            (N P_min)**-beta``, at most 1.
+    """
+
+    observations: np.ndarray
+    actions: np.ndarray
+    next_observations: np.ndarray
+    dones: np.ndarray
+    rewards: np.ndarray
+    truncations: np.ndarray
+    indices: np.ndarray
+    discounts: np.ndarray
+    weights: np.ndarray
+
+
+def _alpha(alpha) -> float:
+    a = float(alpha)
+    if not (math.isfinite(a) and a >= 0.0):
+        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
+    return a
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """A :class:`ReplayBuffer` that samples in proportion to priorities (Rainbow, Ape-X).
+
+    Transition ``i`` is drawn with probability ``P(i) = p_i**alpha / sum_k p_k**alpha``
+    over the sampleable transitions (closed n-step windows, no autoreset placeholder),
+    stratified as OpenAI baselines and Dopamine draw: draw ``j`` of a batch of ``B``
+    falls in the ``j``-th of ``B`` equal segments of the total. A new transition gets
+    the largest priority given so far (1.0 before any update), so it is likely to be
+    replayed once. Importance weights are baselines': ``w_i = (N P(i))**-beta / (N
+    P_min)**-beta`` with ``N`` the sampleable transitions and ``P_min`` the smallest
+    probability among them (``N`` cancels: ``w_i = (p_i**alpha / min_k p_k**alpha)**-beta``).
+
+    The priorities are a sum-tree and a min-tree in plain C (``SumTree`` of the core),
+    updated in batches and sampled a whole batch per call without the GIL. Everything
+    else (frames stored once, ``compress=True``, n-step windows, several env streams,
+    checkpoints) is :class:`ReplayBuffer`'s; a checkpoint keeps the priorities.
+
+    Args:
+        capacity: as :class:`ReplayBuffer`.
+        alpha: priority exponent, ``>= 0`` (0 is uniform sampling).
+        **options: every keyword option of :class:`ReplayBuffer` (``num_envs``,
+            ``n_step``, ``gamma``, ``seed``, ``action_shape``, ``action_dtype``,
+            ``layout``, ``stack_size``, ``pool``, ``compress``).
+
+    Raises:
+        ValueError: ``alpha`` negative or not finite; as :class:`ReplayBuffer`.
+
+    Example:
+        >>> import numpy as np, lazyframes
+        >>> rb = lazyframes.PrioritizedReplayBuffer(100, alpha=0.6, seed=0)
+        >>> frame = np.zeros((4, 84, 84), np.uint8)
+        >>> for t in range(3):
+        ...     rb.add(frame, t, 1.0, frame, False, False)
+        >>> batch = rb.sample(4, beta=0.4)
+        >>> batch.weights.dtype, batch.indices.tolist()
+        (dtype('float32'), [0, 0, 1, 2])
+        >>> rb.update_priorities(batch.indices, [0.1, 0.1, 3.0, 0.5])
+        >>> rb.priorities([0, 1, 2]).tolist(), rb.max_priority
+        ([0.1, 3.0, 0.5], 3.0)
+    """
+
+    #: Bytes per transition of the trees and raw priorities, for load's size bound.
+    _EXTRA_BYTES_PER_TRANSITION = 72
+
+    def __init__(self, capacity, *, alpha=0.6, **options):
+        alpha = _alpha(alpha)
+        super().__init__(capacity, **options)
+        self._alpha = alpha
+        self._max_p = 1.0
+        self._prio = np.zeros(self._capacity, np.float64)  # raw priority of each position
+        self._added = 0  # transitions added so far: the number of the next one
+        self._open = np.empty(0, np.int64)  # positions whose n-step window is open
+        self._tree = self._core().SumTree(self._capacity)
+
+    def _core(self):
+        """The core of the pool (the import-time core while there is none)."""
+        if self._pool is not None:
+            return core_of(self._pool)
+        import lazyframes
+
+        return lazyframes._impl
+
+    # -- properties -------------------------------------------------------------------
+    @property
+    def alpha(self) -> float:
+        """The priority exponent."""
+        return self._alpha
+
+    @property
+    def max_priority(self) -> float:
+        """The largest priority given so far (1.0 before any): new transitions get it."""
+        return self._max_p
+
+    def __repr__(self):
+        return f"Prioritized{super().__repr__()[:-1]}, alpha={self._alpha})"
+
+    # -- the trees --------------------------------------------------------------------
+    def _on_add(self, idx: np.ndarray) -> None:
+        """Positions ``idx`` were written: they leave the trees, and enter when sampleable."""
+        if len(self) == idx.size and type(self._tree).__module__ != self._core().__name__:
+            self._tree = self._core().SumTree(self._capacity)  # the adopted pool's core
+        self._added += idx.size
+        self._prio[idx] = self._max_p
+        keep = (self._flags[idx] & SKIP) == 0
+        if self._n_step == 1:
+            top = self._max_p**self._alpha
+            self._tree.set(idx, np.where(keep, top, 0.0))
+            return
+        still = self._open[~np.isin(self._open, idx)]
+        cand = np.concatenate([still, idx[keep]])
+        ok = _sampling.window(self, cand)[0]
+        self._open = cand[~ok]
+        enter = cand[ok]
+        self._tree.set(
+            np.concatenate([idx, enter]),
+            np.concatenate([np.zeros(idx.size), self._prio[enter] ** self._alpha]),
+        )
+
+    def priorities(self, indices) -> np.ndarray:
+        """The priorities (float64) of stored transitions, by number (as ``indices``).
+
+        Raises:
+            ValueError: a transition that was evicted or never written.
+            TypeError: non-integer indices.
+        """
+        t = np.asarray(indices)
+        if t.dtype.kind not in "iu":
+            raise TypeError(f"indices must be integers, got dtype {t.dtype}")
+        lo, hi = self._added - len(self), self._added
+        bad = np.flatnonzero((t.reshape(-1) < lo) | (t.reshape(-1) >= hi))
+        if bad.size:
+            raise ValueError(self._stale(int(bad[0]), int(t.reshape(-1)[bad[0]])))
+        return self._prio[t % self._capacity]
+
+    def _stale(self, j: int, v: int) -> str:
+        lo, hi = self._added - len(self), self._added
+        if hi == lo:
+            return f"indices[{j}] = {v}: the buffer holds no transition"
+        if v < lo:
+            return (
+                f"indices[{j}] = {v} was evicted (or cleared): the stored transitions are "
+                f"numbers {lo} to {hi - 1}"
+            )
+        return (
+            f"indices[{j}] = {v} was never written: the stored transitions are numbers "
+            f"{lo} to {hi - 1}"
+        )
+
+    # -- sampling and updates ---------------------------------------------------------
+    def sample(  # type: ignore[override]
+        self, batch_size, *, beta=0.4, out=None, dtype=None, scale=None
+    ) -> PrioritizedSamples:
+        """Sample ``batch_size`` transitions in proportion to ``priority ** alpha``.
+
+        Draws are with replacement and stratified (one per equal segment of the total
+        priority); the uniforms come from the buffer's RNG, so seeded buffers holding
+        the same transitions and priorities draw the same batches.
+
+        Args:
+            batch_size: number of transitions ``B``, at least 1.
+            beta: importance-sampling exponent, in ``[0, 1]`` (0: every weight is 1).
+            out: as :meth:`ReplayBuffer.sample`.
+            dtype: as :meth:`ReplayBuffer.sample`.
+            scale: as :meth:`ReplayBuffer.sample`.
+
+        Returns:
+            :class:`PrioritizedSamples`: :class:`ReplaySamples`' fields, ``indices``
+            the transition numbers, and float32 ``weights``. The observation arrays are
+            reused as in :meth:`ReplayBuffer.sample`.
+
+        Raises:
+            ValueError: as :meth:`ReplayBuffer.sample`, or ``beta`` outside ``[0, 1]``.
+            TypeError: as :meth:`ReplayBuffer.sample`.
+            The buffer and its RNG are unchanged when an error is raised.
+        """
+        B = operator.index(batch_size)
+        if self._table is None or len(self) == 0:
+            raise ValueError("cannot sample from an empty ReplayBuffer")
+        if B < 1:
+            raise ValueError(f"batch_size must be at least 1, got {B}")
+        b = float(beta)
+        if not 0.0 <= b <= 1.0:
+            raise ValueError(f"beta must be in [0, 1], got {beta!r}")
+        (obs_out, next_out), dst = _sampling.outputs(self, B, out, dtype, scale)
+        if not self._tree.total() > 0.0:
+            raise ValueError(
+                "no transition can be sampled yet: every stored n-step window is "
+                "still open (add more steps) or an autoreset placeholder"
+            )
+        pos, numbers, weights = self._draw(B, b)
+        s = _sampling.at(self, pos, obs_out, next_out, dst, scale)
+        return PrioritizedSamples(*s._replace(indices=numbers), weights)
+
+    def _draw(self, batch_size: int, beta: float) -> tuple:
+        """``(positions, numbers, weights)`` of ``batch_size`` prioritized draws (checked args).
+
+        The priority machinery of :meth:`sample` without the copy of the frames (the
+        benchmark times it alone).
+        """
+        return self._tree.draw(self._rng.random(batch_size), beta, self._added - 1)
+
+    def update_priorities(self, indices, priorities) -> None:
+        """Set the priorities of the transitions ``indices`` (from :meth:`sample`).
+
+        Typically ``|TD error| + eps``. Any number of transitions in one call; a
+        repeated index keeps its last priority. A transition whose n-step window is
+        still open keeps its priority until it becomes sampleable.
+
+        Args:
+            indices: integers, transition numbers (``PrioritizedSamples.indices``).
+            priorities: real numbers, as many as ``indices`` (any shape of that size,
+                e.g. ``(B, 1)``): positive and finite, and ``priority ** alpha`` must be
+                a positive float64 no larger than ``float64 max / capacity`` (so the
+                total stays finite).
+
+        Raises:
+            ValueError: a transition that was evicted or never written, a priority that
+                is not positive and finite (or overflows / underflows ``** alpha``),
+                sizes that differ.
+            TypeError: non-integer indices, non-numeric priorities.
+            Nothing changes when an error is raised.
+        """
+        lo, hi = self._added - len(self), self._added
+        r = self._tree.update_priorities(indices, priorities, self._alpha, lo, hi, self._prio)
+        if type(r) is tuple:
+            j, kind = r
+            if kind == 0:
+                raise ValueError(self._stale(j, int(np.asarray(indices).reshape(-1)[j])))
+            p = float(np.asarray(priorities).reshape(-1)[j])
+            if kind == 1:
+                raise ValueError(f"priorities[{j}] = {p!r} must be positive and finite")
+            raise ValueError(
+                f"priorities[{j}] = {p!r}: priority ** alpha ({self._alpha}) must be "
+                f"a positive float64 at most float64 max / capacity"
+            )
+        if r > self._max_p:
+            self._max_p = r
+
+    def clear(self) -> None:
+        """Drop every transition and its priority; keeps ``max_priority`` and the RNG.
+
+        Transition numbers issued before are stale afterwards (the count moves on to
+        the next multiple of ``capacity``).
+        """
+        super().clear()
+        self._tree.clear()
+        self._open = np.empty(0, np.int64)
+        self._added = -(-self._added // self._capacity) * self._capacity
+
+    # -- checkpoints ------------------------------------------------------------------
+    def _extra_state(self) -> tuple[dict, dict]:
+        meta = {
+            "prioritized": {
+                "alpha": self._alpha,
+                "max_priority": self._max_p,
+                "added": self._added,
+            }
+        }
+        return meta, {"priorities": self._prio[: len(self)]}
+
+    def _restore_extra(self, meta: dict, archive) -> None:
+        """The priorities of a checkpoint (1.0 each for a plain ReplayBuffer's)."""
+        n = len(self)
+        pm = meta.get("prioritized")
+        max_p: object
+        if pm is None:  # a uniform buffer's checkpoint: every priority 1.0
+            prio = np.ones(n)
+            max_p = 1.0
+            added = self._capacity + self._pos if self._full else self._pos
+        else:
+            if not isinstance(pm, dict):
+                raise ValueError("meta 'prioritized' must be an object")
+            self._alpha = _alpha(pm.get("alpha"))
+            max_p = pm.get("max_priority")
+            added = pm.get("added")
+            if not (isinstance(max_p, float) and math.isfinite(max_p) and max_p >= 1.0):
+                raise ValueError(f"bad max_priority {max_p!r}")
+            if (
+                isinstance(added, bool)
+                or not isinstance(added, int)
+                or added < n
+                or added % self._capacity != self._pos
+            ):
+                raise ValueError(f"bad transition count {added!r}")
+            prio = archive.array("priorities", (n,), np.float64)
+            with np.errstate(all="ignore"):
+                powered = prio**self._alpha
+            top = np.finfo(np.float64).max / self._capacity
+            if n and not (
+                np.all((prio > 0) & np.isfinite(prio))
+                and np.all((powered > 0) & (powered <= top))
+                and prio.max() <= max_p
+            ):
+                raise ValueError("bad priorities")
+            if not max_p**self._alpha <= top:
+                raise ValueError(f"bad max_priority {max_p!r}")
+        self._tree = self._core().SumTree(self._capacity)
+        self._prio[:n] = prio
+        self._max_p, self._added = float(max_p), added
+        pos = np.arange(n)
+        ok = _sampling.window(self, pos)[0] if n else np.zeros(0, bool)
+        self._tree.set(pos, np.where(ok, prio**self._alpha, 0.0))
+        self._open = pos[~ok & ((self._flags[:n] & SKIP) == 0)]
