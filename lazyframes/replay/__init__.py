@@ -63,7 +63,9 @@ class ReplayBuffer:
 
     Args:
         capacity: maximum number of transitions stored, over all env streams (rounded
-            down to a multiple of ``num_envs``, as SB3's ``buffer_size // n_envs``).
+            down to a multiple of ``num_envs``, as SB3's ``buffer_size // n_envs``). The
+            tables grow as transitions arrive (doubling, up to ``capacity``), so a large
+            capacity costs memory only once it is used.
         num_envs: number of env streams (vector env size, or total envs of several
             actors); :meth:`add`'s ``env_ids`` are in ``[0, num_envs)``.
         n_step: length of the n-step return window (1 = plain one-step transitions).
@@ -174,14 +176,17 @@ class ReplayBuffer:
         self._layout_opt = layout
         self._k_opt = stack_size
         self._rng = np.random.default_rng(seed)
-        self._actions = np.zeros((self._capacity,) + action_shape, action_dtype)
-        self._rewards = np.zeros(self._capacity, np.float32)
-        self._flags = np.zeros(self._capacity, np.uint8)
+        # per-transition tables of _rows rows, grown as transitions arrive (_ingest.grow)
+        # up to the capacity: a large capacity costs memory only once it is used
+        self._rows = 0
+        self._actions = np.zeros((0,) + action_shape, action_dtype)
+        self._rewards = np.zeros(0, np.float32)
+        self._flags = np.zeros(0, np.uint8)
         # the stream of each transition, the next transition of its stream (or -1) and
         # each stream's newest transition (or -1): ring positions
         pos_dtype = np.int32 if self._capacity <= np.iinfo(np.int32).max else np.int64
-        self._env = np.zeros(self._capacity, np.int32)
-        self._next = np.full(self._capacity, -1, pos_dtype)
+        self._env = np.zeros(0, np.int32)
+        self._next = np.full(0, -1, pos_dtype)
         self._last = np.full(num_envs, -1, pos_dtype)
         self._pos = 0  # next ring position to write
         self._full = False
@@ -455,9 +460,10 @@ class ReplayBuffer:
                 de-duplicated, see the class docs).
 
         The file is untrusted input: every declared size is checked against the bytes
-        it really holds before anything is allocated, and the tables of the declared
-        capacity may cost at most ``max(1 GiB, 16 x the file's size)``, so a load costs
-        time and memory of a small multiple of the file. Files of format versions 1
+        it really holds before anything is allocated, and the tables are sized by the
+        transitions the file holds (they grow as transitions are added, up to the
+        declared capacity), so a load costs time and memory of a small multiple of the
+        file. Files of format versions 1
         and 2 are read.
 
         Raises:

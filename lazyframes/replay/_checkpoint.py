@@ -17,9 +17,10 @@ Version 1 (one transition per env per row) has ``row`` in place of ``pos`` and n
 A checkpoint is untrusted input: before anything is allocated, every entry's declared
 size is checked against the bytes the file really holds (stored, not deflated, zip
 members inside the file; ``.npy`` headers whose shape and dtype are the expected ones
-and whose data is exactly the member's size), and the declared capacity is bounded by
-the file's size (:func:`check_capacity`), so ``load`` costs time and memory of a small
-multiple of the file. Frames are streamed in chunks both ways (:func:`write_frames`,
+and whose data is exactly the member's size), and the sizes declared in ``meta`` are
+bounded by the file's size (:func:`check_capacity`); the tables are sized by the
+transitions the file holds, not by its declared capacity. So ``load`` costs time and
+memory of a small multiple of the file. Frames are streamed in chunks both ways (:func:`write_frames`,
 :func:`read_frames`, the one place frame bytes are encoded and decoded), so neither
 needs a second copy of the buffer.
 """
@@ -37,7 +38,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import _common as C
-from ._ingest import SKIP, TERM, TRUNC, check_pool, check_pool_geometry, core_of, own_pool
+from ._ingest import (
+    SKIP,
+    TERM,
+    TRUNC,
+    check_pool,
+    check_pool_geometry,
+    core_of,
+    grow,
+    own_pool,
+)
 
 if TYPE_CHECKING:
     from . import ReplayBuffer
@@ -46,10 +56,13 @@ _FORMAT = "lazyframes.ReplayBuffer"
 #: Version of the file format written by :func:`save`; :func:`read` also reads version 1.
 _VERSION = 2
 _CHUNK_BYTES = 64 << 20  # frames are written/read this many bytes at a time
-#: Tables (slot ids, actions, rewards, flags, links) a checkpoint may make ``load``
-#: allocate: this many bytes, or ``_TABLE_FACTOR`` times the file's size if larger.
-_TABLE_FLOOR = 1 << 30
-_TABLE_FACTOR = 16
+#: The per-env table ``load`` allocates (8 bytes per env) is bounded by this many envs,
+#: or the file's size in bytes if larger. The per-transition tables are sized by the
+#: transitions the file holds, not by the declared capacity (:func:`check_capacity`).
+_ENV_FLOOR = 1 << 20
+#: A transition's table bytes (slot ids, action, ...) are bounded by this many bytes,
+#: or the file's size if larger.
+_ROW_FLOOR = 1 << 20
 #: Entries of the archive, by version.
 _ENTRIES = {
     1: {"meta", "frames", "obs_index", "next_index", "actions", "rewards", "flags"},
@@ -273,17 +286,22 @@ def bounded_int(meta: dict, key: str, lo: int, hi: int) -> int:
 
 
 def check_capacity(meta: dict, file_size: int) -> None:
-    """Refuse a declared capacity whose tables would cost more than the file justifies.
+    """Refuse declared sizes that would make ``load`` or the next add cost more than the file.
 
-    ``load`` allocates the tables of the whole capacity (slot ids, actions, rewards,
-    flags, links); their size is bounded by ``max(_TABLE_FLOOR, _TABLE_FACTOR *
-    file_size)``. The other declared sizes are checked entry by entry (:class:`Archive`).
+    ``load`` sizes the per-transition tables by the transitions the file holds (whose
+    entries are checked against the file, :class:`Archive`), not by the declared
+    capacity: a large capacity costs memory only as transitions are added. What it
+    allocates from declared numbers alone is bounded here: the per-env table
+    (``num_envs`` up to ``max(_ENV_FLOOR, file_size)``) and a transition's table bytes
+    (up to ``max(_ROW_FLOOR, file_size)``, the rows the next add grows by).
 
     Raises:
-        ValueError: a capacity, stack size or action shape out of those bounds.
+        ValueError: a capacity, number of envs, stack size or action shape out of
+            those bounds.
     """
-    limit = max(_TABLE_FLOOR, _TABLE_FACTOR * file_size)
-    capacity = bounded_int(meta, "capacity", 1, limit)
+    bounded_int(meta, "capacity", 1, np.iinfo(np.int64).max)
+    bounded_int(meta, "num_envs", 1, max(_ENV_FLOOR, file_size))
+    limit = max(_ROW_FLOOR, file_size)
     k = meta.get("stack_size")
     k = 1 if k is None else bounded_int(meta, "stack_size", 1, limit)
     shape = meta.get("action_shape")
@@ -292,10 +310,10 @@ def check_capacity(meta: dict, file_size: int) -> None:
     itemsize = np.dtype(meta.get("action_dtype")).itemsize
     per_action = math.prod(bounded_int({"d": d}, "d", 0, limit) for d in shape) * itemsize
     per_transition = 2 * k * 4 + per_action + 4 + 1 + 4 + 8
-    if capacity * per_transition > limit:
+    if per_transition > limit:
         raise ValueError(
-            f"declared capacity {capacity} needs {capacity * per_transition} bytes of "
-            f"tables, more than {limit} for a file of {file_size} bytes"
+            f"a transition needs {per_transition} bytes of tables, more than {limit} for "
+            f"a file of {file_size} bytes (stack_size or action_shape)"
         )
 
 
@@ -381,7 +399,7 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
         nf = 0 if frames is None else len(frames)
         if index.size and (index.min() < 0 or index.max() >= nf):
             raise ValueError("slot table refers to a frame that is not in the file")
-        table = core_of(pool).SlotTable(pool, rb._capacity, 2 * k)
+        table = core_of(pool).SlotTable(pool, n, 2 * k)  # grown as transitions arrive
         if n:
             table.take(np.arange(n), frames, index.astype(np.int64))
         rb._layout, rb._k, rb._frame_shape, rb._dtype = layout, k, fs, dt
@@ -389,6 +407,7 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
         rb._pool, rb._table = pool, table
     elif n:
         raise ValueError("transitions without frames")
+    grow(rb, n)
     rb._actions[:n] = actions
     rb._rewards[:n] = rewards
     rb._flags[:n] = flags

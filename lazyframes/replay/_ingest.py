@@ -473,6 +473,42 @@ def ring_slots(rb: ReplayBuffer, E: int) -> np.ndarray:
     return (rb._pos + np.arange(E)) % rb._capacity
 
 
+#: The per-transition arrays of a buffer (``_rows`` rows each), grown by :func:`grow`.
+ROW_ARRAYS = ("_actions", "_rewards", "_flags", "_env", "_next")
+#: The first growth of a buffer's tables makes at least this many rows.
+MIN_ROWS = 64
+
+
+def rows_for(rb: ReplayBuffer, E: int) -> int:
+    """The rows the buffer's tables need to hold ``E`` more transitions.
+
+    Tables grow geometrically (doubling, at least ``MIN_ROWS``) up to the capacity, so
+    growing costs O(1) per transition amortised and a buffer holds tables of at most
+    twice the transitions it has held (or of its capacity).
+    """
+    rows = rb._rows
+    if rows < rb._capacity and rb._pos + E > rows:
+        return min(rb._capacity, max(rb._pos + E, 2 * rows, MIN_ROWS))
+    return rows
+
+
+def grow(rb: ReplayBuffer, rows: int) -> None:
+    """Enlarge the per-transition arrays to ``rows`` rows, keeping their contents.
+
+    The new arrays are all allocated before any replaces the old one, so a MemoryError
+    leaves the buffer as it was. The SlotTable grows separately (``SlotTable.grow``).
+    """
+    new = {}
+    for name in ROW_ARRAYS:
+        a = getattr(rb, name)
+        b = np.full((rows,) + a.shape[1:], -1 if name == "_next" else 0, a.dtype)
+        b[: len(a)] = a
+        new[name] = b
+    for name, b in new.items():
+        setattr(rb, name, b)
+    rb._rows = rows
+
+
 #: Adds of up to this many transitions link them one by one with Python ints (NumPy's
 #: per-call overhead dominates small adds); larger adds link them with array operations.
 SCALAR_LINKS = 16
@@ -587,8 +623,13 @@ def add(
         next_part = as_part(n, pool, layout, k, obs_part)
     else:
         next_part = with_final(pool, n, fin, layout, k, obs_part, E)
+    rows = rows_for(rb, E)
     if table is None:
-        table = core_of(pool).SlotTable(pool, rb._capacity, 2 * k)
+        table = core_of(pool).SlotTable(pool, rows, 2 * k)
+    elif len(table) < rows:
+        table.grow(rows)
+    if rb._rows < rows:
+        grow(rb, rows)
     idx = ring_slots(rb, E)
     table.set(idx, (obs_part, next_part))
     # nothing below can fail
