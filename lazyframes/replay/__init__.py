@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .. import _common as C
-from . import _checkpoint, _ingest, _sampling
+from . import _checkpoint, _dict, _ingest, _sampling
 from ._sampling import ReplaySamples
 
 __all__ = ["ReplayBuffer", "ReplaySamples"]
@@ -131,6 +131,7 @@ class ReplayBuffer:
         stack_size=None,
         pool=None,
         compress=False,
+        frame_keys=None,
     ):
         capacity = operator.index(capacity)
         num_envs = operator.index(num_envs)
@@ -162,10 +163,17 @@ class ReplayBuffer:
             stack_size = operator.index(stack_size)
             if stack_size < 1:
                 raise ValueError(f"stack_size must be at least 1, got {stack_size}")
-        _ingest.check_pool(pool)
+        _dict.check_pools(pool)
+        if frame_keys is not None:
+            if isinstance(frame_keys, str):
+                frame_keys = (frame_keys,)
+            frame_keys = tuple(frame_keys)
+            if not frame_keys or not all(isinstance(key, str) for key in frame_keys):
+                raise TypeError(f"frame_keys must be a non-empty list of str, got {frame_keys!r}")
         compress = C.compression(compress)
-        if pool is not None and compress is not None:
-            pool.enable_compression(compress)
+        if compress is not None:
+            for p in pool.values() if isinstance(pool, dict) else [] if pool is None else [pool]:
+                p.enable_compression(compress)
         self._compress = compress  # the options the pool is made to compress with, or None
         self._num_envs = num_envs
         self._capacity = capacity
@@ -192,6 +200,9 @@ class ReplayBuffer:
         self._full = False
         self._n_skip = 0  # autoreset placeholders stored
         self._pool: Any = pool  # the pool given, else decided by the first add
+        # Dict observations (_dict): None, or key -> FrameLeaf / VectorLeaf from the first add
+        self._frame_keys = frame_keys
+        self._leaves: Any = None
         # set by the first add: the geometry, and the SlotTable (capacity, 2k) of frame
         # references, obs then next obs, so a row's frames are one block
         self._layout: Any = None
@@ -227,18 +238,34 @@ class ReplayBuffer:
     def pool(self):
         """The :class:`~lazyframes.FramePool` holding the frames.
 
-        None before the first add, unless one was given to the constructor.
+        None before the first add, unless one was given to the constructor. For Dict
+        observations, a dict of the frame leaves' pools by key.
         """
+        if self._leaves is not None:
+            return {key: leaf._pool for key, leaf in _dict.frame_leaves(self).items()}
         return self._pool
 
     @property
     def layout(self):
-        """Layout of sampled observations (None before the first add)."""
+        """Layout of sampled observations (None before the first add).
+
+        For Dict observations, a dict of the frame leaves' layouts by key.
+        """
+        if self._leaves is not None:
+            return {key: leaf._layout for key, leaf in _dict.frame_leaves(self).items()}
         return self._layout
 
     @property
     def observation_shape(self):
-        """Shape of one observation, e.g. ``(4, 84, 84)`` (None before the first add)."""
+        """Shape of one observation, e.g. ``(4, 84, 84)`` (None before the first add).
+
+        For Dict observations, a dict of every leaf's shape by key.
+        """
+        if self._leaves is not None:
+            return {
+                key: leaf._obs_shape if isinstance(leaf, _dict.FrameLeaf) else leaf.shape
+                for key, leaf in self._leaves.items()
+            }
         return self._obs_shape
 
     @property
@@ -253,8 +280,8 @@ class ReplayBuffer:
     def __repr__(self):
         return (
             f"ReplayBuffer(capacity={self._capacity}, num_envs={self._num_envs}, "
-            f"n_step={self._n_step}, len={len(self)}, observation_shape={self._obs_shape}, "
-            f"layout={self._layout!r})"
+            f"n_step={self._n_step}, len={len(self)}, observation_shape={self.observation_shape}, "
+            f"layout={self.layout!r})"
         )
 
     def memory(self) -> dict:
@@ -280,6 +307,8 @@ class ReplayBuffer:
             a.nbytes
             for a in (self._actions, self._rewards, self._flags, self._env, self._next, self._last)
         )
+        if self._leaves is not None:
+            return _dict.memory(self, table)
         if self._table is None:
             pool = self._pool
             return {
@@ -478,6 +507,8 @@ class ReplayBuffer:
         """Drop every transition (releasing their frames); keeps geometry, pool and RNG."""
         if self._table is not None:
             self._table.clear()
+        for leaf in _dict.frame_leaves(self).values() if self._leaves is not None else ():
+            leaf._table.clear()
         self._pos = 0
         self._full = False
         self._n_skip = 0

@@ -140,19 +140,23 @@ def outputs(rb: ReplayBuffer, batch_size, out, dtype, scale):
 def sample(rb: ReplayBuffer, batch_size, *, out=None, dtype=None, scale=None) -> ReplaySamples:
     """ReplayBuffer.sample: draw, compute the n-step fields, copy the frames out."""
     B = operator.index(batch_size)
-    if rb._table is None or len(rb) == 0:
+    if len(rb) == 0:
         raise ValueError("cannot sample from an empty ReplayBuffer")
     if B < 1:
         raise ValueError(f"batch_size must be at least 1, got {B}")
+    if rb._leaves is not None:
+        from . import _dict
+
+        return _dict.sample(rb, B, out, dtype, scale)
     (obs_out, next_out), dst = outputs(rb, B, out, dtype, scale)
     return at(rb, draw(rb, B), obs_out, next_out, dst, scale)
 
 
-def at(rb: ReplayBuffer, idx: np.ndarray, obs_out, next_out, dst, scale) -> ReplaySamples:
-    """The samples of the stored transitions ``idx`` into the checked arrays of :func:`outputs`.
+def fields(rb: ReplayBuffer, idx: np.ndarray) -> tuple:
+    """``(last, (dones, rewards, truncations, indices, discounts))`` of transitions ``idx``.
 
-    ``idx`` is not checked for sampleability: an n-step window still open at the newest
-    row ends there (SB3's ``NStepReplayBuffer`` does the same).
+    ``last``: the ring position of each n-step window's last transition, whose next
+    observation is the sample's.
     """
     B = len(idx)
     if rb._n_step == 1:
@@ -168,6 +172,16 @@ def at(rb: ReplayBuffer, idx: np.ndarray, obs_out, next_out, dst, scale) -> Repl
         dones = term.astype(np.float32)
         truncs = trunc.astype(np.float32)
         discounts = (rb._gamma**m).astype(np.float32)
+    return last, (dones, rewards, truncs, idx.astype(np.int64, copy=False), discounts)
+
+
+def at(rb: ReplayBuffer, idx: np.ndarray, obs_out, next_out, dst, scale) -> ReplaySamples:
+    """The samples of the stored transitions ``idx`` into the checked arrays of :func:`outputs`.
+
+    ``idx`` is not checked for sampleability: an n-step window still open at the newest
+    row ends there (SB3's ``NStepReplayBuffer`` does the same).
+    """
+    last, rest = fields(rb, idx)
     k = rb._k
     rb._table.gather_pairs(
         idx,
@@ -179,13 +193,4 @@ def at(rb: ReplayBuffer, idx: np.ndarray, obs_out, next_out, dst, scale) -> Repl
         dtype=dst,
         scale=scale,
     )
-    return ReplaySamples(
-        obs_out,
-        rb._actions[idx],
-        next_out,
-        dones,
-        rewards,
-        truncs,
-        idx.astype(np.int64, copy=False),
-        discounts,
-    )
+    return ReplaySamples(obs_out, rb._actions[idx], next_out, *rest)
