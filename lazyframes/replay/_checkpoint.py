@@ -10,6 +10,12 @@ An archive (zip, stored uncompressed) of ``.npy`` entries, no pickled objects:
 - ``actions``, ``rewards``, ``flags``: the first ``n`` entries of the buffer's arrays;
 - ``env_ids`` (version 2): int32 ``(n,)``, each transition's env stream. The links of
   each stream (its transitions in ring order) are rebuilt from them.
+- Dict observations (version 2): ``meta["leaves"]`` lists the leaves (key, and the
+  geometry of a frame leaf or the shape and dtype of a vector leaf), and leaf ``i`` has
+  the entries ``frames_i``, ``obs_index_i``, ``next_index_i`` (a frame leaf, as above)
+  or ``obs_i``, ``next_obs_i`` (a vector leaf, ``(n, *shape)``) in place of ``frames``,
+  ``obs_index`` and ``next_index`` (:mod:`._dict`). Readers before them refuse such a
+  file as having unexpected entries.
 
 Version 1 (one transition per env per row) has ``row`` in place of ``pos`` and no
 ``env_ids``: position ``i`` holds env ``i % num_envs``. Both versions are read.
@@ -38,11 +44,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import _common as C
+from . import _dict
 from ._ingest import (
     SKIP,
     TERM,
     TRUNC,
-    check_pool,
     check_pool_geometry,
     core_of,
     grow,
@@ -127,14 +133,22 @@ def write_archive(rb: ReplayBuffer, fh) -> None:
     arrays["rewards"] = rb._rewards[:n]
     arrays["flags"] = rb._flags[:n]
     arrays["env_ids"] = rb._env[:n]
-    arrays["meta"] = np.array(json.dumps(header(rb)))
+    meta = header(rb)
+    frame_sets = []  # (entry, pool, frame ids, frame shape, dtype)
+    if frame_ids is not None:
+        frame_sets.append(("frames", rb._pool, frame_ids, rb._frame_shape, rb._dtype))
+    if rb._leaves is not None:  # Dict observations: entries by leaf (see _dict)
+        meta["leaves"], more, sets = _dict.archive(rb, n)
+        arrays.update(more)
+        frame_sets += sets
+    arrays["meta"] = np.array(json.dumps(meta))
     with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, arr in arrays.items():
             with zf.open(name + ".npy", "w", force_zip64=True) as f:
                 np.lib.format.write_array(f, np.require(arr, requirements="C"), allow_pickle=False)
-        if frame_ids is not None:
-            with zf.open("frames.npy", "w", force_zip64=True) as f:
-                write_frames(f, rb._pool, frame_ids, rb._frame_shape, rb._dtype)
+        for name, pool, ids, fs, dt in frame_sets:
+            with zf.open(name + ".npy", "w", force_zip64=True) as f:
+                write_frames(f, pool, ids, fs, dt)
 
 
 def write_frames(f, pool, frame_ids: np.ndarray, frame_shape: tuple, dtype: np.dtype) -> None:
@@ -156,7 +170,7 @@ def write_frames(f, pool, frame_ids: np.ndarray, frame_shape: tuple, dtype: np.d
 
 def load(cls: type[ReplayBuffer], path, *, pool=None) -> ReplayBuffer:
     """ReplayBuffer.load: open ``path`` and read it; every failure is a ValueError."""
-    check_pool(pool)
+    _dict.check_pools(pool)
     try:
         fh = open(os.fspath(path), "rb")  # noqa: SIM115 - closed by the with below
     except FileNotFoundError:
@@ -338,8 +352,9 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
             f"checkpoint version {version!r} is not supported (this lazyframes reads "
             f"versions {sorted(_ENTRIES)})"
         )
-    if not ar.names() <= _ENTRIES[version]:
-        raise ValueError(f"unexpected entries {sorted(ar.names() - _ENTRIES[version])}")
+    allowed = _ENTRIES[version] | _dict.entry_names(meta.get("leaves"))
+    if not ar.names() <= allowed:
+        raise ValueError(f"unexpected entries {sorted(ar.names() - allowed)}")
     check_capacity(meta, ar.size)
     rb = cls(
         meta["capacity"],
@@ -379,7 +394,9 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
     n_skip = int(np.count_nonzero(flags & SKIP))
     if n_skip != meta.get("n_skip"):
         raise ValueError("inconsistent autoreset count")
-    if meta.get("layout") is not None:
+    if meta.get("leaves") is not None:
+        _dict.read_leaves(rb, ar, meta["leaves"], n, pool)
+    elif meta.get("layout") is not None:
         k = bounded_int(meta, "stack_size", 1, 2**31 - 1)
         fs = C.frame_shape(meta["frame_shape"])
         dt = C.frame_dtype(meta["frame_dtype"])
@@ -391,6 +408,8 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
             [ar.array("obs_index", (n, k), np.int32), ar.array("next_index", (n, k), np.int32)],
             axis=1,
         )
+        if isinstance(pool, dict):
+            raise ValueError("pool is a dict, but the file holds single observations")
         if pool is None:
             pool = own_pool(fs, dt, rb._capacity)
         else:
@@ -434,7 +453,7 @@ def relink(rb: ReplayBuffer) -> None:
     rb._last[envs[ends]] = by_env[ends]
 
 
-def read_frames(ar: Archive, pool, references: int):
+def read_frames(ar: Archive, pool, references: int, name: str = "frames"):
     """Decode the ``frames`` entry into ``pool``: a LazyBatch ``(F, 1)``, None if F is 0.
 
     The entry's size was checked against its header (:meth:`Archive.open`), and ``F``
@@ -443,10 +462,10 @@ def read_frames(ar: Archive, pool, references: int):
     """
     fs, dt = tuple(pool.frame_shape), np.dtype(pool.dtype)
     fb = math.prod(fs) * dt.itemsize
-    f, shape, _ = ar.open("frames", None, dt)
+    f, shape, _ = ar.open(name, None, dt)
     with f:
         if len(shape) != len(fs) + 1 or tuple(shape[1:]) != fs:
-            raise ValueError(f"frames entry has shape {shape}, expected (F, *{fs})")
+            raise ValueError(f"{name} entry has shape {shape}, expected (F, *{fs})")
         nf = shape[0]
         if nf > references:
             raise ValueError(f"{nf} frames for {references} frame references")
@@ -456,7 +475,7 @@ def read_frames(ar: Archive, pool, references: int):
             m = min(step, nf - i)
             buf = f.read(m * fb)
             if len(buf) != m * fb:
-                raise ValueError("frames entry is truncated")
+                raise ValueError(f"{name} entry is truncated")
             parts.append(pool.push_batch(np.frombuffer(buf, dt).reshape((m,) + fs), k=1))
     if len(parts) <= 1:
         return parts[0] if parts else None

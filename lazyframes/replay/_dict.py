@@ -19,6 +19,7 @@ strings (checkpoints store them in JSON).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -293,7 +294,7 @@ def add(
 
 def frame_leaves(rb: ReplayBuffer) -> dict:
     """``key -> FrameLeaf`` of a Dict buffer."""
-    return {k: v for k, v in rb._leaves.items() if isinstance(v, FrameLeaf)}
+    return frame_leaves_of(rb._leaves)
 
 
 def outputs(rb: ReplayBuffer, B: int, out, dtype, scale) -> tuple:
@@ -394,3 +395,138 @@ def memory(rb: ReplayBuffer, table_bytes: int) -> dict:
         "cold_bytes": sum(int(st["cold_bytes"]) for st in stats),
         "ratio": live / held if held else 0.0,
     }
+
+
+#: At most this many leaves in a checkpoint's ``meta["leaves"]``.
+MAX_LEAVES = 1024
+
+
+def archive(rb: ReplayBuffer, n: int) -> tuple:
+    """The checkpoint of a Dict buffer's leaves: ``(meta leaves, arrays, frame sets)``.
+
+    Leaf ``i`` of ``meta["leaves"]`` is ``{"key", "kind": "frames", "layout",
+    "stack_size", "frame_shape", "frame_dtype"}`` with the entries ``obs_index_i``,
+    ``next_index_i`` and ``frames_i`` (each frame the leaf's transitions refer to, once),
+    or ``{"key", "kind": "vector", "shape", "dtype"}`` with ``obs_i`` and ``next_obs_i``.
+    """
+    metas, arrays, sets = [], {}, []
+    for i, (key, leaf) in enumerate(rb._leaves.items()):
+        if isinstance(leaf, FrameLeaf):
+            k = leaf._k
+            metas.append(
+                {
+                    "key": key,
+                    "kind": "frames",
+                    "layout": leaf._layout,
+                    "stack_size": k,
+                    "frame_shape": list(leaf._frame_shape),
+                    "frame_dtype": leaf._dtype.str,
+                }
+            )
+            ids = leaf._table.ids(np.arange(n))
+            frame_ids, inv = np.unique(ids, return_inverse=True)
+            inv = inv.reshape(ids.shape).astype(np.int32)
+            arrays[f"obs_index_{i}"], arrays[f"next_index_{i}"] = inv[:, :k], inv[:, k:]
+            sets.append((f"frames_{i}", leaf._pool, frame_ids, leaf._frame_shape, leaf._dtype))
+        else:
+            metas.append(
+                {"key": key, "kind": "vector", "shape": list(leaf.shape), "dtype": leaf.dtype.str}
+            )
+            arrays[f"obs_{i}"], arrays[f"next_obs_{i}"] = leaf.obs[:n], leaf.next[:n]
+    return metas, arrays, sets
+
+
+def entry_names(leaves) -> set:
+    """The entries a checkpoint's ``meta["leaves"]`` adds (none when it is not a list)."""
+    if not isinstance(leaves, list) or len(leaves) > MAX_LEAVES:
+        return set()
+    names = set()
+    for i, leaf in enumerate(leaves):
+        kind = leaf.get("kind") if isinstance(leaf, dict) else None
+        if kind == "frames":
+            names |= {f"frames_{i}", f"obs_index_{i}", f"next_index_{i}"}
+        elif kind == "vector":
+            names |= {f"obs_{i}", f"next_obs_{i}"}
+    return names
+
+
+def read_leaves(rb: ReplayBuffer, ar, leaves, n: int, pool) -> None:
+    """Restore a Dict buffer's leaves from the checked archive ``ar`` (``n`` transitions).
+
+    Every leaf's description is checked, its entries against the file (their shapes
+    follow from ``n``), and a vector leaf's row size is bounded as a transition's
+    table bytes are (:func:`_checkpoint.check_capacity`) before anything is allocated.
+
+    Raises:
+        ValueError: a bad leaf list, key, geometry, dtype or entry; a ``pool`` that is
+            not a dict of pools of the file's frame keys.
+    """
+    from ._checkpoint import _ROW_FLOOR, bounded_int, read_frames
+
+    if not isinstance(leaves, list) or not 0 < len(leaves) <= MAX_LEAVES:
+        raise ValueError(f"meta 'leaves' must be a list of 1 to {MAX_LEAVES} leaves")
+    if pool is not None and not isinstance(pool, dict):
+        raise ValueError("the file holds Dict observations: pool must be a dict of FramePools")
+    pools = pool or {}
+    limit = max(_ROW_FLOOR, ar.size)
+    out: dict = {}
+    for i, m in enumerate(leaves):
+        key = m.get("key") if isinstance(m, dict) else None
+        if not isinstance(key, str) or key in out:
+            raise ValueError(f"leaf {i}: bad or repeated key {key!r}")
+        if m.get("kind") == "frames":
+            k = bounded_int(m, "stack_size", 1, limit)
+            fs = C.frame_shape(m.get("frame_shape"))
+            dt = C.frame_dtype(m.get("frame_dtype"))
+            layout = m.get("layout")
+            if layout not in C.LAYOUTS:
+                raise ValueError(f"leaf {key!r}: bad layout {layout!r}")
+            C.check_layout(layout, fs)
+            index = np.concatenate(
+                [
+                    ar.array(f"obs_index_{i}", (n, k), np.int32),
+                    ar.array(f"next_index_{i}", (n, k), np.int32),
+                ],
+                axis=1,
+            )
+            p = pools.get(key)
+            if p is None:
+                p = ingest.own_pool(fs, dt, rb._capacity)
+            else:
+                ingest.check_pool_geometry(p, fs, dt)
+            frames = read_frames(ar, p, index.size, f"frames_{i}")
+            nf = 0 if frames is None else len(frames)
+            if index.size and (index.min() < 0 or index.max() >= nf):
+                raise ValueError(f"leaf {key!r}: a slot refers to a frame not in the file")
+            table = ingest.core_of(p).SlotTable(p, n, 2 * k)
+            if n:
+                table.take(np.arange(n), frames, index.astype(np.int64))
+            leaf = FrameLeaf(rb._layout_opt, rb._k_opt, p)
+            geom = (layout, k, fs, dt, C.observation_shape(fs, k, layout))
+            ingest.adopt(leaf, geom, p, table)
+            out[key] = leaf
+        elif m.get("kind") == "vector":
+            shape = m.get("shape")
+            if not isinstance(shape, list) or len(shape) > 32:
+                raise ValueError(f"leaf {key!r}: shape must be a short list, got {shape!r}")
+            shape = tuple(bounded_int({"d": d}, "d", 0, limit) for d in shape)
+            dt = np.dtype(m.get("dtype"))
+            if dt.kind not in "biuf" or 2 * math.prod(shape) * dt.itemsize > limit:
+                raise ValueError(f"leaf {key!r}: bad dtype {dt} or shape {shape}")
+            leaf = VectorLeaf(shape, dt, 0)
+            leaf.obs = ar.array(f"obs_{i}", (n,) + shape, dt).copy()
+            leaf.next = ar.array(f"next_obs_{i}", (n,) + shape, dt).copy()
+            out[key] = leaf
+        else:
+            raise ValueError(f"leaf {key!r}: unknown kind {m.get('kind')!r}")
+    stray = [key for key in pools if not isinstance(out.get(key), FrameLeaf)]
+    if stray:
+        raise ValueError(f"pool has keys {stray} that are not frame keys of the file")
+    if not frame_leaves_of(out):
+        raise ValueError("meta 'leaves' has no frame leaf")
+    rb._leaves = out
+
+
+def frame_leaves_of(leaves: dict) -> dict:
+    """``key -> FrameLeaf`` of ``leaves``."""
+    return {k: v for k, v in leaves.items() if isinstance(v, FrameLeaf)}
