@@ -105,12 +105,19 @@ def vector_arrays(envs, counts, k=4):
     Env ``e``'s frames are counters ``counts[e] - k + 1 .. counts[e]``.
     """
     image = np.stack(
-        [[np.full((6, 5), (100 * e + c) % 251, np.uint8) for c in range(counts[e] - k + 1,
-          counts[e] + 1)] for e in envs]  # fmt: skip
+        [
+            [
+                np.full((6, 5), (100 * e + c) % 251, np.uint8)
+                for c in range(counts[e] - k + 1, counts[e] + 1)
+            ]
+            for e in envs
+        ]
     )
     vec = np.stack(
-        [[np.float32([100 * e + c, e, c]) for c in range(counts[e] - k + 1, counts[e] + 1)]
-         for e in envs]  # fmt: skip
+        [
+            [np.float32([100 * e + c, e, c]) for c in range(counts[e] - k + 1, counts[e] + 1)]
+            for e in envs
+        ]
     )
     return {"vec": vec, "image": image}
 
@@ -123,8 +130,15 @@ def test_ndarray_dicts_with_env_ids_and_final_obs(impl, compress, tmp_path):
     pool = {"image": impl.FramePool((6, 5), np.uint8)}
     rb = ReplayBuffer(cap, num_envs=E, n_step=2, gamma=0.5, seed=3, pool=pool, compress=compress)
     model = RingModel(cap, 2, 0.5)
-    plain = ReplayBuffer(cap, num_envs=E, n_step=2, gamma=0.5, seed=3, compress=compress,
-                         pool=impl.FramePool((6, 5), np.uint8))  # the image leaf alone
+    plain = ReplayBuffer(
+        cap,
+        num_envs=E,
+        n_step=2,
+        gamma=0.5,
+        seed=3,
+        compress=compress,
+        pool=impl.FramePool((6, 5), np.uint8),
+    )  # the image leaf alone
     counts = [10] * E
     for t in range(40):
         envs = np.sort(rng.choice(E, size=int(rng.integers(1, E + 1)), replace=False))
@@ -140,14 +154,39 @@ def test_ndarray_dicts_with_env_ids_and_final_obs(impl, compress, tmp_path):
             nxt["vec"][i] = -1
         term = ended & (rng.random(len(envs)) < 0.5)
         actions, rewards = envs * 10 + t, rng.normal(size=len(envs)).astype(np.float32)
-        rb.add(obs, actions, rewards, nxt, term, ended & ~term, env_ids=envs,
-               final_obs=final, final_mask=ended)  # fmt: skip
-        plain.add(obs["image"], actions, rewards, nxt["image"], term, ended & ~term, env_ids=envs,
-                  final_obs=[f and f["image"] for f in final], final_mask=ended)  # fmt: skip
+        rb.add(
+            obs,
+            actions,
+            rewards,
+            nxt,
+            term,
+            ended & ~term,
+            env_ids=envs,
+            final_obs=final,
+            final_mask=ended,
+        )
+        plain.add(
+            obs["image"],
+            actions,
+            rewards,
+            nxt["image"],
+            term,
+            ended & ~term,
+            env_ids=envs,
+            final_obs=[f and f["image"] for f in final],
+            final_mask=ended,
+        )
         for i, e in enumerate(envs.tolist()):
             real = final[i] if ended[i] else {key: v[i] for key, v in nxt.items()}
-            model.add(e, {key: v[i] for key, v in obs.items()}, actions[i], rewards[i],
-                      {key: np.array(v) for key, v in real.items()}, term[i], ended[i] & ~term[i])  # fmt: skip
+            model.add(
+                e,
+                {key: v[i] for key, v in obs.items()},
+                actions[i],
+                rewards[i],
+                {key: np.array(v) for key, v in real.items()},
+                term[i],
+                ended[i] & ~term[i],
+            )
     assert rb.full and len(rb) == cap
     assert list(rb.observation_shape) == ["vec", "image"]  # the first add's key order
     check(rb, model, 50)
@@ -158,7 +197,9 @@ def test_ndarray_dicts_with_env_ids_and_final_obs(impl, compress, tmp_path):
     a, b = rb.sample(20), back.sample(20)
     for x, y in zip(a, b, strict=True):
         for key in x if isinstance(x, dict) else [None]:
-            np.testing.assert_array_equal(x if key is None else x[key], y if key is None else y[key])
+            np.testing.assert_array_equal(
+                x if key is None else x[key], y if key is None else y[key]
+            )
     check(back, model, 20)
 
 
@@ -168,27 +209,44 @@ def test_sb3_dict_replay_buffer_values(impl):
     E, cap, k = 2, 16, 4
     space = Dict({"pixels": Box(0, 255, (6, 5, k), np.uint8), "state": Box(-9, 9, (2 * k,))})
     sb3 = sb3_buffers.DictReplayBuffer(cap * E, space, Discrete(4), n_envs=E)
-    rb = ReplayBuffer(cap * E, num_envs=E, layout="last", stack_size=k, seed=0,
-                      pool={"pixels": impl.FramePool((6, 5, 1), np.uint8)})  # fmt: skip
+    rb = ReplayBuffer(
+        cap * E,
+        num_envs=E,
+        layout="last",
+        stack_size=k,
+        seed=0,
+        pool={"pixels": impl.FramePool((6, 5, 1), np.uint8)},
+    )
     frames = np.arange(E * 40).reshape(40, E) % 251
 
     def stacked(t):
-        pixels = np.stack([np.stack([np.full((6, 5), frames[t + i, e], np.uint8)
-                                     for i in range(k)], -1) for e in range(E)])  # fmt: skip
-        state = np.float32([[frames[t + i, e] * 0.5 for i in range(k) for _ in (0, 1)]
-                            for e in range(E)])  # fmt: skip
+        pixels = np.stack(
+            [
+                np.stack([np.full((6, 5), frames[t + i, e], np.uint8) for i in range(k)], -1)
+                for e in range(E)
+            ]
+        )
+        state = np.float32(
+            [[frames[t + i, e] * 0.5 for i in range(k) for _ in (0, 1)] for e in range(E)]
+        )
         return {"pixels": pixels, "state": state}
 
     for t in range(20):
         obs, nxt = stacked(t), stacked(t + 1)
-        act, rew, done = np.array([t % 4, 3 - t % 4]), np.float32([t, -t]), np.array([t % 5 == 4] * E)
+        act, rew, done = (
+            np.array([t % 4, 3 - t % 4]),
+            np.float32([t, -t]),
+            np.array([t % 5 == 4] * E),
+        )
         sb3.add(obs, nxt, act, rew, done, [{}] * E)
         rb.add(obs, act, rew, nxt, done, [False] * E)
     s = rb.sample(40)
     row, env = s.indices // E, s.indices % E
     for key in ("pixels", "state"):
         np.testing.assert_array_equal(s.observations[key], sb3.observations[key][row, env])
-        np.testing.assert_array_equal(s.next_observations[key], sb3.next_observations[key][row, env])
+        np.testing.assert_array_equal(
+            s.next_observations[key], sb3.next_observations[key][row, env]
+        )
     np.testing.assert_array_equal(s.actions, sb3.actions[row, env, 0])
     np.testing.assert_array_equal(s.rewards, sb3.rewards[row, env])
     np.testing.assert_array_equal(s.dones, sb3.dones[row, env])
@@ -198,14 +256,21 @@ def test_sb3_dict_replay_buffer_values(impl):
 
 def test_frame_keys_option_and_out(impl):
     """frame_keys names the frame leaves (here a uint8 vector too); out= fills given dicts."""
-    rb = ReplayBuffer(8, frame_keys=["img", "tag"], seed=0, pool={"img": impl.FramePool((2, 2), np.uint8)})
+    rb = ReplayBuffer(
+        8, frame_keys=["img", "tag"], seed=0, pool={"img": impl.FramePool((2, 2), np.uint8)}
+    )
     for t in range(5):
-        obs = {"img": np.full((2, 2, 2), t, np.uint8), "tag": np.full((2, 1), t, np.uint8),
-               "x": np.float64([t])}  # fmt: skip
+        obs = {
+            "img": np.full((2, 2, 2), t, np.uint8),
+            "tag": np.full((2, 1), t, np.uint8),
+            "x": np.float64([t]),
+        }
         rb.add(obs, t, 1.0, {key: v + 1 for key, v in obs.items()}, False, False)
     assert rb.layout == {"img": "stack", "tag": "stack"} and rb.observation_shape["x"] == (1,)
-    out = tuple({"img": np.empty((3, 2, 2, 2), np.float32), "tag": np.empty((3, 2, 1), np.float32)}
-                for _ in range(2))  # fmt: skip
+    out = tuple(
+        {"img": np.empty((3, 2, 2, 2), np.float32), "tag": np.empty((3, 2, 1), np.float32)}
+        for _ in range(2)
+    )
     s = rb.sample(3, out=out, dtype=np.float32, scale=0.5)
     assert s.observations["img"] is out[0]["img"] and s.next_observations["tag"] is out[1]["tag"]
     t = s.indices.astype(np.float32)

@@ -26,9 +26,9 @@ members inside the file; ``.npy`` headers whose shape and dtype are the expected
 and whose data is exactly the member's size), and the sizes declared in ``meta`` are
 bounded by the file's size (:func:`check_capacity`); the tables are sized by the
 transitions the file holds, not by its declared capacity. So ``load`` costs time and
-memory of a small multiple of the file. Frames are streamed in chunks both ways (:func:`write_frames`,
-:func:`read_frames`, the one place frame bytes are encoded and decoded), so neither
-needs a second copy of the buffer.
+memory of a small multiple of the file. Frames are streamed in chunks both ways
+(:func:`write_frames`, :func:`read_frames`, the one place frame bytes are encoded and
+decoded), so neither needs a second copy of the buffer.
 """
 
 from __future__ import annotations

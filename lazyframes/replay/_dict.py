@@ -146,9 +146,7 @@ def final_leaves(final_obs, final_mask, E: int, batched: bool, lead: tuple, keys
         raise ValueError(f"final_mask marks env(s) {rows.tolist()} but final_obs is None")
     if not batched:
         d = split(final_obs, "final_obs", False, keys)
-        return rows, {
-            key: ingest.describe(d[key], f"final_obs[{key!r}]", 1, False) for key in keys
-        }
+        return rows, {key: ingest.describe(d[key], f"final_obs[{key!r}]", 1, False) for key in keys}
     if isinstance(final_obs, dict):  # batched leaves: pick the marked rows of each
         d = split(final_obs, "final_obs", True, keys)
         for key, v in d.items():
@@ -281,9 +279,7 @@ def add(
         tables[key].set(idx, (op, np_))
     # nothing below can fail
     if new:
-        rb._leaves = {
-            key: leaves[key] if key in frames else vectors[key][0] for key in keys
-        }
+        rb._leaves = {key: leaves[key] if key in frames else vectors[key][0] for key in keys}
     for key, (geom, pool, _, _) in frames.items():
         ingest.adopt(leaves[key], geom, pool, tables[key])
     for leaf, a, b in vectors.values():
