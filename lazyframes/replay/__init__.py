@@ -52,6 +52,11 @@ class ReplayBuffer:
       stacks cost one new frame per step) and against repeated frames within an
       observation (reset padding). LazyFrames of another pool are copied in the same way.
 
+    Dict observations (a Gymnasium ``Dict`` space of image and vector leaves) are dicts
+    of such values by key: the frame leaves (``frame_keys``) are stored as above, each in
+    a pool of its own, the other leaves as given, one row per transition; :meth:`sample`
+    returns dicts with the same keys.
+
     With ``num_envs > 1`` every argument of :meth:`add` has a leading ``num_envs`` axis
     and each call stores one transition per env, or, with ``env_ids``, one per listed
     env (EnvPool async mode, ale-py ``batch_size < num_envs``, several actors). The
@@ -87,7 +92,8 @@ class ReplayBuffer:
         pool: the :class:`~lazyframes.FramePool` (of either core) to store the frames
             in; LazyFrames of other pools are copied in. Default: the pool of the first
             LazyFrames/LazyBatch added, or (for ndarrays) a new pool of
-            ``lazyframes.FramePool`` owned by the buffer.
+            ``lazyframes.FramePool`` owned by the buffer. For Dict observations, a dict
+            of pools by frame key (keys left out get the default).
         compress: compress the stored frames (docs/COMPRESSION.md): True (the default
             codec), or a mapping of some of ``codec``, ``level``, ``group`` as
             ``FramePool(..., compress=)`` takes. The buffer makes the pool it uses
@@ -96,14 +102,19 @@ class ReplayBuffer:
             once, when only stored transitions refer to it: the frames of the live
             observations (a wrapper's ring) stay uncompressed. Sampled values are the
             same bit for bit. False (default): the pool is left as it is.
+        frame_keys: for Dict observations, the keys of the leaves stored as frames
+            (de-duplicated, converted by ``sample``'s ``dtype`` and ``scale``); the other
+            leaves are stored as given (numeric arrays, e.g. float32 feature vectors) and
+            returned as stored. Default: every uint8 leaf with at least 3 dimensions per
+            observation (a stack of images, in any layout), decided by the first add.
 
     Raises:
         ValueError: ``capacity < num_envs``, a non-positive ``num_envs``, ``n_step``
             outside ``[1, capacity]``, ``gamma`` outside ``[0, 1]``, an unknown
             ``layout``, bad ``compress`` options or options other than those ``pool``
             compresses with already.
-        TypeError: a non-numeric ``action_dtype``, ``pool`` not a FramePool, a
-            ``compress`` of another type.
+        TypeError: a non-numeric ``action_dtype``, ``pool`` not a FramePool (or a dict
+            of them), a ``compress`` of another type, ``frame_keys`` not strings.
 
     Example:
         >>> import numpy as np, lazyframes
@@ -366,7 +377,9 @@ class ReplayBuffer:
         Args:
             obs: the observation the action was taken in: a LazyFrames or an ndarray of
                 the observation shape; batched, a ``LazyBatch``, a list of ``E``
-                LazyFrames or an ndarray ``(E, *observation_shape)``.
+                LazyFrames or an ndarray ``(E, *observation_shape)``. Dict observations:
+                a dict of such values by key (string keys, fixed by the first add), or
+                batched a list of ``E`` dicts.
             action: ``action_shape`` (``(E, *action_shape)``), stored as
                 ``action_dtype``: integers into an integer dtype that holds their values
                 (never wrapped), any finite number into a float dtype.
@@ -391,8 +404,9 @@ class ReplayBuffer:
                 stored as ``next_obs`` of the rows ``final_mask`` marks instead of
                 ``next_obs``'s, which are stored as they are (no copy of the batch):
                 Gymnasium's ``infos["final_obs"]`` under same-step autoreset (a
-                ``num_envs`` object array, None for the other envs), or anything
-                ``next_obs`` takes. Only the marked entries are read.
+                ``num_envs`` object array, None for the other envs; of dicts for Dict
+                observations), or anything ``next_obs`` takes. Only the marked entries
+                are read.
             final_mask: bool (``(num_envs,)``): the rows to take from ``final_obs``
                 (``infos["_final_obs"]``, or ``truncations`` to bootstrap only those);
                 needed with ``final_obs``. When it marks no env, ``final_obs`` is not
@@ -405,7 +419,8 @@ class ReplayBuffer:
                 layout without ``stack_size``, an action out of ``action_dtype``'s
                 range, a non-finite action or reward, a reward beyond float32's range,
                 ``env_ids`` out of range or repeated, ``final_obs`` without
-                ``final_mask`` or without an observation where ``final_mask`` marks.
+                ``final_mask`` or without an observation where ``final_mask`` marks;
+                for Dict observations, other keys than the first add's, no frame leaf.
             TypeError: a wrong dtype (observations are never cast), non-numeric input,
                 a float action for an integer ``action_dtype``, non-boolean flags,
                 non-integer ``env_ids``.
@@ -439,7 +454,8 @@ class ReplayBuffer:
         Args:
             batch_size: number of transitions ``B``, at least 1.
             out: optional pair ``(obs_out, next_obs_out)`` of C-contiguous writeable
-                arrays ``(B, *observation_shape)`` to fill (e.g. pinned memory as
+                arrays ``(B, *observation_shape)`` (for Dict observations, of dicts of
+                them by frame key) to fill (e.g. pinned memory as
                 ``torch.empty(..., pin_memory=True).numpy()``); their dtype is the
                 output dtype when ``dtype`` is None.
             dtype: output dtype of the observations (default: the frames', e.g. uint8).
@@ -447,7 +463,9 @@ class ReplayBuffer:
                 copy: ``dtype=np.float32, scale=1/255`` gives ``[0, 1]`` floats.
 
         Returns:
-            :class:`ReplaySamples`. Without ``out``, ``observations`` and
+            :class:`ReplaySamples`; for Dict observations ``observations`` and
+            ``next_observations`` are dicts ``key -> (B, *shape)`` (the other leaves'
+            arrays are fresh copies). Without ``out``, ``observations`` and
             ``next_observations`` are arrays allocated once per ``(B, dtype)`` and
             **overwritten by the next call** with the same ``B`` and dtype; copy them to
             keep them.
@@ -484,9 +502,10 @@ class ReplayBuffer:
         Args:
             path: the ``.npz`` file.
             pool: the :class:`~lazyframes.FramePool` (of either core) to load the frames
-                into; default: a new pool owned by the buffer, of ``lazyframes.FramePool``
-                (LazyFrames of the wrapper's pool added later are then copied in,
-                de-duplicated, see the class docs).
+                into (a dict of them by frame key for Dict observations); default: a new
+                pool owned by the buffer, of ``lazyframes.FramePool`` (LazyFrames of the
+                wrapper's pool added later are then copied in, de-duplicated, see the
+                class docs).
 
         The file is untrusted input: every declared size is checked against the bytes
         it really holds before anything is allocated, and the tables are sized by the

@@ -317,7 +317,7 @@ def outputs(rb: ReplayBuffer, B: int, out, dtype, scale) -> tuple:
             f"{list(fl)}"
         )
     dst = {}
-    arrays = []
+    arrays: list = []
     for key, leaf in fl.items():
         o0, o1 = out[0][key], out[1][key]
         if not isinstance(o0, np.ndarray) or not isinstance(o1, np.ndarray):
@@ -509,10 +509,10 @@ def read_leaves(rb: ReplayBuffer, ar, leaves, n: int, pool) -> None:
             dt = np.dtype(m.get("dtype"))
             if dt.kind not in "biuf" or 2 * math.prod(shape) * dt.itemsize > limit:
                 raise ValueError(f"leaf {key!r}: bad dtype {dt} or shape {shape}")
-            leaf = VectorLeaf(shape, dt, 0)
-            leaf.obs = ar.array(f"obs_{i}", (n,) + shape, dt).copy()
-            leaf.next = ar.array(f"next_obs_{i}", (n,) + shape, dt).copy()
-            out[key] = leaf
+            vec = VectorLeaf(shape, dt, 0)
+            vec.obs = ar.array(f"obs_{i}", (n,) + shape, dt).copy()
+            vec.next = ar.array(f"next_obs_{i}", (n,) + shape, dt).copy()
+            out[key] = vec
         else:
             raise ValueError(f"leaf {key!r}: unknown kind {m.get('kind')!r}")
     stray = [key for key in pools if not isinstance(out.get(key), FrameLeaf)]

@@ -34,7 +34,9 @@ class ReplaySamples(NamedTuple):
     Attributes:
         observations: ``(B, *observation_shape)``, the frames' dtype or the requested
             ``dtype``. Unless ``out`` was given, an array the buffer reuses: the next
-            :meth:`ReplayBuffer.sample` with the same ``batch_size`` and dtype overwrites it.
+            :meth:`ReplayBuffer.sample` with the same ``batch_size`` and dtype overwrites
+            it. For Dict observations, a dict of such arrays by key (the leaves that are
+            not frames: fresh arrays, in their stored dtype).
         actions: ``(B, *action_shape)`` of ``action_dtype`` (a fresh array).
         next_observations: like ``observations``: the observation ``m`` steps later,
             where ``m <= n_step`` stops at the episode end (for a truncated transition,
