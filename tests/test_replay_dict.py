@@ -5,10 +5,14 @@ from test_replay_streams), holding each observation as a dict of arrays; SB3's
 ``DictReplayBuffer`` is the peer whose stored values the buffer must return.
 """
 
+import io
+import json
+
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.spaces import Box, Dict, Discrete
+from test_checkpoint import assert_refused_quickly, craft, entries, npy
 from test_replay_streams import RingModel
 
 import lazyframes
@@ -319,3 +323,57 @@ def test_a_large_capacity_dict_buffer_grows_its_leaves(impl):
     s = rb.sample(10)
     np.testing.assert_array_equal(s.observations["v"][:, 0], s.indices)
     np.testing.assert_array_equal(s.next_observations["img"][:, 0, 0, 0], s.indices)
+
+
+def dict_checkpoint(tmp_path):
+    """The members of a checkpoint of 5 Dict transitions (image (2, 2, 2) + vector (3,))."""
+    rb = ReplayBuffer(8, seed=0)
+    for t in range(5):
+        obs = {"img": np.full((2, 2, 2), t, np.uint8), "v": np.full(3, t, np.float32)}
+        rb.add(obs, t, 1.0, obs, False, False)
+    rb.save(tmp_path / "d.npz")
+    return entries(tmp_path / "d.npz")
+
+
+def leaves_with(members, i, **changes):
+    meta = json.loads(str(np.load(io.BytesIO(members["meta.npy"]))[()]))
+    meta["leaves"][i].update(changes)
+    return {**members, "meta.npy": npy(np.array(json.dumps(meta)))}
+
+
+@pytest.mark.parametrize(
+    "leaf,changes,match",
+    [
+        (0, {"kind": "other"}, "unexpected entries"),
+        (0, {"key": 3}, "bad or repeated key"),
+        (1, {"key": "img"}, "bad or repeated key"),
+        (0, {"stack_size": 2**40}, "stack_size"),
+        (0, {"frame_dtype": "<f8"}, "dtype float64"),
+        (1, {"shape": [10**7]}, "leaf 'v' shape"),
+        (1, {"shape": [4]}, r"shape \(5, 3\)"),
+        (1, {"dtype": "|O"}, "bad dtype"),
+        (1, {"kind": "frames"}, "unexpected entries"),
+    ],
+)
+def test_crafted_dict_checkpoints_are_refused(tmp_path, leaf, changes, match):
+    members = leaves_with(dict_checkpoint(tmp_path), leaf, **changes)
+    assert_refused_quickly(craft(tmp_path / "bad.npz", members), match)
+
+
+def test_dict_checkpoint_entries_and_pools(tmp_path):
+    members = dict_checkpoint(tmp_path)
+    assert set(members) == {
+        *("meta.npy", "actions.npy", "rewards.npy", "flags.npy", "env_ids.npy"),
+        *("frames_0.npy", "obs_index_0.npy", "next_index_0.npy", "obs_1.npy", "next_obs_1.npy"),
+    }
+    with pytest.raises(ValueError, match="unexpected entries"):
+        ReplayBuffer.load(craft(tmp_path / "x.npz", {**members, "obs_0.npy": members["obs_1.npy"]}))
+    with pytest.raises(ValueError, match="pool must be a dict"):
+        ReplayBuffer.load(tmp_path / "d.npz", pool=lazyframes.FramePool((2, 2), np.uint8))
+    with pytest.raises(ValueError, match="not frame keys"):
+        ReplayBuffer.load(tmp_path / "d.npz", pool={"v": lazyframes.FramePool((3,), np.float32)})
+    plain = ReplayBuffer(4)
+    plain.add(np.zeros((2, 2, 2), np.uint8), 0, 0.0, np.zeros((2, 2, 2), np.uint8), False, False)
+    plain.save(tmp_path / "p.npz")
+    with pytest.raises(ValueError, match="single observations"):
+        ReplayBuffer.load(tmp_path / "p.npz", pool={"img": lazyframes.FramePool((2, 2), np.uint8)})

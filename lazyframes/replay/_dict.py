@@ -505,7 +505,8 @@ def read_leaves(rb: ReplayBuffer, ar, leaves, n: int, pool) -> None:
             shape = m.get("shape")
             if not isinstance(shape, list) or len(shape) > 32:
                 raise ValueError(f"leaf {key!r}: shape must be a short list, got {shape!r}")
-            shape = tuple(bounded_int({"d": d}, "d", 0, limit) for d in shape)
+            name = f"leaf {key!r} shape"
+            shape = tuple(bounded_int({name: d}, name, 0, limit) for d in shape)
             dt = np.dtype(m.get("dtype"))
             if dt.kind not in "biuf" or 2 * math.prod(shape) * dt.itemsize > limit:
                 raise ValueError(f"leaf {key!r}: bad dtype {dt} or shape {shape}")
