@@ -377,3 +377,60 @@ def test_dict_checkpoint_entries_and_pools(tmp_path):
     plain.save(tmp_path / "p.npz")
     with pytest.raises(ValueError, match="single observations"):
         ReplayBuffer.load(tmp_path / "p.npz", pool={"img": lazyframes.FramePool((2, 2), np.uint8)})
+
+
+def test_every_form_of_batched_dicts_stores_the_same(impl):
+    """Dicts of (E, ...) arrays, lists of E dicts, LazyBatch leaves: the same transitions.
+
+    And final_obs as an object array of dicts or as a dict of batched leaves.
+    """
+    E = 2
+    pool = impl.FramePool((2, 2), np.uint8)
+    frames = [
+        [pool.push(np.full((2, 2), 10 * e + t, np.uint8)) for t in range(8)] for e in range(E)
+    ]
+
+    def lazy(t):
+        return pool.lazy_batch([frames[e][t : t + 3] for e in range(E)], layout="stack")
+
+    def vec(t):
+        return np.float32([[e, t] for e in range(E)])
+
+    def forms(t):
+        arrays = {"img": np.asarray(lazy(t)), "v": vec(t)}
+        return [
+            arrays,
+            [{key: v[e] for key, v in arrays.items()} for e in range(E)],
+            {"img": lazy(t), "v": vec(t)},
+        ]
+
+    buffers = [ReplayBuffer(16, num_envs=E, seed=1, pool={"img": pool}) for _ in range(6)]
+    for t in range(5):
+        mask = np.array([t == 3, t == 2])
+        fin = forms(t + 2)[0]  # some other observation as the final one
+        as_objects = np.array([{key: v[e] for key, v in fin.items()} if mask[e] else None
+                               for e in range(E)] + [None], object)[:-1]  # fmt: skip
+        for i, rb in enumerate(buffers):
+            o, n = forms(t)[i % 3], forms(t + 1)[i % 3]
+            final = as_objects if i < 3 else forms(t + 2)[i % 3]
+            rb.add(o, [0, 1], [t, -t], n, mask, [False] * E, final_obs=final, final_mask=mask)
+    want = buffers[0].sample(32)
+    assert set(want.indices.tolist()) == set(range(10))
+    for rb in buffers[1:]:
+        got = rb.sample(32)
+        for key in ("img", "v"):
+            np.testing.assert_array_equal(got.observations[key], want.observations[key])
+            np.testing.assert_array_equal(got.next_observations[key], want.next_observations[key])
+    i = list(want.indices).index(3 * E)  # env 0 at t == 3: its final observation
+    np.testing.assert_array_equal(want.next_observations["v"][i], [0, 5])
+    np.testing.assert_array_equal(want.next_observations["img"][i][:, 0, 0], [5, 6, 7])
+
+
+def test_one_unbatched_dict_transition_with_its_final_obs(impl):
+    rb = ReplayBuffer(4, seed=0, pool={"img": impl.FramePool((2, 2), np.uint8)})
+    obs = {"img": np.zeros((3, 2, 2), np.uint8), "v": np.float32([1])}
+    fin = {"img": np.full((3, 2, 2), 9, np.uint8), "v": np.float32([9])}
+    rb.add(obs, 1, 1.0, obs, False, True, final_obs=fin, final_mask=True)
+    s = rb.sample(1)
+    assert s.next_observations["v"].tolist() == [[9.0]] and s.truncations.tolist() == [1.0]
+    assert (s.next_observations["img"] == 9).all() and (s.observations["img"] == 0).all()
