@@ -311,6 +311,13 @@ def test_bad_dict_input_stores_nothing(impl):
     plain.add(obs["img"], 0, 0.0, obs["img"], False, False)
     with pytest.raises(TypeError, match="single observations"):
         plain.add(obs, 0, 0.0, obs, False, False)
+    with pytest.raises(TypeError, match="obs is not a dict"):
+        ReplayBuffer(4, pool={"img": pool}).add(obs["img"], 0, 0.0, obs["img"], False, False)
+    with pytest.raises(TypeError, match="pool must be a dict"):
+        ReplayBuffer(4, pool=pool).add(obs, 0, 0.0, obs, False, False)
+    with pytest.raises(TypeError, match="frame_keys"):
+        ReplayBuffer(4, frame_keys=[1])
+    assert pool.live_frames == live
 
 
 def test_a_large_capacity_dict_buffer_grows_its_leaves(impl):

@@ -182,8 +182,8 @@ class ReplayBuffer:
             if not frame_keys or not all(isinstance(key, str) for key in frame_keys):
                 raise TypeError(f"frame_keys must be a non-empty list of str, got {frame_keys!r}")
         compress = C.compression(compress)
-        if compress is not None:
-            for p in pool.values() if isinstance(pool, dict) else [] if pool is None else [pool]:
+        if compress is not None and pool is not None:
+            for p in pool.values() if isinstance(pool, dict) else [pool]:
                 p.enable_compression(compress)
         self._compress = compress  # the options the pool is made to compress with, or None
         self._num_envs = num_envs

@@ -598,6 +598,8 @@ def prepare_frames(st, rb: ReplayBuffer, o: Obs, n: Obs, fin, envs, E: int, name
         elif rb._compress is not None:  # the wrapper's pool, adopted: it compresses from now on
             pool.enable_compression(rb._compress)
     elif table is None:
+        if isinstance(pool, dict):
+            raise TypeError("pool is a dict of pools (for Dict observations); obs is not a dict")
         check_pool_geometry(pool, geom[2], geom[3])
     prev = None
     if (o.kind != "lazy" or o.pool is not pool) and table is not None:
@@ -655,9 +657,19 @@ def add(
     if rb._leaves is not None or is_dict_obs(obs):
         from . import _dict
 
-        return _dict.add(rb, obs, action, reward, next_obs, terminated, truncated,
-                         autoreset=autoreset, env_ids=env_ids, final_obs=final_obs,
-                         final_mask=final_mask)  # fmt: skip
+        return _dict.add(
+            rb,
+            obs,
+            action,
+            reward,
+            next_obs,
+            terminated,
+            truncated,
+            autoreset=autoreset,
+            env_ids=env_ids,
+            final_obs=final_obs,
+            final_mask=final_mask,
+        )
     envs, batched = env_streams(rb._num_envs, env_ids, obs, reward)
     E = envs.size
     lead = (E,) if batched else ()
