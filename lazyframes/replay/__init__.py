@@ -107,6 +107,7 @@ class ReplayBuffer:
             leaves are stored as given (numeric arrays, e.g. float32 feature vectors) and
             returned as stored. Default: every uint8 leaf with at least 3 dimensions per
             observation (a stack of images, in any layout), decided by the first add.
+            ``layout`` and ``stack_size`` apply to every frame leaf.
 
     Raises:
         ValueError: ``capacity < num_envs``, a non-positive ``num_envs``, ``n_step``
