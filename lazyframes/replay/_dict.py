@@ -238,7 +238,7 @@ def add(
     fin = final_leaves(final_obs, final_mask, E, batched, lead, keys)
     leaves: dict = rb._leaves if rb._leaves is not None else new_leaves(rb, o)
     frames = {}  # key -> (geom, pool, obs_part, next_part)
-    vectors = {}  # key -> (obs rows, next rows)
+    vectors = {}  # key -> (VectorLeaf, obs rows, next rows)
     for key in keys:
         names = (f"obs[{key!r}]", f"next_obs[{key!r}]", f"final_obs[{key!r}]")
         f = None if fin is None else (fin[0], fin[1][key])
