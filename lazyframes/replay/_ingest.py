@@ -654,7 +654,7 @@ def add(
     final_mask=None,
 ) -> None:
     """ReplayBuffer.add: check everything, then store one transition per env stream."""
-    if rb._leaves is not None or is_dict_obs(obs):
+    if rb._leaves is not None or (isinstance(obs, (dict, list, tuple)) and is_dict_obs(obs)):
         from . import _dict
 
         return _dict.add(
@@ -687,15 +687,22 @@ def add(
     )
     fin = final_rows(final_obs, final_mask, E, batched, lead)
     geom, pool, obs_part, next_part = prepare_frames(rb, rb, o, n, fin, envs, E, _NAMES)
-    rows = rows_for(rb, E)
-    table = table_for(rb, pool, rows, geom[1])
-    if rb._rows < rows:
-        grow(rb, rows)
+    table = rb._table
+    if table is None or rb._pos + E > rb._rows:  # the first add, or the tables may grow
+        rows = rows_for(rb, E)
+        table = table_for(rb, pool, rows, geom[1])
+        if rb._rows < rows:
+            grow(rb, rows)
     idx = ring_slots(rb, E)
     table.set(idx, (obs_part, next_part))
     # nothing below can fail
-    adopt(rb, geom, pool, table)
-    commit(rb, idx, envs, n_skip, actions, rewards, flags)
+    if rb._table is None:
+        adopt(rb, geom, pool, table)
+    link(rb, idx, envs)  # commit(), inlined: this is the hot path
+    rb._n_skip += n_skip
+    rb._actions[idx] = actions
+    rb._rewards[idx] = rewards
+    rb._flags[idx] = flags
 
 
 def commit(rb: ReplayBuffer, idx, envs, n_skip: int, actions, rewards, flags) -> None:
