@@ -215,7 +215,7 @@ class ReplayBuffer:
         # Dict observations (_dict): None, or key -> FrameLeaf / VectorLeaf from the first add
         self._frame_keys = frame_keys
         self._leaves: Any = None
-        # set by the first add: the geometry, and the SlotTable (capacity, 2k) of frame
+        # set by the first add: the geometry, and the SlotTable (_rows, 2k) of frame
         # references, obs then next obs, so a row's frames are one block
         self._layout: Any = None
         self._k: Any = None
