@@ -441,3 +441,20 @@ def test_one_unbatched_dict_transition_with_its_final_obs(impl):
     s = rb.sample(1)
     assert s.next_observations["v"].tolist() == [[9.0]] and s.truncations.tolist() == [1.0]
     assert (s.next_observations["img"] == 9).all() and (s.observations["img"] == 0).all()
+
+
+def test_dict_memory_and_clear(impl):
+    pools = {"a": impl.FramePool((2, 2), np.uint8), "b": impl.FramePool((3, 3), np.uint8)}
+    rb = ReplayBuffer(8, seed=0, pool=pools)
+    for t in range(4):
+        obs = {key: np.full((2, *p.frame_shape), t, np.uint8) for key, p in pools.items()}
+        obs["v"] = np.float32([t, t])
+        rb.add(obs, t, 1.0, {key: v + 1 for key, v in obs.items()}, False, False)
+    m = rb.memory()
+    assert m["unique_frames"] == 2 * 5 and m["frame_bytes"] == 4 + 9 and m["transitions"] == 4
+    assert rb.pool == pools and rb.layout == {"a": "stack", "b": "stack"}
+    rb.clear()
+    assert len(rb) == 0 and all(p.live_frames == 0 for p in pools.values())
+    rb.add(obs, 0, 2.0, obs, True, False)
+    s = rb.sample(2)
+    assert s.rewards.tolist() == [2.0, 2.0] and (s.observations["b"] == 3).all()
