@@ -127,6 +127,31 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         self._ready()
         return self._R * self._W * <Py_ssize_t>sizeof(int32_t)
 
+    def grow(self, rows):
+        """Enlarge the table to ``rows`` rows; the new rows are empty, the others kept.
+
+        The replay buffer grows its table as transitions arrive, so a buffer of a large
+        capacity costs memory in proportion to what it holds. No reference changes.
+
+        Raises:
+            ValueError: ``rows`` below the current number of rows, or a table too large
+                to address. MemoryError: no memory (the table is unchanged then).
+        """
+        self._ready()
+        R = operator.index(rows)
+        if R < self._R:
+            raise ValueError(C.table_shrink(R, self._R))
+        if R > (INT64_MAX // 8) // self._W:
+            raise ValueError(C.table_too_large(R, self._W))
+        # commit: no Python code from here on (reads and writes of the table hold the GIL
+        # and run no Python code, so none of them sees the old pointer after this)
+        cdef int32_t *t = <int32_t *>realloc(self._t, max(1, R * self._W) * sizeof(int32_t))
+        if t == NULL:
+            raise MemoryError(C.table_too_large(R, self._W))
+        memset(t + self._R * self._W, 0xFF, (R - self._R) * self._W * sizeof(int32_t))
+        self._t = t
+        self._R = R
+
     def ids(self, rows=None):
         """A copy of the slot ids of ``rows`` (default: all), int64; -1 marks an empty entry.
 

@@ -722,6 +722,11 @@ def table_shape(rows: int, width: int) -> str:
     return f"a SlotTable needs rows >= 0 and width >= 1, got ({rows}, {width})"
 
 
+def table_shrink(rows: int, current: int) -> str:
+    """ValueError of ``SlotTable.grow`` to fewer rows than it has."""
+    return f"a SlotTable grows only: {rows} rows requested, it has {current}"
+
+
 def table_too_large(rows: int, width: int) -> str:
     """ValueError when ``rows * width * 8`` bytes exceed 2**63 - 1 (MemoryError if malloc fails)."""
     return f"a SlotTable of ({rows}, {width}) slot ids is too large"

@@ -781,7 +781,7 @@ class LazyBatch(_Guarded):
 class SlotTable(_Guarded):
     """A ``(rows, width)`` table of slot ids that owns one reference per non-empty entry."""
 
-    __slots__ = ("__weakref__", "_ids", "_pool")
+    __slots__ = ("__weakref__", "_fin", "_ids", "_pool")
 
     def __init__(self, pool, rows, width):
         self._refuse_second_init("_pool")
@@ -798,8 +798,9 @@ class SlotTable(_Guarded):
             raise MemoryError(C.table_too_large(rows, width)) from None
         self._refuse_second_init("_pool")  # an __index__ callback may have run __init__
         self._pool = pool
-        self._ids = ids
-        _own(self, pool, self._ids)
+        self._ids = ids  # all empty: no reference to take
+        self._fin = weakref.finalize(self, pool._decref, ids)
+        self._fin.atexit = False
 
     @property
     def pool(self) -> FramePool:
@@ -817,6 +818,23 @@ class SlotTable(_Guarded):
     def memory(self) -> int:
         """Bytes of the table itself (``rows * width * 4``), not of the frames."""
         return self._ids.nbytes
+
+    def grow(self, rows) -> None:
+        """Enlarge the table to ``rows`` rows; the new rows are empty, the others kept."""
+        rows, (n, width) = operator.index(rows), self._ids.shape
+        if rows < n:
+            raise ValueError(C.table_shrink(rows, n))
+        if rows > (2**63 - 1) // 8 // width:
+            raise ValueError(C.table_too_large(rows, width))
+        try:
+            ids = np.full((rows, width), -1, np.int32)
+        except MemoryError:
+            raise MemoryError(C.table_too_large(rows, width)) from None
+        ids[:n] = self._ids
+        fin = weakref.finalize(self, self._pool._decref, ids)  # the references move over
+        fin.atexit = False
+        self._fin.detach()
+        self._fin, self._ids = fin, ids
 
     def ids(self, rows=None) -> np.ndarray:
         """A copy of the slot ids of ``rows`` (default: all), int64; -1 marks an empty entry."""

@@ -241,9 +241,11 @@ def test_deflate_bomb_is_refused(valid, tmp_path):
 @pytest.mark.parametrize(
     "changes,match",
     [
-        ({"capacity": 10**10}, "capacity"),
-        ({"capacity": 2**25, "num_envs": 1}, "declared capacity .* bytes of tables"),
-        ({"action_shape": [10**6, 10**6]}, "declared capacity|action_shape"),
+        ({"capacity": 2**64}, "capacity"),
+        ({"capacity": 2**25 * 3}, r"'actions' has shape \(6,\) .* expected shape \(100663296,\)"),
+        ({"capacity": 10**9, "num_envs": 10**9}, "num_envs"),
+        ({"action_shape": [10**6, 10**6]}, "bytes of tables.*action_shape"),
+        ({"stack_size": 2**40}, "stack_size"),
         ({"n_step": 10**6}, "n_step"),
         ({"capacity": "6"}, "capacity"),
         ({"pos": 10**9}, "pos"),
@@ -423,3 +425,63 @@ def test_frames_held_at_once_are_bounded(packed, tmp_path, monkeypatch, impl_nam
 )
 def test_bad_compression_meta_is_refused(packed, tmp_path, changes, match):
     assert_refused_quickly(craft(tmp_path / "bad.npz", with_meta(packed, **changes)), match)
+
+
+def _add_steps(rb, steps, start):
+    """Add ``steps`` transitions of one env: frames (2, 4, 4) valued t, t + 1."""
+    for t in range(start, start + steps):
+        obs = np.stack([np.full((4, 4), (t + i) % 256, np.uint8) for i in range(2)])
+        nxt = np.stack([np.full((4, 4), (t + 1 + i) % 256, np.uint8) for i in range(2)])
+        rb.add(obs, t % 7, 0.5 * t, nxt, t % 11 == 10, False)
+
+
+def test_tiny_file_declaring_a_huge_capacity_loads_with_small_tables(impl, tmp_path):
+    """Tables are sized by the file's transitions, then grow with the adds, not by capacity."""
+    rb = ReplayBuffer(2**40, seed=4)
+    _add_steps(rb, 3, 0)
+    assert rb.memory()["table_bytes"] < 8 << 10  # 64 rows, not 2**40
+    rb.save(tmp_path / "huge.npz")
+    size = os.path.getsize(tmp_path / "huge.npz")
+    tracemalloc.start()
+    try:
+        back = ReplayBuffer.load(tmp_path / "huge.npz", pool=impl.FramePool((4, 4), np.uint8))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * size + (1 << 20), peak
+    assert back.capacity == 2**40 and len(back) == 3
+    assert back._rows == 3 and back._table.shape == (3, 4)
+    assert contents(back) == contents(rb)
+    _add_steps(back, 70, 3)
+    _add_steps(rb, 70, 3)
+    assert back._rows == 128 and back._table.shape == (128, 4)  # doubled: 3 -> 64 -> 128
+    assert back.memory()["table_bytes"] < 8 << 10
+    assert contents(back) == contents(rb)
+    assert back.sample(5).indices.tolist() == rb.sample(5).indices.tolist()
+
+
+def test_loaded_tables_grow_up_to_the_capacity_then_evict(impl, tmp_path):
+    """A loaded file of 5 of 50 transitions: adds grow its tables to 50, then wrap."""
+    ref = ReplayBuffer(50, n_step=3, gamma=0.5, seed=2)
+    _add_steps(ref, 5, 0)
+    ref.save(tmp_path / "part.npz")
+    back = ReplayBuffer.load(tmp_path / "part.npz", pool=impl.FramePool((4, 4), np.uint8))
+    assert back._rows == 5
+    for start in range(5, 130, 25):
+        _add_steps(back, 25, start)
+        _add_steps(ref, 25, start)
+        assert contents(back) == contents(ref)
+    assert back._rows == 50 and back.full and back._table.shape == (50, 4)
+    assert back._pos == 130 % 50
+    a, b = back.sample(64), ref.sample(64)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_a_large_capacity_costs_nothing_until_used(impl):
+    rb = ReplayBuffer(10**9, num_envs=2, seed=0, pool=impl.FramePool((4, 4), np.uint8))
+    assert rb.memory()["table_bytes"] < 1024
+    obs = np.zeros((2, 2, 4, 4), np.uint8)
+    rb.add(obs, [0, 1], [1.0, 2.0], obs + 1, [False, False], [False, False])
+    assert rb._rows == 64 and rb.memory()["table_bytes"] < 8 << 10
+    assert set(rb.sample(16).rewards.tolist()) == {1.0, 2.0}

@@ -1012,6 +1012,57 @@ def test_slot_table_starts_empty_and_set_takes_then_drops_references(impl):
     assert (table.ids() == -1).all() and pool.live_frames == 0
 
 
+def test_slot_table_grow_keeps_rows_and_references(impl):
+    pool = make_pool(impl)
+    table = _table(impl, pool, rows=2, width=2)
+    a = [pool.push(f(v)) for v in (1, 2, 3)]
+    table.set([0, 1], (pool.lazy_batch([a[:2], a[1:]]),))
+    del a
+    before = table.ids().tolist()
+    counts = [pool.refcount(s) for s in range(3)]
+    with pytest.raises(ValueError, match="grows only"):
+        table.grow(1)
+    with pytest.raises(ValueError, match="too large"):
+        table.grow(2**62)
+    table.grow(2)  # no change
+    table.grow(5)
+    assert table.shape == (5, 2) and table.memory() == 5 * 2 * 4
+    assert table.ids().tolist() == before + [[-1, -1]] * 3
+    assert [pool.refcount(s) for s in range(3)] == counts
+    b = [pool.push(f(v)) for v in (7, 8)]
+    table.set([4], (pool.lazy_batch([b]),))
+    del b
+    assert values(pool, table.ids([0, 4])) == [1, 2, 7, 8]
+    assert table.gather([4, 1], 0, 2, layout="stack")[:, :, 0, 0, 0].tolist() == [[7, 8], [2, 3]]
+    del table
+    gc.collect()
+    assert pool.live_frames == 0
+
+
+def test_slot_table_grow_from_a_callback_of_set(impl):
+    """Rows checked before a callback grows the table stay valid: grow only adds rows."""
+    pool = make_pool(impl)
+    table = _table(impl, pool, rows=2, width=2)
+    a = [pool.push(f(v)) for v in (1, 2, 3)]
+    part = pool.lazy_batch([a[:2], a[1:]])
+    del a
+
+    class Grows:
+        def __index__(self, grow=table.grow):
+            grow(64)
+            return 1
+
+    try:
+        table.set([0, Grows()], (part,))
+    except TypeError:  # a core may refuse int-likes as rows: then nothing changed
+        assert table.shape == (2, 2) and (table.ids() == -1).all()
+    else:
+        assert table.shape == (64, 2) and values(pool, table.ids([0, 1])) == [1, 2, 2, 3]
+    del table, part
+    gc.collect()
+    assert pool.live_frames == 0
+
+
 def test_slot_table_set_keeps_an_id_present_in_old_and_new_rows(impl):
     pool = make_pool(impl)
     table = _table(impl, pool, rows=2, width=2)

@@ -437,3 +437,24 @@ def test_exported():
     assert lazyframes.PrioritizedReplayBuffer is PrioritizedReplayBuffer
     rb = PrioritizedReplayBuffer(10, alpha=0.5)
     assert repr(rb).startswith("PrioritizedReplayBuffer(") and "alpha=0.5" in repr(rb)
+
+
+def test_dict_observations(impl):
+    """Image + vector observations: the sampled leaves are those of the drawn transitions."""
+    pool = impl.FramePool((6, 5), np.uint8)
+    rb = PrioritizedReplayBuffer(32, n_step=2, seed=5, pool={"image": pool}, compress=True)
+    frames = np.arange(60 * 30, dtype=np.uint8).reshape(60, 6, 5)
+    for t in range(40):
+        obs = {"image": frames[t : t + 4], "vec": np.full(3, t, np.float32)}
+        nxt = {"image": frames[t + 1 : t + 5], "vec": np.full(3, t + 1, np.float32)}
+        rb.add(obs, t, 0.0, nxt, t % 9 == 8, False)
+    b = rb.sample(16, beta=0.5)
+    t = b.indices  # transition numbers: the t of each add above
+    np.testing.assert_array_equal(b.actions, t)
+    np.testing.assert_array_equal(b.observations["vec"][:, 0], t)
+    np.testing.assert_array_equal(b.observations["image"], frames[t[:, None] + np.arange(4)])
+    m = np.where(t % 9 == 8, 1, 2)  # a window stops at its episode's end
+    np.testing.assert_array_equal(b.next_observations["vec"][:, 0], t + m)
+    rb.update_priorities(b.indices, np.arange(16) + 1.0)
+    given = dict(zip(b.indices.tolist(), np.arange(16) + 1.0, strict=True))  # the last one wins
+    assert rb.priorities(np.array(list(given))).tolist() == list(given.values())

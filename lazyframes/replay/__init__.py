@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .. import _common as C
-from . import _checkpoint, _ingest, _sampling
+from . import _checkpoint, _dict, _ingest, _sampling
 from ._sampling import ReplaySamples
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedSamples", "ReplayBuffer", "ReplaySamples"]
@@ -52,6 +52,11 @@ class ReplayBuffer:
       stacks cost one new frame per step) and against repeated frames within an
       observation (reset padding). LazyFrames of another pool are copied in the same way.
 
+    Dict observations (a Gymnasium ``Dict`` space of image and vector leaves) are dicts
+    of such values by key: the frame leaves (``frame_keys``) are stored as above, each in
+    a pool of its own, the other leaves as given, one row per transition; :meth:`sample`
+    returns dicts with the same keys.
+
     With ``num_envs > 1`` every argument of :meth:`add` has a leading ``num_envs`` axis
     and each call stores one transition per env, or, with ``env_ids``, one per listed
     env (EnvPool async mode, ale-py ``batch_size < num_envs``, several actors). The
@@ -63,7 +68,9 @@ class ReplayBuffer:
 
     Args:
         capacity: maximum number of transitions stored, over all env streams (rounded
-            down to a multiple of ``num_envs``, as SB3's ``buffer_size // n_envs``).
+            down to a multiple of ``num_envs``, as SB3's ``buffer_size // n_envs``). The
+            tables grow as transitions arrive (doubling, up to ``capacity``), so a large
+            capacity costs memory only once it is used.
         num_envs: number of env streams (vector env size, or total envs of several
             actors); :meth:`add`'s ``env_ids`` are in ``[0, num_envs)``.
         n_step: length of the n-step return window (1 = plain one-step transitions).
@@ -85,7 +92,8 @@ class ReplayBuffer:
         pool: the :class:`~lazyframes.FramePool` (of either core) to store the frames
             in; LazyFrames of other pools are copied in. Default: the pool of the first
             LazyFrames/LazyBatch added, or (for ndarrays) a new pool of
-            ``lazyframes.FramePool`` owned by the buffer.
+            ``lazyframes.FramePool`` owned by the buffer. For Dict observations, a dict
+            of pools by frame key (keys left out get the default).
         compress: compress the stored frames (docs/COMPRESSION.md): True (the default
             codec), or a mapping of some of ``codec``, ``level``, ``group`` as
             ``FramePool(..., compress=)`` takes. The buffer makes the pool it uses
@@ -94,14 +102,20 @@ class ReplayBuffer:
             once, when only stored transitions refer to it: the frames of the live
             observations (a wrapper's ring) stay uncompressed. Sampled values are the
             same bit for bit. False (default): the pool is left as it is.
+        frame_keys: for Dict observations, the keys of the leaves stored as frames
+            (de-duplicated, converted by ``sample``'s ``dtype`` and ``scale``); the other
+            leaves are stored as given (numeric arrays, e.g. float32 feature vectors) and
+            returned as stored. Default: every uint8 leaf with at least 3 dimensions per
+            observation (a stack of images, in any layout), decided by the first add.
+            ``layout`` and ``stack_size`` apply to every frame leaf.
 
     Raises:
         ValueError: ``capacity < num_envs``, a non-positive ``num_envs``, ``n_step``
             outside ``[1, capacity]``, ``gamma`` outside ``[0, 1]``, an unknown
             ``layout``, bad ``compress`` options or options other than those ``pool``
             compresses with already.
-        TypeError: a non-numeric ``action_dtype``, ``pool`` not a FramePool, a
-            ``compress`` of another type.
+        TypeError: a non-numeric ``action_dtype``, ``pool`` not a FramePool (or a dict
+            of them), a ``compress`` of another type, ``frame_keys`` not strings.
 
     Example:
         >>> import numpy as np, lazyframes
@@ -129,6 +143,7 @@ class ReplayBuffer:
         stack_size=None,
         pool=None,
         compress=False,
+        frame_keys=None,
     ):
         capacity = operator.index(capacity)
         num_envs = operator.index(num_envs)
@@ -160,10 +175,17 @@ class ReplayBuffer:
             stack_size = operator.index(stack_size)
             if stack_size < 1:
                 raise ValueError(f"stack_size must be at least 1, got {stack_size}")
-        _ingest.check_pool(pool)
+        _dict.check_pools(pool)
+        if frame_keys is not None:
+            if isinstance(frame_keys, str):
+                frame_keys = (frame_keys,)
+            frame_keys = tuple(frame_keys)
+            if not frame_keys or not all(isinstance(key, str) for key in frame_keys):
+                raise TypeError(f"frame_keys must be a non-empty list of str, got {frame_keys!r}")
         compress = C.compression(compress)
-        if pool is not None and compress is not None:
-            pool.enable_compression(compress)
+        if compress is not None and pool is not None:
+            for p in pool.values() if isinstance(pool, dict) else [pool]:
+                p.enable_compression(compress)
         self._compress = compress  # the options the pool is made to compress with, or None
         self._num_envs = num_envs
         self._capacity = capacity
@@ -174,20 +196,26 @@ class ReplayBuffer:
         self._layout_opt = layout
         self._k_opt = stack_size
         self._rng = np.random.default_rng(seed)
-        self._actions = np.zeros((self._capacity,) + action_shape, action_dtype)
-        self._rewards = np.zeros(self._capacity, np.float32)
-        self._flags = np.zeros(self._capacity, np.uint8)
+        # per-transition tables of _rows rows, grown as transitions arrive (_ingest.grow)
+        # up to the capacity: a large capacity costs memory only once it is used
+        self._rows = 0
+        self._actions = np.zeros((0,) + action_shape, action_dtype)
+        self._rewards = np.zeros(0, np.float32)
+        self._flags = np.zeros(0, np.uint8)
         # the stream of each transition, the next transition of its stream (or -1) and
         # each stream's newest transition (or -1): ring positions
         pos_dtype = np.int32 if self._capacity <= np.iinfo(np.int32).max else np.int64
-        self._env = np.zeros(self._capacity, np.int32)
-        self._next = np.full(self._capacity, -1, pos_dtype)
+        self._env = np.zeros(0, np.int32)
+        self._next = np.full(0, -1, pos_dtype)
         self._last = np.full(num_envs, -1, pos_dtype)
         self._pos = 0  # next ring position to write
         self._full = False
         self._n_skip = 0  # autoreset placeholders stored
         self._pool: Any = pool  # the pool given, else decided by the first add
-        # set by the first add: the geometry, and the SlotTable (capacity, 2k) of frame
+        # Dict observations (_dict): None, or key -> FrameLeaf / VectorLeaf from the first add
+        self._frame_keys = frame_keys
+        self._leaves: Any = None
+        # set by the first add: the geometry, and the SlotTable (_rows, 2k) of frame
         # references, obs then next obs, so a row's frames are one block
         self._layout: Any = None
         self._k: Any = None
@@ -222,18 +250,34 @@ class ReplayBuffer:
     def pool(self):
         """The :class:`~lazyframes.FramePool` holding the frames.
 
-        None before the first add, unless one was given to the constructor.
+        None before the first add, unless one was given to the constructor. For Dict
+        observations, a dict of the frame leaves' pools by key.
         """
+        if self._leaves is not None:
+            return {key: leaf._pool for key, leaf in _dict.frame_leaves(self).items()}
         return self._pool
 
     @property
     def layout(self):
-        """Layout of sampled observations (None before the first add)."""
+        """Layout of sampled observations (None before the first add).
+
+        For Dict observations, a dict of the frame leaves' layouts by key.
+        """
+        if self._leaves is not None:
+            return {key: leaf._layout for key, leaf in _dict.frame_leaves(self).items()}
         return self._layout
 
     @property
     def observation_shape(self):
-        """Shape of one observation, e.g. ``(4, 84, 84)`` (None before the first add)."""
+        """Shape of one observation, e.g. ``(4, 84, 84)`` (None before the first add).
+
+        For Dict observations, a dict of every leaf's shape by key.
+        """
+        if self._leaves is not None:
+            return {
+                key: leaf._obs_shape if isinstance(leaf, _dict.FrameLeaf) else leaf.shape
+                for key, leaf in self._leaves.items()
+            }
         return self._obs_shape
 
     @property
@@ -248,8 +292,8 @@ class ReplayBuffer:
     def __repr__(self):
         return (
             f"ReplayBuffer(capacity={self._capacity}, num_envs={self._num_envs}, "
-            f"n_step={self._n_step}, len={len(self)}, observation_shape={self._obs_shape}, "
-            f"layout={self._layout!r})"
+            f"n_step={self._n_step}, len={len(self)}, observation_shape={self.observation_shape}, "
+            f"layout={self.layout!r})"
         )
 
     def memory(self) -> dict:
@@ -275,6 +319,8 @@ class ReplayBuffer:
             a.nbytes
             for a in (self._actions, self._rewards, self._flags, self._env, self._next, self._last)
         )
+        if self._leaves is not None:
+            return _dict.memory(self, table)
         if self._table is None:
             pool = self._pool
             return {
@@ -332,7 +378,9 @@ class ReplayBuffer:
         Args:
             obs: the observation the action was taken in: a LazyFrames or an ndarray of
                 the observation shape; batched, a ``LazyBatch``, a list of ``E``
-                LazyFrames or an ndarray ``(E, *observation_shape)``.
+                LazyFrames or an ndarray ``(E, *observation_shape)``. Dict observations:
+                a dict of such values by key (string keys, fixed by the first add), or
+                batched a list of ``E`` dicts.
             action: ``action_shape`` (``(E, *action_shape)``), stored as
                 ``action_dtype``: integers into an integer dtype that holds their values
                 (never wrapped), any finite number into a float dtype.
@@ -357,8 +405,9 @@ class ReplayBuffer:
                 stored as ``next_obs`` of the rows ``final_mask`` marks instead of
                 ``next_obs``'s, which are stored as they are (no copy of the batch):
                 Gymnasium's ``infos["final_obs"]`` under same-step autoreset (a
-                ``num_envs`` object array, None for the other envs), or anything
-                ``next_obs`` takes. Only the marked entries are read.
+                ``num_envs`` object array, None for the other envs; of dicts for Dict
+                observations), or anything ``next_obs`` takes. Only the marked entries
+                are read.
             final_mask: bool (``(num_envs,)``): the rows to take from ``final_obs``
                 (``infos["_final_obs"]``, or ``truncations`` to bootstrap only those);
                 needed with ``final_obs``. When it marks no env, ``final_obs`` is not
@@ -371,7 +420,8 @@ class ReplayBuffer:
                 layout without ``stack_size``, an action out of ``action_dtype``'s
                 range, a non-finite action or reward, a reward beyond float32's range,
                 ``env_ids`` out of range or repeated, ``final_obs`` without
-                ``final_mask`` or without an observation where ``final_mask`` marks.
+                ``final_mask`` or without an observation where ``final_mask`` marks;
+                for Dict observations, other keys than the first add's, no frame leaf.
             TypeError: a wrong dtype (observations are never cast), non-numeric input,
                 a float action for an integer ``action_dtype``, non-boolean flags,
                 non-integer ``env_ids``.
@@ -406,7 +456,8 @@ class ReplayBuffer:
         Args:
             batch_size: number of transitions ``B``, at least 1.
             out: optional pair ``(obs_out, next_obs_out)`` of C-contiguous writeable
-                arrays ``(B, *observation_shape)`` to fill (e.g. pinned memory as
+                arrays ``(B, *observation_shape)`` (for Dict observations, of dicts of
+                them by frame key) to fill (e.g. pinned memory as
                 ``torch.empty(..., pin_memory=True).numpy()``); their dtype is the
                 output dtype when ``dtype`` is None.
             dtype: output dtype of the observations (default: the frames', e.g. uint8).
@@ -414,7 +465,9 @@ class ReplayBuffer:
                 copy: ``dtype=np.float32, scale=1/255`` gives ``[0, 1]`` floats.
 
         Returns:
-            :class:`ReplaySamples`. Without ``out``, ``observations`` and
+            :class:`ReplaySamples`; for Dict observations ``observations`` and
+            ``next_observations`` are dicts ``key -> (B, *shape)`` (the other leaves'
+            arrays are fresh copies). Without ``out``, ``observations`` and
             ``next_observations`` are arrays allocated once per ``(B, dtype)`` and
             **overwritten by the next call** with the same ``B`` and dtype; copy them to
             keep them.
@@ -455,18 +508,19 @@ class ReplayBuffer:
         Args:
             path: the ``.npz`` file.
             pool: the :class:`~lazyframes.FramePool` (of either core) to load the frames
-                into; default: a new pool owned by the buffer, of ``lazyframes.FramePool``
-                (LazyFrames of the wrapper's pool added later are then copied in,
-                de-duplicated, see the class docs).
+                into (a dict of them by frame key for Dict observations); default: a new
+                pool owned by the buffer, of ``lazyframes.FramePool`` (LazyFrames of the
+                wrapper's pool added later are then copied in, de-duplicated, see the
+                class docs).
 
         The file is untrusted input: every declared size is checked against the bytes
-        it really holds before anything is allocated, and the tables of the declared
-        capacity may cost at most ``max(1 GiB, 16 x the file's size)``, so a load costs
-        time and memory of a small multiple of the file; compressed frames are decoded
-        in chunks, which a compressing pool compresses again as the load goes, and may
-        decode to at most ``max(1 GiB, 1024 x the file's size)``, of which at most
-        ``max(1 GiB, 16 x the file's size)`` is held uncompressed at once. Files of
-        format versions 1, 2 and 3 are read.
+        it really holds before anything is allocated, and the tables are sized by the
+        transitions the file holds (they grow as transitions are added, up to the
+        declared capacity), so a load costs time and memory of a small multiple of the
+        file; compressed frames are decoded in chunks, which a compressing pool
+        compresses again as the load goes, and may decode to at most ``max(1 GiB, 1024 x
+        the file's size)``, of which at most ``max(1 GiB, 16 x the file's size)`` is held
+        uncompressed at once. Files of format versions 1, 2 and 3 are read.
 
         Raises:
             TypeError: ``pool`` is not a FramePool.
@@ -481,6 +535,8 @@ class ReplayBuffer:
         """Drop every transition (releasing their frames); keeps geometry, pool and RNG."""
         if self._table is not None:
             self._table.clear()
+        for leaf in _dict.frame_leaves(self).values() if self._leaves is not None else ():
+            leaf._table.clear()
         self._pos = 0
         self._full = False
         self._n_skip = 0

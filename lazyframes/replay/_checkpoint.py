@@ -19,6 +19,13 @@ An archive (zip, stored uncompressed) of ``.npy`` entries, no pickled objects:
   (``ReplayBuffer._extra_state``): ``priorities``, float64 ``(n,)``, and meta
   ``prioritized`` of a ``PrioritizedReplayBuffer``. A plain ``ReplayBuffer`` loads
   such a file and ignores them.
+- Dict observations (version 2 and later): ``meta["leaves"]`` lists the leaves (key, and the
+  geometry of a frame leaf or the shape and dtype of a vector leaf), and leaf ``i`` has
+  the entries ``frames_i``, ``obs_index_i``, ``next_index_i`` (a frame leaf, as above; raw,
+  also when the buffer compresses)
+  or ``obs_i``, ``next_obs_i`` (a vector leaf, ``(n, *shape)``) in place of ``frames``,
+  ``obs_index`` and ``next_index`` (:mod:`._dict`). Readers before them refuse such a
+  file as having unexpected entries.
 
 Version 3 added the compression options and the container (a version-2 file holds raw
 frames and loads as a buffer that does not compress). Version 1 (one transition per env
@@ -28,12 +35,14 @@ per row) has ``row`` in place of ``pos`` and no ``env_ids``: position ``i`` hold
 A checkpoint is untrusted input: before anything is allocated, every entry's declared
 size is checked against the bytes the file really holds (stored, not deflated, zip
 members inside the file; ``.npy`` headers whose shape and dtype are the expected ones
-and whose data is exactly the member's size), and the declared capacity is bounded by
-the file's size (:func:`check_capacity`), so ``load`` costs time and memory of a small
-multiple of the file. Frames are streamed in chunks both ways (:func:`write_frames` and
-:func:`read_frames`, :func:`write_blobs` and :func:`read_blobs`, the places frame bytes
-are encoded and decoded), so neither needs a second copy of the buffer; a compressed
-container also bounds the bytes it decodes to, in all and at once, by the file's size.
+and whose data is exactly the member's size), and the sizes declared in ``meta`` are
+bounded by the file's size (:func:`check_capacity`); the tables are sized by the
+transitions the file holds, not by its declared capacity. So ``load`` costs time and
+memory of a small multiple of the file. Frames are streamed in chunks both ways
+(:func:`write_frames` and :func:`read_frames`, :func:`write_blobs` and :func:`read_blobs`,
+the places frame bytes are encoded and decoded), so neither needs a second copy of the
+buffer; a compressed container also bounds the bytes it decodes to, in all and at once,
+by the file's size.
 """
 
 from __future__ import annotations
@@ -51,7 +60,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import _common as C
-from ._ingest import SKIP, TERM, TRUNC, check_pool, check_pool_geometry, core_of, own_pool
+from . import _dict
+from ._ingest import (
+    SKIP,
+    TERM,
+    TRUNC,
+    check_pool_geometry,
+    core_of,
+    grow,
+    own_pool,
+)
 
 if TYPE_CHECKING:
     from . import ReplayBuffer
@@ -62,8 +80,17 @@ _VERSION = 3
 _CHUNK_BYTES = 64 << 20  # frames are written/read this many bytes at a time
 _PIECE = 256  # frames a compressed container is encoded this many at a time
 _DECODE_BYTES = 8 << 20  # and decoded (and spooled, copied) this many bytes at a time
-#: Tables (slot ids, actions, rewards, flags, links) a checkpoint may make ``load``
-#: allocate: this many bytes, or ``_TABLE_FACTOR`` times the file's size if larger.
+#: The per-env table ``load`` allocates (8 bytes per env) is bounded by this many envs,
+#: or the file's size in bytes if larger. The per-transition tables are sized by the
+#: transitions the file holds, not by the declared capacity (:func:`check_capacity`).
+_ENV_FLOOR = 1 << 20
+#: A transition's table bytes (slot ids, action, ...) are bounded by this many bytes,
+#: or the file's size if larger.
+_ROW_FLOOR = 1 << 20
+#: What ``load`` may allocate from declared numbers at once: a subclass's tables of the
+#: whole declared capacity (the priority trees of a ``PrioritizedReplayBuffer``) and the
+#: frames of a compressed container held uncompressed at once are bounded by this many
+#: bytes, or ``_TABLE_FACTOR`` times the file's size if larger.
 _TABLE_FLOOR = 1 << 30
 _TABLE_FACTOR = 16
 #: Entries of the archive, by version.
@@ -100,7 +127,9 @@ def header(rb: ReplayBuffer) -> dict:
         "stack_size": rb._k,
         "frame_shape": None if rb._frame_shape is None else list(rb._frame_shape),
         "frame_dtype": None if rb._dtype is None else rb._dtype.str,
-        "compression": rb._compress if rb._pool is None else rb._pool.compression,
+        "compression": (
+            rb._compress if rb._pool is None or isinstance(rb._pool, dict) else rb._pool.compression
+        ),
         "pos": rb._pos,
         "full": rb._full,
         "n_skip": rb._n_skip,
@@ -159,15 +188,21 @@ def write_archive(rb: ReplayBuffer, fh) -> None:
     extra_meta, extra_arrays = rb._extra_state()
     arrays.update(extra_arrays)
     meta = {**header(rb), **extra_meta}
+    frame_sets = []  # (entry, pool, frame ids, frame shape, dtype): raw frames
+    if rb._leaves is not None:  # Dict observations: entries by leaf (see _dict)
+        meta["leaves"], more, frame_sets = _dict.archive(rb, n)
+        arrays.update(more)
+    elif frame_ids is not None and meta["compression"] is None:
+        frame_sets.append(("frames", rb._pool, frame_ids, rb._frame_shape, rb._dtype))
     arrays["meta"] = np.array(json.dumps(meta))
     with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, arr in arrays.items():
             write_entry(zf, name, arr)
         if frame_ids is not None and meta["compression"] is not None:
             write_blobs(zf, rb._pool, frame_ids, meta["compression"])
-        elif frame_ids is not None:
-            with zf.open("frames.npy", "w", force_zip64=True) as f:
-                write_frames(f, rb._pool, frame_ids, rb._frame_shape, rb._dtype)
+        for name, pool, ids, fs, dt in frame_sets:
+            with zf.open(name + ".npy", "w", force_zip64=True) as f:
+                write_frames(f, pool, ids, fs, dt)
 
 
 def write_entry(zf: zipfile.ZipFile, name: str, arr: np.ndarray) -> None:
@@ -226,7 +261,7 @@ def write_blobs(zf: zipfile.ZipFile, pool, frame_ids: np.ndarray, opts: dict) ->
 
 def load(cls: type[ReplayBuffer], path, *, pool=None) -> ReplayBuffer:
     """ReplayBuffer.load: open ``path`` and read it; every failure is a ValueError."""
-    check_pool(pool)
+    _dict.check_pools(pool)
     try:
         fh = open(os.fspath(path), "rb")  # noqa: SIM115 - closed by the with below
     except FileNotFoundError:
@@ -384,18 +419,31 @@ def bounded_int(meta: dict, key: str, lo: int, hi: int) -> int:
 
 
 def check_capacity(meta: dict, file_size: int, extra: int = 0) -> None:
-    """Refuse a declared capacity whose tables would cost more than the file justifies.
+    """Refuse declared sizes that would make ``load`` or the next add cost more than the file.
 
-    ``load`` allocates the tables of the whole capacity (slot ids, actions, rewards,
-    flags, links); their size is bounded by ``max(_TABLE_FLOOR, _TABLE_FACTOR *
-    file_size)``; ``extra``: bytes per transition a subclass adds (its priority trees).
-    The other declared sizes are checked entry by entry (:class:`Archive`).
+    ``load`` sizes the per-transition tables by the transitions the file holds (whose
+    entries are checked against the file, :class:`Archive`), not by the declared
+    capacity: a large capacity costs memory only as transitions are added. What it
+    allocates from declared numbers alone is bounded here: the per-env table
+    (``num_envs`` up to ``max(_ENV_FLOOR, file_size)``), a transition's table bytes
+    (up to ``max(_ROW_FLOOR, file_size)``, the rows the next add grows by) and
+    ``extra`` bytes per transition of the whole capacity that a subclass allocates at
+    once (a ``PrioritizedReplayBuffer``'s trees: up to ``max(_TABLE_FLOOR,
+    _TABLE_FACTOR * file_size)``).
 
     Raises:
-        ValueError: a capacity, stack size or action shape out of those bounds.
+        ValueError: a capacity, number of envs, stack size or action shape out of
+            those bounds.
     """
-    limit = max(_TABLE_FLOOR, _TABLE_FACTOR * file_size)
-    capacity = bounded_int(meta, "capacity", 1, limit)
+    capacity = bounded_int(meta, "capacity", 1, np.iinfo(np.int64).max)
+    if capacity * extra > max(_TABLE_FLOOR, _TABLE_FACTOR * file_size):
+        raise ValueError(
+            f"declared capacity {capacity} needs {capacity * extra} bytes of priority "
+            f"trees, more than {max(_TABLE_FLOOR, _TABLE_FACTOR * file_size)} for a file "
+            f"of {file_size} bytes"
+        )
+    bounded_int(meta, "num_envs", 1, max(_ENV_FLOOR, file_size))
+    limit = max(_ROW_FLOOR, file_size)
     k = meta.get("stack_size")
     k = 1 if k is None else bounded_int(meta, "stack_size", 1, limit)
     shape = meta.get("action_shape")
@@ -403,11 +451,11 @@ def check_capacity(meta: dict, file_size: int, extra: int = 0) -> None:
         raise ValueError(f"meta 'action_shape' must be a short list, got {shape!r}")
     itemsize = np.dtype(meta.get("action_dtype")).itemsize
     per_action = math.prod(bounded_int({"d": d}, "d", 0, limit) for d in shape) * itemsize
-    per_transition = 2 * k * 4 + per_action + 4 + 1 + 4 + 8 + extra
-    if capacity * per_transition > limit:
+    per_transition = 2 * k * 4 + per_action + 4 + 1 + 4 + 8
+    if per_transition > limit:
         raise ValueError(
-            f"declared capacity {capacity} needs {capacity * per_transition} bytes of "
-            f"tables, more than {limit} for a file of {file_size} bytes"
+            f"a transition needs {per_transition} bytes of tables, more than {limit} for "
+            f"a file of {file_size} bytes (stack_size or action_shape)"
         )
 
 
@@ -432,8 +480,9 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
             f"checkpoint version {version!r} is not supported (this lazyframes reads "
             f"versions {sorted(_ENTRIES)})"
         )
-    if not ar.names() <= _ENTRIES[version] | _OPTIONAL:
-        raise ValueError(f"unexpected entries {sorted(ar.names() - _ENTRIES[version] - _OPTIONAL)}")
+    allowed = _ENTRIES[version] | _OPTIONAL | _dict.entry_names(meta.get("leaves"))
+    if not ar.names() <= allowed:
+        raise ValueError(f"unexpected entries {sorted(ar.names() - allowed)}")
     check_capacity(meta, ar.size, getattr(cls, "_EXTRA_BYTES_PER_TRANSITION", 0))
     try:
         compression = C.compression(meta.get("compression"))
@@ -484,7 +533,9 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
     n_skip = int(np.count_nonzero(flags & SKIP))
     if n_skip != meta.get("n_skip"):
         raise ValueError("inconsistent autoreset count")
-    if meta.get("layout") is not None:
+    if meta.get("leaves") is not None:
+        _dict.read_leaves(rb, ar, meta["leaves"], n, pool)
+    elif meta.get("layout") is not None:
         k = bounded_int(meta, "stack_size", 1, 2**31 - 1)
         fs = C.frame_shape(meta["frame_shape"])
         dt = C.frame_dtype(meta["frame_dtype"])
@@ -496,11 +547,13 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
             [ar.array("obs_index", (n, k), np.int32), ar.array("next_index", (n, k), np.int32)],
             axis=1,
         )
+        if isinstance(pool, dict):
+            raise ValueError("pool is a dict, but the file holds single observations")
         if pool is None:
             pool = own_pool(fs, dt, rb._capacity, compression)
         else:
             check_pool_geometry(pool, fs, dt)
-        table = core_of(pool).SlotTable(pool, rb._capacity, 2 * k)
+        table = core_of(pool).SlotTable(pool, n, 2 * k)  # grown as transitions arrive
         if compression is None:
             frames = read_frames(ar, pool, index.size)
             nf = 0 if frames is None else len(frames)
@@ -515,6 +568,7 @@ def read(cls: type[ReplayBuffer], ar: Archive, pool) -> ReplayBuffer:
         rb._pool, rb._table = pool, table
     elif n:
         raise ValueError("transitions without frames")
+    grow(rb, n)
     rb._actions[:n] = actions
     rb._rewards[:n] = rewards
     rb._flags[:n] = flags
@@ -542,7 +596,7 @@ def relink(rb: ReplayBuffer) -> None:
     rb._last[envs[ends]] = by_env[ends]
 
 
-def read_frames(ar: Archive, pool, references: int):
+def read_frames(ar: Archive, pool, references: int, name: str = "frames"):
     """Decode the ``frames`` entry into ``pool``: a LazyBatch ``(F, 1)``, None if F is 0.
 
     The entry's size was checked against its header (:meth:`Archive.open`), and ``F``
@@ -551,10 +605,10 @@ def read_frames(ar: Archive, pool, references: int):
     """
     fs, dt = tuple(pool.frame_shape), np.dtype(pool.dtype)
     fb = math.prod(fs) * dt.itemsize
-    f, shape, _ = ar.open("frames", None, dt)
+    f, shape, _ = ar.open(name, None, dt)
     with f:
         if len(shape) != len(fs) + 1 or tuple(shape[1:]) != fs:
-            raise ValueError(f"frames entry has shape {shape}, expected (F, *{fs})")
+            raise ValueError(f"{name} entry has shape {shape}, expected (F, *{fs})")
         nf = shape[0]
         if nf > references:
             raise ValueError(f"{nf} frames for {references} frame references")
@@ -564,7 +618,7 @@ def read_frames(ar: Archive, pool, references: int):
             m = min(step, nf - i)
             buf = f.read(m * fb)
             if len(buf) != m * fb:
-                raise ValueError("frames entry is truncated")
+                raise ValueError(f"{name} entry is truncated")
             parts.append(pool.push_batch(np.frombuffer(buf, dt).reshape((m,) + fs), k=1))
     if len(parts) <= 1:
         return parts[0] if parts else None

@@ -451,19 +451,19 @@ def env_streams(num_envs: int, env_ids, obs, reward) -> tuple:
     return envs, ids.ndim == 1
 
 
-def dedup_candidates(rb: ReplayBuffer, envs: np.ndarray):
+def dedup_candidates(table, k: int, last: np.ndarray):
     """The next observations of each stream's newest transition, a LazyBatch (E, k).
 
-    They are the usual source of the frames of a new ndarray observation. A stream with
-    no stored transition borrows another stream's row (a candidate is only compared
-    byte for byte, so any row is correct); None when no stream has one.
+    ``last``: each stream's newest transition (``ReplayBuffer._last[envs]``). They are
+    the usual source of the frames of a new ndarray observation. A stream with no stored
+    transition borrows another stream's row (a candidate is only compared byte for
+    byte, so any row is correct); None when no stream has one.
     """
-    last = rb._last[envs]
     have = last >= 0
     if not have.any():
         return None
     rows = np.where(have, last, last[have][0])
-    return rb._table.batch(rows, rb._k, 2 * rb._k)
+    return table.batch(rows, k, 2 * k)
 
 
 def ring_slots(rb: ReplayBuffer, E: int) -> np.ndarray:
@@ -471,6 +471,47 @@ def ring_slots(rb: ReplayBuffer, E: int) -> np.ndarray:
     if rb._pos + E <= rb._capacity:
         return np.arange(rb._pos, rb._pos + E)
     return (rb._pos + np.arange(E)) % rb._capacity
+
+
+#: The per-transition arrays of a buffer (``_rows`` rows each), grown by :func:`grow`.
+ROW_ARRAYS = ("_actions", "_rewards", "_flags", "_env", "_next")
+#: The first growth of a buffer's tables makes at least this many rows.
+MIN_ROWS = 64
+
+
+def rows_for(rb: ReplayBuffer, E: int) -> int:
+    """The rows the buffer's tables need to hold ``E`` more transitions.
+
+    Tables grow geometrically (doubling, at least ``MIN_ROWS``) up to the capacity, so
+    growing costs O(1) per transition amortised and a buffer holds tables of at most
+    twice the transitions it has held (or of its capacity).
+    """
+    rows = rb._rows
+    if rows < rb._capacity and rb._pos + E > rows:
+        return min(rb._capacity, max(rb._pos + E, 2 * rows, MIN_ROWS))
+    return rows
+
+
+def grow(rb: ReplayBuffer, rows: int) -> None:
+    """Enlarge the per-transition arrays to ``rows`` rows, keeping their contents.
+
+    The new arrays are all allocated before any replaces the old one, so a MemoryError
+    leaves the buffer as it was. The SlotTable grows separately (``SlotTable.grow``).
+    """
+    owners = [(rb, ROW_ARRAYS)]  # and the vector leaves of a Dict buffer
+    owners += [(leaf, leaf.ROW_ARRAYS) for leaf in (rb._leaves or {}).values()]
+    new = []
+    for owner, names in owners:
+        for name in names:
+            a = getattr(owner, name)
+            if len(a) >= rows:
+                continue
+            b = np.full((rows,) + a.shape[1:], -1 if name == "_next" else 0, a.dtype)
+            b[: len(a)] = a
+            new.append((owner, name, b))
+    for owner, name, b in new:
+        setattr(owner, name, b)
+    rb._rows = rows
 
 
 #: Adds of up to this many transitions link them one by one with Python ints (NumPy's
@@ -529,6 +570,75 @@ def _link_arrays(rb: ReplayBuffer, idx: np.ndarray, envs: np.ndarray, evicting: 
     rb._last[envs] = idx
 
 
+def prepare_frames(st, rb: ReplayBuffer, o: Obs, n: Obs, fin, envs, E: int, names: tuple):
+    """Check one store's observations and make them owners of its pool; nothing is stored.
+
+    ``st`` holds the store's options and geometry (``_layout_opt``, ``_k_opt``, ``_pool``,
+    ``_table``, ``_layout``, ...): the buffer itself, or a frame leaf of a Dict buffer.
+    ``names``: the names of obs, next_obs and final_obs in error messages.
+
+    Returns:
+        ``(geom, pool, obs_part, next_part)``; the first add decides ``geom`` and ``pool``.
+    """
+    table = st._table
+    if table is None:  # the first add decides the geometry and the pool
+        geom = geometry(o, st._layout_opt, st._k_opt)
+    else:
+        geom = (st._layout, st._k, st._frame_shape, st._dtype, st._obs_shape)
+    check_obs(o, names[0], geom, E, st._pool)
+    check_obs(n, names[1], geom, E, st._pool)
+    if fin is not None:
+        check_obs(fin[1], names[2], geom, fin[0].size, st._pool)
+    layout, k = geom[0], geom[1]
+    pool = st._pool
+    if pool is None:
+        pool = o.pool if o.kind == "lazy" else n.pool if n.kind == "lazy" else None
+        if pool is None:
+            pool = own_pool(geom[2], geom[3], rb._capacity, rb._compress)
+        elif rb._compress is not None:  # the wrapper's pool, adopted: it compresses from now on
+            pool.enable_compression(rb._compress)
+    elif table is None:
+        if isinstance(pool, dict):
+            raise TypeError("pool is a dict of pools (for Dict observations); obs is not a dict")
+        check_pool_geometry(pool, geom[2], geom[3])
+    prev = None
+    if (o.kind != "lazy" or o.pool is not pool) and table is not None:
+        prev = dedup_candidates(table, k, rb._last[envs])
+    obs_part = as_part(o, pool, layout, k, prev)
+    if fin is None:
+        next_part = as_part(n, pool, layout, k, obs_part)
+    else:
+        next_part = with_final(pool, n, fin, layout, k, obs_part, E)
+    return geom, pool, obs_part, next_part
+
+
+def table_for(st, pool, rows: int, k: int):
+    """The store's SlotTable of at least ``rows`` rows (new at the first add, else grown)."""
+    table = st._table
+    if table is None:
+        return core_of(pool).SlotTable(pool, rows, 2 * k)
+    if len(table) < rows:
+        table.grow(rows)
+    return table
+
+
+def adopt(st, geom: tuple, pool, table) -> None:
+    """After the first add's rows are stored: the store keeps its geometry, pool, table."""
+    if st._table is None:
+        st._layout, st._k, st._frame_shape, st._dtype, st._obs_shape = geom
+        st._pool, st._table = pool, table
+
+
+def is_dict_obs(obs) -> bool:
+    """A Dict observation: a dict of leaves, or (batched) a list of such dicts."""
+    return isinstance(obs, dict) or (
+        isinstance(obs, (list, tuple)) and len(obs) > 0 and isinstance(obs[0], dict)
+    )
+
+
+_NAMES = ("obs", "next_obs", "final_obs")
+
+
 def add(
     rb: ReplayBuffer,
     obs,
@@ -547,6 +657,22 @@ def add(
 
     Returns the ring positions written, oldest first.
     """
+    if rb._leaves is not None or (isinstance(obs, (dict, list, tuple)) and is_dict_obs(obs)):
+        from . import _dict
+
+        return _dict.add(
+            rb,
+            obs,
+            action,
+            reward,
+            next_obs,
+            terminated,
+            truncated,
+            autoreset=autoreset,
+            env_ids=env_ids,
+            final_obs=final_obs,
+            final_mask=final_mask,
+        )
     envs, batched = env_streams(rb._num_envs, env_ids, obs, reward)
     E = envs.size
     lead = (E,) if batched else ()
@@ -563,44 +689,30 @@ def add(
         rb._action_dtype,
     )
     fin = final_rows(final_obs, final_mask, E, batched, lead)
+    geom, pool, obs_part, next_part = prepare_frames(rb, rb, o, n, fin, envs, E, _NAMES)
     table = rb._table
-    if table is None:  # the first add decides the geometry and the pool
-        geom = geometry(o, rb._layout_opt, rb._k_opt)
-    else:
-        geom = (rb._layout, rb._k, rb._frame_shape, rb._dtype, rb._obs_shape)
-    check_obs(o, "obs", geom, E, rb._pool)
-    check_obs(n, "next_obs", geom, E, rb._pool)
-    if fin is not None:
-        check_obs(fin[1], "final_obs", geom, fin[0].size, rb._pool)
-    layout, k = geom[0], geom[1]
-    pool = rb._pool
-    if pool is None:
-        pool = o.pool if o.kind == "lazy" else n.pool if n.kind == "lazy" else None
-        if pool is None:
-            pool = own_pool(geom[2], geom[3], rb._capacity, rb._compress)
-        elif rb._compress is not None:  # the wrapper's pool, adopted: it compresses from now on
-            pool.enable_compression(rb._compress)
-    elif table is None:
-        check_pool_geometry(pool, geom[2], geom[3])
-    prev = None
-    if (o.kind != "lazy" or o.pool is not pool) and table is not None:
-        prev = dedup_candidates(rb, envs)
-    obs_part = as_part(o, pool, layout, k, prev)
-    if fin is None:
-        next_part = as_part(n, pool, layout, k, obs_part)
-    else:
-        next_part = with_final(pool, n, fin, layout, k, obs_part, E)
-    if table is None:
-        table = core_of(pool).SlotTable(pool, rb._capacity, 2 * k)
+    if table is None or rb._pos + E > rb._rows:  # the first add, or the tables may grow
+        rows = rows_for(rb, E)
+        table = table_for(rb, pool, rows, geom[1])
+        if rb._rows < rows:
+            grow(rb, rows)
     idx = ring_slots(rb, E)
     table.set(idx, (obs_part, next_part))
     # nothing below can fail
     if rb._table is None:
-        rb._layout, rb._k, rb._frame_shape, rb._dtype, rb._obs_shape = geom
-        rb._pool, rb._table = pool, table
-    link(rb, idx, envs)
+        adopt(rb, geom, pool, table)
+    link(rb, idx, envs)  # commit(), inlined: this is the hot path
     rb._n_skip += n_skip
     rb._actions[idx] = actions
     rb._rewards[idx] = rewards
     rb._flags[idx] = flags
     return idx
+
+
+def commit(rb: ReplayBuffer, idx, envs, n_skip: int, actions, rewards, flags) -> None:
+    """The bookkeeping of transitions stored at ``idx``: links, actions, rewards, flags."""
+    link(rb, idx, envs)
+    rb._n_skip += n_skip
+    rb._actions[idx] = actions
+    rb._rewards[idx] = rewards
+    rb._flags[idx] = flags

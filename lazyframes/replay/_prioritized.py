@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import ReplayBuffer, _sampling
+from . import ReplayBuffer, _dict, _sampling
 from ._ingest import SKIP, core_of
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedSamples"]
@@ -127,6 +127,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _core(self):
         """The core of the pool (the import-time core while there is none)."""
+        if isinstance(self._pool, dict):  # Dict observations: a pool per frame leaf
+            return core_of(next(iter(self._pool.values())))
         if self._pool is not None:
             return core_of(self._pool)
         import lazyframes
@@ -227,21 +229,26 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             The buffer and its RNG are unchanged when an error is raised.
         """
         B = operator.index(batch_size)
-        if self._table is None or len(self) == 0:
+        if len(self) == 0:
             raise ValueError("cannot sample from an empty ReplayBuffer")
         if B < 1:
             raise ValueError(f"batch_size must be at least 1, got {B}")
         b = float(beta)
         if not 0.0 <= b <= 1.0:
             raise ValueError(f"beta must be in [0, 1], got {beta!r}")
-        (obs_out, next_out), dst = _sampling.outputs(self, B, out, dtype, scale)
+        if self._leaves is None:
+            (obs_out, next_out), dst = _sampling.outputs(self, B, out, dtype, scale)
+            at = _sampling.at
+        else:  # Dict observations
+            obs_out, next_out, dst = _dict.outputs(self, B, out, dtype, scale)
+            at = _dict.at
         if not self._tree.total() > 0.0:
             raise ValueError(
                 "no transition can be sampled yet: every stored n-step window is "
                 "still open (add more steps) or an autoreset placeholder"
             )
         pos, numbers, weights = self._draw(B, b)
-        s = _sampling.at(self, pos, obs_out, next_out, dst, scale)
+        s = at(self, pos, obs_out, next_out, dst, scale)
         return PrioritizedSamples(*s._replace(indices=numbers), weights)
 
     def _draw(self, batch_size: int, beta: float) -> tuple:

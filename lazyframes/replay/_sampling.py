@@ -34,7 +34,9 @@ class ReplaySamples(NamedTuple):
     Attributes:
         observations: ``(B, *observation_shape)``, the frames' dtype or the requested
             ``dtype``. Unless ``out`` was given, an array the buffer reuses: the next
-            :meth:`ReplayBuffer.sample` with the same ``batch_size`` and dtype overwrites it.
+            :meth:`ReplayBuffer.sample` with the same ``batch_size`` and dtype overwrites
+            it. For Dict observations, a dict of such arrays by key (the leaves that are
+            not frames: fresh arrays, in their stored dtype).
         actions: ``(B, *action_shape)`` of ``action_dtype`` (a fresh array).
         next_observations: like ``observations``: the observation ``m`` steps later,
             where ``m <= n_step`` stops at the episode end (for a truncated transition,
@@ -140,19 +142,23 @@ def outputs(rb: ReplayBuffer, batch_size, out, dtype, scale):
 def sample(rb: ReplayBuffer, batch_size, *, out=None, dtype=None, scale=None) -> ReplaySamples:
     """ReplayBuffer.sample: draw, compute the n-step fields, copy the frames out."""
     B = operator.index(batch_size)
-    if rb._table is None or len(rb) == 0:
+    if len(rb) == 0:
         raise ValueError("cannot sample from an empty ReplayBuffer")
     if B < 1:
         raise ValueError(f"batch_size must be at least 1, got {B}")
+    if rb._leaves is not None:
+        from . import _dict
+
+        return _dict.sample(rb, B, out, dtype, scale)
     (obs_out, next_out), dst = outputs(rb, B, out, dtype, scale)
     return at(rb, draw(rb, B), obs_out, next_out, dst, scale)
 
 
-def at(rb: ReplayBuffer, idx: np.ndarray, obs_out, next_out, dst, scale) -> ReplaySamples:
-    """The samples of the stored transitions ``idx`` into the checked arrays of :func:`outputs`.
+def fields(rb: ReplayBuffer, idx: np.ndarray) -> tuple:
+    """``(last, (dones, rewards, truncations, indices, discounts))`` of transitions ``idx``.
 
-    ``idx`` is not checked for sampleability: an n-step window still open at the newest
-    row ends there (SB3's ``NStepReplayBuffer`` does the same).
+    ``last``: the ring position of each n-step window's last transition, whose next
+    observation is the sample's.
     """
     B = len(idx)
     if rb._n_step == 1:
@@ -168,6 +174,16 @@ def at(rb: ReplayBuffer, idx: np.ndarray, obs_out, next_out, dst, scale) -> Repl
         dones = term.astype(np.float32)
         truncs = trunc.astype(np.float32)
         discounts = (rb._gamma**m).astype(np.float32)
+    return last, (dones, rewards, truncs, idx.astype(np.int64, copy=False), discounts)
+
+
+def at(rb: ReplayBuffer, idx: np.ndarray, obs_out, next_out, dst, scale) -> ReplaySamples:
+    """The samples of the stored transitions ``idx`` into the checked arrays of :func:`outputs`.
+
+    ``idx`` is not checked for sampleability: an n-step window still open at the newest
+    row ends there (SB3's ``NStepReplayBuffer`` does the same).
+    """
+    last, rest = fields(rb, idx)
     k = rb._k
     rb._table.gather_pairs(
         idx,
@@ -179,13 +195,4 @@ def at(rb: ReplayBuffer, idx: np.ndarray, obs_out, next_out, dst, scale) -> Repl
         dtype=dst,
         scale=scale,
     )
-    return ReplaySamples(
-        obs_out,
-        rb._actions[idx],
-        next_out,
-        dones,
-        rewards,
-        truncs,
-        idx.astype(np.int64, copy=False),
-        discounts,
-    )
+    return ReplaySamples(obs_out, rb._actions[idx], next_out, *rest)
