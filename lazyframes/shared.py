@@ -135,15 +135,7 @@ def _layout(k: int, rows: int, slots: int, frame_bytes: int, log_bytes: int = 0)
         ("flags", rows),
     ]
     if log_bytes:
-        arrays += [
-            ("blob_pos", 8 * slots),
-            ("blob_len", 4 * slots),
-            ("blob_back", 4 * slots),
-            ("blob_base", 4 * slots),
-            ("blob_kind", slots),
-            ("blob_depth", slots),
-            ("log", log_bytes),
-        ]
+        arrays += [("blobs", BLOB_RECORD.itemsize * slots), ("log", log_bytes)]
     else:
         arrays.append(("frames", slots * frame_bytes))
     for name, nbytes in arrays:
@@ -152,6 +144,19 @@ def _layout(k: int, rows: int, slots: int, frame_bytes: int, log_bytes: int = 0)
     out["size"] = off
     return out
 
+
+#: A compressed file's record of each frame slot's blob: its position in the log (bytes
+#: written before it), length, kind (``KIND_KEY``, ``KIND_DELTA``, ``KIND_RAW``), and
+#: how many frames back its reference (``back``, deltas) and its chain's keyframe
+#: (``base``) are; ``depth``: deltas between it and that keyframe.
+BLOB_RECORD = np.dtype(
+    {
+        "names": ["pos", "len", "back", "base", "kind", "depth"],
+        "formats": ["<i8", "<u4", "<u4", "<u4", "u1", "u1"],
+        "offsets": [0, 8, 12, 16, 20, 21],
+        "itemsize": 24,
+    }
+)
 
 #: The attributes that view the mapping (dropped by close).
 _VIEWS = (
@@ -163,12 +168,7 @@ _VIEWS = (
     "_rewards",
     "_flags",
     "_frames",
-    "_blob_pos",
-    "_blob_len",
-    "_blob_back",
-    "_blob_base",
-    "_blob_kind",
-    "_blob_depth",
+    "_blobs",
     "_log",
 )
 
@@ -346,11 +346,7 @@ class SharedReplay:
         self._flags = np.frombuffer(buf, "u1", self._rows, lay["flags"])
         if self._log_bytes:
             F = self._slots
-            self._blob_pos = np.frombuffer(buf, "<i8", F, lay["blob_pos"])
-            for name in ("blob_len", "blob_back", "blob_base"):
-                setattr(self, "_" + name, np.frombuffer(buf, "<u4", F, lay[name]))
-            self._blob_kind = np.frombuffer(buf, "u1", F, lay["blob_kind"])
-            self._blob_depth = np.frombuffer(buf, "u1", F, lay["blob_depth"])
+            self._blobs = np.frombuffer(buf, BLOB_RECORD, F, lay["blobs"])
             self._log = np.frombuffer(buf, "u1", self._log_bytes, lay["log"])
         else:
             frames = np.frombuffer(buf, "u1", self._slots * fb, lay["frames"])
@@ -503,11 +499,11 @@ class SharedReplay:
             if p >= n0:
                 d, b = int(depth[p - n0]) + 1, int(base[p - n0])
             elif self._raw_num[p % C_] == p and p >= n0 - F and self._frame_seq[p % F] == p:
-                d = int(self._blob_depth[p % F]) + 1
-                b = p - int(self._blob_base[p % F])
+                rec = self._blobs[p % F]
+                d, b = int(rec["depth"]) + 1, p - int(rec["base"])
             else:
                 continue
-            if d < G and b >= frame_lo and (b >= n0 or self._blob_pos[b % F] >= log_lo):
+            if d < G and b >= frame_lo and (b >= n0 or self._blobs[b % F]["pos"] >= log_lo):
                 delta[i], depth[i], base[i] = True, d, b
         from . import _impl
 
@@ -551,13 +547,11 @@ class SharedReplay:
             return nums
         self._head[_LOG_HEAD] = plan.head  # bytes below head - L are gone from now on
         slots = nums % F
+        rec = np.empty(nums.size, BLOB_RECORD)
+        rec["pos"], rec["len"], rec["back"] = plan.pos, plan.lens, plan.back
+        rec["base"], rec["kind"], rec["depth"] = plan.base, plan.kinds, plan.depth
         self._frame_seq[slots] = -1
-        self._blob_pos[slots] = plan.pos
-        self._blob_len[slots] = plan.lens
-        self._blob_back[slots] = plan.back
-        self._blob_base[slots] = plan.base
-        self._blob_kind[slots] = plan.kinds
-        self._blob_depth[slots] = plan.depth
+        self._blobs[slots] = rec
         for p, n, blob in zip(plan.pos % L, plan.lens, plan.blobs, strict=True):
             self._log[p : p + n] = np.frombuffer(blob, np.uint8)
         self._frame_seq[slots] = nums
@@ -581,8 +575,8 @@ class SharedReplay:
         ok &= self._frame_seq[refs % F] == refs
         if self._log_bytes:
             hd = int(self._head[_LOG_HEAD]) if head is None else head
-            base = refs - self._blob_base[refs % F]
-            ok &= (base >= fw - F) & (self._blob_pos[base % F] >= hd - self._log_bytes)
+            base = refs - self._blobs["base"][refs % F]
+            ok &= (base >= fw - F) & (self._blobs["pos"][base % F] >= hd - self._log_bytes)
         return ok
 
     def _advance_rows_from(self) -> None:
@@ -822,26 +816,33 @@ class SharedReplay:
         top = fb + BLOB_OVERHEAD
         u, inv = np.unique(refs, return_inverse=True)
         U = u.size
-        num = np.zeros((U, G), np.int64)  # each chain: the frame, its reference, ...
-        has = np.zeros((U, G), bool)
-        seq0 = np.zeros((U, G), np.int64)
-        pos = np.zeros((U, G), np.int64)
-        ln = np.zeros((U, G), np.int64)
-        back = np.zeros((U, G), np.int64)
-        kind = np.zeros((U, G), np.uint8)
+        # walk the chains, one level (reference) at a time: the slots' sequence words
+        # first, then their records
+        at, nums, seqs, recs = [], [], [], []
         idx, cur = np.arange(U), u
         for g in range(G):
             sl = cur % F
-            num[idx, g], has[idx, g] = cur, True
-            seq0[idx, g] = self._frame_seq[sl]
-            pos[idx, g] = self._blob_pos[sl]
-            ln[idx, g] = self._blob_len[sl]
-            back[idx, g] = self._blob_back[sl]
-            kind[idx, g] = self._blob_kind[sl]
-            more = kind[idx, g] == C.KIND_DELTA
-            idx, cur = idx[more], (cur - back[idx, g])[more]
+            seqs.append(self._frame_seq[sl])
+            rec = self._blobs[sl]
+            at.append(idx * G + g)
+            nums.append(cur)
+            recs.append(rec)
+            more = rec["kind"] == C.KIND_DELTA
+            idx, cur = idx[more], (cur - rec["back"])[more]
             if not idx.size:
                 break
+        flat = np.concatenate(at)
+        has = np.zeros(U * G, bool)
+        has[flat] = True
+        num = np.zeros(U * G, np.int64)
+        num[flat] = np.concatenate(nums)
+        seq0 = np.zeros(U * G, np.int64)
+        seq0[flat] = np.concatenate(seqs)
+        r = np.zeros(U * G, BLOB_RECORD)
+        r[flat] = np.concatenate(recs)
+        has, num, seq0, r = has.reshape(U, G), num.reshape(U, G), seq0.reshape(U, G), r.reshape(U, G)
+        pos, ln, kind = r["pos"], r["len"].astype(np.int64), r["kind"]
+        back = r["back"]
         deep = np.zeros(U, bool)
         deep[idx] = True  # chains longer than the file's group: corrupt if read whole
         # the runs to decode: the chains of the wanted frames no other chain contains
