@@ -169,6 +169,7 @@ _VIEWS = (
     "_flags",
     "_frames",
     "_blobs",
+    "_words",
     "_log",
 )
 
@@ -347,6 +348,8 @@ class SharedReplay:
         if self._log_bytes:
             F = self._slots
             self._blobs = np.frombuffer(buf, BLOB_RECORD, F, lay["blobs"])
+            # the same records as 3 words: pos; len | back << 32; base | kind << 32 | ...
+            self._words = np.frombuffer(buf, "<i8", 3 * F, lay["blobs"]).reshape(F, 3)
             self._log = np.frombuffer(buf, "u1", self._log_bytes, lay["log"])
         else:
             frames = np.frombuffer(buf, "u1", self._slots * fb, lay["frames"])
@@ -800,10 +803,10 @@ class SharedReplay:
     def _decode(self, refs: np.ndarray) -> tuple:
         """The frames ``refs`` ``(n, 2k)`` from the log, under the seqlock.
 
-        Walks each wanted frame's chain of deltas back to its keyframe (reading each
-        slot's sequence word, then its record), copies the blobs of each chain not inside
-        another one, reads the log head and the sequence words again, and decodes the
-        chains read consistently, one container per batch.
+        Walks the chain of deltas of each row's newest frame back to its keyframe (then
+        of any wanted frame outside those chains), reading each slot's sequence word,
+        then its record; copies each chain's blobs; reads the log head and the sequence
+        words again; decodes the chains read consistently, one container per batch.
 
         Returns:
             ``(frames, where, ok)``: decoded frames ``(N, frame bytes)``, the index of each
@@ -812,79 +815,108 @@ class SharedReplay:
         Raises:
             ValueError: a record or blob that was read consistently and is corrupt.
         """
-        F, L, G, fb = self._slots, self._log_bytes, self._group, self._fb
+        F, L, fb = self._slots, self._log_bytes, self._fb
         top = fb + BLOB_OVERHEAD
         u, inv = np.unique(refs, return_inverse=True)
-        U = u.size
-        # walk the chains, one level (reference) at a time: the slots' sequence words
-        # first, then their records
-        at, nums, seqs, recs = [], [], [], []
-        idx, cur = np.arange(U), u
-        for g in range(G):
-            sl = cur % F
-            seqs.append(self._frame_seq[sl])
-            rec = self._blobs[sl]
-            at.append(idx * G + g)
-            nums.append(cur)
-            recs.append(rec)
-            more = rec["kind"] == C.KIND_DELTA
-            idx, cur = idx[more], (cur - rec["back"])[more]
-            if not idx.size:
+        walked, start = [], refs.max(axis=1)
+        for _ in range(refs.shape[1]):  # each round walks one chain more per row at most
+            walked.append(self._walk(np.unique(start)))
+            members = np.sort(np.concatenate([w[0][w[1]] for w in walked]))
+            missing = ~_among(refs, members)  # a wanted frame before a keyframe
+            if not missing.any():
                 break
-        flat = np.concatenate(at)
-        has = np.zeros(U * G, bool)
-        has[flat] = True
-        num = np.zeros(U * G, np.int64)
-        num[flat] = np.concatenate(nums)
-        seq0 = np.zeros(U * G, np.int64)
-        seq0[flat] = np.concatenate(seqs)
-        r = np.zeros(U * G, BLOB_RECORD)
-        r[flat] = np.concatenate(recs)
-        has, num, seq0, r = has.reshape(U, G), num.reshape(U, G), seq0.reshape(U, G), r.reshape(U, G)
-        pos, ln, kind = r["pos"], r["len"].astype(np.int64), r["kind"]
-        back = r["back"]
-        deep = np.zeros(U, bool)
-        deep[idx] = True  # chains longer than the file's group: corrupt if read whole
-        # the runs to decode: the chains of the wanted frames no other chain contains
+            start = np.where(missing, refs, -1).max(axis=1)
+            start = start[start >= 0]
+        num, has, seq0, words, deep = (np.concatenate(x) for x in zip(*walked, strict=True))
         depth = has.sum(axis=1) - 1
-        tips = np.flatnonzero(~np.isin(u, num[:, 1:][has[:, 1:]]))
-        runs = depth[tips] + 1
-        which = np.repeat(tips, runs)
+        runs = depth + 1  # each chain, keyframe first
+        which = np.repeat(np.arange(num.shape[0]), runs)
         col = depth[which] - (np.arange(which.size) - np.repeat(np.cumsum(runs) - runs, runs))
-        m_num, m_kind = num[which, col], kind[which, col]
-        m_len = np.clip(ln[which, col], 1, top)
-        m_at = np.minimum(pos[which, col] % L, L - m_len)  # in the log whatever it holds
-        starts = np.cumsum(m_len) - m_len
-        payload = self._log[np.repeat(m_at - starts, m_len) + np.arange(int(m_len.sum()))]
+        m_num, m_w = num[which, col], words[which, col]
+        m_len = np.minimum(np.maximum(m_w[:, 1] & 0xFFFFFFFF, 1), top)
+        m_at = np.minimum(m_w[:, 0] % L, L - m_len)  # in the log whatever it holds
+        log = self._log.data
+        payload = b"".join([log[i : i + n] for i, n in zip(m_at.tolist(), m_len.tolist())])
         head = int(self._head[_LOG_HEAD])
         seq1 = self._frame_seq[num % F]
+        pos, ln, back = words[..., 0], words[..., 1] & 0xFFFFFFFF, words[..., 1] >> 32
+        kind = (words[..., 2] >> 32) & 0xFF
         good = (num >= 0) & (seq0 == num) & (seq1 == num) & (pos >= head - L)
         delta = kind == C.KIND_DELTA
         bad = (kind > C.KIND_RAW) | (ln < 1) | (ln > top) | ((kind == C.KIND_RAW) & (ln != fb))
         bad |= (pos % L + ln > L) | (pos + ln > head) | (delta != (back > 0))
-        whole = (good | ~has).all(axis=1)  # every blob of the frame's chain read consistently
+        whole = (good | ~has).all(axis=1)  # every blob of the chain read consistently
         if (good & has & bad).any() or (deep & whole).any():
             raise ValueError(f"{self._path}: a corrupt frame record (length, kind or chain)")
-        if not whole[tips].all():  # only the runs read whole are decoded
-            keep = np.repeat(whole[tips], runs)
-            payload = payload[np.repeat(keep, m_len)]
-            m_num, m_kind, m_len = m_num[keep], m_kind[keep], m_len[keep]
+        m_kind = ((m_w[:, 2] >> 32) & 0xFF).astype(np.uint8)
+        if not whole.all():  # only the chains read whole are decoded
+            keep = np.repeat(whole, runs)
+            data = np.frombuffer(payload, np.uint8)[np.repeat(keep, m_len)]
+            payload, m_num, m_kind, m_len = data, m_num[keep], m_kind[keep], m_len[keep]
         offsets = np.zeros(m_len.size + 1, np.int64)
         np.cumsum(m_len, out=offsets[1:])
-        from . import _impl
-
         try:
-            frames = _impl.decode_frames(payload, offsets, m_kind, (fb,), np.uint8)
+            frames = _core().decode_frames(payload, offsets, m_kind, (fb,), np.uint8)
         except ValueError as e:
             raise ValueError(f"{self._path}: a corrupt blob ({e})") from None
-        order = np.argsort(m_num, kind="stable")
-        at = np.minimum(np.searchsorted(m_num[order], u), max(m_num.size - 1, 0))
-        found = m_num[order][at] == u if m_num.size else np.zeros(U, bool)
-        where = order[at] if m_num.size else np.zeros(U, np.int64)
         if not m_num.size:
-            frames = np.zeros((1, fb), np.uint8)
+            return np.zeros((1, fb), np.uint8), np.zeros(refs.shape, np.int64), refs[:, 0] < refs[:, 0]
+        order = np.argsort(m_num, kind="stable")
+        at = np.minimum(np.searchsorted(m_num[order], u), m_num.size - 1)
+        found = m_num[order][at] == u
         inv = inv.reshape(refs.shape)
-        return frames, where[inv], found[inv].all(axis=1)
+        return frames, order[at][inv], found[inv].all(axis=1)
+
+    def _walk(self, start: np.ndarray) -> tuple:
+        """The chains of frames ``start`` ``(S,)``, each up to the file's ``group`` long.
+
+        Returns:
+            ``(num, has, seq0, words, deep)``: per chain and position ``(S, group)``, the
+            frame's number, whether the chain reaches it, its slot's sequence word and
+            its record's three words ``(S, group, 3)``, read after the word; per chain,
+            whether it goes on beyond ``group`` (corrupt, when read consistently).
+        """
+        F, G, S = self._slots, self._group, start.size
+        at, nums, seqs, recs = [], [], [], []
+        idx, cur = np.arange(S), start
+        for g in range(G):
+            sl = cur % F
+            seqs.append(self._frame_seq[sl])
+            rec = self._words[sl]
+            at.append(idx * G + g)
+            nums.append(cur)
+            recs.append(rec)
+            more = ((rec[:, 2] >> 32) & 0xFF) == C.KIND_DELTA
+            idx, cur = idx[more], (cur - (rec[:, 1] >> 32))[more]
+            if not idx.size:
+                break
+        flat = np.concatenate(at)
+        has = np.zeros(S * G, bool)
+        has[flat] = True
+        num = np.zeros(S * G, np.int64)
+        num[flat] = np.concatenate(nums)
+        seq0 = np.zeros(S * G, np.int64)
+        seq0[flat] = np.concatenate(seqs)
+        words = np.zeros((S * G, 3), np.int64)
+        words[flat] = np.concatenate(recs)
+        deep = np.zeros(S, bool)
+        deep[idx] = True
+        return num.reshape(S, G), has.reshape(S, G), seq0.reshape(S, G), words.reshape(S, G, 3), deep
+
+
+def _among(x: np.ndarray, sorted_: np.ndarray) -> np.ndarray:
+    """Which of ``x`` are in the sorted array ``sorted_``."""
+    if not sorted_.size:
+        return np.zeros(x.shape, bool)
+    at = np.minimum(np.searchsorted(sorted_, x), sorted_.size - 1)
+    return sorted_[at] == x
+
+
+def _core():
+    """The core in use (``lazyframes._impl``), looked up at each call."""
+    import lazyframes
+
+    return lazyframes._impl
 
 
 def _previous_frames(p: transport.Parsed, carry: np.ndarray, n0: int, m: int) -> np.ndarray:
