@@ -146,6 +146,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--dir", default=tempfile.gettempdir(), help="folder of the spill file")
     p.add_argument("--repeats", type=int, default=200, help="warm sample calls (cold: 1/4)")
     p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "lazyframes")
+    p.add_argument("--group", type=int, default=4, help="keyframe at least every N frames")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     n = args.transitions
@@ -172,7 +173,7 @@ def main(argv=None) -> list[dict]:
         sys.exit(f"{args.dir} has {free / 2**30:.1f} GiB free; the file needs ~{log / 2**30:.1f}")
     w = SharedReplay.create(
         path, capacity=n, frame_shape=(84, 84), stack_size=K, frame_capacity=slots,
-        compress=True, log_bytes=log,
+        compress={"group": args.group}, log_bytes=log,
     )
     t0 = time.perf_counter()
     fill_shared(w, rec, n)
@@ -234,9 +235,9 @@ def main(argv=None) -> list[dict]:
     )
     print(
         f"10M transitions (1 env, {frames_per_tr:.3f} frames per transition): a "
-        f"{size10 / 1e9:.1f} GB file (create(capacity=10_000_000, "
+        f"{size10 / 1e9:.1f} GB file (create(capacity=10_000_000, compress={{'group': {args.group}}}, "
         f"frame_capacity={int(tr10 * frames_per_tr * 1.01):_}, "
-        f"log_bytes={int(tr10 * frames_per_tr * blob_b * 1.05):_}, compress=True))"
+        f"log_bytes={int(tr10 * frames_per_tr * blob_b * 1.05):_}))"
     )
     return rows
 

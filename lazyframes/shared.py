@@ -233,7 +233,7 @@ class SharedReplay:
             frame_capacity: frame slots (default ``2 * capacity``).
             max_frames: as ``transport.Receiver``'s, for :meth:`ingest`.
             compress: False (frames raw), True or options ``{codec, level, group}`` as
-                ``FramePool(compress=...)`` (default here: lz4, group 8): each frame
+                ``FramePool(compress=...)`` (default here: lz4, group 4): each frame
                 compressed on its own, a keyframe or the XOR delta against its previous
                 frame, into a circular byte log of ``log_bytes``.
             log_bytes: the log's size (default ``frame_capacity * frame_bytes // 8``).
@@ -253,7 +253,7 @@ class SharedReplay:
         if len(fs) > MAX_NDIM or dt.str not in _DTYPES:
             raise ValueError(f"frames of shape {fs} and dtype {dt} cannot be shared")
         fb = math.prod(fs) * dt.itemsize
-        opts = C.compression({"group": 8} if compress is True else compress)
+        opts = C.compression({"group": 4} if compress is True else compress)
         lb = 0
         if opts is not None:
             lb = slots * fb // 8 if log_bytes is None else operator.index(log_bytes)
