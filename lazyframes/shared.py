@@ -321,6 +321,10 @@ class SharedReplay:
                 raise ValueError(f"{path} is not a SharedReplay file (too short)")
             access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
             mm = mmap.mmap(fd, size, access=access)
+            if not writable and hasattr(mmap, "MADV_RANDOM"):
+                # a reader's faults read one page, not the pages around it: samples are
+                # random, and on a disk read-around doubles a cold batch's time
+                mm.madvise(mmap.MADV_RANDOM)
         finally:
             os.close(fd)
         head = np.frombuffer(mm, "<i8", HEADER_WORDS).copy()
