@@ -98,7 +98,9 @@ def fill_buffer(rec: Recording, n: int) -> ReplayBuffer:
     f = rec.frames
     for j in range(n):
         i = j % rec.n
-        rb.add(f[rec.obs[i]], rec.actions[i], rec.rewards[i], f[rec.next[i]], rec.term[i], rec.trunc[i])
+        rb.add(
+            f[rec.obs[i]], rec.actions[i], rec.rewards[i], f[rec.next[i]], rec.term[i], rec.trunc[i]
+        )
     return rb
 
 
@@ -172,8 +174,13 @@ def main(argv=None) -> list[dict]:
     if log > free // 2:
         sys.exit(f"{args.dir} has {free / 2**30:.1f} GiB free; the file needs ~{log / 2**30:.1f}")
     w = SharedReplay.create(
-        path, capacity=n, frame_shape=(84, 84), stack_size=K, frame_capacity=slots,
-        compress={"group": args.group}, log_bytes=log,
+        path,
+        capacity=n,
+        frame_shape=(84, 84),
+        stack_size=K,
+        frame_capacity=slots,
+        compress={"group": args.group},
+        log_bytes=log,
     )
     t0 = time.perf_counter()
     fill_shared(w, rec, n)
@@ -198,8 +205,8 @@ def main(argv=None) -> list[dict]:
     drop()
     left = resident(path)
     cold = sample_costs(r, max(10, args.repeats // 4), rng, drop)
-    rows.append(dict(name="spill, warm", bpt=bpt, u8=warm[0], f32=warm[1]))
-    rows.append(dict(name="spill, pages dropped", bpt=bpt, u8=cold[0], f32=cold[1]))
+    rows.append({"name": "spill, warm", "bpt": bpt, "u8": warm[0], "f32": warm[1]})
+    rows.append({"name": "spill, pages dropped", "bpt": bpt, "u8": cold[0], "f32": cold[1]})
     os.close(fd)
     r.close()
     frames_written, fw_rows = w.frames_written, w.rows_written
@@ -208,17 +215,28 @@ def main(argv=None) -> list[dict]:
     # -- peers ------------------------------------------------------------------------------
     shm = f"/dev/shm/bench_spill-{os.getpid()}.lfr"
     u = SharedReplay.create(
-        shm, capacity=n_peer, frame_shape=(84, 84), stack_size=K,
+        shm,
+        capacity=n_peer,
+        frame_shape=(84, 84),
+        stack_size=K,
         frame_capacity=int(n_peer * frames_per_tr) + 4 * CHUNK,
     )
     fill_shared(u, rec, n_peer)
     u8, f32 = sample_costs(u, args.repeats, rng)
-    rows.append(dict(name="SharedReplay /dev/shm", bpt=os.path.getsize(shm) / n_peer, u8=u8, f32=f32))
+    rows.append(
+        {
+            "name": "SharedReplay /dev/shm",
+            "bpt": os.path.getsize(shm) / n_peer,
+            "u8": u8,
+            "f32": f32,
+        }
+    )
     u.close(unlink=True)
     rb = fill_buffer(rec, n_peer)
     u8 = median_us(lambda: rb.sample(BATCH), args.repeats)
     f32 = median_us(lambda: rb.sample(BATCH, dtype=np.float32, scale=1 / 255), args.repeats)
-    rows.append(dict(name="ReplayBuffer compressed", bpt=rb.memory()["bytes_per_transition"], u8=u8, f32=f32))
+    bpt_rb = rb.memory()["bytes_per_transition"]
+    rows.append({"name": "ReplayBuffer compressed", "bpt": bpt_rb, "u8": u8, "f32": f32})
     ref = rows[-1]
     for row in rows:
         row["vs_u8"], row["vs_f32"] = row["u8"] / ref["u8"], row["f32"] / ref["f32"]
@@ -235,7 +253,8 @@ def main(argv=None) -> list[dict]:
     )
     print(
         f"10M transitions (1 env, {frames_per_tr:.3f} frames per transition): a "
-        f"{size10 / 1e9:.1f} GB file (create(capacity=10_000_000, compress={{'group': {args.group}}}, "
+        f"{size10 / 1e9:.1f} GB file (create(capacity=10_000_000, "
+        f"compress={{'group': {args.group}}}, "
         f"frame_capacity={int(tr10 * frames_per_tr * 1.01):_}, "
         f"log_bytes={int(tr10 * frames_per_tr * blob_b * 1.05):_}))"
     )

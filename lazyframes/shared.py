@@ -202,6 +202,11 @@ class SharedReplay:
     _streams: list
     _next_env: int
     _max_frames: int
+    # the writer of a compressed file: the codec's options ({} when frames are raw), its
+    # last frames, raw, by frame number (slot ``number % len``)
+    _codec: dict
+    _raw: Any
+    _raw_num: Any
 
     def __init__(self, *_: Any, **__: Any):
         raise TypeError("use SharedReplay.create(path, ...) or SharedReplay.attach(path)")
@@ -260,7 +265,7 @@ class SharedReplay:
             if lb < 4 * (fb + BLOB_OVERHEAD):
                 raise ValueError(f"log_bytes must hold 4 frames' blobs, {4 * (fb + BLOB_OVERHEAD)}")
             if slots >= 1 << 31:
-                raise ValueError(f"a compressed file holds fewer than 2**31 frame slots")
+                raise ValueError("a compressed file holds fewer than 2**31 frame slots")
         size = _layout(k, rows, slots, fb, lb)["size"]
         tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
         with open(tmp, "wb") as fh:
@@ -289,7 +294,7 @@ class SharedReplay:
         self._streams = []
         self._next_env = 0
         self._max_frames = operator.index(max_frames)
-        self._codec = opts
+        self._codec = opts or {}
         if opts is not None:  # the raw bytes of the last frames written, by frame number
             n = max(16, min(slots, RAW_CACHE_BYTES // fb))
             self._raw = np.empty((n, fb), np.uint8)
@@ -520,8 +525,8 @@ class SharedReplay:
         keys = np.flatnonzero(~delta)
         if keys.size:
             pl, off, kd = _impl.encode_frames(a8[keys], group=1, **opts)
-            for j, i in enumerate(keys):
-                blobs[i], kinds[i] = pl[off[j] : off[j + 1]], kd[j]
+            for j, f in enumerate(keys.tolist()):
+                blobs[f], kinds[f] = pl[off[j] : off[j + 1]], kd[j]
         dl = np.flatnonzero(delta)
         if dl.size:
             pairs = np.empty((2 * dl.size, fb), np.uint8)
@@ -531,8 +536,8 @@ class SharedReplay:
             pairs[0::2][~new] = self._raw[p[~new] % C_]
             pairs[1::2] = a8[dl]
             pl, off, kd = _impl.encode_frames(pairs, group=2, **opts)
-            for j, i in enumerate(dl):
-                blobs[i], kinds[i] = pl[off[2 * j + 1] : off[2 * j + 2]], kd[2 * j + 1]
+            for j, f in enumerate(dl.tolist()):
+                blobs[f], kinds[f] = pl[off[2 * j + 1] : off[2 * j + 2]], kd[2 * j + 1]
         plain = kinds != C.KIND_DELTA  # the twin writes raw blobs, never deltas
         depth[plain], base[plain] = 0, nums[plain]
         back = np.where(plain, 0, nums - prev)
@@ -720,8 +725,9 @@ class SharedReplay:
         Args:
             batch_size: ``B >= 1``.
             rng: a ``numpy.random.Generator`` (default: a fresh one).
-            dtype, scale: the observations' dtype and factor, as ``ReplayBuffer.sample``
-                (e.g. ``dtype=np.float32, scale=1 / 255``); default: the frames'.
+            dtype: the observations' dtype, as ``ReplayBuffer.sample`` (default: the
+                frames').
+            scale: a factor (float dtypes), e.g. ``dtype=np.float32, scale=1 / 255``.
 
         Raises:
             ValueError: no row written yet, ``batch_size < 1``, a compressed file whose
@@ -840,7 +846,9 @@ class SharedReplay:
         m_len = np.minimum(np.maximum(m_w[:, 1] & 0xFFFFFFFF, 1), top)
         m_at = np.minimum(m_w[:, 0] % L, L - m_len)  # in the log whatever it holds
         log = self._log.data
-        payload = b"".join([log[i : i + n] for i, n in zip(m_at.tolist(), m_len.tolist())])
+        payload = b"".join(
+            [log[i : i + n] for i, n in zip(m_at.tolist(), m_len.tolist(), strict=True)]
+        )
         head = int(self._head[_LOG_HEAD])
         seq1 = self._frame_seq[num % F]
         pos, ln, back = words[..., 0], words[..., 1] & 0xFFFFFFFF, words[..., 1] >> 32
@@ -864,7 +872,11 @@ class SharedReplay:
         except ValueError as e:
             raise ValueError(f"{self._path}: a corrupt blob ({e})") from None
         if not m_num.size:
-            return np.zeros((1, fb), np.uint8), np.zeros(refs.shape, np.int64), refs[:, 0] < refs[:, 0]
+            return (
+                np.zeros((1, fb), np.uint8),
+                np.zeros(refs.shape, np.int64),
+                refs[:, 0] < refs[:, 0],
+            )
         order = np.argsort(m_num, kind="stable")
         at = np.minimum(np.searchsorted(m_num[order], u), m_num.size - 1)
         found = m_num[order][at] == u
@@ -905,7 +917,13 @@ class SharedReplay:
         words[flat] = np.concatenate(recs)
         deep = np.zeros(S, bool)
         deep[idx] = True
-        return num.reshape(S, G), has.reshape(S, G), seq0.reshape(S, G), words.reshape(S, G, 3), deep
+        return (
+            num.reshape(S, G),
+            has.reshape(S, G),
+            seq0.reshape(S, G),
+            words.reshape(S, G, 3),
+            deep,
+        )
 
 
 def _among(x: np.ndarray, sorted_: np.ndarray) -> np.ndarray:
@@ -960,9 +978,12 @@ def _check_header(head: np.ndarray, size: int, path: str) -> tuple:
     if any(d < 1 for d in shape) or math.prod(shape) * dt.itemsize != fb:
         raise ValueError(f"{path}: a corrupt header (frame shape {shape}, {fb} bytes)")
     lb, group = int(head[_LOG_BYTES]), int(head[_GROUP])
-    if lb and (
-        lb < 4 * (fb + BLOB_OVERHEAD) or lb > size or not 1 <= group <= C.MAX_GROUP
-    ) or (not lb and group) or (lb and slots >= 1 << 31):
+    if lb:
+        bad = lb < 4 * (fb + BLOB_OVERHEAD) or lb > size or slots >= 1 << 31
+        bad = bad or not 1 <= group <= C.MAX_GROUP
+    else:
+        bad = group != 0
+    if bad:
         raise ValueError(f"{path}: a corrupt header (log of {lb} bytes, group {group})")
     if _layout(k, rows, slots, fb, lb)["size"] != size:
         raise ValueError(f"{path}: its size ({size} bytes) does not match its header")

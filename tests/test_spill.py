@@ -259,7 +259,7 @@ def test_truncated_compressed_file(tmp_path):
     with pytest.raises(ValueError, match="does not match"):
         SharedReplay.attach(path)
     os.truncate(path, lay["log"] + 100)
-    with pytest.raises(ValueError, match="corrupt header|does not match"):
+    with pytest.raises(ValueError, match=r"corrupt header|does not match"):
         SharedReplay.attach(path)
     assert BLOB_RECORD.itemsize == 24
 
