@@ -497,9 +497,10 @@ class SharedReplay:
         prev = prev.astype(np.int64)
         head0 = int(self._head[_LOG_HEAD])
         # a reference must outlive this call: its chain's keyframe above the lowest frame
-        # and log position still held once the blobs are written (a bound: 2 blobs each)
+        # and log position still held once the blobs are written (a bound: each blob at
+        # most fb + BLOB_OVERHEAD bytes, and the log's tail skipped at most twice)
         frame_lo = n0 + m - F
-        log_lo = head0 + 2 * m * (fb + BLOB_OVERHEAD) - L
+        log_lo = head0 + (m + 2) * (fb + BLOB_OVERHEAD) - L
         depth = np.zeros(m, np.int64)
         base = nums.copy()
         delta = np.zeros(m, bool)
@@ -517,8 +518,7 @@ class SharedReplay:
                 continue
             if d < G and b >= frame_lo and (b >= n0 or self._blobs[b % F]["pos"] >= log_lo):
                 delta[i], depth[i], base[i] = True, d, b
-        from . import _impl
-
+        _impl = _core()
         opts = {key: self._codec[key] for key in ("codec", "level")}
         blobs: list = [None] * m
         kinds = np.zeros(m, np.uint8)
@@ -549,7 +549,7 @@ class SharedReplay:
                 h += L - h % L
             pos[i] = h
             h += lens[i]
-        return _Plan(nums, blobs, lens, kinds, back, nums - base, depth, pos, h)
+        return _Plan(nums, blobs, lens, kinds, back, nums - base, depth, pos, int(h))
 
     def _write_plan(self, plan: _Plan, a8: np.ndarray) -> np.ndarray:
         """Publish the planned blobs: the log head first, each slot under its seqlock."""
