@@ -42,7 +42,7 @@ import numpy as np
 import lazyframes
 from lazyframes import _machine
 from lazyframes.replay import ReplayBuffer
-from lazyframes.shared import SharedReplay
+from lazyframes.shared import _LOG_HEAD, SharedReplay
 
 from .bench_compress import Stream, record
 from .bench_replay import format_table
@@ -186,7 +186,7 @@ def main(argv=None) -> list[dict]:
     fill_shared(w, rec, n)
     fill_s = time.perf_counter() - t0
     assert len(w) == n, (len(w), n)
-    used_log = int(w._head[21])  # bytes written to the log (it did not wrap)
+    used_log = int(w._head[_LOG_HEAD])  # bytes written to the log (it did not wrap)
     blob_b = used_log / w.frames_written
     size = os.path.getsize(path)
     fixed = size - log  # header, frame slots, rows

@@ -15,7 +15,15 @@ from test_transport import SHAPE, vector_run
 
 import lazyframes
 from lazyframes import _common as C
-from lazyframes.shared import BLOB_RECORD, HEADER_WORDS, SharedReplay, _layout
+from lazyframes.shared import (
+    _GROUP,
+    _LOG_BYTES,
+    _LOG_HEAD,
+    BLOB_RECORD,
+    HEADER_WORDS,
+    SharedReplay,
+    _layout,
+)
 from lazyframes.transport import Sender
 
 PONG = np.load(os.path.join(os.path.dirname(__file__), "data", "pong.npz"))["frames"]
@@ -235,12 +243,12 @@ def test_forged_chains_and_blobs_raise_on_read(tmp_path):
 @pytest.mark.parametrize(
     "word,value,match",
     [
-        (19, 10, "corrupt header"),  # the log's size below 4 frames
-        (19, 1 << 40, "corrupt header"),  # larger than the file
-        (19, 0, "corrupt header"),  # no log, but a group
-        (20, 0, "corrupt header"),  # group 0
-        (20, 65, "corrupt header"),
-        (19, 128 * (FB + 32) + 8, "does not match"),
+        (_LOG_BYTES, 10, "corrupt header"),  # the log's size below 4 frames
+        (_LOG_BYTES, 1 << 40, "corrupt header"),  # larger than the file
+        (_LOG_BYTES, 0, "corrupt header"),  # no log, but a group
+        (_GROUP, 0, "corrupt header"),  # group 0
+        (_GROUP, 65, "corrupt header"),
+        (_LOG_BYTES, 128 * (FB + 32) + 8, "does not match"),
     ],
 )
 def test_attach_checks_the_compressed_header(tmp_path, word, value, match):
@@ -298,7 +306,7 @@ def test_a_reader_samples_while_the_writer_laps_a_small_log(tmp_path):
                 killed = True
             if not q_live.empty():
                 kind, n = q_live.get()
-        laps = int(w._head[21]) // log
+        laps = int(w._head[_LOG_HEAD]) // log
         assert killed
         assert kind == "done" and n > 0  # the other reader saw only whole rows
         assert laps >= 2 and len(w) < 1000  # the log bound what was held, and wrapped
@@ -307,4 +315,22 @@ def test_a_reader_samples_while_the_writer_laps_a_small_log(tmp_path):
         for p in (live, doomed):
             p.kill()
             p.join(timeout=30)
+    w.close(unlink=True)
+
+
+def test_ingest_refuses_a_message_the_log_cannot_hold(codec, tmp_path):
+    w = SharedReplay.create(
+        tmp_path / "r.lfr",
+        capacity=100,
+        frame_shape=SHAPE,
+        stack_size=K,
+        compress=True,
+        log_bytes=4 * (SHAPE[0] * SHAPE[1] + 32),
+    )
+    sender = Sender(num_envs=2, stream=w.open(2), compress=True)
+    for obs, act, rew, nxt, term, trunc, extras in vector_run(codec, 30, 2, 6):
+        sender.add(obs, act, rew, nxt, term, trunc, **extras)
+    with pytest.raises(ValueError, match=r"do not fit|too small"):
+        w.ingest(sender.flush())  # 60 new frames' blobs cannot share a 4-blob log
+    assert (w.frames_written, w.rows_written, int(w._head[_LOG_HEAD])) == (0, 0, 0)
     w.close(unlink=True)
