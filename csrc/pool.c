@@ -377,7 +377,7 @@ int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain) {
 }
 
 int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsigned char *base,
-                        unsigned char *out, unsigned char *chunk) {
+                        unsigned char *out, unsigned char *tmp, unsigned char *chunk) {
     const lf_meta *m = lf_pool_meta(p, slot);
     const unsigned char *blob = m->buf;
     size_t n = m->blob_bytes;
@@ -385,8 +385,9 @@ int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsign
         n = lf_unlean(&p->z->header, blob, n, chunk);
         blob = chunk;
     }
-    if (lf_decompress(dctx, blob, n, out, p->frame_bytes)) return -1;
-    if (base) lf_xor_into(out, base, p->frame_bytes);
+    /* a delta lands in tmp (in cache), then one pass writes out = delta ^ base */
+    if (lf_decompress(dctx, blob, n, base ? tmp : out, p->frame_bytes)) return -1;
+    if (base) lf_xor_of(out, tmp, base, p->frame_bytes);
     return 0;
 }
 
@@ -394,10 +395,11 @@ int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *ou
                    unsigned char *tmp) {
     int64_t chain[LF_MAX_GROUP];
     int n = lf_pool_chain(p, slot, chain);
-    if (lf_pool_decode_blob(p, dctx, chain[n - 1], NULL, out, p->z->blob)) return -1;
-    for (int i = n - 2; i >= 0; i--) {
-        if (lf_pool_decode_blob(p, dctx, chain[i], NULL, tmp, p->z->blob)) return -1;
-        lf_xor_into(out, tmp, p->frame_bytes);
+    for (int i = n - 1; i >= 0; i--) {
+        if (lf_pool_decode_blob(p, dctx, chain[i], NULL, i == n - 1 ? out : tmp, NULL,
+                                p->z->blob))
+            return -1;
+        if (i < n - 1) lf_xor_into(out, tmp, p->frame_bytes);
     }
     return 0;
 }
@@ -408,16 +410,33 @@ static int eligible(const lf_pool *p, int64_t slot) {
     return !m->cold_state && m->cold > 0 && m->cold == lf_pool_refcount(p, slot);
 }
 
-/* Compress one eligible slot: an XOR delta against its recorded previous frame when that
- * is cold and its chain has room, else a keyframe. 0, or -1 on out of memory. */
+/* The reference of a frame whose recorded previous frame `prev` is cold and at position
+ * prev_pos < group - 1 of its group: the frame at pos - lowbit(pos) of the group, pos =
+ * prev_pos + 1, reached from prev along the references (each clears a low bit of
+ * prev_pos; they hold cold references on one another, so all are live). -1 if the chain
+ * is not that shape (the frame is then coded as a keyframe). */
+static int64_t tree_ref(const lf_pool *p, int64_t prev, unsigned pos) {
+    unsigned want = pos & (pos - 1); /* pos - lowbit(pos) */
+    while (prev >= 0 && lf_pool_meta(p, prev)->pos > want) prev = lf_pool_meta(p, prev)->ref;
+    return prev >= 0 && lf_pool_meta(p, prev)->pos == want ? prev : -1;
+}
+
+/* Compress one eligible slot: an XOR delta against a frame of its group (tree_ref) when
+ * its recorded previous frame is cold and its group has room, else a keyframe. 0, or -1
+ * on out of memory. */
 static int compress_one(lf_pool *p, int64_t slot) {
     lf_compressor *z = p->z;
     lf_meta *m = lf_pool_meta(p, slot);
     size_t fb = p->frame_bytes;
-    int64_t ref = m->prev;
+    int64_t ref = -1, prev = m->prev;
+    unsigned pos = 0;
     const unsigned char *src = m->buf;
-    if (ref >= 0 && lf_pool_is_live(p, ref) && lf_pool_meta(p, ref)->cold_state &&
-        lf_pool_meta(p, ref)->depth < z->codec.group) {
+    if (prev >= 0 && lf_pool_is_live(p, prev) && lf_pool_meta(p, prev)->cold_state &&
+        lf_pool_meta(p, prev)->pos + 1 < z->codec.group) {
+        pos = lf_pool_meta(p, prev)->pos + 1u;
+        ref = tree_ref(p, prev, pos);
+    }
+    if (ref >= 0) {
         const unsigned char *base = warm_get(z, ref);
         if (!base) {
             if (lf_pool_decode(p, z->dctx, ref, z->base, z->tmp)) return -1;
@@ -426,7 +445,7 @@ static int compress_one(lf_pool *p, int64_t slot) {
         lf_xor_of(z->delta, m->buf, base, fb);
         src = z->delta;
     } else {
-        ref = -1;
+        pos = 0;
     }
     long whole = lf_compress(z->cctx, src, fb, z->blob);
     if (whole < 0) return -1; /* cannot happen: the destination holds any frame */
@@ -435,12 +454,8 @@ static int compress_one(lf_pool *p, int64_t slot) {
     if (!blob) return -1;
     memcpy(blob, z->blob, n);
     m->lean = n < (size_t)whole;
-    if (ref >= 0) {
-        lf_pool_incref_cold(p, ref); /* cold: never queued again */
-        m->depth = (uint8_t)(lf_pool_meta(p, ref)->depth + 1);
-    } else {
-        m->depth = 1;
-    }
+    if (ref >= 0) lf_pool_incref_cold(p, ref); /* cold: never queued again */
+    m->pos = (uint8_t)pos;
     m->ref = (int32_t)ref;
     warm_put(z, slot, m->buf);
     m->buf = blob;
@@ -511,6 +526,9 @@ static int reader_grow(lf_reader *r) {
         int32_t *ref = realloc(r->ref, cap * sizeof(int32_t));
         if (!ref) return -1;
         r->ref = ref;
+        int32_t *pos = realloc(r->pos, cap * sizeof(int32_t));
+        if (!pos) return -1;
+        r->pos = pos;
         unsigned char *done = realloc(r->done, cap);
         if (!done) return -1;
         r->done = done;
@@ -564,6 +582,7 @@ int64_t lf_reader_add(lf_reader *r, int64_t slot) {
             r->hvals[pos] = (int32_t)i;
             r->slots[i] = slot;
             r->ref[i] = -1;
+            r->pos[i] = -1;
             r->done[i] = 0;
             lf_pool_incref(r->p, slot); /* pinned until lf_reader_release */
         }
@@ -572,14 +591,15 @@ int64_t lf_reader_add(lf_reader *r, int64_t slot) {
         if (known) break; /* its chain is in already */
         prev = i;
     }
+    if (first >= 0 && r->pos[first] < 0) r->pos[first] = (int32_t)r->n_kept++; /* asked for */
     return first;
 }
 
 int lf_reader_reserve(lf_reader *r) {
     lf_compressor *z = r->p->z;
-    size_t need = r->n * r->p->frame_bytes;
-    if (!need) return 0;
-    r->chunk = malloc(r->p->frame_bytes + LF_BLOB_OVERHEAD);
+    size_t fb = r->p->frame_bytes, need = r->n_kept * fb;
+    if (!r->n) return 0;
+    r->chunk = malloc(fb + LF_BLOB_OVERHEAD + 3 * fb);
     if (!r->chunk) return -1;
     if (z->spare && z->spare_bytes >= need) {
         r->scratch = z->spare;
@@ -595,18 +615,26 @@ int lf_reader_reserve(lf_reader *r) {
 
 int lf_reader_decode(lf_reader *r, void *dctx) {
     size_t fb = r->p->frame_bytes;
+    unsigned char *tmp = r->chunk + fb + LF_BLOB_OVERHEAD;
+    unsigned char *ring[2] = {tmp + fb, tmp + 2 * fb};
     for (size_t i = 0; i < r->n; i++) {
+        if (r->pos[i] < 0 || r->done[i]) continue; /* decoded on the way to one asked for */
         int32_t todo[LF_MAX_GROUP];
-        int n = 0;
+        int n = 0, flip = 0;
         for (int32_t j = (int32_t)i; j >= 0 && !r->done[j] && n < LF_MAX_GROUP; j = r->ref[j])
             todo[n++] = j;
-        while (n > 0) { /* the oldest first: each from its decoded reference */
+        int32_t up = r->ref[todo[n - 1]];
+        if (up >= 0 && !r->done[up]) return -2; /* a chain longer than LF_MAX_GROUP */
+        const unsigned char *base = up >= 0 ? lf_reader_frame(r, up) : NULL;
+        while (n > 0) { /* the oldest first: each from the frame before it */
             int32_t j = todo[--n];
-            const unsigned char *base = r->ref[j] >= 0 ? lf_reader_frame(r, r->ref[j]) : NULL;
-            if (lf_pool_decode_blob(r->p, dctx, r->slots[j], base, r->scratch + (size_t)j * fb,
-                                    r->chunk))
-                return -2;
-            r->done[j] = 1;
+            unsigned char *out = r->pos[j] >= 0 ? r->scratch + (size_t)r->pos[j] * fb : ring[flip];
+            if (lf_pool_decode_blob(r->p, dctx, r->slots[j], base, out, tmp, r->chunk)) return -2;
+            if (r->pos[j] >= 0)
+                r->done[j] = 1;
+            else
+                flip ^= 1; /* the next frame goes to the other ring buffer */
+            base = out;
         }
     }
     return 0;
@@ -616,6 +644,7 @@ void lf_reader_release(lf_reader *r) {
     for (size_t i = 0; i < r->n; i++) lf_pool_decref(r->p, r->slots[i]);
     free(r->slots);
     free(r->ref);
+    free(r->pos);
     free(r->done);
     free(r->hkeys);
     free(r->hvals);
