@@ -614,10 +614,15 @@ int lf_reader_reserve(lf_reader *r) {
 }
 
 int lf_reader_decode(lf_reader *r, void *dctx) {
+    return lf_reader_decode_upto(r, dctx, r->n);
+}
+
+int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end) {
     size_t fb = r->p->frame_bytes;
     unsigned char *tmp = r->chunk + fb + LF_BLOB_OVERHEAD;
     unsigned char *ring[2] = {tmp + fb, tmp + 2 * fb};
-    for (size_t i = 0; i < r->n; i++) {
+    if (end > r->n) end = r->n;
+    for (size_t i = r->cursor; i < end; i++) {
         if (r->pos[i] < 0 || r->done[i]) continue; /* decoded on the way to one asked for */
         int32_t todo[LF_MAX_GROUP];
         int n = 0, flip = 0;
@@ -637,6 +642,7 @@ int lf_reader_decode(lf_reader *r, void *dctx) {
             base = out;
         }
     }
+    if (end > r->cursor) r->cursor = end;
     return 0;
 }
 

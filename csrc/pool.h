@@ -237,6 +237,7 @@ typedef struct {
     unsigned char *done;   /* 1 once decoded into scratch */
     size_t n, cap;
     size_t n_kept;         /* entries with a frame in scratch */
+    size_t cursor;         /* every entry asked for below it is decoded */
     int64_t *hkeys;        /* open addressing: slot -> index, -1 empty */
     int32_t *hvals;
     size_t hcap;           /* a power of two, > 2 n */
@@ -256,6 +257,9 @@ int64_t lf_reader_add(lf_reader *r, int64_t slot);
 int lf_reader_reserve(lf_reader *r);
 /* Decode every entry asked for (reserved): 0, or -2 if a blob does not decode. No GIL needed. */
 int lf_reader_decode(lf_reader *r, void *dctx);
+/* The same for the entries below `end` only (the rest stay for a later call), so that a
+ * copy can decode a row's frames just before it copies them, while they are in cache. */
+int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end);
 /* The decoded frame of an entry lf_reader_add returned. */
 static inline const unsigned char *lf_reader_frame(const lf_reader *r, int64_t i) {
     return r->scratch + (size_t)r->pos[i] * r->p->frame_bytes;
