@@ -237,16 +237,28 @@ cdef int _decode_copy(const _Copy *c, _Readers *rs, const int64_t *entry,
     """Decode the cold frames of ``c`` and copy, row by row.
 
     Each row's frames are decoded (those an earlier row did not) just before the row is
-    copied, so the kernel reads them from the cache. 0, _NO_MEMORY, _CORRUPT for a blob
-    that does not decode, or the kernel's -1.
+    copied, so the kernel reads them from the cache. When the copy is a plain one
+    (``"first"``/``"stack"`` layout, no conversion), a frame is decoded straight into
+    its first place in the output, and its other places copy it from there. 0,
+    _NO_MEMORY, _CORRUPT for a blob that does not decode, or the kernel's -1.
     """
-    cdef Py_ssize_t per = c.n_out * c.k, row, i
+    cdef Py_ssize_t per = c.n_out * c.k, row, i, q
     cdef int64_t e
     cdef int rc = 0
+    cdef bint plain = (c.outer == 1 and c.src_type == c.dst_type and not c.has_scale
+                       and not c.floor)
+    cdef size_t fb = c.inner * c.out_itemsize  # bytes of one frame in the output
+    cdef unsigned char *at
     cdef void *dctx = lf_dctx_new()  # one per call: calls may run in parallel threads
     if dctx == NULL:
         return _NO_MEMORY
     for row in range(c.n_obs):
+        if plain:  # place q of the row: output q // k, frame q % k
+            for q in range(per):
+                i = row * per + q
+                if entry[i] >= 0:
+                    lf_reader_place(&rs.r[entry[i] >> 32], entry[i] & _ENTRY_MASK,
+                                    c.dst[q // c.k] + row * c.obs_bytes + (q % c.k) * fb)
         for i in range(row * per, (row + 1) * per):
             if entry[i] >= 0:
                 e = entry[i] & _ENTRY_MASK
@@ -254,10 +266,17 @@ cdef int _decode_copy(const _Copy *c, _Readers *rs, const int64_t *entry,
                     rc = _CORRUPT
                     break
                 src[i] = lf_reader_frame(&rs.r[entry[i] >> 32], e)
-        if rc == 0:
-            rc = _kernel(c, src, row, row + 1)
         if rc != 0:
             break
+        if plain:
+            for q in range(per):
+                at = c.dst[q // c.k] + row * c.obs_bytes + (q % c.k) * fb
+                if src[row * per + q] != at:  # else decoded there
+                    memcpy(at, src[row * per + q], fb)
+        else:
+            rc = _kernel(c, src, row, row + 1)
+            if rc != 0:
+                break
     lf_ctx_free(dctx)
     return rc
 

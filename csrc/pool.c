@@ -529,6 +529,9 @@ static int reader_grow(lf_reader *r) {
         int32_t *pos = realloc(r->pos, cap * sizeof(int32_t));
         if (!pos) return -1;
         r->pos = pos;
+        unsigned char **at = realloc(r->at, cap * sizeof(unsigned char *));
+        if (!at) return -1;
+        r->at = at;
         unsigned char *done = realloc(r->done, cap);
         if (!done) return -1;
         r->done = done;
@@ -583,6 +586,7 @@ int64_t lf_reader_add(lf_reader *r, int64_t slot) {
             r->slots[i] = slot;
             r->ref[i] = -1;
             r->pos[i] = -1;
+            r->at[i] = NULL;
             r->done[i] = 0;
             lf_pool_incref(r->p, slot); /* pinned until lf_reader_release */
         }
@@ -633,7 +637,7 @@ int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end) {
         const unsigned char *base = up >= 0 ? lf_reader_frame(r, up) : NULL;
         while (n > 0) { /* the oldest first: each from the frame before it */
             int32_t j = todo[--n];
-            unsigned char *out = r->pos[j] >= 0 ? r->scratch + (size_t)r->pos[j] * fb : ring[flip];
+            unsigned char *out = r->pos[j] >= 0 ? lf_reader_frame(r, j) : ring[flip];
             if (lf_pool_decode_blob(r->p, dctx, r->slots[j], base, out, tmp, r->chunk)) return -2;
             if (r->pos[j] >= 0)
                 r->done[j] = 1;
@@ -651,6 +655,7 @@ void lf_reader_release(lf_reader *r) {
     free(r->slots);
     free(r->ref);
     free(r->pos);
+    free(r->at);
     free(r->done);
     free(r->hkeys);
     free(r->hvals);

@@ -234,6 +234,7 @@ typedef struct {
     int64_t *slots;        /* the cold slots, each pinned */
     int32_t *ref;          /* index of the entry's reference, or -1 for a keyframe */
     int32_t *pos;          /* the entry's frame in scratch (a frame asked for), or -1 */
+    unsigned char **at;    /* where it is decoded instead (lf_reader_place), or NULL */
     unsigned char *done;   /* 1 once decoded into scratch */
     size_t n, cap;
     size_t n_kept;         /* entries with a frame in scratch */
@@ -260,9 +261,15 @@ int lf_reader_decode(lf_reader *r, void *dctx);
 /* The same for the entries below `end` only (the rest stay for a later call), so that a
  * copy can decode a row's frames just before it copies them, while they are in cache. */
 int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end);
+/* Decode the entry i lf_reader_add returned into addr (frame_bytes the caller owns
+ * until lf_reader_release, e.g. its place in a copy's output) instead of scratch, unless
+ * it is decoded or placed already. */
+static inline void lf_reader_place(lf_reader *r, int64_t i, unsigned char *addr) {
+    if (!r->done[i] && !r->at[i]) r->at[i] = addr;
+}
 /* The decoded frame of an entry lf_reader_add returned. */
-static inline const unsigned char *lf_reader_frame(const lf_reader *r, int64_t i) {
-    return r->scratch + (size_t)r->pos[i] * r->p->frame_bytes;
+static inline unsigned char *lf_reader_frame(const lf_reader *r, int64_t i) {
+    return r->at[i] ? r->at[i] : r->scratch + (size_t)r->pos[i] * r->p->frame_bytes;
 }
 void lf_reader_release(lf_reader *r);
 
