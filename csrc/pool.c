@@ -4,6 +4,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Small blobs are packed in slabs of LF_SLAB_BYTES, each blob after the 4-byte index of
+ * its slab: no allocator header or rounding per blob (~16-24 B per frame with malloc).
+ * A slab is freed when its last blob is; a replay buffer frees its frames about in the
+ * order it stored them, so few slabs stay partly dead. */
+#define LF_SLAB_BYTES ((size_t)64 << 10)
+#define LF_SLAB_MAX_BLOB (LF_SLAB_BYTES / 8) /* larger blobs get their own malloc */
+
+typedef struct {
+    unsigned char *mem;       /* LF_SLAB_BYTES, or NULL */
+    size_t used;              /* bytes handed out (from the start) */
+    size_t live;              /* blobs not freed yet */
+} lf_slab;
+
 /* The compression state of a pool (pool.h). Contexts and buffers are the pool's own:
  * compression runs with the GIL held, one pool at a time. */
 struct lf_compressor {
@@ -18,6 +31,9 @@ struct lf_compressor {
     lf_header header;         /* the template of lean blobs */
     unsigned char *spare;     /* a reader's scratch kept for the next reader (page faults) */
     size_t spare_bytes;
+    lf_slab *slabs;           /* blobs packed in slabs (below); NULL mem: a free entry */
+    size_t n_slabs, cap_slabs, cur; /* cur: the slab new blobs go to (n_slabs: none) */
+    size_t slab_slack;        /* bytes of live slabs not in a live blob's payload */
     int64_t warm_slot[LF_WARM];        /* -1: empty */
     unsigned char *warm_buf[LF_WARM];  /* raw bytes of a recently compressed frame */
     size_t warm_next, n_warm;
@@ -91,7 +107,8 @@ void lf_pool_free(lf_pool *p) {
         lf_chunk *ch = &p->chunks[i];
         if (p->z && ch->data)
             for (size_t j = 0; j < p->spc; j++)
-                if (ch->refcnt[j]) free(((lf_meta *)ch->data)[j].buf);
+                if (ch->refcnt[j] && !(((lf_meta *)ch->data)[j].blob_flags & LF_BLOB_SLAB))
+                    free(((lf_meta *)ch->data)[j].buf); /* slabs go with the compressor */
         chunk_release(ch);
     }
     compressor_free(p->z);
@@ -189,6 +206,7 @@ int64_t lf_pool_alloc(lf_pool *p) {
 }
 
 static void warm_forget(lf_compressor *z, int64_t slot);
+static void blob_free(lf_pool *p, const lf_meta *m);
 
 void lf_pool_free_slot(lf_pool *p, int64_t slot) {
     size_t c = (size_t)slot >> p->spc_shift, off = lf_pool_offset(p, slot);
@@ -201,8 +219,10 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
             p->cold_bytes -= m->blob_bytes;
             ref = m->ref;
             warm_forget(p->z, slot);
+            blob_free(p, m);
+        } else {
+            free(m->buf);
         }
-        free(m->buf);
         memset(m, 0, sizeof(*m));
     }
     ch->free_stack[ch->n_free++] = (uint32_t)off;
@@ -228,7 +248,7 @@ size_t lf_pool_bytes_held(const lf_pool *p) {
     size_t chunks = p->n_alloc * p->spc * slot_bytes(p);
     if (!p->z) return chunks;
     return chunks + (p->live_frames - p->cold_frames + p->z->n_warm) * p->frame_bytes +
-           p->cold_bytes + p->z->spare_bytes;
+           p->cold_bytes + p->z->slab_slack + p->z->spare_bytes;
 }
 
 /* -- compression ------------------------------------------------------------------------ */
@@ -238,6 +258,8 @@ static void compressor_free(lf_compressor *z) {
     lf_ctx_free(z->cctx);
     lf_ctx_free(z->dctx);
     for (size_t i = 0; i < LF_WARM; i++) free(z->warm_buf[i]);
+    for (size_t i = 0; i < z->n_slabs; i++) free(z->slabs[i].mem);
+    free(z->slabs);
     free(z->blob);
     free(z->delta);
     free(z->base);
@@ -333,6 +355,69 @@ void lf_pool_queue(lf_pool *p, int64_t slot) {
     lf_pool_meta(p, slot)->queued = 1;
 }
 
+/* -- blobs ----------------------------------------------------------------------------- */
+
+/* Room for a blob of n bytes (its flags in *flags); NULL on out of memory. */
+static unsigned char *blob_alloc(lf_pool *p, size_t n, uint8_t *flags) {
+    lf_compressor *z = p->z;
+    size_t need = sizeof(uint32_t) + n;
+    if (n > LF_SLAB_MAX_BLOB) {
+        *flags = 0;
+        return malloc(n ? n : 1);
+    }
+    if (z->cur < z->n_slabs && z->slabs[z->cur].live == 0)
+        z->slabs[z->cur].used = 0; /* every blob of the current slab was freed: reuse it */
+    if (z->cur >= z->n_slabs || z->slabs[z->cur].used + need > LF_SLAB_BYTES) {
+        size_t c = z->n_slabs; /* a free entry, else a new one */
+        for (size_t i = 0; i < z->n_slabs; i++)
+            if (!z->slabs[i].mem) {
+                c = i;
+                break;
+            }
+        if (c == z->n_slabs && z->n_slabs == z->cap_slabs) {
+            size_t cap = z->cap_slabs ? 2 * z->cap_slabs : 16;
+            lf_slab *grown = realloc(z->slabs, cap * sizeof(lf_slab));
+            if (!grown) return NULL;
+            z->slabs = grown;
+            z->cap_slabs = cap;
+        }
+        unsigned char *mem = malloc(LF_SLAB_BYTES);
+        if (!mem) return NULL;
+        if (c == z->n_slabs) z->n_slabs++;
+        /* the old current slab's unused tail stays slack until it is freed */
+        z->slabs[c] = (lf_slab){mem, 0, 0};
+        z->slab_slack += LF_SLAB_BYTES;
+        z->cur = c;
+    }
+    lf_slab *sl = &z->slabs[z->cur];
+    unsigned char *at = sl->mem + sl->used;
+    uint32_t idx = (uint32_t)z->cur;
+    memcpy(at, &idx, sizeof(idx));
+    sl->used += need;
+    sl->live++;
+    z->slab_slack -= n;
+    *flags = LF_BLOB_SLAB;
+    return at + sizeof(uint32_t);
+}
+
+/* Free the blob of a cold slot. */
+static void blob_free(lf_pool *p, const lf_meta *m) {
+    lf_compressor *z = p->z;
+    if (!(m->blob_flags & LF_BLOB_SLAB)) {
+        free(m->buf);
+        return;
+    }
+    uint32_t idx;
+    memcpy(&idx, m->buf - sizeof(uint32_t), sizeof(idx));
+    lf_slab *sl = &z->slabs[idx];
+    z->slab_slack += m->blob_bytes;
+    if (--sl->live == 0 && idx != z->cur) {
+        free(sl->mem);
+        sl->mem = NULL;
+        z->slab_slack -= LF_SLAB_BYTES;
+    }
+}
+
 /* -- the warm cache: raw bytes of the last LF_WARM frames compressed, by slot ----------- */
 
 static unsigned char *warm_get(const lf_compressor *z, int64_t slot) {
@@ -381,7 +466,7 @@ int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsign
     const lf_meta *m = lf_pool_meta(p, slot);
     const unsigned char *blob = m->buf;
     size_t n = m->blob_bytes;
-    if (m->lean) {
+    if (m->blob_flags & LF_BLOB_LEAN) {
         n = lf_unlean(&p->z->header, blob, n, chunk);
         blob = chunk;
     }
@@ -450,10 +535,11 @@ static int compress_one(lf_pool *p, int64_t slot) {
     long whole = lf_compress(z->cctx, src, fb, z->blob);
     if (whole < 0) return -1; /* cannot happen: the destination holds any frame */
     size_t n = lf_lean(&z->header, z->blob, (size_t)whole);
-    unsigned char *blob = malloc(n);
+    uint8_t flags;
+    unsigned char *blob = blob_alloc(p, n, &flags);
     if (!blob) return -1;
     memcpy(blob, z->blob, n);
-    m->lean = n < (size_t)whole;
+    m->blob_flags = (uint8_t)(flags | (n < (size_t)whole ? LF_BLOB_LEAN : 0));
     if (ref >= 0) lf_pool_incref_cold(p, ref); /* cold: never queued again */
     m->pos = (uint8_t)pos;
     m->ref = (int32_t)ref;

@@ -49,8 +49,11 @@ typedef struct {
     uint8_t pos;           /* COLD: position in its group (0 for a keyframe) */
     uint8_t cold_state;    /* 1 when COLD */
     uint8_t queued;        /* 1 while in the pending queue */
-    uint8_t lean;          /* COLD: 1 if the blob is lean (codec.h) */
+    uint8_t blob_flags;    /* COLD: LF_BLOB_LEAN | LF_BLOB_SLAB */
 } lf_meta;
+
+#define LF_BLOB_LEAN 1     /* the blob is lean (codec.h) */
+#define LF_BLOB_SLAB 2     /* the blob lives in a slab of the pool (pool.c), not its own malloc */
 
 #define LF_WARM 32         /* raw copies of recently compressed frames kept for the next delta */
 

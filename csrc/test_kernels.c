@@ -594,6 +594,9 @@ static void compression_case(lf_codec c, int n) {
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++) lf_pool_decref_cold(&p, s[(i * 11 + pass) % n]);
     CHECK(p.live_frames == 0 && p.cold_frames == 0 && p.cold_bytes == 0, "all freed");
+    /* what stays: the current blob slab (64 KiB), a reader's spare scratch, one chunk */
+    CHECK(lf_pool_bytes_held(&p) <= ((size_t)64 << 10) + (size_t)(n + 4) * ZFB,
+          "no blob slab but the current one (%zu)", lf_pool_bytes_held(&p));
     lf_pool_free(&p);
     free(want);
     free(got);
@@ -612,6 +615,39 @@ static void test_compression(void) {
     CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 0, 4}) == -2, "level 0");
     CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 1, 65}) == -2, "group 65");
     CHECK(p.z == NULL, "unchanged");
+    lf_pool_free(&p);
+}
+
+/* Blobs packed in slabs: many noise frames (a dozen slabs) freed oldest first, then the
+ * rest newest first: every slab but the current one is returned, values stay exact. */
+static void test_blob_slabs(void) {
+    enum { N = 3000 };
+    lf_pool p;
+    lf_pool_init(&p, ZFB, 64 * ZFB);
+    CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 9, 16}) == 0, "enable");
+    static unsigned char want[N][ZFB];
+    static int64_t s[N];
+    unsigned char got[ZFB];
+    for (int i = 0; i < N; i++) {
+        fill_random(want[i], ZFB);
+        s[i] = lf_pool_alloc(&p);
+        memcpy(lf_pool_addr(&p, s[i]), want[i], ZFB);
+        lf_pool_incref_cold(&p, s[i]);
+        lf_pool_decref(&p, s[i]); /* the table's reference only: queued */
+    }
+    CHECK(lf_pool_compress_pending(&p) == 0 && p.cold_frames == N, "compressed");
+    size_t full = lf_pool_bytes_held(&p);
+    CHECK(full >= p.cold_bytes && full > ((size_t)10 << 16), "slabs counted (%zu)", full);
+    long bad = 0;
+    for (int i = 0; i < N; i += 37) bad += lf_pool_read(&p, s[i], got) || memcmp(got, want[i], ZFB);
+    CHECK(bad == 0, "values (%ld)", bad);
+    for (int i = 0; i < N / 2; i++) lf_pool_decref_cold(&p, s[i]);
+    CHECK(lf_pool_bytes_held(&p) < full * 2 / 3, "the oldest slabs returned");
+    for (int i = N / 2; i < N; i += 37) bad += lf_pool_read(&p, s[i], got) || memcmp(got, want[i], ZFB);
+    CHECK(bad == 0, "values after frees (%ld)", bad);
+    for (int i = N - 1; i >= N / 2; i--) lf_pool_decref_cold(&p, s[i]);
+    CHECK(p.live_frames == 0 && lf_pool_bytes_held(&p) <= ((size_t)64 << 10) + 64 * 32,
+          "only the current slab and one chunk stay (%zu)", lf_pool_bytes_held(&p));
     lf_pool_free(&p);
 }
 
@@ -668,6 +704,7 @@ int main(void) {
     test_pool_policy();
     test_pool_random_walk();
     test_compression();
+    test_blob_slabs();
     test_codec_bad_input();
     printf("%ld passed, %ld failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -196,6 +196,16 @@ def test_synthetic_frames(impl, kind, group):
         assert cold_frames(store) == store.pool.live_frames - K
 
 
+def test_large_blobs_and_small_ones_mixed(impl):
+    """Noise frames of 10 KB (blobs too large for the pool's slabs) between small deltas."""
+    frames = one_pixel(60, shape=(100, 100))
+    frames[::7] = noise(len(frames[::7]), shape=(100, 100))
+    store = Store(impl, frames, [0, 30], True)
+    check_values(store, np.arange(store.rows))
+    if compiled(impl):
+        assert cold_frames(store) == store.pool.live_frames - K
+
+
 @pytest.mark.parametrize("group", [2, 4, 5])
 def test_episode_boundaries_at_every_position_of_a_group(impl, group):
     """Episodes of every length from 2 to 2 * group + 1: a boundary at each position."""
