@@ -20,10 +20,10 @@
  * recorded previous frames, a keyframe starts a group of at most `group` frames; the
  * frame at position `pos` > 0 of a group refers to the one at pos - lowbit(pos) (a binary
  * tree: 1 -> 0, 2 -> 0, 3 -> 2, 4 -> 0, ...), so 1 + popcount(pos) blobs decode it and a
- * window of consecutive frames shares most of its chain. A reference is COLD when a SlotTable entry or a delta child holds it.
- * When a hot slot's references are all cold (refcnt == cold > 0) it joins the pending
- * queue, and lf_pool_compress_pending compresses it exactly once (SlotTable.set/take
- * call it with the GIL held). A cold frame never becomes hot again; readers (lf_reader)
+ * window of consecutive frames shares most of its chain. A reference is COLD when a
+ * SlotTable entry or a delta child holds it. When a hot slot's references are all cold
+ * (refcnt == cold > 0) it joins the pending queue, and lf_pool_compress_pending
+ * compresses it exactly once (SlotTable.set/take call it with the GIL held). A cold frame never becomes hot again; readers (lf_reader)
  * decode it into their own scratch, without the GIL, after pinning (incref) every slot of
  * its chain, so that nothing they read is compressed or freed meanwhile.
  */

@@ -639,11 +639,13 @@ static void test_blob_slabs(void) {
     size_t full = lf_pool_bytes_held(&p);
     CHECK(full >= p.cold_bytes && full > ((size_t)10 << 16), "slabs counted (%zu)", full);
     long bad = 0;
-    for (int i = 0; i < N; i += 37) bad += lf_pool_read(&p, s[i], got) || memcmp(got, want[i], ZFB);
+    for (int i = 0; i < N; i += 37)
+        bad += lf_pool_read(&p, s[i], got) || memcmp(got, want[i], ZFB);
     CHECK(bad == 0, "values (%ld)", bad);
     for (int i = 0; i < N / 2; i++) lf_pool_decref_cold(&p, s[i]);
     CHECK(lf_pool_bytes_held(&p) < full * 2 / 3, "the oldest slabs returned");
-    for (int i = N / 2; i < N; i += 37) bad += lf_pool_read(&p, s[i], got) || memcmp(got, want[i], ZFB);
+    for (int i = N / 2; i < N; i += 37)
+        bad += lf_pool_read(&p, s[i], got) || memcmp(got, want[i], ZFB);
     CHECK(bad == 0, "values after frees (%ld)", bad);
     for (int i = N - 1; i >= N / 2; i--) lf_pool_decref_cold(&p, s[i]);
     CHECK(p.live_frames == 0 && lf_pool_bytes_held(&p) <= ((size_t)64 << 10) + 64 * 32,
