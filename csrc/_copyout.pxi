@@ -170,21 +170,25 @@ cdef object _output(FramePool pool, lf_layout code, Py_ssize_t b, Py_ssize_t k, 
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef int _kernel(const _Copy *c, const unsigned char **src) noexcept nogil:
-    """Run the copy kernel over the address table ``src``; 0, or -1 for an unsupported pair."""
-    cdef Py_ssize_t i, o, m
+cdef int _kernel(const _Copy *c, const unsigned char **src, Py_ssize_t r0,
+                 Py_ssize_t r1) noexcept nogil:
+    """Run the copy kernel over rows ``[r0, r1)`` of the address table ``src``.
+
+    0, or -1 for an unsupported pair.
+    """
+    cdef Py_ssize_t i, o
     cdef size_t fb
     cdef int rc = 0
     if c.floor:
         fb = c.outer * c.inner * c.itemsize
-        m = c.n_obs * c.k
-        for i in range(m):
+        for i in range(r0 * c.k, r1 * c.k):
             memcpy(c.dst[0] + i * fb, src[i], fb)
         return 0
     if c.n_out == 1:
-        return lf_copy_stacks(src, c.n_obs, c.k, c.outer, c.inner, c.src_type, c.dst_type,
-                              c.itemsize, c.scale, c.has_scale, c.dst[0])
-    for i in range(c.n_obs):  # row by row: frames shared by the outputs are read once
+        return lf_copy_stacks(src + r0 * c.k, r1 - r0, c.k, c.outer, c.inner, c.src_type,
+                              c.dst_type, c.itemsize, c.scale, c.has_scale,
+                              c.dst[0] + r0 * c.obs_bytes)
+    for i in range(r0, r1):  # row by row: frames shared by the outputs are read once
         for o in range(c.n_out):
             rc |= lf_copy_stacks(src + (i * c.n_out + o) * c.k, 1, c.k, c.outer, c.inner,
                                  c.src_type, c.dst_type, c.itemsize, c.scale, c.has_scale,
@@ -193,7 +197,7 @@ cdef int _kernel(const _Copy *c, const unsigned char **src) noexcept nogil:
 
 
 cdef enum:
-    _NO_MEMORY = -10  # _decode_all's failures; the kernel's is -1
+    _NO_MEMORY = -10  # _decode_copy's failures; the kernel's is -1
     _CORRUPT = -11
 
 
@@ -226,22 +230,53 @@ cdef int _resolve(_Readers *rs, lf_pool *p, int64_t slot, int64_t *entry) except
     return <int>j
 
 
-cdef int _decode_all(_Readers *rs) noexcept nogil:
-    """Decode every reader's entries: 0, _NO_MEMORY, or _CORRUPT for a blob that does not decode."""
-    cdef Py_ssize_t j
-    cdef int rc
-    cdef void *dctx
-    if rs.n == 0:
-        return 0
-    dctx = lf_dctx_new()  # one per call: calls may run in parallel threads
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int _decode_copy(const _Copy *c, _Readers *rs, const int64_t *entry,
+                      const unsigned char **src) noexcept nogil:
+    """Decode the cold frames of ``c`` and copy, row by row.
+
+    Each row's frames are decoded (those an earlier row did not) just before the row is
+    copied, so the kernel reads them from the cache. When the copy is a plain one
+    (``"first"``/``"stack"`` layout, no conversion), a frame is decoded straight into
+    its first place in the output, and its other places copy it from there. 0,
+    _NO_MEMORY, _CORRUPT for a blob that does not decode, or the kernel's -1.
+    """
+    cdef Py_ssize_t per = c.n_out * c.k, row, i, q
+    cdef int64_t e
+    cdef int rc = 0
+    cdef bint plain = (c.outer == 1 and c.src_type == c.dst_type and not c.has_scale
+                       and not c.floor)
+    cdef size_t fb = c.inner * c.out_itemsize  # bytes of one frame in the output
+    cdef unsigned char *at
+    cdef void *dctx = lf_dctx_new()  # one per call: calls may run in parallel threads
     if dctx == NULL:
         return _NO_MEMORY
-    rc = 0
-    for j in range(rs.n):
-        rc = lf_reader_decode(&rs.r[j], dctx)
+    for row in range(c.n_obs):
+        if plain:  # place q of the row: output q // k, frame q % k
+            for q in range(per):
+                i = row * per + q
+                if entry[i] >= 0:
+                    lf_reader_place(&rs.r[entry[i] >> 32], entry[i] & _ENTRY_MASK,
+                                    c.dst[q // c.k] + row * c.obs_bytes + (q % c.k) * fb)
+        for i in range(row * per, (row + 1) * per):
+            if entry[i] >= 0:
+                e = entry[i] & _ENTRY_MASK
+                if lf_reader_decode_upto(&rs.r[entry[i] >> 32], dctx, <size_t>e + 1) != 0:
+                    rc = _CORRUPT
+                    break
+                src[i] = lf_reader_frame(&rs.r[entry[i] >> 32], e)
         if rc != 0:
-            rc = _CORRUPT
             break
+        if plain:
+            for q in range(per):
+                at = c.dst[q // c.k] + row * c.obs_bytes + (q % c.k) * fb
+                if src[row * per + q] != at:  # else decoded there
+                    memcpy(at, src[row * per + q], fb)
+        else:
+            rc = _kernel(c, src, row, row + 1)
+            if rc != 0:
+                break
     lf_ctx_free(dctx)
     return rc
 
@@ -318,15 +353,13 @@ cdef int _copy(_Copy *c) except -1:
         if rs.n or c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out >= _NOGIL_BYTES:
             _busy(c, 1)  # the pools' frames may not move (enable_compression) meanwhile
             with nogil:
-                rc = _decode_all(&rs)
-                if rc == 0:
-                    for i in range(m):
-                        if entry[i] >= 0:
-                            src[i] = lf_reader_frame(&rs.r[entry[i] >> 32], entry[i] & _ENTRY_MASK)
-                    rc = _kernel(c, src)
+                if rs.n:
+                    rc = _decode_copy(c, &rs, entry, src)
+                else:
+                    rc = _kernel(c, src, 0, c.n_obs)
             _busy(c, -1)
         else:
-            rc = _kernel(c, src)
+            rc = _kernel(c, src, 0, c.n_obs)
     finally:
         for i in range(n_hot):
             if entry[i] < 0:

@@ -121,8 +121,9 @@ cdef extern from "pool.h" nogil:
     void lf_reader_init(lf_reader *r, lf_pool *p)
     int64_t lf_reader_add(lf_reader *r, int64_t slot)
     int lf_reader_reserve(lf_reader *r)
-    int lf_reader_decode(lf_reader *r, void *dctx)
-    const unsigned char *lf_reader_frame(const lf_reader *r, int64_t i)
+    int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end)
+    void lf_reader_place(lf_reader *r, int64_t i, unsigned char *addr)
+    unsigned char *lf_reader_frame(const lf_reader *r, int64_t i)
     void lf_reader_release(lf_reader *r)
 
 

@@ -103,8 +103,9 @@ cdef cnp.ndarray _row_ids(object rows, Py_ssize_t n, bint distinct):
     """Row indices as a private 1-D int64 copy, each ``0 <= r < n`` (and distinct if asked).
 
     Compared, never computed with, so no value (``2**63 - 1``, a huge uint64) can wrap.
-    The common inputs (an int64 array, a list of ints) are checked in C; anything else,
-    and any error, goes through ``_common.as_rows``, which raises the shared messages.
+    The common inputs (an int64 or int32 array, a list of ints) are checked in C;
+    anything else, and any error, goes through ``_common.as_rows``, which raises the
+    shared messages.
     """
     cdef cnp.ndarray a = None
     cdef cnp.npy_intp m, i, j
@@ -119,9 +120,10 @@ cdef cnp.ndarray _row_ids(object rows, Py_ssize_t n, bint distinct):
                 a = None
                 break
             r[i] = x
-    elif (cnp.PyArray_CheckExact(rows) and cnp.PyArray_TYPE(<cnp.ndarray>rows) == cnp.NPY_INT64
-            and cnp.PyArray_NDIM(<cnp.ndarray>rows) == 1):
-        a = cnp.PyArray_NewCopy(<cnp.ndarray>rows, cnp.NPY_CORDER)
+    elif (cnp.PyArray_CheckExact(rows) and cnp.PyArray_NDIM(<cnp.ndarray>rows) == 1
+            and cnp.PyArray_TYPE(<cnp.ndarray>rows) in (cnp.NPY_INT64, cnp.NPY_INT32)):
+        # a private int64 copy (int32 widens exactly: a replay buffer's own row arrays)
+        a = cnp.PyArray_Cast(<cnp.ndarray>rows, cnp.NPY_INT64)
         r = <int64_t *>cnp.PyArray_DATA(a)
         for i in range(a.shape[0]):
             if r[i] < 0 or r[i] >= n:
@@ -460,7 +462,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         Args:
             compress: True (the default options) or a mapping of ``codec`` (``"lz4"``,
                 ``"lz4hc"`` or ``"zstd"``), ``level`` (1 to 9) and ``group`` (1 to 64:
-                a frame decodes from at most ``group`` compressed blobs).
+                at most one keyframe in ``group`` frames; a frame decodes from at most
+                ``1 + log2(group)`` compressed blobs).
 
         Raises:
             TypeError, ValueError: bad options, or options other than the pool's own

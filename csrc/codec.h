@@ -25,7 +25,8 @@ enum { LF_CODEC_LZ4 = 1, LF_CODEC_LZ4HC = 2, LF_CODEC_ZSTD = 5 };
 typedef struct {
     int codec;             /* LF_CODEC_* */
     int level;             /* 1..9 */
-    int group;             /* 1..LF_MAX_GROUP: a frame decodes from at most `group` blobs */
+    int group;             /* 1..LF_MAX_GROUP frames per keyframe (a pool decodes a frame
+                            * from 1 + log2(group) blobs at most, a container from group) */
 } lf_codec;
 
 /* Once per process, before any other call. */

@@ -4,6 +4,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Small blobs are packed in slabs of LF_SLAB_BYTES, each blob after the 4-byte index of
+ * its slab: no allocator header or rounding per blob (~16-24 B per frame with malloc).
+ * A slab is freed when its last blob is; a replay buffer frees its frames about in the
+ * order it stored them, so few slabs stay partly dead. */
+#define LF_SLAB_BYTES ((size_t)64 << 10)
+#define LF_SLAB_MAX_BLOB (LF_SLAB_BYTES / 8) /* larger blobs get their own malloc */
+
+typedef struct {
+    unsigned char *mem;       /* LF_SLAB_BYTES, or NULL */
+    size_t used;              /* bytes handed out (from the start) */
+    size_t live;              /* blobs not freed yet */
+} lf_slab;
+
 /* The compression state of a pool (pool.h). Contexts and buffers are the pool's own:
  * compression runs with the GIL held, one pool at a time. */
 struct lf_compressor {
@@ -18,6 +31,9 @@ struct lf_compressor {
     lf_header header;         /* the template of lean blobs */
     unsigned char *spare;     /* a reader's scratch kept for the next reader (page faults) */
     size_t spare_bytes;
+    lf_slab *slabs;           /* blobs packed in slabs (below); NULL mem: a free entry */
+    size_t n_slabs, cap_slabs, cur; /* cur: the slab new blobs go to (n_slabs: none) */
+    size_t slab_slack;        /* bytes of live slabs not in a live blob's payload */
     int64_t warm_slot[LF_WARM];        /* -1: empty */
     unsigned char *warm_buf[LF_WARM];  /* raw bytes of a recently compressed frame */
     size_t warm_next, n_warm;
@@ -91,7 +107,8 @@ void lf_pool_free(lf_pool *p) {
         lf_chunk *ch = &p->chunks[i];
         if (p->z && ch->data)
             for (size_t j = 0; j < p->spc; j++)
-                if (ch->refcnt[j]) free(((lf_meta *)ch->data)[j].buf);
+                if (ch->refcnt[j] && !(((lf_meta *)ch->data)[j].blob_flags & LF_BLOB_SLAB))
+                    free(((lf_meta *)ch->data)[j].buf); /* slabs go with the compressor */
         chunk_release(ch);
     }
     compressor_free(p->z);
@@ -189,6 +206,7 @@ int64_t lf_pool_alloc(lf_pool *p) {
 }
 
 static void warm_forget(lf_compressor *z, int64_t slot);
+static void blob_free(lf_pool *p, const lf_meta *m);
 
 void lf_pool_free_slot(lf_pool *p, int64_t slot) {
     size_t c = (size_t)slot >> p->spc_shift, off = lf_pool_offset(p, slot);
@@ -201,8 +219,10 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
             p->cold_bytes -= m->blob_bytes;
             ref = m->ref;
             warm_forget(p->z, slot);
+            blob_free(p, m);
+        } else {
+            free(m->buf);
         }
-        free(m->buf);
         memset(m, 0, sizeof(*m));
     }
     ch->free_stack[ch->n_free++] = (uint32_t)off;
@@ -228,7 +248,7 @@ size_t lf_pool_bytes_held(const lf_pool *p) {
     size_t chunks = p->n_alloc * p->spc * slot_bytes(p);
     if (!p->z) return chunks;
     return chunks + (p->live_frames - p->cold_frames + p->z->n_warm) * p->frame_bytes +
-           p->cold_bytes + p->z->spare_bytes;
+           p->cold_bytes + p->z->slab_slack + p->z->spare_bytes;
 }
 
 /* -- compression ------------------------------------------------------------------------ */
@@ -238,6 +258,8 @@ static void compressor_free(lf_compressor *z) {
     lf_ctx_free(z->cctx);
     lf_ctx_free(z->dctx);
     for (size_t i = 0; i < LF_WARM; i++) free(z->warm_buf[i]);
+    for (size_t i = 0; i < z->n_slabs; i++) free(z->slabs[i].mem);
+    free(z->slabs);
     free(z->blob);
     free(z->delta);
     free(z->base);
@@ -333,6 +355,69 @@ void lf_pool_queue(lf_pool *p, int64_t slot) {
     lf_pool_meta(p, slot)->queued = 1;
 }
 
+/* -- blobs ----------------------------------------------------------------------------- */
+
+/* Room for a blob of n bytes (its flags in *flags); NULL on out of memory. */
+static unsigned char *blob_alloc(lf_pool *p, size_t n, uint8_t *flags) {
+    lf_compressor *z = p->z;
+    size_t need = sizeof(uint32_t) + n;
+    if (n > LF_SLAB_MAX_BLOB) {
+        *flags = 0;
+        return malloc(n ? n : 1);
+    }
+    if (z->cur < z->n_slabs && z->slabs[z->cur].live == 0)
+        z->slabs[z->cur].used = 0; /* every blob of the current slab was freed: reuse it */
+    if (z->cur >= z->n_slabs || z->slabs[z->cur].used + need > LF_SLAB_BYTES) {
+        size_t c = z->n_slabs; /* a free entry, else a new one */
+        for (size_t i = 0; i < z->n_slabs; i++)
+            if (!z->slabs[i].mem) {
+                c = i;
+                break;
+            }
+        if (c == z->n_slabs && z->n_slabs == z->cap_slabs) {
+            size_t cap = z->cap_slabs ? 2 * z->cap_slabs : 16;
+            lf_slab *grown = realloc(z->slabs, cap * sizeof(lf_slab));
+            if (!grown) return NULL;
+            z->slabs = grown;
+            z->cap_slabs = cap;
+        }
+        unsigned char *mem = malloc(LF_SLAB_BYTES);
+        if (!mem) return NULL;
+        if (c == z->n_slabs) z->n_slabs++;
+        /* the old current slab's unused tail stays slack until it is freed */
+        z->slabs[c] = (lf_slab){mem, 0, 0};
+        z->slab_slack += LF_SLAB_BYTES;
+        z->cur = c;
+    }
+    lf_slab *sl = &z->slabs[z->cur];
+    unsigned char *at = sl->mem + sl->used;
+    uint32_t idx = (uint32_t)z->cur;
+    memcpy(at, &idx, sizeof(idx));
+    sl->used += need;
+    sl->live++;
+    z->slab_slack -= n;
+    *flags = LF_BLOB_SLAB;
+    return at + sizeof(uint32_t);
+}
+
+/* Free the blob of a cold slot. */
+static void blob_free(lf_pool *p, const lf_meta *m) {
+    lf_compressor *z = p->z;
+    if (!(m->blob_flags & LF_BLOB_SLAB)) {
+        free(m->buf);
+        return;
+    }
+    uint32_t idx;
+    memcpy(&idx, m->buf - sizeof(uint32_t), sizeof(idx));
+    lf_slab *sl = &z->slabs[idx];
+    z->slab_slack += m->blob_bytes;
+    if (--sl->live == 0 && idx != z->cur) {
+        free(sl->mem);
+        sl->mem = NULL;
+        z->slab_slack -= LF_SLAB_BYTES;
+    }
+}
+
 /* -- the warm cache: raw bytes of the last LF_WARM frames compressed, by slot ----------- */
 
 static unsigned char *warm_get(const lf_compressor *z, int64_t slot) {
@@ -377,16 +462,17 @@ int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain) {
 }
 
 int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsigned char *base,
-                        unsigned char *out, unsigned char *chunk) {
+                        unsigned char *out, unsigned char *tmp, unsigned char *chunk) {
     const lf_meta *m = lf_pool_meta(p, slot);
     const unsigned char *blob = m->buf;
     size_t n = m->blob_bytes;
-    if (m->lean) {
+    if (m->blob_flags & LF_BLOB_LEAN) {
         n = lf_unlean(&p->z->header, blob, n, chunk);
         blob = chunk;
     }
-    if (lf_decompress(dctx, blob, n, out, p->frame_bytes)) return -1;
-    if (base) lf_xor_into(out, base, p->frame_bytes);
+    /* a delta lands in tmp (in cache), then one pass writes out = delta ^ base */
+    if (lf_decompress(dctx, blob, n, base ? tmp : out, p->frame_bytes)) return -1;
+    if (base) lf_xor_of(out, tmp, base, p->frame_bytes);
     return 0;
 }
 
@@ -394,10 +480,11 @@ int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *ou
                    unsigned char *tmp) {
     int64_t chain[LF_MAX_GROUP];
     int n = lf_pool_chain(p, slot, chain);
-    if (lf_pool_decode_blob(p, dctx, chain[n - 1], NULL, out, p->z->blob)) return -1;
-    for (int i = n - 2; i >= 0; i--) {
-        if (lf_pool_decode_blob(p, dctx, chain[i], NULL, tmp, p->z->blob)) return -1;
-        lf_xor_into(out, tmp, p->frame_bytes);
+    for (int i = n - 1; i >= 0; i--) {
+        if (lf_pool_decode_blob(p, dctx, chain[i], NULL, i == n - 1 ? out : tmp, NULL,
+                                p->z->blob))
+            return -1;
+        if (i < n - 1) lf_xor_into(out, tmp, p->frame_bytes);
     }
     return 0;
 }
@@ -408,16 +495,33 @@ static int eligible(const lf_pool *p, int64_t slot) {
     return !m->cold_state && m->cold > 0 && m->cold == lf_pool_refcount(p, slot);
 }
 
-/* Compress one eligible slot: an XOR delta against its recorded previous frame when that
- * is cold and its chain has room, else a keyframe. 0, or -1 on out of memory. */
+/* The reference of a frame whose recorded previous frame `prev` is cold and at position
+ * prev_pos < group - 1 of its group: the frame at pos - lowbit(pos) of the group, pos =
+ * prev_pos + 1, reached from prev along the references (each clears a low bit of
+ * prev_pos; they hold cold references on one another, so all are live). -1 if the chain
+ * is not that shape (the frame is then coded as a keyframe). */
+static int64_t tree_ref(const lf_pool *p, int64_t prev, unsigned pos) {
+    unsigned want = pos & (pos - 1); /* pos - lowbit(pos) */
+    while (prev >= 0 && lf_pool_meta(p, prev)->pos > want) prev = lf_pool_meta(p, prev)->ref;
+    return prev >= 0 && lf_pool_meta(p, prev)->pos == want ? prev : -1;
+}
+
+/* Compress one eligible slot: an XOR delta against a frame of its group (tree_ref) when
+ * its recorded previous frame is cold and its group has room, else a keyframe. 0, or -1
+ * on out of memory. */
 static int compress_one(lf_pool *p, int64_t slot) {
     lf_compressor *z = p->z;
     lf_meta *m = lf_pool_meta(p, slot);
     size_t fb = p->frame_bytes;
-    int64_t ref = m->prev;
+    int64_t ref = -1, prev = m->prev;
+    unsigned pos = 0;
     const unsigned char *src = m->buf;
-    if (ref >= 0 && lf_pool_is_live(p, ref) && lf_pool_meta(p, ref)->cold_state &&
-        lf_pool_meta(p, ref)->depth < z->codec.group) {
+    if (prev >= 0 && lf_pool_is_live(p, prev) && lf_pool_meta(p, prev)->cold_state &&
+        lf_pool_meta(p, prev)->pos + 1 < z->codec.group) {
+        pos = lf_pool_meta(p, prev)->pos + 1u;
+        ref = tree_ref(p, prev, pos);
+    }
+    if (ref >= 0) {
         const unsigned char *base = warm_get(z, ref);
         if (!base) {
             if (lf_pool_decode(p, z->dctx, ref, z->base, z->tmp)) return -1;
@@ -426,21 +530,18 @@ static int compress_one(lf_pool *p, int64_t slot) {
         lf_xor_of(z->delta, m->buf, base, fb);
         src = z->delta;
     } else {
-        ref = -1;
+        pos = 0;
     }
     long whole = lf_compress(z->cctx, src, fb, z->blob);
     if (whole < 0) return -1; /* cannot happen: the destination holds any frame */
     size_t n = lf_lean(&z->header, z->blob, (size_t)whole);
-    unsigned char *blob = malloc(n);
+    uint8_t flags;
+    unsigned char *blob = blob_alloc(p, n, &flags);
     if (!blob) return -1;
     memcpy(blob, z->blob, n);
-    m->lean = n < (size_t)whole;
-    if (ref >= 0) {
-        lf_pool_incref_cold(p, ref); /* cold: never queued again */
-        m->depth = (uint8_t)(lf_pool_meta(p, ref)->depth + 1);
-    } else {
-        m->depth = 1;
-    }
+    m->blob_flags = (uint8_t)(flags | (n < (size_t)whole ? LF_BLOB_LEAN : 0));
+    if (ref >= 0) lf_pool_incref_cold(p, ref); /* cold: never queued again */
+    m->pos = (uint8_t)pos;
     m->ref = (int32_t)ref;
     warm_put(z, slot, m->buf);
     m->buf = blob;
@@ -511,6 +612,12 @@ static int reader_grow(lf_reader *r) {
         int32_t *ref = realloc(r->ref, cap * sizeof(int32_t));
         if (!ref) return -1;
         r->ref = ref;
+        int32_t *pos = realloc(r->pos, cap * sizeof(int32_t));
+        if (!pos) return -1;
+        r->pos = pos;
+        unsigned char **at = realloc(r->at, cap * sizeof(unsigned char *));
+        if (!at) return -1;
+        r->at = at;
         unsigned char *done = realloc(r->done, cap);
         if (!done) return -1;
         r->done = done;
@@ -564,6 +671,8 @@ int64_t lf_reader_add(lf_reader *r, int64_t slot) {
             r->hvals[pos] = (int32_t)i;
             r->slots[i] = slot;
             r->ref[i] = -1;
+            r->pos[i] = -1;
+            r->at[i] = NULL;
             r->done[i] = 0;
             lf_pool_incref(r->p, slot); /* pinned until lf_reader_release */
         }
@@ -572,14 +681,15 @@ int64_t lf_reader_add(lf_reader *r, int64_t slot) {
         if (known) break; /* its chain is in already */
         prev = i;
     }
+    if (first >= 0 && r->pos[first] < 0) r->pos[first] = (int32_t)r->n_kept++; /* asked for */
     return first;
 }
 
 int lf_reader_reserve(lf_reader *r) {
     lf_compressor *z = r->p->z;
-    size_t need = r->n * r->p->frame_bytes;
-    if (!need) return 0;
-    r->chunk = malloc(r->p->frame_bytes + LF_BLOB_OVERHEAD);
+    size_t fb = r->p->frame_bytes, need = r->n_kept * fb;
+    if (!r->n) return 0;
+    r->chunk = malloc(fb + LF_BLOB_OVERHEAD + 3 * fb);
     if (!r->chunk) return -1;
     if (z->spare && z->spare_bytes >= need) {
         r->scratch = z->spare;
@@ -594,21 +704,35 @@ int lf_reader_reserve(lf_reader *r) {
 }
 
 int lf_reader_decode(lf_reader *r, void *dctx) {
+    return lf_reader_decode_upto(r, dctx, r->n);
+}
+
+int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end) {
     size_t fb = r->p->frame_bytes;
-    for (size_t i = 0; i < r->n; i++) {
+    unsigned char *tmp = r->chunk + fb + LF_BLOB_OVERHEAD;
+    unsigned char *ring[2] = {tmp + fb, tmp + 2 * fb};
+    if (end > r->n) end = r->n;
+    for (size_t i = r->cursor; i < end; i++) {
+        if (r->pos[i] < 0 || r->done[i]) continue; /* decoded on the way to one asked for */
         int32_t todo[LF_MAX_GROUP];
-        int n = 0;
+        int n = 0, flip = 0;
         for (int32_t j = (int32_t)i; j >= 0 && !r->done[j] && n < LF_MAX_GROUP; j = r->ref[j])
             todo[n++] = j;
-        while (n > 0) { /* the oldest first: each from its decoded reference */
+        int32_t up = r->ref[todo[n - 1]];
+        if (up >= 0 && !r->done[up]) return -2; /* a chain longer than LF_MAX_GROUP */
+        const unsigned char *base = up >= 0 ? lf_reader_frame(r, up) : NULL;
+        while (n > 0) { /* the oldest first: each from the frame before it */
             int32_t j = todo[--n];
-            const unsigned char *base = r->ref[j] >= 0 ? lf_reader_frame(r, r->ref[j]) : NULL;
-            if (lf_pool_decode_blob(r->p, dctx, r->slots[j], base, r->scratch + (size_t)j * fb,
-                                    r->chunk))
-                return -2;
-            r->done[j] = 1;
+            unsigned char *out = r->pos[j] >= 0 ? lf_reader_frame(r, j) : ring[flip];
+            if (lf_pool_decode_blob(r->p, dctx, r->slots[j], base, out, tmp, r->chunk)) return -2;
+            if (r->pos[j] >= 0)
+                r->done[j] = 1;
+            else
+                flip ^= 1; /* the next frame goes to the other ring buffer */
+            base = out;
         }
     }
+    if (end > r->cursor) r->cursor = end;
     return 0;
 }
 
@@ -616,6 +740,8 @@ void lf_reader_release(lf_reader *r) {
     for (size_t i = 0; i < r->n; i++) lf_pool_decref(r->p, r->slots[i]);
     free(r->slots);
     free(r->ref);
+    free(r->pos);
+    free(r->at);
     free(r->done);
     free(r->hkeys);
     free(r->hvals);

@@ -16,11 +16,14 @@
  * in its chunks one lf_meta per slot instead of the frame bytes, and each frame in its own
  * buffer, so that a cold frame pins no arena memory. A slot is HOT (its frame_bytes in
  * `buf`) or COLD (`buf` is a compressed blob: a keyframe, or the XOR delta of the frame
- * against the frame `ref`, which that slot then holds a cold reference on; `depth` <= group
- * blobs decode it). A reference is COLD when a SlotTable entry or a delta child holds it.
- * When a hot slot's references are all cold (refcnt == cold > 0) it joins the pending
- * queue, and lf_pool_compress_pending compresses it exactly once (SlotTable.set/take
- * call it with the GIL held). A cold frame never becomes hot again; readers (lf_reader)
+ * against the frame `ref`, which that slot then holds a cold reference on). Along the
+ * recorded previous frames, a keyframe starts a group of at most `group` frames; the
+ * frame at position `pos` > 0 of a group refers to the one at pos - lowbit(pos) (a binary
+ * tree: 1 -> 0, 2 -> 0, 3 -> 2, 4 -> 0, ...), so 1 + popcount(pos) blobs decode it and a
+ * window of consecutive frames shares most of its chain. A reference is COLD when a
+ * SlotTable entry or a delta child holds it. When a hot slot's references are all cold
+ * (refcnt == cold > 0) it joins the pending queue, and lf_pool_compress_pending
+ * compresses it exactly once (SlotTable.set/take call it with the GIL held). A cold frame never becomes hot again; readers (lf_reader)
  * decode it into their own scratch, without the GIL, after pinning (incref) every slot of
  * its chain, so that nothing they read is compressed or freed meanwhile.
  */
@@ -43,11 +46,14 @@ typedef struct {
     uint32_t blob_bytes;   /* COLD: bytes of the blob; 0 while HOT */
     int32_t ref;           /* COLD delta: the reference slot; -1 for a keyframe or HOT */
     int32_t prev;          /* the previous frame recorded by SlotTable.set, or -1 */
-    uint8_t depth;         /* COLD: blobs to decode it (1 for a keyframe) */
+    uint8_t pos;           /* COLD: position in its group (0 for a keyframe) */
     uint8_t cold_state;    /* 1 when COLD */
     uint8_t queued;        /* 1 while in the pending queue */
-    uint8_t lean;          /* COLD: 1 if the blob is lean (codec.h) */
+    uint8_t blob_flags;    /* COLD: LF_BLOB_LEAN | LF_BLOB_SLAB */
 } lf_meta;
+
+#define LF_BLOB_LEAN 1     /* the blob is lean (codec.h) */
+#define LF_BLOB_SLAB 2     /* the blob lives in a slab of the pool (pool.c), not its own malloc */
 
 #define LF_WARM 32         /* raw copies of recently compressed frames kept for the next delta */
 
@@ -198,12 +204,13 @@ size_t lf_pool_pending(const lf_pool *p);
 int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain);
 
 /* Decode the blob of a cold `slot` into out (frame_bytes): a keyframe, or its delta
- * XORed onto `base`, the decoded frame of its reference (NULL for a keyframe).
+ * decompressed into tmp (frame_bytes) and XORed with `base`, the decoded frame of its
+ * reference (NULL for a keyframe; tmp is unused then), into out (none overlap).
  * chunk: room for frame_bytes + LF_BLOB_OVERHEAD (a lean blob is made whole there).
  * 0, or -1 if the blob does not decode (cannot happen unless memory is corrupted).
  * Needs no GIL: the caller pinned the slot and its chain. */
 int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsigned char *base,
-                        unsigned char *out, unsigned char *chunk);
+                        unsigned char *out, unsigned char *tmp, unsigned char *chunk);
 
 /* Decode a cold slot with its whole chain into out, using tmp (frame_bytes) as scratch. */
 int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *out,
@@ -221,32 +228,51 @@ int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out);
  * and keeps the scratch as the pool's spare, up to LF_SPARE_MAX bytes: a fresh one
  * per call costs a page fault per 4 KiB). An entry is decoded from the decoded entry
  * of its reference: an observation's consecutive frames, and the frames an obs and its
- * next obs share, decode once per call. */
+ * next obs share, decode once per call. Only the entries lf_reader_add returned (the
+ * frames asked for) get scratch; the rest of a chain (the frames between a keyframe and
+ * the first frame asked for) decodes through two frame buffers that stay in the CPU's
+ * cache, each delta decompressed into a third and XORed onto its reference on the way. */
 typedef struct {
     lf_pool *p;
     int64_t *slots;        /* the cold slots, each pinned */
     int32_t *ref;          /* index of the entry's reference, or -1 for a keyframe */
-    unsigned char *done;   /* 1 once decoded */
+    int32_t *pos;          /* the entry's frame in scratch (a frame asked for), or -1 */
+    unsigned char **at;    /* where it is decoded instead (lf_reader_place), or NULL */
+    unsigned char *done;   /* 1 once decoded into scratch */
     size_t n, cap;
+    size_t n_kept;         /* entries with a frame in scratch */
+    size_t cursor;         /* every entry asked for below it is decoded */
     int64_t *hkeys;        /* open addressing: slot -> index, -1 empty */
     int32_t *hvals;
     size_t hcap;           /* a power of two, > 2 n */
-    unsigned char *scratch; /* >= n * frame_bytes, by lf_reader_reserve */
+    unsigned char *scratch; /* >= n_kept * frame_bytes, by lf_reader_reserve */
     size_t scratch_bytes;
-    unsigned char *chunk;   /* frame_bytes + LF_BLOB_OVERHEAD: a lean blob made whole */
+    unsigned char *chunk;   /* frame_bytes + LF_BLOB_OVERHEAD: a lean blob made whole,
+                             * then 3 frame_bytes: a decoded delta, the chain's two frames */
 } lf_reader;
 
-#define LF_SPARE_MAX ((size_t)8 << 20) /* sample(32) of Atari frames needs ~3 MiB */
+#define LF_SPARE_MAX ((size_t)8 << 20) /* sample(32) of Atari frames needs ~1 MiB */
 
 void lf_reader_init(lf_reader *r, lf_pool *p);
-/* The entry of a live cold slot (added, with its chain, if new): >= 0, or -1 on out of memory. */
+/* The entry of a live cold slot (added, with its chain, if new), to read with
+ * lf_reader_frame: >= 0, or -1 on out of memory. */
 int64_t lf_reader_add(lf_reader *r, int64_t slot);
-/* The scratch of every entry: 0, or -1 on out of memory. GIL held. */
+/* The scratch of every entry asked for: 0, or -1 on out of memory. GIL held. */
 int lf_reader_reserve(lf_reader *r);
-/* Decode every entry (reserved): 0, or -2 if a blob does not decode. No GIL needed. */
+/* Decode every entry asked for (reserved): 0, or -2 if a blob does not decode. No GIL needed. */
 int lf_reader_decode(lf_reader *r, void *dctx);
-static inline const unsigned char *lf_reader_frame(const lf_reader *r, int64_t i) {
-    return r->scratch + (size_t)i * r->p->frame_bytes;
+/* The same for the entries below `end` only (the rest stay for a later call), so that a
+ * copy can decode a row's frames just before it copies them, while they are in cache. */
+int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end);
+/* Decode the entry i lf_reader_add returned into addr (frame_bytes the caller owns
+ * until lf_reader_release, e.g. its place in a copy's output) instead of scratch, unless
+ * it is decoded or placed already. */
+static inline void lf_reader_place(lf_reader *r, int64_t i, unsigned char *addr) {
+    if (!r->done[i] && !r->at[i]) r->at[i] = addr;
+}
+/* The decoded frame of an entry lf_reader_add returned. */
+static inline unsigned char *lf_reader_frame(const lf_reader *r, int64_t i) {
+    return r->at[i] ? r->at[i] : r->scratch + (size_t)r->pos[i] * r->p->frame_bytes;
 }
 void lf_reader_release(lf_reader *r);
 

@@ -546,9 +546,11 @@ static void compression_case(lf_codec c, int n) {
     CHECK(lf_pool_pending(&p) == 1, "3 queued again");
     CHECK(lf_pool_compress_pending(&p) == 0 && p.cold_frames == (size_t)n, "3 cold");
     long bad_depth = 0, bad_value = 0, deltas = 0;
+    int most = 1; /* blobs a frame decodes from: 1 + the bits of its position in the group */
+    for (int g = c.group - 1; g > 0; g >>= 1) most++;
     for (int i = 0; i < n; i++) {
         int d = lf_pool_chain(&p, s[i], chain);
-        bad_depth += d < 1 || d > c.group || (i % 7 == 0 && d != 1);
+        bad_depth += d < 1 || d > most || (i % 7 == 0 && d != 1);
         deltas += d > 1;
         bad_value += lf_pool_read(&p, s[i], got) != 0 || memcmp(got, want + i * ZFB, ZFB) != 0;
     }
@@ -569,12 +571,35 @@ static void compression_case(lf_codec c, int n) {
         bad_value += memcmp(lf_reader_frame(&r, entry[i]), want + ((i * 7) % n) * ZFB, ZFB) != 0;
     CHECK(bad_value == 0, "reader values (%ld)", bad_value);
     lf_reader_release(&r);
+    /* a reader over a few frames, newest first: the frames between them and their
+     * keyframes are entries without scratch, decoded through the ring */
+    lf_reader_init(&r, &p);
+    int asked = 0;
+    for (int i = n - 1; i >= 0; i -= 5) entry[asked++] = lf_reader_add(&r, s[i]);
+    CHECK(r.n_kept == (size_t)asked && (c.group < 5 || r.n > r.n_kept), "kept (%zu of %zu)",
+          r.n_kept, r.n);
+    CHECK(lf_reader_reserve(&r) == 0, "reserve a few");
+    unsigned char *placed = malloc((size_t)asked * ZFB); /* every other one decodes there */
+    for (int a = 0; a < asked; a += 2) lf_reader_place(&r, entry[a], placed + (size_t)a * ZFB);
+    CHECK(lf_reader_decode(&r, dctx) == 0, "decode a few");
+    bad_value = 0;
+    for (int a = 0; a < asked; a++) {
+        const unsigned char *f = lf_reader_frame(&r, entry[a]);
+        bad_value += memcmp(f, want + (n - 1 - 5 * a) * ZFB, ZFB) != 0;
+        bad_value += (a % 2 == 0) != (f == placed + (size_t)a * ZFB);
+    }
+    CHECK(bad_value == 0, "reader values, a few (%ld)", bad_value);
+    free(placed);
+    lf_reader_release(&r);
     lf_ctx_free(dctx);
     free(entry);
     /* drop the table's references in a scattered order: chains unwind, nothing leaks */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++) lf_pool_decref_cold(&p, s[(i * 11 + pass) % n]);
     CHECK(p.live_frames == 0 && p.cold_frames == 0 && p.cold_bytes == 0, "all freed");
+    /* what stays: the current blob slab (64 KiB), a reader's spare scratch, one chunk */
+    CHECK(lf_pool_bytes_held(&p) <= ((size_t)64 << 10) + (size_t)(n + 4) * ZFB,
+          "no blob slab but the current one (%zu)", lf_pool_bytes_held(&p));
     lf_pool_free(&p);
     free(want);
     free(got);
@@ -593,6 +618,41 @@ static void test_compression(void) {
     CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 0, 4}) == -2, "level 0");
     CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 1, 65}) == -2, "group 65");
     CHECK(p.z == NULL, "unchanged");
+    lf_pool_free(&p);
+}
+
+/* Blobs packed in slabs: many noise frames (a dozen slabs) freed oldest first, then the
+ * rest newest first: every slab but the current one is returned, values stay exact. */
+static void test_blob_slabs(void) {
+    enum { N = 3000 };
+    lf_pool p;
+    lf_pool_init(&p, ZFB, 64 * ZFB);
+    CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 9, 16}) == 0, "enable");
+    static unsigned char want[N][ZFB];
+    static int64_t s[N];
+    unsigned char got[ZFB];
+    for (int i = 0; i < N; i++) {
+        fill_random(want[i], ZFB);
+        s[i] = lf_pool_alloc(&p);
+        memcpy(lf_pool_addr(&p, s[i]), want[i], ZFB);
+        lf_pool_incref_cold(&p, s[i]);
+        lf_pool_decref(&p, s[i]); /* the table's reference only: queued */
+    }
+    CHECK(lf_pool_compress_pending(&p) == 0 && p.cold_frames == N, "compressed");
+    size_t full = lf_pool_bytes_held(&p);
+    CHECK(full >= p.cold_bytes && full > ((size_t)10 << 16), "slabs counted (%zu)", full);
+    long bad = 0;
+    for (int i = 0; i < N; i += 37)
+        bad += lf_pool_read(&p, s[i], got) || memcmp(got, want[i], ZFB);
+    CHECK(bad == 0, "values (%ld)", bad);
+    for (int i = 0; i < N / 2; i++) lf_pool_decref_cold(&p, s[i]);
+    CHECK(lf_pool_bytes_held(&p) < full * 2 / 3, "the oldest slabs returned");
+    for (int i = N / 2; i < N; i += 37)
+        bad += lf_pool_read(&p, s[i], got) || memcmp(got, want[i], ZFB);
+    CHECK(bad == 0, "values after frees (%ld)", bad);
+    for (int i = N - 1; i >= N / 2; i--) lf_pool_decref_cold(&p, s[i]);
+    CHECK(p.live_frames == 0 && lf_pool_bytes_held(&p) <= ((size_t)64 << 10) + 64 * 32,
+          "only the current slab and one chunk stay (%zu)", lf_pool_bytes_held(&p));
     lf_pool_free(&p);
 }
 
@@ -820,6 +880,7 @@ int main(void) {
     test_pool_policy();
     test_pool_random_walk();
     test_compression();
+    test_blob_slabs();
     test_codec_bad_input();
     test_sumtree_basic();
     test_sumtree_sample();

@@ -196,6 +196,16 @@ def test_synthetic_frames(impl, kind, group):
         assert cold_frames(store) == store.pool.live_frames - K
 
 
+def test_large_blobs_and_small_ones_mixed(impl):
+    """Noise frames of 10 KB (blobs too large for the pool's slabs) between small deltas."""
+    frames = one_pixel(60, shape=(100, 100))
+    frames[::7] = noise(len(frames[::7]), shape=(100, 100))
+    store = Store(impl, frames, [0, 30], True)
+    check_values(store, np.arange(store.rows))
+    if compiled(impl):
+        assert cold_frames(store) == store.pool.live_frames - K
+
+
 @pytest.mark.parametrize("group", [2, 4, 5])
 def test_episode_boundaries_at_every_position_of_a_group(impl, group):
     """Episodes of every length from 2 to 2 * group + 1: a boundary at each position."""
@@ -208,13 +218,16 @@ def test_episode_boundaries_at_every_position_of_a_group(impl, group):
 
 
 def test_deep_chains_decode_within_a_group(impl):
-    """A long episode of one-pixel changes: chains of exactly ``group`` blobs."""
+    """A long episode of one-pixel changes: groups of ``group`` frames, 7 blobs at most."""
     frames = one_pixel(200, shape=(9, 9))
     store = Store(impl, frames, [0], {"group": 64})
     rows = np.arange(store.rows)[::-1]  # the newest first: no decode reuses an earlier one
     check_values(store, rows, ("stack",))
     for r in (0, 63, 64, 65, 127, 150):
         assert np.array_equal(store.table.batch([r], 0, K)[0].get_frame(K - 1), frames[r])
+    if compiled(impl):
+        chains = [len(store.pool._chain(s)) for s in store.table.ids().ravel()]
+        assert max(chains) == 7  # position 63 of a group: 1 + popcount(63)
 
 
 # -- hot and cold -----------------------------------------------------------------------
@@ -385,7 +398,9 @@ def test_take_loads_and_compresses(impl, group):
     if compiled(impl):
         st = pool.stats()
         assert st["cold_frames"] == st["live_frames"] == len(frames)
-        assert max(len(pool._chain(s)) for s in table.ids().ravel()) == min(group, len(frames))
+        # groups of `group` frames, each coded as a binary tree: 1 + popcount(position) blobs
+        longest = max(len(pool._chain(s)) for s in table.ids().ravel())
+        assert longest == min(group, len(frames)).bit_length()
     a, b = table.gather_pairs(np.arange(n), (0, K), np.arange(n), (1, K + 1), layout="stack")
     assert np.array_equal(a, frames[index[:, :K]])
     assert np.array_equal(b, frames[index[:, 1:]])

@@ -184,6 +184,8 @@ def _attack_huge_rows(impl):
         _refused(IndexError, "out of range|row", table.clear, rows)
         _refused(IndexError, "out of range|row", table.ids, rows)
         _refused(IndexError, "out of range|row", table.batch, rows, 0, 2)
+        if -(2**31) <= bad < 2**31:  # int32 rows (a replay buffer's own) take a C path
+            _refused(IndexError, "out of range|row", table.batch, np.array(rows, np.int32), 0, 2)
         _refused(IndexError, "out of range|row", table.gather, rows, 0, 2)
         _refused(IndexError, "out of range|row", table.gather_pairs, [0, 0], (0, 1), rows, (1, 2))
         _refused(
