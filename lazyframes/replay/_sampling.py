@@ -16,6 +16,7 @@ sampleable positions.
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -88,6 +89,25 @@ def window(rb: ReplayBuffer, idx: np.ndarray):
     return valid, ret, last, (flast & TERM) != 0, (flast & TRUNC) != 0, m
 
 
+@functools.lru_cache(maxsize=8)
+def _flag_table(gamma: float) -> np.ndarray:
+    """float32 ``(3, 256)``: dones, truncations and discounts of each flag byte (n_step 1)."""
+    f = np.arange(256)
+    table = np.array([(f & TERM) != 0, (f & TRUNC) != 0, np.full(256, gamma)], np.float32)
+    table.setflags(write=False)
+    return table
+
+
+def one_step(rb: ReplayBuffer, idx: np.ndarray) -> tuple:
+    """``(rewards, dones, truncations, discounts)`` of transitions ``idx`` when ``n_step == 1``.
+
+    Three NumPy calls: the flags, then dones, truncations and discounts in one ``take``
+    of a per-flag table (rows of one ``(3, B)`` array), then the rewards.
+    """
+    dones, truncs, discounts = _flag_table(rb._gamma).take(rb._flags[idx], axis=1)
+    return rb._rewards[idx], dones, truncs, discounts
+
+
 def draw(rb: ReplayBuffer, batch_size: int) -> np.ndarray:
     """Uniform indices over the sampleable transitions (exact: rejection or enumeration)."""
     total = len(rb)
@@ -154,14 +174,9 @@ def at(rb: ReplayBuffer, idx: np.ndarray, obs_out, next_out, dst, scale) -> Repl
     ``idx`` is not checked for sampleability: an n-step window still open at the newest
     row ends there (SB3's ``NStepReplayBuffer`` does the same).
     """
-    B = len(idx)
     if rb._n_step == 1:
-        fl = rb._flags[idx]
         last = idx
-        rewards = rb._rewards[idx]
-        dones = (fl & TERM).astype(np.float32)
-        truncs = ((fl & TRUNC) >> 1).astype(np.float32)
-        discounts = np.full(B, rb._gamma, np.float32)
+        rewards, dones, truncs, discounts = one_step(rb, idx)
     else:
         _, ret, last, term, trunc, m = window(rb, idx)
         rewards = ret.astype(np.float32)
