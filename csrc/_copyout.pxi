@@ -14,11 +14,12 @@
 #      Anything a callback can change is re-read in phase 2.
 #   2. No Python code from here on, so nothing can change under it (no callback, no
 #      thread switch: the GIL is held): re-check every output from its C fields
-#      (_fits) and every id (in range, live), read a table's entries, take a reference
-#      on each hot frame and resolve each cold (compressed) one, pinning its delta chain
-#      (_resolve), reserve the decoding scratch, then decode and copy (_copy releases
-#      the GIL for large copies and for any decoding; the references and pins keep
-#      every frame alive and in place meanwhile) or hand the references to a new owner.
+#      (_fits) and every id (in range, live), read a table's entries, resolve each cold
+#      (compressed) frame, pinning its delta chain (_resolve), reserve the decoding
+#      scratch, then decode and copy (_copy releases the GIL for large copies and for
+#      any decoding, after taking a reference on each hot frame; the references and pins
+#      keep every frame alive and in place meanwhile) or hand the references to a new
+#      owner.
 #
 # Only phase 2 is trusted for memory safety; phase 1 checks exist to raise the shared
 # error messages early. An output resized in phase 1 (ndarray.resize(refcheck=False)
@@ -302,13 +303,11 @@ cdef int _copy(_Copy *c) except -1:
             free(entry if entry != few_entry else NULL)
             raise MemoryError()
     try:
-        for i in range(m):  # a reference on every frame while the GIL is released
+        for i in range(m):
             p = c.pool if c.pools == NULL else c.pools[i // per]
             if lf_pool_is_hot(p, c.ids[i]):
                 src[i] = lf_pool_addr(p, c.ids[i])
-                lf_pool_incref(p, c.ids[i])
                 entry[i] = -1
-                n_hot = i + 1
             else:
                 j = _resolve(&rs, p, c.ids[i], &e)
                 entry[i] = (<int64_t>j << 32) | e
@@ -316,6 +315,12 @@ cdef int _copy(_Copy *c) except -1:
             if lf_reader_reserve(&rs.r[j]) != 0:
                 raise MemoryError()
         if rs.n or c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out >= _NOGIL_BYTES:
+            # a reference on every hot frame while the GIL is released (with the GIL
+            # held and no Python code running, nothing can free or move one)
+            for i in range(m):
+                if entry[i] < 0:
+                    lf_pool_incref(c.pool if c.pools == NULL else c.pools[i // per], c.ids[i])
+            n_hot = m
             _busy(c, 1)  # the pools' frames may not move (enable_compression) meanwhile
             with nogil:
                 rc = _decode_all(&rs)
