@@ -159,7 +159,7 @@ cdef object _output(FramePool pool, lf_layout code, Py_ssize_t b, Py_ssize_t k, 
     c.itemsize = pool._itemsize
     c.src_type = pool._ltype
     cdef cnp.dtype dst = pool._descr
-    if dtype is not None or scale is not None or not (
+    if (dtype is not None and dtype is not pool._descr) or scale is not None or not (
             out is None or (cnp.PyArray_CheckExact(out)
                             and (<cnp.ndarray>out).descr is pool._descr)):
         dst = C.output_dtype(pool._dtype, C.requested_dtype(dtype, out), scale)
@@ -281,11 +281,6 @@ cdef int _copy(_Copy *c) except -1:
             raise RuntimeError(C.OUT_CHANGED)
         c.dst[o] = <unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>c.out[o])
     c.obs_bytes = c.k * c.outer * c.inner * c.out_itemsize
-    if c.pools == NULL:
-        _check_ids(c.pool, c.ids, m)
-    else:
-        for i in range(c.n_obs):
-            _check_ids(c.pools[i], c.ids + i * per, per)
     cdef const unsigned char *few[64]
     cdef const unsigned char **src = few
     cdef int64_t few_entry[64]
@@ -303,8 +298,10 @@ cdef int _copy(_Copy *c) except -1:
             free(entry if entry != few_entry else NULL)
             raise MemoryError()
     try:
-        for i in range(m):
+        for i in range(m):  # every id checked (live) before anything is written
             p = c.pool if c.pools == NULL else c.pools[i // per]
+            if not lf_pool_is_live(p, c.ids[i]):
+                _check_ids(p, c.ids + i, 1)  # raises the shared message
             if lf_pool_is_hot(p, c.ids[i]):
                 src[i] = lf_pool_addr(p, c.ids[i])
                 entry[i] = -1
