@@ -185,6 +185,15 @@ cdef int _kernel(const _Copy *c, const unsigned char **src) noexcept nogil:
     if c.n_out == 1:
         return lf_copy_stacks(src, c.n_obs, c.k, c.outer, c.inner, c.src_type, c.dst_type,
                               c.itemsize, c.scale, c.has_scale, c.dst[0])
+    if c.outer == 1 and c.src_type == c.dst_type and not c.has_scale:
+        # "stack"/"first" without conversion: one memcpy per frame (copy_raw's), inline
+        fb = c.inner * c.itemsize
+        for i in range(c.n_obs):
+            for o in range(c.n_out):
+                for m in range(c.k):
+                    memcpy(c.dst[o] + i * c.obs_bytes + m * fb, src[(i * c.n_out + o) * c.k + m],
+                           fb)
+        return 0
     for i in range(c.n_obs):  # row by row: frames shared by the outputs are read once
         for o in range(c.n_out):
             rc |= lf_copy_stacks(src + (i * c.n_out + o) * c.k, 1, c.k, c.outer, c.inner,

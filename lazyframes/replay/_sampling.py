@@ -135,7 +135,10 @@ def draw(rb: ReplayBuffer, batch_size: int) -> np.ndarray:
 def outputs(rb: ReplayBuffer, batch_size, out, dtype, scale):
     """The pair of arrays to fill and the output dtype (all checked)."""
     if out is None:
-        dst = C.output_dtype(rb._dtype, dtype, scale)
+        if dtype is None and scale is None:
+            dst = rb._dtype
+        else:
+            dst = C.output_dtype(rb._dtype, dtype, scale)
         key = (batch_size, dst)
         pair = rb._out_cache.get(key)
         if pair is None:
