@@ -64,6 +64,12 @@ static inline void put_leaf(lf_sumtree *t, int64_t j, double v) {
  * Each path does the same arithmetic as alone, so the results are the same. */
 #define LF_GROUP 32
 
+#if defined(__GNUC__) || defined(__clang__)
+#define LF_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define LF_PREFETCH(p) ((void)0)
+#endif
+
 int lf_sumtree_set(lf_sumtree *t, const int64_t *idx, const double *val, size_t m) {
     if (lf_sumtree_check(t, idx, val, m) >= 0) return -1;
     size_t depth = 0;
@@ -127,6 +133,7 @@ int lf_sumtree_sample(const lf_sumtree *t, const double *u, size_t m, int64_t *o
                     x[q] -= s[l].sum;
                     node[q] = l + 1;
                 }
+                if (node[q] < t->size) LF_PREFETCH(s + 2 * node[q]); /* the next level */
             }
         for (size_t q = 0; q < g; q++) out[j0 + q] = (int64_t)(node[q] - t->size);
     }
