@@ -16,7 +16,6 @@ sampleable positions.
 
 from __future__ import annotations
 
-import functools
 import operator
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -89,23 +88,13 @@ def window(rb: ReplayBuffer, idx: np.ndarray):
     return valid, ret, last, (flast & TERM) != 0, (flast & TRUNC) != 0, m
 
 
-@functools.lru_cache(maxsize=8)
-def _flag_table(gamma: float) -> np.ndarray:
-    """float32 ``(3, 256)``: dones, truncations and discounts of each flag byte (n_step 1)."""
-    f = np.arange(256)
-    table = np.array([(f & TERM) != 0, (f & TRUNC) != 0, np.full(256, gamma)], np.float32)
-    table.setflags(write=False)
-    return table
-
-
 def one_step(rb: ReplayBuffer, idx: np.ndarray) -> tuple:
     """``(rewards, dones, truncations, discounts)`` of transitions ``idx`` when ``n_step == 1``.
 
-    Three NumPy calls: the flags, then dones, truncations and discounts in one ``take``
-    of a per-flag table (rows of one ``(3, B)`` array), then the rewards.
+    One core call (``SlotTable.step_fields``): the four float32 arrays in one pass over
+    the flags and rewards.
     """
-    dones, truncs, discounts = _flag_table(rb._gamma).take(rb._flags[idx], axis=1)
-    return rb._rewards[idx], dones, truncs, discounts
+    return rb._table.step_fields(idx, rb._flags, rb._rewards, rb._gamma)
 
 
 def draw(rb: ReplayBuffer, batch_size: int) -> np.ndarray:
