@@ -21,12 +21,20 @@ training step's worth of priority work, ``sample(B)`` then ``update_priorities(B
 - **TorchRL**: ``torchrl.data.PrioritizedSampler`` (C++ segment trees) ``sample`` and
   ``update_priority`` over a storage of ``N``: priority machinery only.
 
+A second table compares the whole call on real-size frames, at 100,000 transitions
+only (cpprb's buffer of 1M 84x84 frames would take 7 GB and minutes to fill): the same
+transitions, one stream of 84x84 uint8 frames in k = 4 windows, in
+``cpprb.PrioritizedReplayBuffer(next_of="obs", stack_compress="obs")`` (each frame
+stored once) and in our ``PrioritizedReplayBuffer``, both sampled channel-last
+``(B, 84, 84, 4)``.
+
 Every row of the lazyframes buffer holds the same frames (one random-looking 84x84
 stack; the pool stores them once per env stream), so 1M transitions fit in about
 100 MB. Figures are medians over repeats taken round-robin, after a warmup. Ratios:
-``peer / lazyframes machinery`` (target >= 2x against the fastest peer) and
+``peer / lazyframes machinery`` and ``peer / lazyframes tiny`` (target >= 2x against the
+fastest peer; tiny is the like-for-like whole call) and
 ``machinery / uniform sample(32)`` (target <= 25%). A missing peer costs one line.
-Run: ``python -m bench.bench_prioritized [--quick] [--check]``.
+Run: ``python -m bench.bench_prioritized [--quick] [--check] [--frames-size N]``.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ ALPHA, BETA = 0.6, 0.4
 H = W = 84
 K = 4
 E = 1000  # env streams of the fill: one add call stores E transitions
+R = 4096  # distinct frames of the real-size row's looping stream
 TARGET_PEER = 2.0  # the fastest peer's sample+update over our machinery
 TARGET_UNIFORM = 0.25  # our machinery over our uniform sample(32)
 
@@ -94,6 +103,90 @@ def cpprb_buffer(n: int):
     for _ in range(n // E):
         rb.add(obs=np.zeros((E, 1), np.uint8), act=np.zeros(E), rew=np.ones(E), done=np.zeros(E))
     return rb
+
+
+def stream_windows(seed: int):
+    """``R + 1`` channel-last windows ``(84, 84, 4)`` of a looping stream of R random frames.
+
+    Window ``t % R`` (a view) is the observation at step ``t``: consecutive windows share
+    ``K - 1`` frames, as a frame stack's do, and window ``R`` equals window 0.
+    """
+    base = np.random.default_rng(seed).integers(0, 256, (R + K, H, W), dtype=np.uint8)
+    base[R:] = base[:K]
+    return np.lib.stride_tricks.sliding_window_view(base, K, axis=0)
+
+
+def ours_frames(n: int, seed: int, win) -> PrioritizedReplayBuffer:
+    """Transitions ``0 .. n-1`` of the stream (obs window ``t % R``) in E env streams.
+
+    Env ``e`` holds transitions ``e * n/E`` onwards, so each of its adds stores one new
+    frame (the others are the previous observation's); sampled channel-last as cpprb's.
+    """
+    steps = n // E
+    rb = PrioritizedReplayBuffer(n, alpha=ALPHA, num_envs=E, layout="last", stack_size=K, seed=seed)
+    start = np.arange(E) * steps
+    act = np.zeros(E, np.int64)
+    rew = np.ones(E, np.float32)
+    flags = np.zeros(E, bool)
+    for s in range(steps):
+        t = start + s
+        rb.add(win[t % R], act, rew, win[(t + 1) % R], flags, flags)
+    return rb
+
+
+def cpprb_frames(n: int, win):
+    """The cpprb buffer of the same n transitions, frames shared (next_of, stack_compress).
+
+    Added in order, one batch of E consecutive steps per call (its ``stack_compress``
+    needs consecutive observations to be sliding windows). None without cpprb.
+    """
+    try:
+        import cpprb
+    except ImportError:
+        return None
+    rb = cpprb.PrioritizedReplayBuffer(
+        n,
+        {"obs": {"shape": (H, W, K), "dtype": np.uint8}, "act": {}, "rew": {}, "done": {}},
+        alpha=ALPHA,
+        next_of="obs",
+        stack_compress="obs",
+    )
+    for s in range(n // E):
+        t = np.arange(s * E, (s + 1) * E)
+        rb.add(
+            obs=win[t % R],
+            next_obs=win[(t + 1) % R],
+            act=np.zeros(E),
+            rew=np.ones(E),
+            done=np.zeros(E),
+        )
+    return rb
+
+
+def run_frames(n: int, batches, repeats: int, warmup: int, seed: int) -> list[dict]:
+    """Sample + update on real-size frames: ours against cpprb holding the same transitions."""
+    win = stream_windows(seed)
+    peer = cpprb_frames(n, win)
+    if peer is None:
+        return []
+    rb = ours_frames(n, seed, win)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for b in batches:
+        p = rng.uniform(0.01, 2.0, b)
+
+        def full(b=b, p=p):
+            s = rb.sample(b, beta=BETA)
+            rb.update_priorities(s.indices, p)
+
+        def cp(b=b, p=p):
+            s = peer.sample(b, beta=BETA)
+            peer.update_priorities(s["indexes"], p)
+
+        t = _median_us({"full": full, "cpprb": cp}, repeats, warmup)
+        rows.append({"N": n, "B": b, **{k + "_us": v for k, v in t.items()}})
+        rows[-1]["x"] = t["cpprb"] / t["full"]
+    return rows
 
 
 def torchrl_sampler(n: int):
@@ -191,8 +284,17 @@ def run(sizes, batches, repeats: int, warmup: int, seed: int) -> tuple[list[dict
     return rows, notes
 
 
-def format_table(rows: list[dict]) -> str:
-    cols = [
+FRAME_COLS = [
+    ("N", "N", "{:,}"),
+    ("B", "B", "{}"),
+    ("lf sample+update", "full_us", "{:.1f}"),
+    ("cpprb sample+update", "cpprb_us", "{:.1f}"),
+    ("cpprb/lf", "x", "{:.2f}x"),
+]
+
+
+def format_table(rows: list[dict], cols=None) -> str:
+    cols = cols or [
         ("N", "N", "{:,}"),
         ("B", "B", "{}"),
         ("lf machinery", "machinery_us", "{:.1f}"),
@@ -222,6 +324,9 @@ def check_targets(rows: list[dict]) -> list[tuple[str, bool]]:
                 bool(x >= TARGET_PEER),
             )
         )
+        x = r["tiny_x"]
+        text = f"N={r['N']:,} B={r['B']}: fastest peer / tiny {x:.2f} >= {TARGET_PEER}"
+        out.append((text, bool(x >= TARGET_PEER)))
         if r["B"] == 32:
             m = r["machinery_of_uniform"]
             text = f"N={r['N']:,} B=32: machinery / uniform sample {m:.0%} <= {TARGET_UNIFORM:.0%}"
@@ -253,6 +358,13 @@ def main(argv=None) -> list[dict]:
         default=None,
         help="timed calls at batch 32 (a quarter at 256; default 400, 40 with --quick)",
     )
+    p.add_argument(
+        "--frames-size",
+        type=int,
+        default=None,
+        help="transitions of the real-size frames row against cpprb's stack_compress "
+        "buffer (default 100000, 10000 with --quick; 0 skips it)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--check",
@@ -283,6 +395,21 @@ def main(argv=None) -> list[dict]:
         "the fastest peer's sample+update over ours; machinery/uniform: over our uniform "
         "sample(B) of the same frames."
     )
+    n_frames = args.frames_size
+    if n_frames is None:
+        n_frames = 10_000 if args.quick else 100_000
+    if n_frames:
+        frame_rows = run_frames(n_frames, (32, 256), max(10, repeats // 8), 3, args.seed)
+        if frame_rows:
+            print(
+                f"\nReal-size frames: {n_frames:,} transitions of one stream of {H}x{W} uint8 "
+                f"frames, k={K}, sampled channel-last (B, {H}, {W}, {K}) by both; cpprb stores "
+                f"each frame once (next_of='obs', stack_compress='obs'), lazyframes in {E} env "
+                f"streams; median of {max(10, repeats // 8)} calls (microseconds)"
+            )
+            print(format_table(frame_rows, FRAME_COLS))
+        else:
+            print("cpprb: not installed (pip install cpprb); no real-size frames row")
     if args.check:
         results = check_targets(rows)
         for text, met in results:

@@ -14,11 +14,12 @@
 #      Anything a callback can change is re-read in phase 2.
 #   2. No Python code from here on, so nothing can change under it (no callback, no
 #      thread switch: the GIL is held): re-check every output from its C fields
-#      (_fits) and every id (in range, live), read a table's entries, take a reference
-#      on each hot frame and resolve each cold (compressed) one, pinning its delta chain
-#      (_resolve), reserve the decoding scratch, then decode and copy (_copy releases
-#      the GIL for large copies and for any decoding; the references and pins keep
-#      every frame alive and in place meanwhile) or hand the references to a new owner.
+#      (_fits) and every id (in range, live), read a table's entries, resolve each cold
+#      (compressed) frame, pinning its delta chain (_resolve), reserve the decoding
+#      scratch, then decode and copy (_copy releases the GIL for large copies and for
+#      any decoding, after taking a reference on each hot frame; the references and pins
+#      keep every frame alive and in place meanwhile) or hand the references to a new
+#      owner.
 #
 # Only phase 2 is trusted for memory safety; phase 1 checks exist to raise the shared
 # error messages early. An output resized in phase 1 (ndarray.resize(refcheck=False)
@@ -158,7 +159,7 @@ cdef object _output(FramePool pool, lf_layout code, Py_ssize_t b, Py_ssize_t k, 
     c.itemsize = pool._itemsize
     c.src_type = pool._ltype
     cdef cnp.dtype dst = pool._descr
-    if dtype is not None or scale is not None or not (
+    if (dtype is not None and dtype is not pool._descr) or scale is not None or not (
             out is None or (cnp.PyArray_CheckExact(out)
                             and (<cnp.ndarray>out).descr is pool._descr)):
         dst = C.output_dtype(pool._dtype, C.requested_dtype(dtype, out), scale)
@@ -176,7 +177,7 @@ cdef int _kernel(const _Copy *c, const unsigned char **src, Py_ssize_t r0,
 
     0, or -1 for an unsupported pair.
     """
-    cdef Py_ssize_t i, o
+    cdef Py_ssize_t i, o, m
     cdef size_t fb
     cdef int rc = 0
     if c.floor:
@@ -188,6 +189,15 @@ cdef int _kernel(const _Copy *c, const unsigned char **src, Py_ssize_t r0,
         return lf_copy_stacks(src + r0 * c.k, r1 - r0, c.k, c.outer, c.inner, c.src_type,
                               c.dst_type, c.itemsize, c.scale, c.has_scale,
                               c.dst[0] + r0 * c.obs_bytes)
+    if c.outer == 1 and c.src_type == c.dst_type and not c.has_scale:
+        # "stack"/"first" without conversion: one memcpy per frame (copy_raw's), inline
+        fb = c.inner * c.itemsize
+        for i in range(r0, r1):
+            for o in range(c.n_out):
+                for m in range(c.k):
+                    memcpy(c.dst[o] + i * c.obs_bytes + m * fb, src[(i * c.n_out + o) * c.k + m],
+                           fb)
+        return 0
     for i in range(r0, r1):  # row by row: frames shared by the outputs are read once
         for o in range(c.n_out):
             rc |= lf_copy_stacks(src + (i * c.n_out + o) * c.k, 1, c.k, c.outer, c.inner,
@@ -315,11 +325,6 @@ cdef int _copy(_Copy *c) except -1:
             raise RuntimeError(C.OUT_CHANGED)
         c.dst[o] = <unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>c.out[o])
     c.obs_bytes = c.k * c.outer * c.inner * c.out_itemsize
-    if c.pools == NULL:
-        _check_ids(c.pool, c.ids, m)
-    else:
-        for i in range(c.n_obs):
-            _check_ids(c.pools[i], c.ids + i * per, per)
     cdef const unsigned char *few[64]
     cdef const unsigned char **src = few
     cdef int64_t few_entry[64]
@@ -337,13 +342,13 @@ cdef int _copy(_Copy *c) except -1:
             free(entry if entry != few_entry else NULL)
             raise MemoryError()
     try:
-        for i in range(m):  # a reference on every frame while the GIL is released
+        for i in range(m):  # every id checked (live) before anything is written
             p = c.pool if c.pools == NULL else c.pools[i // per]
+            if not lf_pool_is_live(p, c.ids[i]):
+                _check_ids(p, c.ids + i, 1)  # raises the shared message
             if lf_pool_is_hot(p, c.ids[i]):
                 src[i] = lf_pool_addr(p, c.ids[i])
-                lf_pool_incref(p, c.ids[i])
                 entry[i] = -1
-                n_hot = i + 1
             else:
                 j = _resolve(&rs, p, c.ids[i], &e)
                 entry[i] = (<int64_t>j << 32) | e
@@ -351,6 +356,12 @@ cdef int _copy(_Copy *c) except -1:
             if lf_reader_reserve(&rs.r[j]) != 0:
                 raise MemoryError()
         if rs.n or c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out >= _NOGIL_BYTES:
+            # a reference on every hot frame while the GIL is released (with the GIL
+            # held and no Python code running, nothing can free or move one)
+            for i in range(m):
+                if entry[i] < 0:
+                    lf_pool_incref(c.pool if c.pools == NULL else c.pools[i // per], c.ids[i])
+            n_hot = m
             _busy(c, 1)  # the pools' frames may not move (enable_compression) meanwhile
             with nogil:
                 if rs.n:

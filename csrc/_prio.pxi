@@ -232,9 +232,10 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
         cdef double b = 0.0 if beta is None else float(beta)
         cdef size_t j, m = cnp.PyArray_SIZE(uu)
         cdef int64_t n = <int64_t>self._t.n, top = newest % n if n and newest >= 0 else 0
-        idx = np.empty(m, np.int64)
-        w = None if beta is None else np.empty(m, np.float32)
-        num = None if newest < 0 else np.empty(m, np.int64)
+        cdef cnp.npy_intp dim = <cnp.npy_intp>m
+        idx = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
+        w = None if beta is None else cnp.PyArray_EMPTY(1, &dim, cnp.NPY_FLOAT32, 0)
+        num = None if newest < 0 else cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
         cdef const double *uv = <const double *>cnp.PyArray_DATA(uu)
         cdef int64_t *iv = <int64_t *>cnp.PyArray_DATA(idx)
         cdef int64_t *nv = NULL if num is None else <int64_t *>cnp.PyArray_DATA(num)

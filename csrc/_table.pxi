@@ -413,6 +413,49 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         _copy(&c)
         return res1, res2
 
+    def step_fields(self, rows, flags, rewards, gamma):
+        """The one-step fields of a replay buffer's transitions ``rows``, in one pass.
+
+        Transition ``r`` has flags ``flags[r]`` (bit 0: terminated, bit 1: truncated)
+        and reward ``rewards[r]``; the fields are those of a one-step target.
+
+        Args:
+            rows: 1-D ints, B row indices in ``[0, rows)`` (repeats allowed).
+            flags: a C-contiguous 1-D uint8 ndarray of at least ``rows`` entries.
+            rewards: a C-contiguous 1-D float32 ndarray of at least ``rows`` entries.
+            gamma: the discount, a real number.
+
+        Returns:
+            ``(rewards, dones, truncations, discounts)``: float32 ``(B,)`` arrays (the
+            rows of one new ``(4, B)`` array): the rewards, 1.0 where terminated, 1.0
+            where truncated, and ``gamma`` each.
+
+        Raises:
+            IndexError: a row out of range. TypeError: ``flags`` or ``rewards`` not
+                such an ndarray.
+        """
+        self._ready()
+        cdef float g = <float>float(gamma)
+        cdef cnp.ndarray r = _row_ids(rows, self._R, False)
+        # phase 2: no Python code from here on (the arrays are judged from C fields)
+        if not (_flat(flags, cnp.NPY_UINT8, self._R) and _flat(rewards, cnp.NPY_FLOAT32, self._R)):
+            raise TypeError(C.step_arrays(self._R))
+        cdef cnp.npy_intp dims[2]
+        dims[0] = 4
+        dims[1] = r.shape[0]
+        cdef cnp.ndarray res = cnp.PyArray_EMPTY(2, dims, cnp.NPY_FLOAT32, 0)
+        cdef float *o = <float *>cnp.PyArray_DATA(res)
+        cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
+        cdef const uint8_t *fl = <const uint8_t *>cnp.PyArray_DATA(<cnp.ndarray>flags)
+        cdef const float *rw = <const float *>cnp.PyArray_DATA(<cnp.ndarray>rewards)
+        cdef Py_ssize_t i, b = dims[1]
+        for i in range(b):
+            o[i] = rw[ri[i]]
+            o[b + i] = fl[ri[i]] & 1
+            o[2 * b + i] = (fl[ri[i]] >> 1) & 1
+            o[3 * b + i] = g
+        return res[0], res[1], res[2], res[3]
+
     def take(self, rows, source, index):
         """Fill ``rows`` with slots of ``source`` by flat position (-1: empty); checkpoint load.
 
@@ -499,6 +542,16 @@ cdef void _table_write(SlotTable t, const int64_t *r, Py_ssize_t e, const int64_
                 if j and ids[j] != ids[j - 1]:
                     lf_pool_set_prev(p, ids[j], ids[j - 1])
             col += ks[q]
+
+
+cdef bint _flat(object x, int typenum, Py_ssize_t n) noexcept:
+    """Whether ``x`` is a plain aligned C-contiguous 1-D ndarray of ``typenum``, >= n entries."""
+    if not cnp.PyArray_CheckExact(x):
+        return False
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    return (cnp.PyArray_TYPE(a) == typenum and cnp.PyArray_NDIM(a) == 1
+            and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
+            and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_DIMS(a)[0] >= n)
 
 
 cdef Py_ssize_t _first_over_int32(const int64_t *ids, Py_ssize_t n) noexcept:

@@ -816,6 +816,24 @@ static void test_sumtree_sample(void) {
     int ok = 1;
     for (int i = 0; i < N; i++) ok &= fabs((double)count[i] - M * p[i] / tot) <= 2.0;
     CHECK(ok, "stratified counts within 2 of M * P(i)");
+    /* draws go in groups, level by level: each equals a plain prefix-sum search (integer
+     * leaves: every sum is exact), across group boundaries (m = 100) */
+    for (int i = 0; i < N; i++) p[i] = (i % 5 == 0) ? 0.0 : (double)(rnd() % 10);
+    lf_sumtree_set(&t, ids, p, N);
+    tot = 0.0;
+    for (int i = 0; i < N; i++) tot += p[i];
+    CHECK(lf_sumtree_sample(&t, uu, 100, draws) == 0, "sample 100");
+    ok = 1;
+    for (int j = 0; j < 100; j++) {
+        double x = ((double)j + uu[j]) * tot / 100.0, run = 0.0;
+        int want = -1;
+        for (int i = 0; i < N && want < 0; i++) {
+            run += p[i];
+            if (p[i] > 0.0 && x < run) want = i;
+        }
+        ok &= draws[j] == want;
+    }
+    CHECK(ok, "grouped draws == prefix-sum search");
     lf_sumtree_free(&t);
 }
 
@@ -864,6 +882,18 @@ static void test_sumtree_drift(void) {
     lf_sumtree_clear(&t);
     for (int j = 0; j < 4 * N; j++) lf_sumtree_set(&t, &bi[j], &bv[j], 1);
     CHECK(tree_nodes_equal(&t, &fresh), "batched set == one by one (repeats: last wins)");
+    /* batches below the rebuild threshold go level by level, in groups: still equal,
+     * with repeats inside a group and across groups (indices from a range of 50) */
+    lf_sumtree_clear(&t);
+    lf_sumtree_clear(&fresh);
+    for (int b = 0; b < 40; b++) {
+        int64_t *gi = bi + b * 97;
+        double *gv = bv + b * 97;
+        for (int j = 0; j < 97; j++) gi[j] = (int64_t)(rnd() % 50) * 19;
+        CHECK(lf_sumtree_set(&fresh, gi, gv, 97) == 0, "grouped set %d", b);
+        for (int j = 0; j < 97; j++) lf_sumtree_set(&t, &gi[j], &gv[j], 1);
+    }
+    CHECK(tree_nodes_equal(&t, &fresh), "grouped set == one by one (repeats: last wins)");
     lf_sumtree_free(&t);
     lf_sumtree_free(&fresh);
 }

@@ -744,6 +744,13 @@ def pair_widths(k1: int, k2: int) -> str:
     return f"cols1 and cols2 have different widths: {k1} and {k2}"
 
 
+def step_arrays(n: int) -> str:
+    return (
+        f"flags and rewards must be C-contiguous 1-D ndarrays of uint8 and float32 of at "
+        f"least {n} entries"
+    )
+
+
 def pair_lengths(n1: int, n2: int) -> str:
     return f"rows1 and rows2 have different lengths: {n1} and {n2}"
 

@@ -951,6 +951,30 @@ class SlotTable(_Guarded):
         kw = {"layout": layout, "dtype": dtype, "scale": scale}
         return pool.gather(ids1, o1, **kw), pool.gather(ids2, o2, **kw)
 
+    def step_fields(self, rows, flags, rewards, gamma):
+        """The one-step fields of a replay buffer's transitions ``rows``, in one pass."""
+        g = np.float32(float(gamma))
+        r = C.as_rows(rows, len(self._ids))
+        n = len(self._ids)
+        for a, dt in ((flags, np.uint8), (rewards, np.float32)):
+            if not (
+                type(a) is np.ndarray
+                and a.dtype == dt
+                and a.dtype.isnative
+                and a.ndim == 1
+                and a.flags.c_contiguous
+                and a.flags.aligned
+                and a.shape[0] >= n
+            ):
+                raise TypeError(C.step_arrays(n))
+        fl = flags[r]
+        res = np.empty((4, len(r)), np.float32)
+        res[0] = rewards[r]
+        res[1] = fl & 1
+        res[2] = (fl >> 1) & 1
+        res[3] = g
+        return res[0], res[1], res[2], res[3]
+
     def __reduce__(self):
         raise TypeError(C.TABLE_NOT_PICKLABLE)
 

@@ -266,6 +266,12 @@ MISUSES = {
     "table pairs lengths": lambda w: w["table"].gather_pairs([0], (0, 1), [1, 0], (0, 1)),
     "table take index": lambda w: w["table"].take([2], w["batch"], np.array([[0, 4]])),
     "table take shape": lambda w: w["table"].take([2], w["batch"], np.array([[0]])),
+    "table step range": lambda w: w["table"].step_fields(
+        [3], np.zeros(3, np.uint8), np.zeros(3, np.float32), 0.9
+    ),
+    "table step arrays": lambda w: w["table"].step_fields(
+        [0], np.zeros(2, np.uint8), np.zeros(3, np.float32), 0.9
+    ),
     "table pickle": lambda w: w["table"].__reduce__(),
     "pool pickle": lambda w: w["pool"].__reduce__(),
     "uninit LazyFrames": lambda w: w["mod"].LazyFrames.__new__(w["mod"].LazyFrames).shape,

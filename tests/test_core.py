@@ -979,6 +979,32 @@ def _table(impl, pool, rows=4, width=4):
     return t
 
 
+def test_slot_table_step_fields_are_the_one_step_targets(impl):
+    table = _table(impl, make_pool(impl), rows=6)
+    flags = np.array([0, 1, 2, 3, 4, 5], np.uint8)  # bit 0 terminated, bit 1 truncated
+    rewards = np.linspace(-1, 1, 6, dtype=np.float32)
+    rows = np.array([5, 0, 3, 3, 1, 2])
+    r, d, t, g = table.step_fields(rows, flags, rewards, 0.99)
+    np.testing.assert_array_equal(r, rewards[rows])
+    np.testing.assert_array_equal(d, [1, 0, 1, 1, 1, 0])
+    np.testing.assert_array_equal(t, [0, 0, 1, 1, 0, 1])
+    np.testing.assert_array_equal(g, np.full(6, 0.99, np.float32))
+    assert all(a.dtype == np.float32 and a.shape == (6,) for a in (r, d, t, g))
+    assert table.step_fields([], flags, rewards, 0.5)[0].shape == (0,)
+    for bad in ([6], [-1]):
+        with pytest.raises(IndexError):
+            table.step_fields(bad, flags, rewards, 0.99)
+    for fl, rw in [
+        (flags[:5], rewards),  # fewer entries than rows
+        (flags.astype(np.int8), rewards),
+        (flags, rewards.astype(np.float64)),
+        (flags, np.linspace(0, 1, 12, dtype=np.float32)[::2]),  # not contiguous
+        (list(flags), rewards),
+    ]:
+        with pytest.raises(TypeError, match="flags and rewards"):
+            table.step_fields(rows, fl, rw, 0.99)
+
+
 def test_slot_table_starts_empty_and_set_takes_then_drops_references(impl):
     pool = make_pool(impl)
     a = [pool.push(f(v)) for v in range(4)]

@@ -248,8 +248,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 "still open (add more steps) or an autoreset placeholder"
             )
         pos, numbers, weights = self._draw(B, b)
-        s = at(self, pos, obs_out, next_out, dst, scale)
-        return PrioritizedSamples(*s._replace(indices=numbers), weights)
+        o, a, n, d, r, t, _, g = at(self, pos, obs_out, next_out, dst, scale)
+        return PrioritizedSamples(o, a, n, d, r, t, numbers, g, weights)
 
     def _draw(self, batch_size: int, beta: float) -> tuple:
         """``(positions, numbers, weights)`` of ``batch_size`` prioritized draws (checked args).

@@ -90,6 +90,29 @@ def window(rb: ReplayBuffer, idx: np.ndarray):
     return valid, ret, last, (flast & TERM) != 0, (flast & TRUNC) != 0, m
 
 
+def one_step(rb: ReplayBuffer, idx: np.ndarray) -> tuple:
+    """``(rewards, dones, truncations, discounts)`` of transitions ``idx`` when ``n_step == 1``.
+
+    One core call (``SlotTable.step_fields``): the four float32 arrays in one pass over
+    the flags and rewards (a Dict buffer asks the table of one of its frame leaves).
+    """
+    table = rb._table
+    if table is None and rb._leaves is not None:
+        table = next(
+            (t for t in (getattr(v, "_table", None) for v in rb._leaves.values()) if t is not None),
+            None,
+        )
+    if table is not None:
+        return table.step_fields(idx, rb._flags, rb._rewards, rb._gamma)
+    fl = rb._flags[idx]  # a Dict buffer without frame leaves
+    return (
+        rb._rewards[idx],
+        (fl & TERM).astype(np.float32),
+        ((fl & TRUNC) != 0).astype(np.float32),
+        np.full(idx.shape, rb._gamma, np.float32),
+    )
+
+
 def draw(rb: ReplayBuffer, batch_size: int) -> np.ndarray:
     """Uniform indices over the sampleable transitions (exact: rejection or enumeration)."""
     total = len(rb)
@@ -117,7 +140,10 @@ def draw(rb: ReplayBuffer, batch_size: int) -> np.ndarray:
 def outputs(rb: ReplayBuffer, batch_size, out, dtype, scale):
     """The pair of arrays to fill and the output dtype (all checked)."""
     if out is None:
-        dst = C.output_dtype(rb._dtype, dtype, scale)
+        if dtype is None and scale is None:
+            dst = rb._dtype
+        else:
+            dst = C.output_dtype(rb._dtype, dtype, scale)
         key = (batch_size, dst)
         pair = rb._out_cache.get(key)
         if pair is None:
@@ -160,14 +186,9 @@ def fields(rb: ReplayBuffer, idx: np.ndarray) -> tuple:
     ``last``: the ring position of each n-step window's last transition, whose next
     observation is the sample's.
     """
-    B = len(idx)
     if rb._n_step == 1:
-        fl = rb._flags[idx]
         last = idx
-        rewards = rb._rewards[idx]
-        dones = (fl & TERM).astype(np.float32)
-        truncs = ((fl & TRUNC) >> 1).astype(np.float32)
-        discounts = np.full(B, rb._gamma, np.float32)
+        rewards, dones, truncs, discounts = one_step(rb, idx)
     else:
         _, ret, last, term, trunc, m = window(rb, idx)
         rewards = ret.astype(np.float32)
