@@ -433,6 +433,29 @@ def test_misuse_leaves_state_unchanged(impl):
         assert state(rb2) == before
 
 
+def test_update_callback_that_moves_the_window(impl):
+    """An __array__ that adds or clears runs before the stored numbers are read."""
+    rb = make(impl, 4, seed=0)
+    model = Model(4, 1, 0.6)
+    for _ in range(4):
+        add(rb, model)
+
+    class Calls:
+        def __init__(self, value, call):
+            self.value, self.call = value, call
+
+        def __array__(self, dtype=None, copy=None):
+            self.call()
+            return np.asarray(self.value)
+
+    # number 0 is stored when the call starts; the add evicts it (number 4 takes its place)
+    with pytest.raises(ValueError, match="evicted"):
+        rb.update_priorities(Calls([0], lambda: add(rb, model)), [50.0])
+    assert rb.priorities([4]).tolist() == [1.0] and rb.max_priority == 1.0
+    with pytest.raises(ValueError, match="holds no transition"):
+        rb.update_priorities([1, 2], Calls([5.0, 5.0], rb.clear))
+    assert rb.max_priority == 1.0
+
 def test_exported():
     assert lazyframes.PrioritizedReplayBuffer is PrioritizedReplayBuffer
     rb = PrioritizedReplayBuffer(10, alpha=0.5)

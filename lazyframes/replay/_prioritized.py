@@ -280,13 +280,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             TypeError: non-integer indices, non-numeric priorities.
             Nothing changes when an error is raised.
         """
+        # converted first: an __array__ callback may add or clear, which moves the window
+        indices, priorities = np.asarray(indices), np.asarray(priorities)
         lo, hi = self._added - len(self), self._added
         r = self._tree.update_priorities(indices, priorities, self._alpha, lo, hi, self._prio)
         if type(r) is tuple:
             j, kind = r
             if kind == 0:
-                raise ValueError(self._stale(j, int(np.asarray(indices).reshape(-1)[j])))
-            p = float(np.asarray(priorities).reshape(-1)[j])
+                raise ValueError(self._stale(j, int(indices.reshape(-1)[j])))
+            p = float(priorities.reshape(-1)[j])
             if kind == 1:
                 raise ValueError(f"priorities[{j}] = {p!r} must be positive and finite")
             raise ValueError(
