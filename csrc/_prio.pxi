@@ -252,6 +252,8 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
         if rc != 0:
             if not lf_sumtree_total(&self._t) > 0.0:
                 raise ValueError(C.prio_empty())
+            if not isfinite(lf_sumtree_total(&self._t)):
+                raise ValueError(C.prio_infinite())
             raise ValueError("u must hold numbers in [0, 1)")
         return idx, num, w
 

@@ -1041,7 +1041,8 @@ class SumTree(_Guarded):
         nodes = nodes[nodes >= 1]
         while nodes.size:  # one level at a time: every leaf is at the same depth
             s, m = self._sum, self._min
-            s[nodes] = s[2 * nodes] + s[2 * nodes + 1]
+            with np.errstate(over="ignore"):  # finite leaves may sum to inf, as in C
+                s[nodes] = s[2 * nodes] + s[2 * nodes + 1]
             m[nodes] = np.minimum(m[2 * nodes], m[2 * nodes + 1])
             nodes = np.unique(nodes >> 1)
             nodes = nodes[nodes >= 1]
@@ -1074,6 +1075,8 @@ class SumTree(_Guarded):
         total = self._sum[1]
         if not total > 0:
             raise ValueError(C.prio_empty())
+        if not np.isfinite(total):
+            raise ValueError(C.prio_infinite())
         if not np.all((uu >= 0) & (uu < 1)):
             raise ValueError("u must hold numbers in [0, 1)")
         x = (np.arange(m, dtype=np.float64) + uu) * total / m

@@ -157,6 +157,10 @@ def test_sumtree_api(impl):
     t.clear()
     with pytest.raises(ValueError, match="empty"):
         t.sample([0.5])
+    t.set([0, 1], [1e308, 1e308])  # finite leaves whose sum overflows
+    with pytest.raises(ValueError, match="float64 max"):
+        t.sample([0.5])
+    t.clear()
     with pytest.raises(TypeError):
         impl.SumTree.__new__(impl.SumTree).total()
     with pytest.raises(RuntimeError):
