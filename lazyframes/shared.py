@@ -783,6 +783,8 @@ class SharedReplay:
         written = self.rows_written
         if written == 0:
             raise ValueError("the replay holds no transition yet")
+        if written < 0:
+            raise ValueError(f"{self._path}: a corrupt header ({written} rows written)")
         lo = min(max(lo, written - self._rows, 0), written - 1)
         t = rng.integers(lo, written, n)
         rows = t % self._rows

@@ -17,6 +17,7 @@ import pytest
 from conftest import ROOT
 from test_transport import SHAPE, _forge, vector_run
 
+from lazyframes import shared
 from lazyframes.shared import SharedReplay
 from lazyframes.transport import Sender
 
@@ -225,6 +226,19 @@ def test_readers_sample_while_the_writer_writes_and_one_is_killed(tmp_path):
             p.join(timeout=30)
     w.close(unlink=True)
 
+
+@pytest.mark.parametrize("count", [-1, -(2**63)])
+def test_a_negative_row_count_is_a_corrupt_header(tmp_path, count):
+    path = tmp_path / "r.lfr"
+    w = SharedReplay.create(path, capacity=8, frame_shape=SHAPE, stack_size=K)
+    w.add_frames(np.stack([frame(f) for f in range(5)]))
+    w.add([[0, 1, 2, 3]], [0], [0.0], [[1, 2, 3, 4]], [False], [False])
+    w._head[shared._ROWS_WRITTEN] = count  # as another process could write it
+    r = SharedReplay.attach(path)
+    with pytest.raises(ValueError, match="corrupt header"):
+        r.sample(2)
+    r.close()
+    w.close()
 
 def test_attach_and_load_refuse_a_fifo_without_blocking(tmp_path):
     """Opening a FIFO blocks until a writer comes: attach and load must not wait."""
