@@ -378,6 +378,18 @@ def test_checkpoint_round_trip(impl, tmp_path):
     rb.save(tmp_path / "bad.npz")
     with pytest.raises(ValueError, match="bad priorities"):
         PrioritizedReplayBuffer.load(tmp_path / "bad.npz")
+    rb._prio[3] = 1.0
+    for attr, value, match in [
+        ("_added", 2**62 + 14, "bad transition count"),  # beyond int64 once drawn
+        ("_alpha", "0.8", "bad alpha"),  # a number as a JSON string
+        ("_alpha", True, "bad alpha"),
+    ]:
+        good = getattr(rb, attr)
+        setattr(rb, attr, value)
+        rb.save(tmp_path / "bad.npz")
+        setattr(rb, attr, good)
+        with pytest.raises(ValueError, match=match):
+            PrioritizedReplayBuffer.load(tmp_path / "bad.npz")
 
 
 def test_pickle_keeps_priorities(impl):

@@ -332,7 +332,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         else:
             if not isinstance(pm, dict):
                 raise ValueError("meta 'prioritized' must be an object")
-            self._alpha = _alpha(pm.get("alpha"))
+            alpha = pm.get("alpha")
+            if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+                raise ValueError(f"bad alpha {alpha!r}")
+            self._alpha = _alpha(alpha)
             max_p = pm.get("max_priority")
             added = pm.get("added")
             if not (isinstance(max_p, float) and math.isfinite(max_p) and max_p >= 1.0):
@@ -341,6 +344,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 isinstance(added, bool)
                 or not isinstance(added, int)
                 or added < n
+                or added >= 2**62  # numbers are int64 in the trees' calls
                 or added % self._capacity != self._pos
             ):
                 raise ValueError(f"bad transition count {added!r}")
