@@ -472,6 +472,7 @@ def test_update_callback_that_moves_the_window(impl):
         rb.update_priorities([1, 2], Calls([5.0, 5.0], rb.clear))
     assert rb.max_priority == 1.0
 
+
 def test_exported():
     assert lazyframes.PrioritizedReplayBuffer is PrioritizedReplayBuffer
     rb = PrioritizedReplayBuffer(10, alpha=0.5)

@@ -295,6 +295,7 @@ def test_frame_keys_option_and_out(impl):
         rb.sample(3, out=(Clears(out[0]), out[1]), dtype=np.float32)
     assert rb._rng.bit_generator.state == state
 
+
 def test_bad_dict_input_stores_nothing(impl):
     pool = impl.FramePool((2, 2), np.uint8)
     rb = ReplayBuffer(8, seed=0, pool={"img": pool})

@@ -240,6 +240,7 @@ def test_a_negative_row_count_is_a_corrupt_header(tmp_path, count):
     r.close()
     w.close()
 
+
 def test_attach_and_load_refuse_a_fifo_without_blocking(tmp_path):
     """Opening a FIFO blocks until a writer comes: attach and load must not wait."""
     fifo = tmp_path / "fifo"
