@@ -986,6 +986,8 @@ class SumTree(_Guarded):
         n = operator.index(capacity)
         if n < 0:
             raise ValueError(f"capacity must be >= 0, got {n}")
+        if n > np.iinfo(np.int64).max // 32:  # as the compiled tree (NumPy: a ValueError)
+            raise MemoryError(f"no memory for a SumTree of {n} leaves")
         size = 1
         while size < n:
             size *= 2

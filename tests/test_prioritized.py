@@ -169,6 +169,8 @@ def test_sumtree_api(impl):
         t.__reduce__()
     with pytest.raises(ValueError, match=">= 0"):
         impl.SumTree(-1)
+    with pytest.raises(MemoryError, match="no memory"):
+        impl.SumTree(2**62)
 
 
 def test_sumtree_no_drift(impl):
