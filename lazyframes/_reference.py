@@ -959,17 +959,19 @@ class SlotTable(_Guarded):
 
 
 def _prio_f64(x, name: str) -> np.ndarray:
+    """A private flat float64 copy (checked, then used: no other thread may change it)."""
     a = np.asarray(x)
     if a.dtype.kind not in "iuf":
         raise TypeError(C.prio_dtype(name, a.dtype))
-    return np.ascontiguousarray(a.reshape(-1), np.float64)
+    return np.array(a.reshape(-1), np.float64)
 
 
 def _prio_i64(x, name: str) -> np.ndarray:
+    """A private flat int64 copy, as :func:`_prio_f64`."""
     a = np.asarray(x)
     if a.dtype.kind not in "iu":
         raise TypeError(C.prio_int_dtype(name, a.dtype))
-    return np.ascontiguousarray(a.reshape(-1)).astype(np.int64, copy=False)
+    return np.array(a.reshape(-1), np.int64)
 
 
 class SumTree(_Guarded):
@@ -1112,7 +1114,6 @@ class SumTree(_Guarded):
             raise ValueError(C.prio_lengths(t.size, p.size, "priorities"))
         if raw.size != n:
             raise ValueError(f"raw must hold {n} priorities, got {raw.size}")
-        p = p.copy()  # read every priority before raw changes
         with np.errstate(all="ignore"):
             v = np.power(p, float(alpha))
         bad0 = (t < 0) | (t < lo) | (t >= hi) | (n == 0)

@@ -9,10 +9,12 @@ exception, its message and that nothing changed (trees, priorities, RNG).
 
 import math
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from conftest import IMPLS, core, needs_both
+from conftest import IMPLS, ROOT, core, needs_both
 
 import lazyframes
 from lazyframes.replay import PrioritizedReplayBuffer, PrioritizedSamples, ReplayBuffer
@@ -473,6 +475,59 @@ def test_update_callback_that_moves_the_window(impl):
     with pytest.raises(ValueError, match="holds no transition"):
         rb.update_priorities([1, 2], Calls([5.0, 5.0], rb.clear))
     assert rb.max_priority == 1.0
+
+
+_RACE = """
+import threading, time
+import numpy as np
+import lazyframes
+
+n, m = 1 << 10, 1 << 20
+tree = lazyframes._impl.SumTree(n)
+good, bad = np.full(m, 5, np.int64), np.full(m, -(1 << 40), np.int64)
+idx, ones, raw = good.copy(), np.ones(m), np.zeros(n)
+stop = []
+
+
+def flip():  # another thread writes the caller's indices while the tree uses them
+    while not stop:
+        np.copyto(idx, bad)
+        np.copyto(idx, good)
+
+
+th = threading.Thread(target=flip)
+th.start()
+end = time.monotonic() + 2.0
+while time.monotonic() < end:
+    for call in (
+        lambda: tree.set(idx, ones),
+        lambda: tree.update_priorities(idx, ones, 1.0, 0, 1 << 50, raw),
+    ):
+        try:
+            call()
+        except ValueError:
+            pass
+stop.append(1)
+th.join()
+assert tree.get(np.arange(n)).sum() in (0.0, 1.0) and raw[6:].sum() == raw[:5].sum() == 0
+print("raced")
+"""
+
+
+def test_indices_written_by_another_thread_mid_call():
+    """The tree checks private copies: a racing writer cannot slip an index past the check.
+
+    Before, ``set`` used the caller's int64 array as it was: checked, then written
+    without the GIL, while another thread could change it (a write out of the tree).
+    """
+    r = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", _RACE],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert r.returncode == 0 and "raced" in r.stdout, r.stdout + r.stderr
 
 
 def test_exported():
