@@ -191,7 +191,8 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
         ``(j + u[j]) * total / m``; an empty leaf is never drawn.
 
         Raises:
-            ValueError: every leaf is empty, or a ``u`` outside ``[0, 1)``.
+            ValueError: every leaf is empty, leaves that sum to more than float64 max,
+                or a ``u`` outside ``[0, 1)``.
         """
         return self.sample_weighted(u, None)[0]
 
