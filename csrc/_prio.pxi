@@ -33,25 +33,27 @@ cdef extern from "<float.h>":
 
 
 cdef cnp.ndarray _vec(object x, int typenum, str name, str kinds):
-    """``x`` as a C-contiguous array of ``typenum`` (read flat), converted when needed.
+    """``x`` as a private C-contiguous copy of ``typenum`` (read flat).
 
-    An exact ndarray of that type and contiguity is used as it is (the fast path of the
-    buffer's own arrays); anything else goes through ``np.asarray``, whose dtype kind
-    must be one of ``kinds`` (TypeError naming ``name`` otherwise).
+    Private: phase 2 checks the values, then uses them without the GIL, so another
+    thread writing the caller's array in between must not reach them. An exact ndarray
+    of that type and contiguity is copied as it is (the fast path of the buffer's own
+    arrays); anything else goes through ``np.asarray``, whose dtype kind must be one of
+    ``kinds`` (TypeError naming ``name`` otherwise).
     """
     cdef cnp.ndarray a
     if cnp.PyArray_CheckExact(x):
         a = <cnp.ndarray>x
         if (cnp.PyArray_TYPE(a) == typenum and cnp.PyArray_IS_C_CONTIGUOUS(a)
                 and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_ISALIGNED(a)):
-            return a
+            return cnp.PyArray_NewCopy(a, cnp.NPY_CORDER)
     b = np.asarray(x)
     if b.dtype.kind not in kinds:
         if kinds == "iu":
             raise TypeError(C.prio_int_dtype(name, b.dtype))
         raise TypeError(C.prio_dtype(name, b.dtype))
-    return np.ascontiguousarray(b.reshape(-1)).astype(
-        np.int64 if typenum == cnp.NPY_INT64 else np.float64, copy=False)
+    return np.array(b.reshape(-1), np.int64 if typenum == cnp.NPY_INT64 else np.float64,
+                    order="C")  # a copy, always
 
 
 cdef inline cnp.ndarray _i64(object x, str name):
@@ -60,13 +62,6 @@ cdef inline cnp.ndarray _i64(object x, str name):
 
 cdef inline cnp.ndarray _f64(object x, str name):
     return _vec(x, cnp.NPY_FLOAT64, name, "iuf")
-
-
-cdef inline bint _overlap(cnp.ndarray a, cnp.ndarray b) noexcept:
-    """True when the data of ``a`` and ``b`` may share bytes."""
-    cdef char *pa = <char *>cnp.PyArray_DATA(a)
-    cdef char *pb = <char *>cnp.PyArray_DATA(b)
-    return pa < pb + cnp.PyArray_NBYTES(b) and pb < pa + cnp.PyArray_NBYTES(a)
 
 
 @cython.final
@@ -196,7 +191,8 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
         ``(j + u[j]) * total / m``; an empty leaf is never drawn.
 
         Raises:
-            ValueError: every leaf is empty, or a ``u`` outside ``[0, 1)``.
+            ValueError: every leaf is empty, leaves that sum to more than float64 max,
+                or a ``u`` outside ``[0, 1)``.
         """
         return self.sample_weighted(u, None)[0]
 
@@ -253,6 +249,8 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
         if rc != 0:
             if not lf_sumtree_total(&self._t) > 0.0:
                 raise ValueError(C.prio_empty())
+            if not isfinite(lf_sumtree_total(&self._t)):
+                raise ValueError(C.prio_infinite())
             raise ValueError("u must hold numbers in [0, 1)")
         return idx, num, w
 
@@ -290,10 +288,6 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
             raise ValueError(C.prio_lengths(m, cnp.PyArray_SIZE(pp), "priorities"))
         if <size_t>cnp.PyArray_SIZE(rr) != n:
             raise ValueError(f"raw must hold {n} priorities, got {cnp.PyArray_SIZE(rr)}")
-        if _overlap(pp, rr):  # read every priority before raw changes
-            pp = pp.copy()
-        if _overlap(tt, rr):
-            tt = tt.copy()
         cdef const int64_t *tv = <const int64_t *>cnp.PyArray_DATA(tt)
         cdef const double *pv = <const double *>cnp.PyArray_DATA(pp)
         cdef double *rv = <double *>cnp.PyArray_DATA(rr)

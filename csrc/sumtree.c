@@ -110,7 +110,7 @@ double lf_sumtree_get(const lf_sumtree *t, size_t i) { return t->node[t->size + 
 int lf_sumtree_sample(const lf_sumtree *t, const double *u, size_t m, int64_t *out) {
     /* a tree of one leaf has its root at node 1 == leaf 0 */
     double total = t->node[1].sum;
-    if (!(total > 0.0)) return -1;
+    if (!(total > 0.0) || isinf(total)) return -1; /* empty, or leaves that overflow */
     for (size_t j = 0; j < m; j++)
         if (!(u[j] >= 0.0 && u[j] < 1.0)) return -1;
     const lf_node *s = t->node;

@@ -795,6 +795,9 @@ static void test_sumtree_sample(void) {
     lf_sumtree_clear(&t);
     int64_t o = -7;
     CHECK(lf_sumtree_sample(&t, u, 1, &o) == -1 && o == -7, "empty tree");
+    double big[] = {1e308, 1e308}; /* finite leaves whose total overflows */
+    lf_sumtree_set(&t, idx, big, 2);
+    CHECK(lf_sumtree_sample(&t, u, 1, &o) == -1 && o == -7, "infinite total");
     lf_sumtree_free(&t);
     /* frequencies: with one draw per segment, each leaf gets its share within 2 draws */
     enum { N = 37, M = 100000 };

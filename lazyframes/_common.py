@@ -801,3 +801,7 @@ def prio_value(j: int, v: float) -> str:
 
 def prio_empty() -> str:
     return "no transition can be sampled: every leaf of the SumTree is empty"
+
+
+def prio_infinite() -> str:
+    return "cannot sample: the leaves of the SumTree sum to more than float64 max"

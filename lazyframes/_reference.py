@@ -983,17 +983,19 @@ class SlotTable(_Guarded):
 
 
 def _prio_f64(x, name: str) -> np.ndarray:
+    """A private flat float64 copy (checked, then used: no other thread may change it)."""
     a = np.asarray(x)
     if a.dtype.kind not in "iuf":
         raise TypeError(C.prio_dtype(name, a.dtype))
-    return np.ascontiguousarray(a.reshape(-1), np.float64)
+    return np.array(a.reshape(-1), np.float64)
 
 
 def _prio_i64(x, name: str) -> np.ndarray:
+    """A private flat int64 copy, as :func:`_prio_f64`."""
     a = np.asarray(x)
     if a.dtype.kind not in "iu":
         raise TypeError(C.prio_int_dtype(name, a.dtype))
-    return np.ascontiguousarray(a.reshape(-1)).astype(np.int64, copy=False)
+    return np.array(a.reshape(-1), np.int64)
 
 
 class SumTree(_Guarded):
@@ -1010,6 +1012,8 @@ class SumTree(_Guarded):
         n = operator.index(capacity)
         if n < 0:
             raise ValueError(f"capacity must be >= 0, got {n}")
+        if n > np.iinfo(np.int64).max // 32:  # as the compiled tree (NumPy: a ValueError)
+            raise MemoryError(f"no memory for a SumTree of {n} leaves")
         size = 1
         while size < n:
             size *= 2
@@ -1065,7 +1069,8 @@ class SumTree(_Guarded):
         nodes = nodes[nodes >= 1]
         while nodes.size:  # one level at a time: every leaf is at the same depth
             s, m = self._sum, self._min
-            s[nodes] = s[2 * nodes] + s[2 * nodes + 1]
+            with np.errstate(over="ignore"):  # finite leaves may sum to inf, as in C
+                s[nodes] = s[2 * nodes] + s[2 * nodes + 1]
             m[nodes] = np.minimum(m[2 * nodes], m[2 * nodes + 1])
             nodes = np.unique(nodes >> 1)
             nodes = nodes[nodes >= 1]
@@ -1098,6 +1103,8 @@ class SumTree(_Guarded):
         total = self._sum[1]
         if not total > 0:
             raise ValueError(C.prio_empty())
+        if not np.isfinite(total):
+            raise ValueError(C.prio_infinite())
         if not np.all((uu >= 0) & (uu < 1)):
             raise ValueError("u must hold numbers in [0, 1)")
         x = (np.arange(m, dtype=np.float64) + uu) * total / m
@@ -1131,7 +1138,6 @@ class SumTree(_Guarded):
             raise ValueError(C.prio_lengths(t.size, p.size, "priorities"))
         if raw.size != n:
             raise ValueError(f"raw must hold {n} priorities, got {raw.size}")
-        p = p.copy()  # read every priority before raw changes
         with np.errstate(all="ignore"):
             v = np.power(p, float(alpha))
         bad0 = (t < 0) | (t < lo) | (t >= hi) | (n == 0)

@@ -46,6 +46,7 @@ import math
 import mmap
 import operator
 import os
+import stat
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -319,9 +320,12 @@ class SharedReplay:
     def _open(self, path: str, writable: bool) -> None:
         """Map ``path`` and make the array views, after checking its header and size."""
         flags = os.O_RDWR if writable else os.O_RDONLY
-        fd = os.open(path, flags)
+        fd = os.open(path, flags | os.O_NONBLOCK)  # a FIFO would block until a writer came
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size = st.st_size
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"{path} is not a SharedReplay file (not a regular file)")
             if size < HEADER_WORDS * 8:
                 raise ValueError(f"{path} is not a SharedReplay file (too short)")
             access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
@@ -779,6 +783,8 @@ class SharedReplay:
         written = self.rows_written
         if written == 0:
             raise ValueError("the replay holds no transition yet")
+        if written < 0:
+            raise ValueError(f"{self._path}: a corrupt header ({written} rows written)")
         lo = min(max(lo, written - self._rows, 0), written - 1)
         t = rng.integers(lo, written, n)
         rows = t % self._rows

@@ -9,10 +9,12 @@ exception, its message and that nothing changed (trees, priorities, RNG).
 
 import math
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from conftest import IMPLS, core, needs_both
+from conftest import IMPLS, ROOT, core, needs_both
 
 import lazyframes
 from lazyframes.replay import PrioritizedReplayBuffer, PrioritizedSamples, ReplayBuffer
@@ -157,6 +159,10 @@ def test_sumtree_api(impl):
     t.clear()
     with pytest.raises(ValueError, match="empty"):
         t.sample([0.5])
+    t.set([0, 1], [1e308, 1e308])  # finite leaves whose sum overflows
+    with pytest.raises(ValueError, match="float64 max"):
+        t.sample([0.5])
+    t.clear()
     with pytest.raises(TypeError):
         impl.SumTree.__new__(impl.SumTree).total()
     with pytest.raises(RuntimeError):
@@ -165,6 +171,8 @@ def test_sumtree_api(impl):
         t.__reduce__()
     with pytest.raises(ValueError, match=">= 0"):
         impl.SumTree(-1)
+    with pytest.raises(MemoryError, match="no memory"):
+        impl.SumTree(2**62)
 
 
 def test_sumtree_no_drift(impl):
@@ -374,6 +382,18 @@ def test_checkpoint_round_trip(impl, tmp_path):
     rb.save(tmp_path / "bad.npz")
     with pytest.raises(ValueError, match="bad priorities"):
         PrioritizedReplayBuffer.load(tmp_path / "bad.npz")
+    rb._prio[3] = 1.0
+    for attr, value, match in [
+        ("_added", 2**62 + 14, "bad transition count"),  # beyond int64 once drawn
+        ("_alpha", "0.8", "bad alpha"),  # a number as a JSON string
+        ("_alpha", True, "bad alpha"),
+    ]:
+        good = getattr(rb, attr)
+        setattr(rb, attr, value)
+        rb.save(tmp_path / "bad.npz")
+        setattr(rb, attr, good)
+        with pytest.raises(ValueError, match=match):
+            PrioritizedReplayBuffer.load(tmp_path / "bad.npz")
 
 
 def test_pickle_keeps_priorities(impl):
@@ -431,6 +451,83 @@ def test_misuse_leaves_state_unchanged(impl):
         with pytest.raises(ValueError, match=r"priority \*\* alpha"):
             rb2.update_priorities([0], [p])
         assert state(rb2) == before
+
+
+def test_update_callback_that_moves_the_window(impl):
+    """An __array__ that adds or clears runs before the stored numbers are read."""
+    rb = make(impl, 4, seed=0)
+    model = Model(4, 1, 0.6)
+    for _ in range(4):
+        add(rb, model)
+
+    class Calls:
+        def __init__(self, value, call):
+            self.value, self.call = value, call
+
+        def __array__(self, dtype=None, copy=None):
+            self.call()
+            return np.asarray(self.value)
+
+    # number 0 is stored when the call starts; the add evicts it (number 4 takes its place)
+    with pytest.raises(ValueError, match="evicted"):
+        rb.update_priorities(Calls([0], lambda: add(rb, model)), [50.0])
+    assert rb.priorities([4]).tolist() == [1.0] and rb.max_priority == 1.0
+    with pytest.raises(ValueError, match="holds no transition"):
+        rb.update_priorities([1, 2], Calls([5.0, 5.0], rb.clear))
+    assert rb.max_priority == 1.0
+
+
+_RACE = """
+import threading, time
+import numpy as np
+import lazyframes
+
+n, m = 1 << 10, 1 << 20
+tree = lazyframes._impl.SumTree(n)
+good, bad = np.full(m, 5, np.int64), np.full(m, -(1 << 40), np.int64)
+idx, ones, raw = good.copy(), np.ones(m), np.zeros(n)
+stop = []
+
+
+def flip():  # another thread writes the caller's indices while the tree uses them
+    while not stop:
+        np.copyto(idx, bad)
+        np.copyto(idx, good)
+
+
+th = threading.Thread(target=flip)
+th.start()
+end = time.monotonic() + 2.0
+while time.monotonic() < end:
+    for call in (
+        lambda: tree.set(idx, ones),
+        lambda: tree.update_priorities(idx, ones, 1.0, 0, 1 << 50, raw),
+    ):
+        try:
+            call()
+        except ValueError:
+            pass
+stop.append(1)
+th.join()
+assert tree.get(np.arange(n)).sum() in (0.0, 1.0) and raw[6:].sum() == raw[:5].sum() == 0
+print("raced")
+"""
+
+
+def test_indices_written_by_another_thread_mid_call():
+    """The tree checks private copies: a racing writer cannot slip an index past the check.
+
+    Before, ``set`` used the caller's int64 array as it was: checked, then written
+    without the GIL, while another thread could change it (a write out of the tree).
+    """
+    r = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", _RACE],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert r.returncode == 0 and "raced" in r.stdout, r.stdout + r.stderr
 
 
 def test_exported():

@@ -284,6 +284,17 @@ def test_frame_keys_option_and_out(impl):
     with pytest.raises(TypeError, match="out must be a pair"):
         rb.sample(3, out=(out[0], {"img": out[1]["img"]}))
 
+    state = rb._rng.bit_generator.state
+
+    class Clears(dict):  # an out whose key check empties the buffer
+        def keys(self):
+            rb.clear()
+            return super().keys()
+
+    with pytest.raises(ValueError, match="empty ReplayBuffer"):
+        rb.sample(3, out=(Clears(out[0]), out[1]), dtype=np.float32)
+    assert rb._rng.bit_generator.state == state
+
 
 def test_bad_dict_input_stores_nothing(impl):
     pool = impl.FramePool((2, 2), np.uint8)

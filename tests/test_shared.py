@@ -8,12 +8,16 @@ returned a torn or evicted row would break one of these equalities.
 import copy
 import multiprocessing
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
+from conftest import ROOT
 from test_transport import SHAPE, _forge, vector_run
 
+from lazyframes import shared
 from lazyframes.shared import SharedReplay
 from lazyframes.transport import Sender
 
@@ -221,3 +225,42 @@ def test_readers_sample_while_the_writer_writes_and_one_is_killed(tmp_path):
             p.kill()
             p.join(timeout=30)
     w.close(unlink=True)
+
+
+@pytest.mark.parametrize("count", [-1, -(2**63)])
+def test_a_negative_row_count_is_a_corrupt_header(tmp_path, count):
+    path = tmp_path / "r.lfr"
+    w = SharedReplay.create(path, capacity=8, frame_shape=SHAPE, stack_size=K)
+    w.add_frames(np.stack([frame(f) for f in range(5)]))
+    w.add([[0, 1, 2, 3]], [0], [0.0], [[1, 2, 3, 4]], [False], [False])
+    w._head[shared._ROWS_WRITTEN] = count  # as another process could write it
+    r = SharedReplay.attach(path)
+    with pytest.raises(ValueError, match="corrupt header"):
+        r.sample(2)
+    r.close()
+    w.close()
+
+
+def test_attach_and_load_refuse_a_fifo_without_blocking(tmp_path):
+    """Opening a FIFO blocks until a writer comes: attach and load must not wait."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code = (
+        "import sys, lazyframes\n"
+        "from lazyframes.shared import SharedReplay\n"
+        "for f in (SharedReplay.attach, lazyframes.ReplayBuffer.load):\n"
+        "    try:\n"
+        "        f(sys.argv[1])\n"
+        "    except ValueError as e:\n"
+        "        print(e)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(fifo)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert r.returncode == 0 and r.stdout.count("not a regular file") == 2, r.stdout + r.stderr
+    with pytest.raises(ValueError, match="not a regular file"):
+        SharedReplay.attach(tmp_path)

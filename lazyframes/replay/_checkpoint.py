@@ -53,6 +53,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import tempfile
 import zipfile
 from typing import TYPE_CHECKING
@@ -263,11 +264,15 @@ def load(cls: type[ReplayBuffer], path, *, pool=None) -> ReplayBuffer:
     """ReplayBuffer.load: open ``path`` and read it; every failure is a ValueError."""
     _dict.check_pools(pool)
     try:
-        fh = open(os.fspath(path), "rb")  # noqa: SIM115 - closed by the with below
+        # O_NONBLOCK: opening a FIFO would block until a writer came
+        fh = os.fdopen(os.open(os.fspath(path), os.O_RDONLY | os.O_NONBLOCK), "rb")
     except FileNotFoundError:
         raise
     except OSError as e:
         raise ValueError(f"{path}: not a ReplayBuffer checkpoint ({type(e).__name__}: {e})") from e
+    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+        fh.close()
+        raise ValueError(f"{path}: not a ReplayBuffer checkpoint (not a regular file)")
     with fh:
         return read_file(cls, fh, os.fstat(fh.fileno()).st_size, pool, f"{path}: ")
 

@@ -280,13 +280,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             TypeError: non-integer indices, non-numeric priorities.
             Nothing changes when an error is raised.
         """
+        # converted first: an __array__ callback may add or clear, which moves the window
+        indices, priorities = np.asarray(indices), np.asarray(priorities)
         lo, hi = self._added - len(self), self._added
         r = self._tree.update_priorities(indices, priorities, self._alpha, lo, hi, self._prio)
         if type(r) is tuple:
             j, kind = r
             if kind == 0:
-                raise ValueError(self._stale(j, int(np.asarray(indices).reshape(-1)[j])))
-            p = float(np.asarray(priorities).reshape(-1)[j])
+                raise ValueError(self._stale(j, int(indices.reshape(-1)[j])))
+            p = float(priorities.reshape(-1)[j])
             if kind == 1:
                 raise ValueError(f"priorities[{j}] = {p!r} must be positive and finite")
             raise ValueError(
@@ -330,7 +332,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         else:
             if not isinstance(pm, dict):
                 raise ValueError("meta 'prioritized' must be an object")
-            self._alpha = _alpha(pm.get("alpha"))
+            alpha = pm.get("alpha")
+            if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+                raise ValueError(f"bad alpha {alpha!r}")
+            self._alpha = _alpha(alpha)
             max_p = pm.get("max_priority")
             added = pm.get("added")
             if not (isinstance(max_p, float) and math.isfinite(max_p) and max_p >= 1.0):
@@ -339,6 +344,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 isinstance(added, bool)
                 or not isinstance(added, int)
                 or added < n
+                or added >= 2**62  # numbers are int64 in the trees' calls
                 or added % self._capacity != self._pos
             ):
                 raise ValueError(f"bad transition count {added!r}")

@@ -116,6 +116,8 @@ def one_step(rb: ReplayBuffer, idx: np.ndarray) -> tuple:
 def draw(rb: ReplayBuffer, batch_size: int) -> np.ndarray:
     """Uniform indices over the sampleable transitions (exact: rejection or enumeration)."""
     total = len(rb)
+    if total == 0:  # an ``out`` whose checks run Python may have cleared the buffer
+        raise ValueError("cannot sample from an empty ReplayBuffer")
     rng = rb._rng
     if rb._n_step == 1 and rb._n_skip == 0:
         return rng.integers(0, total, size=batch_size)
