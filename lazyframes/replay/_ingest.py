@@ -460,10 +460,10 @@ def dedup_candidates(table, k: int, last: np.ndarray):
     byte, so any row is correct); None when no stream has one.
     """
     rows = last.tolist()  # Python ints: the table reads a list of them in C
-    have = [r for r in rows if r >= 0]
-    if not have:
-        return None
-    if len(have) < len(rows):
+    if min(rows) < 0:
+        have = [r for r in rows if r >= 0]
+        if not have:
+            return None
         rows = [r if r >= 0 else have[0] for r in rows]
     return table.batch(rows, k, 2 * k)
 
@@ -749,6 +749,7 @@ class FastState:
     """What :func:`fast_add` checks against, derived from a buffer (cached per SlotTable)."""
 
     __slots__ = (
+        "act_kind",
         "act_range",
         "batch_shape",
         "batch_type",
@@ -771,15 +772,16 @@ class FastState:
         envs = np.arange(rb._num_envs)
         envs.flags.writeable = False
         self.envs = envs
-        # (lo, hi) of a scalar action taken as a Python number, else None
+        # a scalar action taken as a Python int ("i") or float ("f") in [lo, hi], or None
         dt = rb._action_dtype
+        self.act_kind: Any = None
         self.act_range: Any = None
         if rb._action_shape == () and dt.kind in "iu":
             info = np.iinfo(dt)
-            self.act_range = (int(info.min), int(info.max))
+            self.act_kind, self.act_range = "i", (int(info.min), int(info.max))
         elif rb._action_shape == () and dt in (np.float32, np.float64):
             top = float(np.finfo(dt).max)
-            self.act_range = (-top, top)
+            self.act_kind, self.act_range = "f", (-top, top)
 
 
 def fast_state(rb: ReplayBuffer) -> FastState:
@@ -809,19 +811,19 @@ def _fast_obs(st: FastState, x, batched: bool):
 
 def _fast_scalars(st: FastState, action, reward, terminated, truncated):
     """``(action, reward, flags)`` of one transition as exact Python numbers, or None."""
-    ta, tr = type(action), type(reward)
-    lim = st.act_range
-    if lim is None:
-        return None
-    if type(lim[0]) is int:
-        if not (ta is int or isinstance(action, np.integer)):
-            return None
+    ta, kind = type(action), st.act_kind
+    if kind == "i" and (ta is int or isinstance(action, np.integer)):  # not bool: general
         action = int(action)
-    elif ta not in _FLOATS:
+    elif kind == "f" and ta in _FLOATS:
+        action = float(action)  # exact: float64 holds every float32
+    else:
         return None
-    if not lim[0] <= action <= lim[1]:  # also False for NaN
+    lo, hi = st.act_range
+    if not lo <= action <= hi:  # also False for NaN
         return None
+    tr = type(reward)
     if tr in _FLOATS:
+        reward = float(reward)
         if not -_F32_MAX <= reward <= _F32_MAX:
             return None
     elif tr is not int or not -(1 << 24) <= reward <= 1 << 24:  # exact in float32
@@ -862,9 +864,7 @@ def fast_add(rb: ReplayBuffer, obs, action, reward, next_obs, terminated, trunca
     E, pos = rb._num_envs, rb._pos
     if pos + E > rb._capacity:
         return None  # the ring wraps within this add (after adds of some env_ids)
-    batched = E > 1
-    if not batched and type(reward) not in _FLOATS and type(reward) is not int:
-        return None  # e.g. a reward of shape (1,): a batched add of one env
+    batched = E > 1  # (num_envs 1 with a leading axis of 1 is left to the general path)
     o = _fast_obs(st, obs, batched)
     if o is None:
         return None
@@ -887,18 +887,21 @@ def fast_add(rb: ReplayBuffer, obs, action, reward, next_obs, terminated, trunca
         rows = rows_for(rb, E)
         table_for(rb, pool, rows, k)
         grow(rb, rows)
-    rows_ = list(range(pos, pos + E))
-    table.set(rows_, (o, n))
+    idx = np.arange(pos, pos + E)
+    table.set(list(range(pos, pos + E)) if batched else [pos], (o, n))
     # nothing below can fail
     actions, rewards, flags = vals
     if batched:
-        link(rb, np.arange(pos, pos + E), st.envs)
+        link(rb, idx, st.envs)
+        rb._actions[pos : pos + E] = actions
+        rb._rewards[pos : pos + E] = rewards
+        rb._flags[pos : pos + E] = flags
     else:
         _link_one(rb, pos)
-    rb._actions[pos : pos + E] = actions
-    rb._rewards[pos : pos + E] = rewards
-    rb._flags[pos : pos + E] = flags
-    return np.arange(pos, pos + E)
+        rb._actions[pos] = actions
+        rb._rewards[pos] = rewards
+        rb._flags[pos] = flags
+    return idx
 
 
 def _link_one(rb: ReplayBuffer, i: int) -> None:
