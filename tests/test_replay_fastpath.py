@@ -65,7 +65,7 @@ def transitions(impl, form, layout, num_envs, steps, seed):
             o, n = (o[0], n[0]) if E == 1 else (np.stack(o), np.stack(n))
         elif form == "lazy":
             n = [r.shift(fr) for r, fr in zip(rings, fresh, strict=True)]
-            o, n, rings = rings[0], n[0], n
+            o, n, rings = (rings[0], n[0], n) if E == 1 else (rings, n, n)  # a list per env
         else:
             n = rings.shift(np.stack(fresh))
             o, rings = rings, n
@@ -140,7 +140,9 @@ def assert_same_buffers(a, b):
 
 
 @pytest.mark.parametrize("layout", ["stack", "last", "first"])
-@pytest.mark.parametrize("form,num_envs", [("array", 1), ("array", 3), ("lazy", 1), ("batch", 3)])
+@pytest.mark.parametrize(
+    "form,num_envs", [("array", 1), ("array", 3), ("lazy", 1), ("lazy", 3), ("batch", 3)]
+)
 @pytest.mark.parametrize("compress", [False, True])
 def test_fast_path_stores_what_the_general_path_stores(impl, form, num_envs, layout, compress):
     # capacity below the steps: the ring wraps and evicts

@@ -6,7 +6,10 @@ checked against the buffer's geometry, then turned into one owner of the buffer'
 (:func:`as_part`): lazy input of that pool as it is; anything else by pushing its frames
 with ``FramePool._push_dedup``, which reuses a slot whose bytes equal a candidate frame.
 Stored rows are one ``SlotTable.set`` call; the action, reward and flag arrays are
-written after it, from values already checked.
+written after it, from values already checked. After the first add, the usual call
+(every env, arguments of the stored geometry and dtypes) takes :func:`fast_add`, which
+makes the same checks against cached per-buffer state and leaves anything else to this
+general path.
 """
 
 from __future__ import annotations
@@ -799,6 +802,13 @@ def _fast_obs(st: FastState, x, batched: bool):
         if x.shape != (st.batch_shape if batched else st.obs_shape) or x.dtype != st.dtype:
             return None
         return _frames_view(x if batched else x[None], st.layout, st.k)
+    if batched and (t is list or t is tuple):  # a LazyFrames per env, of the buffer's pool
+        pool, k, ft = st.pool, st.k, st.frames_type
+        if len(x) != st.batch_shape[0] or not all(
+            type(o) is ft and o.pool is pool and o.stack_size == k for o in x
+        ):
+            return None
+        return pool.lazy_batch([o.slots for o in x], layout=x[0].layout)
     if (
         (t is st.batch_type if batched else t is st.frames_type)
         and x.pool is st.pool
