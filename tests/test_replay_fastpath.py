@@ -217,6 +217,8 @@ BAD_SCALARS = [
     ({"action": -1}, ValueError, "action"),
     ({"action": np.uint64(1 << 63)}, ValueError, "action"),
     ({"action": 0.5}, TypeError, "action"),
+    ({"action": np.timedelta64(1)}, TypeError, "action"),
+    ({"reward": np.datetime64(1, "s")}, TypeError, "reward"),
     ({"action": [1]}, ValueError, "action has shape"),
     ({"terminated": 2}, TypeError, "terminated"),
     ({"truncated": "yes"}, TypeError, "truncated"),
@@ -257,6 +259,8 @@ def test_accepted_edge_values_are_stored_exactly(impl):
     assert rb._actions[:4].tolist() == [0, (1 << 64) - 1, 1 << 63, 1]
     assert rb._rewards[:4].tolist() == [1.0, top, -top, float(1 << 24)]
     assert rb._flags[:4].tolist() == [3, 3, 3, 3]
+    rb.add(o, np.int16(2), np.float32(0.5), o, np.array(True), 0)  # 0-d array, 0: general path
+    assert (rb._actions[4], rb._rewards[4], rb._flags[4]) == (2, 0.5, 1)
     one = ReplayBuffer(4, stack_size=K, pool=impl.FramePool((2, 3), np.uint8))
     one.add(o, 1, 0.0, o, False, False)
     one.add(o[None], [1], np.array([2.5]), o[None], [False], [True])  # batched, E=1

@@ -746,6 +746,9 @@ def commit(rb: ReplayBuffer, idx, envs, n_skip: int, actions, rewards, flags) ->
 _F32_MAX = float(np.finfo(np.float32).max)
 #: Python and NumPy float scalar types a scalar reward or float action is taken from.
 _FLOATS = (float, np.float64, np.float32)
+#: Integer scalar types a scalar action is taken from (not bool; not timedelta64, which
+#: NumPy counts as an integer but add refuses).
+_INTS = (int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8)
 
 
 class FastState:
@@ -822,7 +825,7 @@ def _fast_obs(st: FastState, x, batched: bool):
 def _fast_scalars(st: FastState, action, reward, terminated, truncated):
     """``(action, reward, flags)`` of one transition as exact Python numbers, or None."""
     ta, kind = type(action), st.act_kind
-    if kind == "i" and (ta is int or isinstance(action, np.integer)):  # not bool: general
+    if kind == "i" and ta in _INTS:
         action = int(action)
     elif kind == "f" and ta in _FLOATS:
         action = float(action)  # exact: float64 holds every float32
