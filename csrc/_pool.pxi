@@ -811,7 +811,9 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
             cand = _check_batch(self, candidates, "candidates", "a LazyBatch or None")
             if cand._n != arr.shape[0]:
                 raise ValueError(C.rows_count("candidates", cand._n, arr.shape[0]))
-        return _dedup(self, np.ascontiguousarray(arr), cand)
+        if not cnp.PyArray_IS_C_CONTIGUOUS(arr):  # checked above: no Python code runs
+            arr = np.ascontiguousarray(arr)
+        return _dedup(self, arr, cand)
 
     def gather(self, slots, out=None, *, layout="last", dtype=None, scale=None):
         """Copy ``B`` observations of ``k`` slots each (ints ``(B, k)``) into one array.

@@ -12,10 +12,13 @@
 
 cdef tuple _columns(object cols, Py_ssize_t width):
     """``cols`` as ints ``(start, stop)``, ``0 <= start < stop <= width`` (else ValueError)."""
-    try:
-        start, stop = [operator.index(c) for c in cols]
-    except (TypeError, ValueError):
-        raise ValueError(C.bad_columns(cols, width)) from None
+    if type(cols) is tuple and len(cols) == 2 and type(cols[0]) is int and type(cols[1]) is int:
+        start, stop = cols  # the usual call: exact ints, no index() to call
+    else:
+        try:
+            start, stop = [operator.index(c) for c in cols]
+        except (TypeError, ValueError):
+            raise ValueError(C.bad_columns(cols, width)) from None
     if not 0 <= start < stop <= width:
         raise ValueError(C.bad_columns(cols, width))
     return start, stop

@@ -224,6 +224,7 @@ class ReplayBuffer:
         self._obs_shape: Any = None
         self._table: Any = None
         self._out_cache: dict = {}
+        self._fast: Any = None  # _ingest.FastState of the add fast path, cached
 
     # -- properties -------------------------------------------------------------------
     @property

@@ -6,7 +6,10 @@ checked against the buffer's geometry, then turned into one owner of the buffer'
 (:func:`as_part`): lazy input of that pool as it is; anything else by pushing its frames
 with ``FramePool._push_dedup``, which reuses a slot whose bytes equal a candidate frame.
 Stored rows are one ``SlotTable.set`` call; the action, reward and flag arrays are
-written after it, from values already checked.
+written after it, from values already checked. After the first add, the usual call
+(every env, arguments of the stored geometry and dtypes) takes :func:`fast_add`, which
+makes the same checks against cached per-buffer state and leaves anything else to this
+general path.
 """
 
 from __future__ import annotations
@@ -459,10 +462,12 @@ def dedup_candidates(table, k: int, last: np.ndarray):
     transition borrows another stream's row (a candidate is only compared byte for
     byte, so any row is correct); None when no stream has one.
     """
-    have = last >= 0
-    if not have.any():
-        return None
-    rows = np.where(have, last, last[have][0])
+    rows = last.tolist()  # Python ints: the table reads a list of them in C
+    if min(rows) < 0:
+        have = [r for r in rows if r >= 0]
+        if not have:
+            return None
+        rows = [r if r >= 0 else have[0] for r in rows]
     return table.batch(rows, k, 2 * k)
 
 
@@ -673,6 +678,16 @@ def add(
             final_obs=final_obs,
             final_mask=final_mask,
         )
+    if (
+        env_ids is None
+        and autoreset is None
+        and final_mask is None
+        and final_obs is None
+        and rb._table is not None
+    ):
+        idx = fast_add(rb, obs, action, reward, next_obs, terminated, truncated)
+        if idx is not None:
+            return idx
     envs, batched = env_streams(rb._num_envs, env_ids, obs, reward)
     E = envs.size
     lead = (E,) if batched else ()
@@ -716,3 +731,203 @@ def commit(rb: ReplayBuffer, idx, envs, n_skip: int, actions, rewards, flags) ->
     rb._actions[idx] = actions
     rb._rewards[idx] = rewards
     rb._flags[idx] = flags
+
+
+# -- the fast path ------------------------------------------------------------------------
+# ``add`` of the usual kinds of transition (every env, no autoreset or final_obs, after the
+# first add) costs much less Python than the general path: the checks the general path
+# makes are made against per-buffer state cached here, and whatever they do not accept
+# (another form, type, shape or dtype, a value out of range) goes the general way, which
+# checks it again and raises its errors. So the general path stays the one definition of
+# what add accepts; this one only accepts, never raises, the same inputs with the same
+# results (the same slots, values and links).
+
+#: float32's largest finite magnitude: a reward is stored as float32.
+_F32_MAX = float(np.finfo(np.float32).max)
+#: Python and NumPy float scalar types a scalar reward or float action is taken from.
+_FLOATS = (float, np.float64, np.float32)
+#: Integer scalar types a scalar action is taken from (not bool; not timedelta64, which
+#: NumPy counts as an integer but add refuses).
+_INTS = (int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8)
+
+
+class FastState:
+    """What :func:`fast_add` checks against, derived from a buffer (cached per SlotTable)."""
+
+    __slots__ = (
+        "act_kind",
+        "act_range",
+        "batch_shape",
+        "batch_type",
+        "dtype",
+        "envs",
+        "frames_type",
+        "k",
+        "layout",
+        "obs_shape",
+        "pool",
+        "table",
+    )
+
+    def __init__(self, rb: ReplayBuffer):
+        core = core_of(rb._pool)
+        self.table, self.pool, self.k = rb._table, rb._pool, rb._k
+        self.layout, self.dtype, self.obs_shape = rb._layout, rb._dtype, rb._obs_shape
+        self.batch_shape = (rb._num_envs,) + tuple(rb._obs_shape)
+        self.frames_type, self.batch_type = core.LazyFrames, core.LazyBatch
+        envs = np.arange(rb._num_envs)
+        envs.flags.writeable = False
+        self.envs = envs
+        # a scalar action taken as a Python int ("i") or float ("f") in [lo, hi], or None
+        dt = rb._action_dtype
+        self.act_kind: Any = None
+        self.act_range: Any = None
+        if rb._action_shape == () and dt.kind in "iu":
+            info = np.iinfo(dt)
+            self.act_kind, self.act_range = "i", (int(info.min), int(info.max))
+        elif rb._action_shape == () and dt in (np.float32, np.float64):
+            top = float(np.finfo(dt).max)
+            self.act_kind, self.act_range = "f", (-top, top)
+
+
+def fast_state(rb: ReplayBuffer) -> FastState:
+    """The buffer's :class:`FastState` (made again whenever its SlotTable changes)."""
+    st = rb._fast
+    if st is None or st.table is not rb._table:
+        st = rb._fast = FastState(rb)
+    return st
+
+
+def _fast_obs(st: FastState, x, batched: bool):
+    """``x`` as frames ``(E, k, *S)`` or an owner of the buffer's pool; None: not the usual."""
+    t = type(x)
+    if t is np.ndarray:
+        if x.shape != (st.batch_shape if batched else st.obs_shape) or x.dtype != st.dtype:
+            return None
+        return _frames_view(x if batched else x[None], st.layout, st.k)
+    if batched and (t is list or t is tuple):  # a LazyFrames per env, of the buffer's pool
+        pool, k, ft = st.pool, st.k, st.frames_type
+        if len(x) != st.batch_shape[0] or not all(
+            type(o) is ft and o.pool is pool and o.stack_size == k for o in x
+        ):
+            return None
+        return pool.lazy_batch([o.slots for o in x], layout=x[0].layout)
+    if (
+        (t is st.batch_type if batched else t is st.frames_type)
+        and x.pool is st.pool
+        and x.stack_size == st.k
+        and (not batched or len(x) == st.batch_shape[0])
+    ):
+        return x
+    return None
+
+
+def _fast_scalars(st: FastState, action, reward, terminated, truncated):
+    """``(action, reward, flags)`` of one transition as exact Python numbers, or None."""
+    ta, kind = type(action), st.act_kind
+    if kind == "i" and ta in _INTS:
+        action = int(action)
+    elif kind == "f" and ta in _FLOATS:
+        action = float(action)  # exact: float64 holds every float32
+    else:
+        return None
+    lo, hi = st.act_range
+    if not lo <= action <= hi:  # also False for NaN
+        return None
+    tr = type(reward)
+    if tr in _FLOATS:
+        reward = float(reward)
+        if not -_F32_MAX <= reward <= _F32_MAX:
+            return None
+    elif tr is not int or not -(1 << 24) <= reward <= 1 << 24:  # exact in float32
+        return None
+    if type(terminated) not in (bool, np.bool_) or type(truncated) not in (bool, np.bool_):
+        return None
+    return action, reward, int(bool(terminated)) | int(bool(truncated)) << 1
+
+
+def _fast_arrays(rb: ReplayBuffer, action, reward, terminated, truncated):
+    """``(actions, rewards, flags)`` of E transitions as stored arrays, or None."""
+    lead = (rb._num_envs,)
+    if (
+        type(action) is not np.ndarray
+        or action.dtype != rb._action_dtype
+        or action.shape != lead + rb._action_shape
+        or type(reward) is not np.ndarray
+        or reward.dtype != np.float32
+        or reward.shape != lead
+    ):
+        return None
+    for f in (terminated, truncated):
+        if type(f) is not np.ndarray or f.dtype != np.bool_ or f.shape != lead:
+            return None
+    if not np.isfinite(reward).all():
+        return None
+    if action.dtype.kind == "f" and not np.isfinite(action).all():
+        return None
+    return action, reward, terminated.view(np.uint8) | truncated.view(np.uint8) << 1
+
+
+def fast_add(rb: ReplayBuffer, obs, action, reward, next_obs, terminated, truncated):
+    """:func:`add` of one transition per env, when every argument is of the usual kind.
+
+    Returns the ring positions written, or None (nothing done) for the general path.
+    """
+    st = fast_state(rb)
+    E, pos = rb._num_envs, rb._pos
+    if pos + E > rb._capacity:
+        return None  # the ring wraps within this add (after adds of some env_ids)
+    batched = E > 1  # (num_envs 1 with a leading axis of 1 is left to the general path)
+    o = _fast_obs(st, obs, batched)
+    if o is None:
+        return None
+    n = _fast_obs(st, next_obs, batched)
+    if n is None:
+        return None
+    vals = (
+        _fast_arrays(rb, action, reward, terminated, truncated)
+        if batched
+        else _fast_scalars(st, action, reward, terminated, truncated)
+    )
+    if vals is None:
+        return None
+    table, pool, k = st.table, st.pool, st.k
+    if type(o) is np.ndarray:  # (the candidates are dropped before the set, as add does)
+        o = pool._push_dedup(o, dedup_candidates(table, k, rb._last))
+    if type(n) is np.ndarray:
+        n = pool._push_dedup(n, o if type(o) is st.batch_type else pool.lazy_batch([o.slots]))
+    if pos + E > rb._rows:  # the tables grow
+        rows = rows_for(rb, E)
+        table_for(rb, pool, rows, k)
+        grow(rb, rows)
+    idx = np.arange(pos, pos + E)
+    table.set(list(range(pos, pos + E)) if batched else [pos], (o, n))
+    # nothing below can fail
+    actions, rewards, flags = vals
+    if batched:
+        link(rb, idx, st.envs)
+        rb._actions[pos : pos + E] = actions
+        rb._rewards[pos : pos + E] = rewards
+        rb._flags[pos : pos + E] = flags
+    else:
+        _link_one(rb, pos)
+        rb._actions[pos] = actions
+        rb._rewards[pos] = rewards
+        rb._flags[pos] = flags
+    return idx
+
+
+def _link_one(rb: ReplayBuffer, i: int) -> None:
+    """:func:`link` of one transition of env 0 at ``i == rb._pos``."""
+    last, nxt = rb._last, rb._next
+    if rb._full and rb._n_skip and rb._flags[i] & SKIP:  # evicting a placeholder
+        rb._n_skip -= 1
+    p = last[0]  # (== i at capacity 1: the evicted one was the newest; nxt[i] is reset)
+    if p >= 0:
+        nxt[p] = i
+    nxt[i] = -1
+    rb._env[i] = 0
+    last[0] = i
+    end = i + 1
+    rb._full = rb._full or end >= rb._capacity
+    rb._pos = end % rb._capacity
