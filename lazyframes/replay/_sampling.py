@@ -97,20 +97,9 @@ def one_step(rb: ReplayBuffer, idx: np.ndarray) -> tuple:
     the flags and rewards (a Dict buffer asks the table of one of its frame leaves).
     """
     table = rb._table
-    if table is None and rb._leaves is not None:
-        table = next(
-            (t for t in (getattr(v, "_table", None) for v in rb._leaves.values()) if t is not None),
-            None,
-        )
-    if table is not None:
-        return table.step_fields(idx, rb._flags, rb._rewards, rb._gamma)
-    fl = rb._flags[idx]  # a Dict buffer without frame leaves
-    return (
-        rb._rewards[idx],
-        (fl & TERM).astype(np.float32),
-        ((fl & TRUNC) != 0).astype(np.float32),
-        np.full(idx.shape, rb._gamma, np.float32),
-    )
+    if table is None:  # a Dict buffer: the table of its first frame leaf (it has one)
+        table = next(leaf._table for leaf in rb._leaves.values() if hasattr(leaf, "_table"))
+    return table.step_fields(idx, rb._flags, rb._rewards, rb._gamma)
 
 
 def draw(rb: ReplayBuffer, batch_size: int) -> np.ndarray:
