@@ -435,6 +435,12 @@ def test_misuse_leaves_state_unchanged(impl):
         with pytest.raises(exc, match=msg):
             rb.update_priorities(idx, prio)
         assert state(rb) == before, (idx, prio)
+    for beta in ("0.5", True, None):
+        with pytest.raises(TypeError, match="beta must be a real number"):
+            rb.sample(4, beta=beta)
+    for alpha in ("0.5", False):
+        with pytest.raises(TypeError, match="alpha must be a real number"):
+            PrioritizedReplayBuffer(8, alpha=alpha)
     for beta in (-0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="beta"):
             rb.sample(4, beta=beta)

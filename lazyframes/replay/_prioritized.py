@@ -24,6 +24,7 @@ kept in ``_open`` and re-checked at each add.
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from typing import NamedTuple
 
@@ -64,8 +65,15 @@ class PrioritizedSamples(NamedTuple):
     weights: np.ndarray
 
 
+def _real(x, name: str) -> float:
+    """``x`` as a float: a real number, not a string or a bool (``float`` takes both)."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__}")
+    return float(x)
+
+
 def _alpha(alpha) -> float:
-    a = float(alpha)
+    a = _real(alpha, "alpha")
     if not (math.isfinite(a) and a >= 0.0):
         raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
     return a
@@ -233,7 +241,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise ValueError("cannot sample from an empty ReplayBuffer")
         if B < 1:
             raise ValueError(f"batch_size must be at least 1, got {B}")
-        b = float(beta)
+        b = _real(beta, "beta")
         if not 0.0 <= b <= 1.0:
             raise ValueError(f"beta must be in [0, 1], got {beta!r}")
         if self._leaves is None:
