@@ -94,6 +94,81 @@ size_t lf_unlean(const lf_header *t, const unsigned char *lean, size_t n, unsign
     return whole;
 }
 
+/* -- patches (codec.h) ---------------------------------------------------------------- */
+
+static size_t varint_len(size_t v) {
+    size_t n = 1;
+    while (v >= 128) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static size_t put_varint(unsigned char *out, size_t v) {
+    size_t n = 0;
+    while (v >= 128) {
+        out[n++] = (unsigned char)(v | 128);
+        v >>= 7;
+    }
+    out[n++] = (unsigned char)v;
+    return n;
+}
+
+/* Read a varint at p[*r] (pn bytes in all) into *v, advancing *r: 0, or -1 if it runs
+ * past the end or past 64 bits. */
+static int get_varint(const unsigned char *p, size_t pn, size_t *r, size_t *v) {
+    uint64_t x = 0;
+    for (unsigned shift = 0; shift < 64; shift += 7) {
+        if (*r >= pn) return -1;
+        unsigned char c = p[(*r)++];
+        x |= (uint64_t)(c & 127) << shift;
+        if (!(c & 128)) {
+            if (x > SIZE_MAX) return -1;
+            *v = (size_t)x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+size_t lf_patch_encode(const unsigned char *restrict f, const unsigned char *restrict b,
+                       size_t n, unsigned char *restrict out, size_t cap) {
+    size_t i = 0, w = 0, last = 0;
+    for (;;) {
+        uint64_t x, y; /* skip equal 8-byte words, then bytes */
+        while (i + 8 <= n && (memcpy(&x, f + i, 8), memcpy(&y, b + i, 8), x == y)) i += 8;
+        while (i < n && f[i] == b[i]) i++;
+        if (i >= n) return w;
+        size_t start = i, end = i + 1; /* end: past the last differing byte seen */
+        for (size_t j = end; j < n && j - end < LF_PATCH_GAP; j++)
+            if (f[j] != b[j]) end = j + 1;
+        size_t len = end - start;
+        if (varint_len(start - last) + varint_len(len) + len > cap - w) return (size_t)-1;
+        w += put_varint(out + w, start - last);
+        w += put_varint(out + w, len);
+        memcpy(out + w, f + start, len);
+        w += len;
+        last = i = end;
+    }
+}
+
+int lf_patch_apply(const unsigned char *patch, size_t pn, const unsigned char *base,
+                   unsigned char *out, size_t n) {
+    if (out != base) memcpy(out, base, n);
+    size_t r = 0, pos = 0, skip, len;
+    while (r < pn) {
+        if (get_varint(patch, pn, &r, &skip) || get_varint(patch, pn, &r, &len)) return -1;
+        if (skip > n - pos) return -1;
+        pos += skip;
+        if (len > n - pos || len > pn - r) return -1;
+        memcpy(out + pos, patch + r, len);
+        r += len;
+        pos += len;
+    }
+    return 0;
+}
+
 void lf_xor_of(unsigned char *restrict out, const unsigned char *restrict a,
                const unsigned char *restrict b, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = a[i] ^ b[i];

@@ -66,6 +66,26 @@ size_t lf_lean(lf_header *t, unsigned char *buf, size_t n);
 /* The whole blob of a lean one of n bytes, written to out (room for n + LF_LEAN_SAVED). */
 size_t lf_unlean(const lf_header *t, const unsigned char *lean, size_t n, unsigned char *out);
 
+/* Patches: how a pool stores a frame against its reference frame. A patch lists the runs
+ * of bytes where the frame differs from the reference, each as (skip, len, the frame's len
+ * bytes): skip counts the equal bytes since the previous run, skip and len are LEB128
+ * varints. Runs fewer than LF_PATCH_GAP equal bytes apart are merged. Atari frames change
+ * in a few small places, so a patch is smaller than LZ4 of the XOR delta (about 40% on
+ * recorded frames, docs/COMPRESSION.md) and decodes as a copy of the reference and a few
+ * memcpy, with no codec call. */
+#define LF_PATCH_GAP 4
+
+/* Write the patch of frame against base (n bytes each) to out, at most cap bytes: its
+ * size, or (size_t)-1 if it would be longer than cap (nothing is promised about out then). */
+size_t lf_patch_encode(const unsigned char *frame, const unsigned char *base, size_t n,
+                       unsigned char *out, size_t cap);
+
+/* out = base with the runs of a patch of pn bytes written over it (n bytes; out may be
+ * base, else they do not overlap): 0, or -1 if the patch is malformed or reaches past n
+ * bytes (out is then partly written, never past its n bytes). */
+int lf_patch_apply(const unsigned char *patch, size_t pn, const unsigned char *base,
+                   unsigned char *out, size_t n);
+
 /* out = a ^ b, and out ^= b: a delta and its inverse (buffers do not overlap). */
 void lf_xor_of(unsigned char *out, const unsigned char *a, const unsigned char *b, size_t n);
 void lf_xor_into(unsigned char *out, const unsigned char *b, size_t n);

@@ -10,6 +10,8 @@
  * order it stored them, so few slabs stay partly dead. */
 #define LF_SLAB_BYTES ((size_t)64 << 10)
 #define LF_SLAB_MAX_BLOB (LF_SLAB_BYTES / 8) /* larger blobs get their own malloc */
+/* A patch longer than this also tries the codec on the XOR delta (docs/COMPRESSION.md). */
+#define LF_PATCH_TRY_CODEC 128
 
 typedef struct {
     unsigned char *mem;       /* LF_SLAB_BYTES, or NULL */
@@ -22,10 +24,11 @@ typedef struct {
 struct lf_compressor {
     lf_codec codec;
     void *cctx, *dctx;
-    unsigned char *blob;      /* frame_bytes + LF_BLOB_OVERHEAD: one compressed frame */
+    unsigned char *blob;      /* 2 frame_bytes + LF_BLOB_OVERHEAD: a codec blob; as the
+                               * chunk of lf_pool_decode_blob, a blob made whole + a delta */
+    unsigned char *patch;     /* frame_bytes + LF_BLOB_OVERHEAD: a patch */
     unsigned char *delta;     /* frame_bytes: the XOR of a frame and its reference */
     unsigned char *base;      /* frame_bytes: a decoded reference */
-    unsigned char *tmp;       /* frame_bytes: decoding scratch */
     int64_t *queue;           /* pending slots, in the order they became eligible */
     size_t n_queue, cap_queue;
     lf_header header;         /* the template of lean blobs */
@@ -247,6 +250,8 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
 size_t lf_pool_bytes_held(const lf_pool *p) {
     size_t chunks = p->n_alloc * p->spc * slot_bytes(p);
     if (!p->z) return chunks;
+    /* a compressing pool counts all its per-slot state: lf_meta, refcount, free entry */
+    chunks += p->n_alloc * p->spc * (sizeof(uint64_t) + sizeof(uint32_t));
     return chunks + (p->live_frames - p->cold_frames + p->z->n_warm) * p->frame_bytes +
            p->cold_bytes + p->z->slab_slack + p->z->spare_bytes;
 }
@@ -261,9 +266,9 @@ static void compressor_free(lf_compressor *z) {
     for (size_t i = 0; i < z->n_slabs; i++) free(z->slabs[i].mem);
     free(z->slabs);
     free(z->blob);
+    free(z->patch);
     free(z->delta);
     free(z->base);
-    free(z->tmp);
     free(z->spare);
     free(z->queue);
     free(z);
@@ -276,11 +281,11 @@ static lf_compressor *compressor_new(size_t fb, lf_codec c) {
     for (size_t i = 0; i < LF_WARM; i++) z->warm_slot[i] = -1;
     z->cctx = lf_cctx_new(c);
     z->dctx = lf_dctx_new();
-    z->blob = malloc(fb + LF_BLOB_OVERHEAD);
+    z->blob = malloc(2 * fb + LF_BLOB_OVERHEAD); /* also lf_pool_decode's chunk */
+    z->patch = malloc(fb + LF_BLOB_OVERHEAD);
     z->delta = malloc(fb);
     z->base = malloc(fb);
-    z->tmp = malloc(fb);
-    if (!z->cctx || !z->dctx || !z->blob || !z->delta || !z->base || !z->tmp) {
+    if (!z->cctx || !z->dctx || !z->blob || !z->patch || !z->delta || !z->base) {
         compressor_free(z);
         return NULL;
     }
@@ -462,30 +467,32 @@ int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain) {
 }
 
 int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsigned char *base,
-                        unsigned char *out, unsigned char *tmp, unsigned char *chunk) {
+                        unsigned char *out, unsigned char *chunk) {
     const lf_meta *m = lf_pool_meta(p, slot);
     const unsigned char *blob = m->buf;
-    size_t n = m->blob_bytes;
+    size_t n = m->blob_bytes, fb = p->frame_bytes;
+    if (m->blob_flags & LF_BLOB_PATCH) return base ? lf_patch_apply(blob, n, base, out, fb) : -1;
     if (m->blob_flags & LF_BLOB_LEAN) {
         n = lf_unlean(&p->z->header, blob, n, chunk);
         blob = chunk;
     }
-    /* a delta lands in tmp (in cache), then one pass writes out = delta ^ base */
-    if (lf_decompress(dctx, blob, n, base ? tmp : out, p->frame_bytes)) return -1;
-    if (base) lf_xor_of(out, tmp, base, p->frame_bytes);
+    if (!(m->blob_flags & LF_BLOB_XOR)) return lf_decompress(dctx, blob, n, out, fb);
+    /* an XOR delta lands after the whole blob (in cache), then one pass applies it */
+    unsigned char *delta = chunk + fb + LF_BLOB_OVERHEAD;
+    if (!base || lf_decompress(dctx, blob, n, delta, fb)) return -1;
+    if (out == base)
+        lf_xor_into(out, delta, fb);
+    else
+        lf_xor_of(out, delta, base, fb);
     return 0;
 }
 
-int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *out,
-                   unsigned char *tmp) {
+int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *out) {
     int64_t chain[LF_MAX_GROUP];
     int n = lf_pool_chain(p, slot, chain);
-    for (int i = n - 1; i >= 0; i--) {
-        if (lf_pool_decode_blob(p, dctx, chain[i], NULL, i == n - 1 ? out : tmp, NULL,
-                                p->z->blob))
+    for (int i = n - 1; i >= 0; i--) /* the keyframe, then each patch in place */
+        if (lf_pool_decode_blob(p, dctx, chain[i], i == n - 1 ? NULL : out, out, p->z->blob))
             return -1;
-        if (i < n - 1) lf_xor_into(out, tmp, p->frame_bytes);
-    }
     return 0;
 }
 
@@ -506,6 +513,16 @@ static int64_t tree_ref(const lf_pool *p, int64_t prev, unsigned pos) {
     return prev >= 0 && lf_pool_meta(p, prev)->pos == want ? prev : -1;
 }
 
+/* Compress n bytes into z->blob and make the blob lean if it can be: its size (*lean:
+ * LF_BLOB_LEAN or 0), or -1 (cannot happen: the destination holds any frame). */
+static long codec_blob(lf_compressor *z, const unsigned char *src, size_t n, int *lean) {
+    long whole = lf_compress(z->cctx, src, n, z->blob);
+    if (whole < 0) return -1;
+    size_t l = lf_lean(&z->header, z->blob, (size_t)whole);
+    *lean = l < (size_t)whole ? LF_BLOB_LEAN : 0;
+    return (long)l;
+}
+
 /* Compress one eligible slot: an XOR delta against a frame of its group (tree_ref) when
  * its recorded previous frame is cold and its group has room, else a keyframe. 0, or -1
  * on out of memory. */
@@ -515,31 +532,52 @@ static int compress_one(lf_pool *p, int64_t slot) {
     size_t fb = p->frame_bytes;
     int64_t ref = -1, prev = m->prev;
     unsigned pos = 0;
-    const unsigned char *src = m->buf;
     if (prev >= 0 && lf_pool_is_live(p, prev) && lf_pool_meta(p, prev)->cold_state &&
         lf_pool_meta(p, prev)->pos + 1 < z->codec.group) {
         pos = lf_pool_meta(p, prev)->pos + 1u;
         ref = tree_ref(p, prev, pos);
     }
+    size_t n = (size_t)-1;
+    uint8_t kind = 0;
+    const unsigned char *out = z->blob;
     if (ref >= 0) {
         const unsigned char *base = warm_get(z, ref);
         if (!base) {
-            if (lf_pool_decode(p, z->dctx, ref, z->base, z->tmp)) return -1;
+            if (lf_pool_decode(p, z->dctx, ref, z->base)) return -1;
             base = z->base;
         }
-        lf_xor_of(z->delta, m->buf, base, fb);
-        src = z->delta;
-    } else {
-        pos = 0;
+        n = lf_patch_encode(m->buf, base, fb, z->patch, fb + LF_BLOB_OVERHEAD);
+        kind = LF_BLOB_PATCH;
+        out = z->patch;
+        if (n != (size_t)-1 && n > LF_PATCH_TRY_CODEC) {
+            /* a large patch: the codec on the XOR delta may do better (busy scenes); it
+             * must save an eighth, as a patch decodes faster */
+            lf_xor_of(z->delta, m->buf, base, fb);
+            int lean;
+            long c = codec_blob(z, z->delta, fb, &lean);
+            if (c < 0) return -1;
+            if ((size_t)c < n - n / 8) {
+                n = (size_t)c;
+                kind = (uint8_t)(LF_BLOB_XOR | lean);
+                out = z->blob;
+            }
+        }
     }
-    long whole = lf_compress(z->cctx, src, fb, z->blob);
-    if (whole < 0) return -1; /* cannot happen: the destination holds any frame */
-    size_t n = lf_lean(&z->header, z->blob, (size_t)whole);
+    if (n == (size_t)-1) { /* a keyframe (a patch longer than any blob cannot happen) */
+        int lean;
+        long c = codec_blob(z, m->buf, fb, &lean);
+        if (c < 0) return -1;
+        ref = -1;
+        pos = 0;
+        n = (size_t)c;
+        kind = (uint8_t)lean;
+        out = z->blob;
+    }
     uint8_t flags;
     unsigned char *blob = blob_alloc(p, n, &flags);
     if (!blob) return -1;
-    memcpy(blob, z->blob, n);
-    m->blob_flags = (uint8_t)(flags | (n < (size_t)whole ? LF_BLOB_LEAN : 0));
+    memcpy(blob, out, n);
+    m->blob_flags = (uint8_t)(flags | kind);
     if (ref >= 0) lf_pool_incref_cold(p, ref); /* cold: never queued again */
     m->pos = (uint8_t)pos;
     m->ref = (int32_t)ref;
@@ -588,7 +626,7 @@ int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out) {
         memcpy(out, lf_pool_addr(p, slot), p->frame_bytes);
         return 0;
     }
-    return lf_pool_decode(p, p->z->dctx, slot, out, p->z->tmp);
+    return lf_pool_decode(p, p->z->dctx, slot, out);
 }
 
 /* -- the reader ------------------------------------------------------------------------- */
@@ -708,14 +746,13 @@ int lf_reader_decode(lf_reader *r, void *dctx) {
 }
 
 int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end) {
-    size_t fb = r->p->frame_bytes;
-    unsigned char *tmp = r->chunk + fb + LF_BLOB_OVERHEAD;
-    unsigned char *ring[2] = {tmp + fb, tmp + 2 * fb};
+    /* the frames of a chain no row asked for: in one buffer, each patch applied in place */
+    unsigned char *through = r->chunk + 2 * r->p->frame_bytes + LF_BLOB_OVERHEAD;
     if (end > r->n) end = r->n;
     for (size_t i = r->cursor; i < end; i++) {
         if (r->pos[i] < 0 || r->done[i]) continue; /* decoded on the way to one asked for */
         int32_t todo[LF_MAX_GROUP];
-        int n = 0, flip = 0;
+        int n = 0;
         for (int32_t j = (int32_t)i; j >= 0 && !r->done[j] && n < LF_MAX_GROUP; j = r->ref[j])
             todo[n++] = j;
         int32_t up = r->ref[todo[n - 1]];
@@ -723,12 +760,9 @@ int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end) {
         const unsigned char *base = up >= 0 ? lf_reader_frame(r, up) : NULL;
         while (n > 0) { /* the oldest first: each from the frame before it */
             int32_t j = todo[--n];
-            unsigned char *out = r->pos[j] >= 0 ? lf_reader_frame(r, j) : ring[flip];
-            if (lf_pool_decode_blob(r->p, dctx, r->slots[j], base, out, tmp, r->chunk)) return -2;
-            if (r->pos[j] >= 0)
-                r->done[j] = 1;
-            else
-                flip ^= 1; /* the next frame goes to the other ring buffer */
+            unsigned char *out = r->pos[j] >= 0 ? lf_reader_frame(r, j) : through;
+            if (lf_pool_decode_blob(r->p, dctx, r->slots[j], base, out, r->chunk)) return -2;
+            if (r->pos[j] >= 0) r->done[j] = 1;
             base = out;
         }
     }

@@ -15,7 +15,7 @@
  * Compression (lf_pool_enable_compression; docs/COMPRESSION.md). A compressing pool keeps
  * in its chunks one lf_meta per slot instead of the frame bytes, and each frame in its own
  * buffer, so that a cold frame pins no arena memory. A slot is HOT (its frame_bytes in
- * `buf`) or COLD (`buf` is a compressed blob: a keyframe, or the XOR delta of the frame
+ * `buf`) or COLD (`buf` is a compressed blob: a keyframe, or the patch of the frame
  * against the frame `ref`, which that slot then holds a cold reference on). Along the
  * recorded previous frames, a keyframe starts a group of at most `group` frames; the
  * frame at position `pos` > 0 of a group refers to the one at pos - lowbit(pos) (a binary
@@ -49,11 +49,13 @@ typedef struct {
     uint8_t pos;           /* COLD: position in its group (0 for a keyframe) */
     uint8_t cold_state;    /* 1 when COLD */
     uint8_t queued;        /* 1 while in the pending queue */
-    uint8_t blob_flags;    /* COLD: LF_BLOB_LEAN | LF_BLOB_SLAB */
+    uint8_t blob_flags;    /* COLD: LF_BLOB_PATCH, or LF_BLOB_LEAN | LF_BLOB_XOR; | LF_BLOB_SLAB */
 } lf_meta;
 
 #define LF_BLOB_LEAN 1     /* the blob is lean (codec.h) */
 #define LF_BLOB_SLAB 2     /* the blob lives in a slab of the pool (pool.c), not its own malloc */
+#define LF_BLOB_PATCH 4    /* the blob is a patch against `ref` (codec.h), not a codec blob */
+#define LF_BLOB_XOR 8      /* the codec blob holds the XOR of the frame and `ref`'s frame */
 
 #define LF_WARM 32         /* raw copies of recently compressed frames kept for the next delta */
 
@@ -203,18 +205,17 @@ size_t lf_pool_pending(const lf_pool *p);
  * last; returns their number (<= LF_MAX_GROUP). */
 int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain);
 
-/* Decode the blob of a cold `slot` into out (frame_bytes): a keyframe, or its delta
- * decompressed into tmp (frame_bytes) and XORed with `base`, the decoded frame of its
- * reference (NULL for a keyframe; tmp is unused then), into out (none overlap).
- * chunk: room for frame_bytes + LF_BLOB_OVERHEAD (a lean blob is made whole there).
+/* Decode the blob of a cold `slot` into out (frame_bytes): a keyframe, or a delta (a
+ * patch, or the codec's XOR delta) over `base`, the decoded frame of its reference (NULL
+ * for a keyframe), which may be out. chunk: room for 2 frame_bytes + LF_BLOB_OVERHEAD (a
+ * lean blob is made whole there, then an XOR delta decoded after it).
  * 0, or -1 if the blob does not decode (cannot happen unless memory is corrupted).
  * Needs no GIL: the caller pinned the slot and its chain. */
 int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsigned char *base,
-                        unsigned char *out, unsigned char *tmp, unsigned char *chunk);
+                        unsigned char *out, unsigned char *chunk);
 
-/* Decode a cold slot with its whole chain into out, using tmp (frame_bytes) as scratch. */
-int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *out,
-                   unsigned char *tmp);
+/* Decode a cold slot with its whole chain into out. */
+int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *out);
 
 /* Decode a live slot's frame into out with the pool's own context: a plain copy when
  * hot. 0, -1 if a blob does not decode. GIL held (it uses the pool's scratch). */
@@ -230,8 +231,8 @@ int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out);
  * of its reference: an observation's consecutive frames, and the frames an obs and its
  * next obs share, decode once per call. Only the entries lf_reader_add returned (the
  * frames asked for) get scratch; the rest of a chain (the frames between a keyframe and
- * the first frame asked for) decodes through two frame buffers that stay in the CPU's
- * cache, each delta decompressed into a third and XORed onto its reference on the way. */
+ * the first frame asked for) decodes through one frame buffer that stays in the CPU's
+ * cache, each patch applied in place. */
 typedef struct {
     lf_pool *p;
     int64_t *slots;        /* the cold slots, each pinned */
@@ -248,7 +249,8 @@ typedef struct {
     unsigned char *scratch; /* >= n_kept * frame_bytes, by lf_reader_reserve */
     size_t scratch_bytes;
     unsigned char *chunk;   /* frame_bytes + LF_BLOB_OVERHEAD: a lean blob made whole,
-                             * then 3 frame_bytes: a decoded delta, the chain's two frames */
+                             * then frame_bytes: a decoded XOR delta, then frame_bytes:
+                             * the frames of a chain no row asked for */
 } lf_reader;
 
 #define LF_SPARE_MAX ((size_t)8 << 20) /* sample(32) of Atari frames needs ~1 MiB */
