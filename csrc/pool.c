@@ -10,8 +10,13 @@
  * order it stored them, so few slabs stay partly dead. */
 #define LF_SLAB_BYTES ((size_t)64 << 10)
 #define LF_SLAB_MAX_BLOB (LF_SLAB_BYTES / 8) /* larger blobs get their own malloc */
-/* A patch longer than this also tries the codec on the XOR delta (docs/COMPRESSION.md). */
+/* A patch longer than this also tries the codec on the XOR delta, on the next
+ * LF_CODEC_TRIES such patches after the codec last won, else on one in LF_CODEC_PROBE:
+ * it wins on some games (Seaquest) and never on others, where trying it would cost ~4 us
+ * per frame (docs/COMPRESSION.md). */
 #define LF_PATCH_TRY_CODEC 128
+#define LF_CODEC_TRIES 32
+#define LF_CODEC_PROBE 16
 
 typedef struct {
     unsigned char *mem;       /* LF_SLAB_BYTES, or NULL */
@@ -28,6 +33,8 @@ struct lf_compressor {
                                * chunk of lf_pool_decode_blob, a blob made whole + a delta */
     unsigned char *patch;     /* frame_bytes + LF_BLOB_OVERHEAD: a patch */
     unsigned char *delta;     /* frame_bytes: the XOR of a frame and its reference */
+    int codec_score;          /* large patches left to try the codec on (LF_CODEC_TRIES) */
+    size_t n_large;           /* large patches seen while codec_score was 0 */
     unsigned char *base;      /* frame_bytes: a decoded reference */
     int64_t *queue;           /* pending slots, in the order they became eligible */
     size_t n_queue, cap_queue;
@@ -278,6 +285,7 @@ static lf_compressor *compressor_new(size_t fb, lf_codec c) {
     lf_compressor *z = calloc(1, sizeof(*z));
     if (!z) return NULL;
     z->codec = c;
+    z->codec_score = LF_CODEC_TRIES;
     for (size_t i = 0; i < LF_WARM; i++) z->warm_slot[i] = -1;
     z->cctx = lf_cctx_new(c);
     z->dctx = lf_dctx_new();
@@ -549,9 +557,11 @@ static int compress_one(lf_pool *p, int64_t slot) {
         n = lf_patch_encode(m->buf, base, fb, z->patch, fb + LF_BLOB_OVERHEAD);
         kind = LF_BLOB_PATCH;
         out = z->patch;
-        if (n != (size_t)-1 && n > LF_PATCH_TRY_CODEC) {
+        if (n != (size_t)-1 && n > LF_PATCH_TRY_CODEC &&
+            (z->codec_score > 0 || z->n_large++ % LF_CODEC_PROBE == 0)) {
             /* a large patch: the codec on the XOR delta may do better (busy scenes); it
-             * must save an eighth, as a patch decodes faster */
+             * must save an eighth, as a patch decodes faster. It is tried while it wins
+             * now and then (codec_score), else on one large patch in LF_CODEC_PROBE. */
             lf_xor_of(z->delta, m->buf, base, fb);
             int lean;
             long c = codec_blob(z, z->delta, fb, &lean);
@@ -560,6 +570,9 @@ static int compress_one(lf_pool *p, int64_t slot) {
                 n = (size_t)c;
                 kind = (uint8_t)(LF_BLOB_XOR | lean);
                 out = z->blob;
+                z->codec_score = LF_CODEC_TRIES;
+            } else if (z->codec_score > 0) {
+                z->codec_score--;
             }
         }
     }
