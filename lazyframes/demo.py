@@ -41,19 +41,18 @@ SB3_SCALAR_BYTES = 8 + 4 + 4 + 4
 DEFAULT_STEPS = 40_000
 
 #: Whether the demo's replay buffer compresses its frames unless told (--compress /
-#: --no-compress). Off: compression meets its memory targets, not yet its speed targets
-#: (README.md, "Memory", has the measured table), and this demo's loop, which has no
-#: learner, feels the difference: with a sample every 4 steps it ran ~35-40% fewer env
-#: steps per second compressed on the 2-core machine of that table.
-DEFAULT_COMPRESS = False
+#: --no-compress). On: compression meets its targets (README.md, "Memory", has the
+#: measured table), and in this demo's loop (a batch sampled every 4 steps, no learner)
+#: it ran as many env steps per second as the uncompressed buffer (997 vs 1,001 over
+#: 10,000 Pong steps on the 2-core machine of that table) in ~1/20 of the memory.
+DEFAULT_COMPRESS = True
 COMPRESS_HELP = (
-    "store the replay's frames compressed (ReplayBuffer(..., compress=True): LZ4, XOR "
-    "deltas), or not; the report and the plot then show the compressed memory (bytes, "
-    "ratio, frames compressed and held raw) beside the same frames uncompressed "
-    "(default: %(default)s). Off by default: compressed, a 1M-transition Atari replay "
-    "fits in 0.2-0.45 GB instead of ~7 GB, but sampling and adding cost more (up to ~4x "
-    "the sample time, ~25 us per stored frame; README.md, 'Memory'), which this loop "
-    "without a learner shows as ~35-40%% fewer env steps per second"
+    "store the replay's frames compressed (ReplayBuffer(..., compress=True): LZ4 "
+    "keyframes, each other frame a patch of the bytes that changed), or not; the report "
+    "and the plot then show the compressed memory (bytes, ratio, frames compressed and "
+    "held raw) beside the same frames uncompressed (default: %(default)s: a "
+    "1M-transition Atari replay fits in 0.2-0.4 GB instead of ~7 GB, at about the same "
+    "env steps per second in this loop; README.md, 'Memory')"
 )
 
 
