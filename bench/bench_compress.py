@@ -7,7 +7,9 @@ deep with reset padding. The recording is cached (``--cache``, default
 ``~/.cache/lazyframes``) and replayed identically into every buffer; its last
 transition is marked truncated (the recording cut the episode).
 
-Rows, per game, each built and measured in its own spawned process:
+Rows, per game (each row's memory measured in a spawned process of its own; then every
+row's timings in one more process, where the rows are timed round-robin, because the
+speed of a shared host drifts by +-30% over minutes and ratios must compare like moments):
 
 - **ours**: ``lazyframes.ReplayBuffer(n)`` fed the stacked ndarrays ``(4, 84, 84)``
   (one new frame per step, de-duplicated against the previous observation);
@@ -20,10 +22,11 @@ Rows, per game, each built and measured in its own spawned process:
 Columns: bytes per transition by anonymous RSS growth (``RssAnon``) while the buffer is
 built and filled, and by the buffer's own count (``memory()``; for the peer its blobs'
 lengths plus its arrays); ``sample(32)`` obs + next obs as uint8 and as float32 / 255
-(median of ``--repeats`` calls; the peer's includes its conversion to torch tensors,
-which its users pay; torch limited to one thread, as ours runs on one); ``add`` time per
-new frame, amortised over the fill (compression included), and its excess over our
-uncompressed row's; ratios against our uncompressed row and against the peer.
+(median of ``--repeats`` rounds, each round one call of every row; the peer's includes
+its conversion to torch tensors, which its users pay; torch limited to one thread, as
+ours runs on one); ``add`` time per new frame, amortised over the fill (compression
+included; our two buffers filled in lockstep, each add timed on its own), and its excess
+over our uncompressed row's; ratios against our uncompressed row and against the peer.
 
 ``--transitions N`` fills our buffers with N transitions (at least 200,000 is the
 point) by replaying the recorded episodes again and again, each pass a new stream of
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import gc
 import os
 import platform
@@ -52,7 +56,7 @@ import numpy as np
 import lazyframes
 from lazyframes.replay import ReplayBuffer
 
-from .bench_replay import _in_child, _median_us, format_table
+from .bench_replay import _in_child, format_table, round_robin_us
 
 GAMES = ("Pong", "Breakout", "MsPacman", "Seaquest")
 K = 4
@@ -62,7 +66,8 @@ TARGET_BPT = {"Pong": 250, "Breakout": 250, "MsPacman": 500, "Seaquest": 500}
 TARGET_SAMPLE_VS_OURS = 3.0  # compressed sample(32) at most this times our uncompressed one
 TARGET_SAMPLE_VS_PEER = 3.0  # and at least this times faster than sb3-extra-buffers
 TARGET_ADD_US = 20.0  # add, amortised, per new frame
-ROWS = ("ours", "ours compress", "sb3-extra zstd-3")
+PEER = "sb3-extra zstd-3"
+ROWS = ("ours", "ours compress", PEER)
 
 
 def rss_anon() -> int:
@@ -172,79 +177,119 @@ class Stream:
             )
 
 
-# -- one row, in a child process ----------------------------------------------------------
-def measure(row: str, game: str, path: str, n: int | None, repeats: int, seed: int):
-    """Build, fill and sample one buffer; returns the row's figures (None: peer missing)."""
+# -- memory: one row, in a child process -------------------------------------------------
+def measure(row: str, game: str, path: str, n: int | None, seed: int):
+    """Build and fill one buffer; returns its memory figures (None: the peer is missing)."""
     stream = Stream(Path(path), n)
-    if row == "sb3-extra zstd-3":
-        try:
-            from sb3_extra_buffers.compressed import CompressedReplayBuffer  # noqa: F401
-        except ImportError:
+    if row == PEER:
+        if not _peer_installed():
             return None
-        return _measure_peer(game, stream, repeats, seed)
+        gc.collect()
+        r0 = rss_anon()
+        rb = _peer(stream.n, seed)
+        for item in stream:
+            _peer_add(rb, *item)
+        gc.collect()
+        held = rss_anon() - r0
+        blobs = sum(len(b) for a in (rb.observations, rb.next_observations) for b in a.ravel())
+        arrays = (rb.observations, rb.next_observations, rb.actions, rb.rewards, rb.dones)
+        own = (blobs + sum(x.nbytes for x in arrays) + rb.timeouts.nbytes) / stream.n
+        return _row(row, game, stream, held, own)
     gc.collect()
     r0 = rss_anon()
     rb = ReplayBuffer(stream.n, seed=seed, compress=row == "ours compress")
-    t_add = 0.0
-    for obs, a, r, nxt, te, tr in stream:
-        t0 = time.perf_counter()
-        rb.add(obs, a, r, nxt, te, tr)
-        t_add += time.perf_counter() - t0
+    for item in stream:
+        rb.add(*item)
     gc.collect()
     held = rss_anon() - r0
-    m = rb.memory()
-    out = {}
-    u8 = _median_us(lambda: rb.sample(BATCH), repeats, 10)
-    f32 = _median_us(lambda: rb.sample(BATCH, dtype=np.float32, scale=1 / 255), repeats, 10)
-    out.update(sample_u8=u8, sample_f32=f32)
-    return _row(row, game, stream, held, m["bytes_per_transition"], t_add, out)
+    return _row(row, game, stream, held, rb.memory()["bytes_per_transition"])
 
 
-def _measure_peer(game: str, stream: Stream, repeats: int, seed: int):
+# -- timings: every row of a game in one child process, timed round-robin -----------------
+def measure_timing(game: str, path: str, n: int | None, n_peer: int | None, repeats: int, seed):
+    """``add`` and ``sample`` timings of every row of one game, by row name.
+
+    The machine's speed drifts (a shared host), so the rows compared are timed in the
+    same moments: our two buffers are filled in lockstep, each add timed on its own, and
+    the sample calls of all rows go round-robin.
+    """
+    stream = Stream(Path(path), n)
+    bufs = {name: ReplayBuffer(stream.n, seed=seed, compress=name != "ours") for name in ROWS[:2]}
+    t_add = dict.fromkeys(bufs, 0.0)
+    for item in stream:
+        for name, rb in bufs.items():
+            t0 = time.perf_counter()
+            rb.add(*item)
+            t_add[name] += time.perf_counter() - t0
+    out = {name: {"add_us": t / stream.new_frames * 1e6} for name, t in t_add.items()}
+    fns = {}
+    for name, rb in bufs.items():
+        fns[name, "sample_u8"] = functools.partial(rb.sample, BATCH)
+        f32 = functools.partial(rb.sample, BATCH, dtype=np.float32, scale=1 / 255)
+        fns[name, "sample_f32"] = f32
+    if _peer_installed():
+        import torch as th
+
+        peer_stream = Stream(Path(path), n_peer)
+        np.random.seed(seed)  # noqa: NPY002  (the peer samples with NumPy's global generator)
+        peer = _peer(peer_stream.n, seed)
+        t = 0.0
+        for item in peer_stream:
+            t0 = time.perf_counter()
+            _peer_add(peer, *item)
+            t += time.perf_counter() - t0
+        out[PEER] = {"add_us": t / peer_stream.new_frames * 1e6}
+
+        def peer_sample(dtype, normalize):
+            peer.output_dtype, peer.normalize_images = dtype, normalize  # float32 / 255: its option
+            return peer.sample(BATCH)
+
+        fns[PEER, "sample_u8"] = functools.partial(peer_sample, th.uint8, False)
+        fns[PEER, "sample_f32"] = functools.partial(peer_sample, th.float32, True)
+    for (name, what), us in round_robin_us(fns, repeats, 5).items():
+        out[name][what] = us
+    return out
+
+
+def _peer_installed() -> bool:
+    try:
+        from sb3_extra_buffers.compressed import CompressedReplayBuffer  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _peer(n: int, seed: int):
+    """sb3-extra-buffers' zstd-3 buffer of ``n`` (k, 84, 84) observations, timeouts handled."""
     import torch as th
     from gymnasium import spaces
     from sb3_extra_buffers.compressed import CompressedReplayBuffer
 
     th.set_num_threads(1)  # as ours: one thread (torch's pool contends on a shared host)
-    np.random.seed(seed)  # noqa: NPY002  (the peer samples with NumPy's global generator)
-    gc.collect()
-    r0 = rss_anon()
     with warnings.catch_warnings():  # its up-front memory estimate warns on small hosts
         warnings.simplefilter("ignore")
-        rb = CompressedReplayBuffer(
-            stream.n,
+        return CompressedReplayBuffer(
+            n,
             spaces.Box(0, 255, (K, 84, 84), np.uint8),
             spaces.Discrete(18),
             device="cpu",
             compression_method="zstd3",
             handle_timeout_termination=True,
         )
-    t_add = 0.0
-    for obs, a, r, nxt, te, tr in stream:
-        t0 = time.perf_counter()
-        rb.add(
-            obs[None],
-            nxt[None],
-            np.array([a]),
-            np.array([r]),
-            np.array([te or tr]),
-            [{"TimeLimit.truncated": bool(tr and not te)}],
-        )
-        t_add += time.perf_counter() - t0
-    gc.collect()
-    held = rss_anon() - r0
-    blobs = sum(len(b) for arr in (rb.observations, rb.next_observations) for b in arr.ravel())
-    arrays = sum(
-        x.nbytes for x in (rb.observations, rb.next_observations, rb.actions, rb.rewards, rb.dones)
+
+
+def _peer_add(rb, obs, a, r, nxt, te, tr) -> None:
+    rb.add(
+        obs[None],
+        nxt[None],
+        np.array([a]),
+        np.array([r]),
+        np.array([te or tr]),
+        [{"TimeLimit.truncated": bool(tr and not te)}],
     )
-    own = (blobs + arrays + rb.timeouts.nbytes) / stream.n
-    out = {"sample_u8": _median_us(lambda: rb.sample(BATCH), repeats, 3)}
-    rb.output_dtype, rb.normalize_images = th.float32, True  # float32 / 255, as its option
-    out["sample_f32"] = _median_us(lambda: rb.sample(BATCH), repeats, 3)
-    return _row("sb3-extra zstd-3", game, stream, held, own, t_add, out)
 
 
-def _row(name, game, stream, held, own_bpt, t_add, out) -> dict:
+def _row(name, game, stream, held, own_bpt) -> dict:
     bpt = held / stream.n
     return {
         "game": game,
@@ -253,8 +298,6 @@ def _row(name, game, stream, held, own_bpt, t_add, out) -> dict:
         "bpt_rss": bpt,
         "bpt_own": own_bpt,
         "mb_at_1M": bpt,  # B/transition x 1e6 / 1e6
-        "add_us": t_add / stream.new_frames * 1e6,
-        **out,
     }
 
 
@@ -415,11 +458,12 @@ def main(argv=None) -> list[dict]:
     )
     rows, missing = [], False
     for g in args.games:
+        game_rows = {}
         for name in ROWS:
-            if missing and name == "sb3-extra zstd-3":
+            if missing and name == PEER:
                 continue
-            size = n_peer if name == "sb3-extra zstd-3" else n
-            r = _in_child(measure, name, g, str(paths[g]), size, repeats, args.seed)
+            size = n_peer if name == PEER else n
+            r = _in_child(measure, name, g, str(paths[g]), size, args.seed)
             if r is None:
                 print(
                     'sb3-extra-buffers is not installed (pip install "sb3-extra-buffers[fast]"); '
@@ -427,7 +471,11 @@ def main(argv=None) -> list[dict]:
                 )
                 missing = True
                 continue
-            rows.append(r)
+            game_rows[name] = r
+        timing = _in_child(measure_timing, g, str(paths[g]), n, n_peer, repeats, args.seed)
+        for name, t in timing.items():
+            game_rows[name].update(t)
+        rows += game_rows.values()
     add_ratios(rows)
     print(format_table(rows, COLUMNS))
     print(

@@ -42,9 +42,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -53,6 +51,8 @@ import lazyframes
 from lazyframes import _machine
 from lazyframes.replay import PrioritizedReplayBuffer, ReplayBuffer
 
+from .bench_replay import round_robin_us
+
 ALPHA, BETA = 0.6, 0.4
 H = W = 84
 K = 4
@@ -60,20 +60,6 @@ E = 1000  # env streams of the fill: one add call stores E transitions
 R = 4096  # distinct frames of the real-size row's looping stream
 TARGET_PEER = 2.0  # the fastest peer's sample+update over our machinery
 TARGET_UNIFORM = 0.25  # our machinery over our uniform sample(32)
-
-
-def _median_us(fns: dict[str, Callable], repeats: int, warmup: int) -> dict[str, float]:
-    """Median microseconds of each function, timed round-robin."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) * 1e6 for k, v in times.items()}
 
 
 def ours(n: int, seed: int, frame=(H, W)) -> PrioritizedReplayBuffer:
@@ -183,7 +169,7 @@ def run_frames(n: int, batches, repeats: int, warmup: int, seed: int) -> list[di
             s = peer.sample(b, beta=BETA)
             peer.update_priorities(s["indexes"], p)
 
-        t = _median_us({"full": full, "cpprb": cp}, repeats, warmup)
+        t = round_robin_us({"full": full, "cpprb": cp}, repeats, warmup)
         rows.append({"N": n, "B": b, **{k + "_us": v for k, v in t.items()}})
         rows[-1]["x"] = t["cpprb"] / t["full"]
     return rows
@@ -269,7 +255,7 @@ def run(sizes, batches, repeats: int, warmup: int, seed: int) -> tuple[list[dict
                     sampler.update_priority(idx, tp)
 
                 fns["torchrl"] = tl
-            t = _median_us(fns, repeats if b == 32 else max(10, repeats // 4), warmup)
+            t = round_robin_us(fns, repeats if b == 32 else max(10, repeats // 4), warmup)
             peers = [t[k] for k in ("cpprb", "torchrl") if k in t]
             rows.append(
                 {

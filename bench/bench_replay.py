@@ -110,6 +110,24 @@ def _steady(fill):
     return max(200, fill // 10)
 
 
+def round_robin_us(fns: dict, repeats: int, warmup: int) -> dict:
+    """Median microseconds of each function, timed round-robin.
+
+    On a shared host whose speed drifts, functions compared with one another are then
+    timed in the same moments.
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) * 1e6 for k, v in times.items()}
+
+
 def _median_us(fn, repeats, warmup):
     for _ in range(warmup):
         fn()

@@ -745,10 +745,14 @@ def commit(rb: ReplayBuffer, idx, envs, n_skip: int, actions, rewards, flags) ->
 #: float32's largest finite magnitude: a reward is stored as float32.
 _F32_MAX = float(np.finfo(np.float32).max)
 #: Python and NumPy float scalar types a scalar reward or float action is taken from.
-_FLOATS = (float, np.float64, np.float32)
+_FLOATS = frozenset((float, np.float64, np.float32))
 #: Integer scalar types a scalar action is taken from (not bool; not timedelta64, which
 #: NumPy counts as an integer but add refuses).
-_INTS = (int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8)
+_INTS = frozenset(
+    (int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8)
+)
+#: The types a scalar flag (terminated, truncated) is taken from.
+_BOOLS = frozenset((bool, np.bool_))
 
 
 class FastState:
@@ -759,6 +763,7 @@ class FastState:
         "act_range",
         "batch_shape",
         "batch_type",
+        "batch_view",
         "dtype",
         "envs",
         "frames_type",
@@ -767,6 +772,7 @@ class FastState:
         "obs_shape",
         "pool",
         "table",
+        "view",
     )
 
     def __init__(self, rb: ReplayBuffer):
@@ -774,6 +780,12 @@ class FastState:
         self.table, self.pool, self.k = rb._table, rb._pool, rb._k
         self.layout, self.dtype, self.obs_shape = rb._layout, rb._dtype, rb._obs_shape
         self.batch_shape = (rb._num_envs,) + tuple(rb._obs_shape)
+        # the frames (E, k, *S) of an ndarray observation are a reshape of it, unless the
+        # layout is "last" (then None: _frames_view moves the axis)
+        self.view = self.batch_view = None
+        if self.layout != "last":
+            S = _frame_shape_of(tuple(rb._obs_shape), self.layout, self.k)
+            self.view, self.batch_view = (1, self.k) + S, (rb._num_envs, self.k) + S
         self.frames_type, self.batch_type = core.LazyFrames, core.LazyBatch
         envs = np.arange(rb._num_envs)
         envs.flags.writeable = False
@@ -804,6 +816,9 @@ def _fast_obs(st: FastState, x, batched: bool):
     if t is np.ndarray:
         if x.shape != (st.batch_shape if batched else st.obs_shape) or x.dtype != st.dtype:
             return None
+        view = st.batch_view if batched else st.view
+        if view is not None:
+            return x.reshape(view)
         return _frames_view(x if batched else x[None], st.layout, st.k)
     if batched and (t is list or t is tuple):  # a LazyFrames per env, of the buffer's pool
         pool, k, ft = st.pool, st.k, st.frames_type
@@ -841,9 +856,9 @@ def _fast_scalars(st: FastState, action, reward, terminated, truncated):
             return None
     elif tr is not int or not -(1 << 24) <= reward <= 1 << 24:  # exact in float32
         return None
-    if type(terminated) not in (bool, np.bool_) or type(truncated) not in (bool, np.bool_):
+    if type(terminated) not in _BOOLS or type(truncated) not in _BOOLS:
         return None
-    return action, reward, int(bool(terminated)) | int(bool(truncated)) << 1
+    return action, reward, (1 if terminated else 0) | (2 if truncated else 0)
 
 
 def _fast_arrays(rb: ReplayBuffer, action, reward, terminated, truncated):
