@@ -22,10 +22,10 @@ speed of a shared host drifts by +-30% over minutes and ratios must compare like
 Columns: bytes per transition by anonymous RSS growth (``RssAnon``) while the buffer is
 built and filled, and by the buffer's own count (``memory()``; for the peer its blobs'
 lengths plus its arrays); ``sample(32)`` obs + next obs as uint8 and as float32 / 255
-(median of ``--repeats`` rounds, each round one call of every row; the peer's includes
+(median of ``--repeats`` calls, in blocks of ten calls per row; the peer's includes
 its conversion to torch tensors, which its users pay; torch limited to one thread, as
 ours runs on one); ``add`` time per new frame, amortised over the fill (compression
-included; our two buffers filled in lockstep, each add timed on its own), and its excess
+included; our two buffers filled by turns, each add timed on its own), and its excess
 over our uncompressed row's; ratios against our uncompressed row and against the peer.
 
 ``--transitions N`` fills our buffers with N transitions (at least 200,000 is the
@@ -44,6 +44,7 @@ import argparse
 import datetime
 import functools
 import gc
+import itertools
 import os
 import platform
 import sys
@@ -68,6 +69,10 @@ TARGET_SAMPLE_VS_PEER = 3.0  # and at least this times faster than sb3-extra-buf
 TARGET_ADD_US = 20.0  # add, amortised, per new frame
 PEER = "sb3-extra zstd-3"
 ROWS = ("ours", "ours compress", PEER)
+#: transitions added to one buffer, then to the other, when the two are filled by turns
+BLOCK_ADDS = 500
+#: sample calls of one row before the next row's, when rows are timed round-robin
+BLOCK_SAMPLES = 10
 
 
 def rss_anon() -> int:
@@ -210,17 +215,19 @@ def measure_timing(game: str, path: str, n: int | None, n_peer: int | None, repe
     """``add`` and ``sample`` timings of every row of one game, by row name.
 
     The machine's speed drifts (a shared host), so the rows compared are timed in the
-    same moments: our two buffers are filled in lockstep, each add timed on its own, and
-    the sample calls of all rows go round-robin.
+    same moments: our two buffers are filled by turns, BLOCK_ADDS transitions each, each
+    add timed on its own, and the rows' sample calls go round-robin, BLOCK_SAMPLES each.
     """
     stream = Stream(Path(path), n)
     bufs = {name: ReplayBuffer(stream.n, seed=seed, compress=name != "ours") for name in ROWS[:2]}
     t_add = dict.fromkeys(bufs, 0.0)
-    for item in stream:
+    items = iter(stream)
+    while chunk := list(itertools.islice(items, BLOCK_ADDS)):
         for name, rb in bufs.items():
-            t0 = time.perf_counter()
-            rb.add(*item)
-            t_add[name] += time.perf_counter() - t0
+            for item in chunk:
+                t0 = time.perf_counter()
+                rb.add(*item)
+                t_add[name] += time.perf_counter() - t0
     out = {name: {"add_us": t / stream.new_frames * 1e6} for name, t in t_add.items()}
     fns = {}
     for name, rb in bufs.items():
@@ -246,7 +253,7 @@ def measure_timing(game: str, path: str, n: int | None, n_peer: int | None, repe
 
         fns[PEER, "sample_u8"] = functools.partial(peer_sample, th.uint8, False)
         fns[PEER, "sample_f32"] = functools.partial(peer_sample, th.float32, True)
-    for (name, what), us in round_robin_us(fns, repeats, 5).items():
+    for (name, what), us in round_robin_us(fns, repeats, 5, BLOCK_SAMPLES).items():
         out[name][what] = us
     return out
 

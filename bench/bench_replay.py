@@ -110,21 +110,23 @@ def _steady(fill):
     return max(200, fill // 10)
 
 
-def round_robin_us(fns: dict, repeats: int, warmup: int) -> dict:
-    """Median microseconds of each function, timed round-robin.
+def round_robin_us(fns: dict, repeats: int, warmup: int, block: int = 1) -> dict:
+    """Median microseconds of each function, timed round-robin, ``block`` calls at a time.
 
     On a shared host whose speed drifts, functions compared with one another are then
-    timed in the same moments.
+    timed in the same moments; blocks of calls keep each function's steady state (its
+    allocations reused, its working set in cache) as a loop calling it would.
     """
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     times: dict = {k: [] for k in fns}
-    for _ in range(repeats):
+    for _ in range(max(1, repeats // block)):
         for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
+            for _ in range(block):
+                t0 = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t0)
     return {k: statistics.median(v) * 1e6 for k, v in times.items()}
 
 
