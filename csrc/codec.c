@@ -132,6 +132,46 @@ static int get_varint(const unsigned char *p, size_t pn, size_t *r, size_t *v) {
     return -1;
 }
 
+/* compile-time check (C99): the word test of run_end looks for 4 equal bytes */
+typedef char lf_gap_is_4[LF_PATCH_GAP == 4 ? 1 : -1];
+
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define LF_WORD_SCAN 1 /* run_end reads 8 bytes at a time (needs ctz/clz and little-endian) */
+/* 0x80 in each byte of x that is zero, 0 in the others (no carries between bytes). */
+static inline uint64_t zero_bytes(uint64_t x) {
+    const uint64_t low7 = 0x7F7F7F7F7F7F7F7FULL;
+    return ~(((x & low7) + low7) | x | low7);
+}
+#endif
+
+/* The end of the run whose last differing byte so far is end - 1: past its last differing
+ * byte before the first LF_PATCH_GAP (4) equal bytes in a row. Eight bytes at a time: the
+ * windows of 4 equal bytes starting in the first 5 bytes of a word, else on from the
+ * word's last differing byte (there is one in its last 4 bytes). */
+static size_t run_end(const unsigned char *f, const unsigned char *b, size_t n, size_t end) {
+    size_t j = end;
+#ifdef LF_WORD_SCAN
+    while (j + 8 <= n) {
+        uint64_t x, y;
+        memcpy(&x, f + j, 8);
+        memcpy(&y, b + j, 8);
+        uint64_t eq = zero_bytes(x ^ y); /* little-endian: byte i of the word at bits 8i.. */
+        uint64_t gap = eq & (eq >> 8) & (eq >> 16) & (eq >> 24) & 0x8080808080ULL;
+        uint64_t diff = ~eq & 0x8080808080808080ULL;
+        if (gap) {
+            unsigned at = (unsigned)__builtin_ctzll(gap) / 8; /* the first window's start */
+            diff &= at ? (~0ULL >> (64 - 8 * at)) : 0;          /* differing bytes before it */
+            return diff ? j + (63 - (unsigned)__builtin_clzll(diff)) / 8 + 1 : end;
+        }
+        end = j + (63 - (unsigned)__builtin_clzll(diff)) / 8 + 1;
+        j = end;
+    }
+#endif
+    for (; j < n && j - end < LF_PATCH_GAP; j++)
+        if (f[j] != b[j]) end = j + 1;
+    return end;
+}
+
 size_t lf_patch_encode(const unsigned char *restrict f, const unsigned char *restrict b,
                        size_t n, unsigned char *restrict out, size_t cap) {
     size_t i = 0, w = 0, last = 0;
@@ -140,9 +180,7 @@ size_t lf_patch_encode(const unsigned char *restrict f, const unsigned char *res
         while (i + 8 <= n && (memcpy(&x, f + i, 8), memcpy(&y, b + i, 8), x == y)) i += 8;
         while (i < n && f[i] == b[i]) i++;
         if (i >= n) return w;
-        size_t start = i, end = i + 1; /* end: past the last differing byte seen */
-        for (size_t j = end; j < n && j - end < LF_PATCH_GAP; j++)
-            if (f[j] != b[j]) end = j + 1;
+        size_t start = i, end = run_end(f, b, n, i + 1);
         size_t len = end - start;
         if (varint_len(start - last) + varint_len(len) + len > cap - w) return (size_t)-1;
         w += put_varint(out + w, start - last);
