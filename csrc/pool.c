@@ -531,9 +531,9 @@ static long codec_blob(lf_compressor *z, const unsigned char *src, size_t n, int
     return (long)l;
 }
 
-/* Compress one eligible slot: an XOR delta against a frame of its group (tree_ref) when
- * its recorded previous frame is cold and its group has room, else a keyframe. 0, or -1
- * on out of memory. */
+/* Compress one eligible slot: a delta (a patch, or the codec on the XOR) against a frame
+ * of its group (tree_ref) when its recorded previous frame is cold and its group has room,
+ * else a keyframe. 0, or -1 on out of memory. */
 static int compress_one(lf_pool *p, int64_t slot) {
     lf_compressor *z = p->z;
     lf_meta *m = lf_pool_meta(p, slot);
