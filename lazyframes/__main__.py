@@ -56,8 +56,9 @@ def build_parser(prog: str = "python -m lazyframes") -> argparse.ArgumentParser:
             "every --train-freq steps a batch is sampled into float32 scaled by 1/255. Then it "
             "reports env steps/s, the share of time spent stacking, the replay memory held "
             "against SB3's memory-optimised buffer, a naive obs+next_obs buffer and a "
-            "baselines-style list after sampling, and the sample latency; with --compress, the "
-            "buffer's compressed memory beside the same frames uncompressed."
+            "baselines-style list after sampling, and the sample latency; compressed (the "
+            "default; --no-compress stores raw), the buffer's compressed memory beside the "
+            "same frames uncompressed."
         ),
     )
     demo.add_arguments(d)

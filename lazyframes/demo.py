@@ -12,8 +12,8 @@ float32 scaled by 1/255 (the fused path).
 The report gives env steps per second, the share of time spent stacking, the memory the
 replay buffer holds against what the same transitions take in SB3's memory-optimised
 buffer, a naive buffer and a baselines-style list after sampling, and the sample latency.
-With ``--compress`` the buffer compresses its frames (the wrapper's pool, adopted) and the
-report and the plot show that memory beside the same frames uncompressed.
+The buffer compresses its frames (the wrapper's pool, adopted; ``--no-compress`` stores
+them raw), and the report and the plot show that memory beside the same frames uncompressed.
 """
 
 from __future__ import annotations
