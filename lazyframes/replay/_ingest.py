@@ -920,10 +920,7 @@ def fast_add(rb: ReplayBuffer, obs, action, reward, next_obs, terminated, trunca
     # nothing below can fail
     actions, rewards, flags = vals
     if batched:
-        link(rb, idx, st.envs)
-        rb._actions[pos : pos + E] = actions
-        rb._rewards[pos : pos + E] = rewards
-        rb._flags[pos : pos + E] = flags
+        commit(rb, idx, st.envs, 0, actions, rewards, flags)
     else:
         _link_one(rb, pos)
         rb._actions[pos] = actions
