@@ -41,12 +41,10 @@ Run: ``python -m bench.bench_compress [--steps N] [--transitions N] [--check]``.
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import gc
 import itertools
 import os
-import platform
 import sys
 import time
 import warnings
@@ -54,10 +52,10 @@ from pathlib import Path
 
 import numpy as np
 
-import lazyframes
 from lazyframes.replay import ReplayBuffer
 
-from .bench_replay import _in_child, format_table, round_robin_us
+from ._util import format_table, header, round_robin_us
+from .bench_replay import _in_child
 
 GAMES = ("Pong", "Breakout", "MsPacman", "Seaquest")
 K = 4
@@ -84,18 +82,6 @@ def rss_anon() -> int:
     raise OSError("/proc/self/status has no RssAnon line (Linux only)")
 
 
-def cpu_model() -> str:
-    """The CPU model name (/proc/cpuinfo), else what the platform module says."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 # -- the recording ------------------------------------------------------------------------
 def record(game: str, steps: int, seed: int, cache: Path) -> Path:
     """Record ``steps`` random-policy steps of ``ALE/<game>-v5``, once; returns the .npz.
@@ -108,9 +94,9 @@ def record(game: str, steps: int, seed: int, cache: Path) -> Path:
     path = cache / f"{game}-v5-steps{steps}-seed{seed}.npz"
     if path.is_file():
         return path
-    from lazyframes.demo import make_env
+    from ._util import atari_env
 
-    env = make_env(f"ALE/{game}-v5")
+    env = atari_env(f"ALE/{game}-v5")
     env.action_space.seed(seed)
     obs, _ = env.reset(seed=seed)
     frames, starts, src = [obs], [0], []
@@ -442,11 +428,7 @@ def main(argv=None) -> list[dict]:
     args = p.parse_args(argv)
     steps = args.steps or (2000 if args.quick else 10_000)
     repeats = args.repeats or (20 if args.quick else 200)
-    print(
-        f"bench_compress: lazyframes {lazyframes.__version__}, core: {lazyframes.IMPLEMENTATION}, "
-        f"numpy {np.__version__}; {cpu_model()}, {os.cpu_count()} CPUs; "
-        f"{datetime.datetime.now().isoformat(timespec='seconds')}"
-    )
+    print(header("bench_compress"))
     paths = {}
     for g in args.games:
         t0 = time.perf_counter()

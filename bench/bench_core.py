@@ -11,11 +11,11 @@ the same batches converted to float32 in [0, 1]), it times:
 - **copy floor**: ``np.copyto`` of the same bytes, already contiguous, into a
   preallocated array (for the float cases: ``np.multiply(src, 1/255, out=f32)``, the
   best NumPy does from contiguous bytes);
-- **gather floor** (compiled core only): ``lazyframes._core._memcpy_gather``, a plain C
+- **gather floor**: ``lazyframes._core._memcpy_gather``, a plain C
   loop of ``memcpy`` over the same frame addresses as the batch, GIL released: the true
   floor of reading frames from random places, which is bound by memory latency;
 - **baselines-style**: OpenAI baselines' LazyFrames (``np.concatenate`` on the last axis
-  and its ``_out`` cache, restated in bench/baselines_reference.py; a fresh
+  and its ``_out`` cache, restated in bench/baselines.py; a fresh
   object for every observation so the cache does not make it free), batched as
   baselines' replay buffer does (``np.array([np.array(o) for o in batch])``), and for
   the float cases followed by ``.astype(np.float32) / 255``;
@@ -25,32 +25,26 @@ the same batches converted to float32 in [0, 1]), it times:
 Sources are cycled over many distinct batches (as much data as the pool) so no
 method runs from a warm cache the others do not get. Each figure is the median over
 repeats after a warmup. Run: ``python -m bench.bench_core [--quick] [--check]`` from the
-source checkout, or ``python -m lazyframes bench``; bench/README.md explains the targets
+source checkout, or ``python -m bench``; bench/README.md explains the targets
 that ``--check`` tests.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
 
 import numpy as np
 
 import lazyframes
-from bench.baselines_reference import BaselinesLazyFrames
-from lazyframes import _machine
+from bench._util import format_table, header, report_checks, target
+from bench.baselines import BaselinesLazyFrames
+from lazyframes import _core
 
-#: The gather floor, a plain C memcpy loop over a batch's frames: compiled core only.
-_memcpy_gather = (
-    getattr(importlib.import_module("lazyframes._core"), "_memcpy_gather", None)
-    if lazyframes.IMPLEMENTATION == "compiled"
-    else None
-)
+#: The gather floor, a plain C memcpy loop over a batch's frames.
+_memcpy_gather = _core._memcpy_gather
 
 FRAME_SHAPE = (84, 84, 1)
 K = 4
@@ -110,25 +104,6 @@ def _fmt_us(x: float | None) -> str:
 
 def _fmt_ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
-
-
-def format_table(rows: list[dict], columns: list[tuple[str, str, Callable]]) -> str:
-    """Plain aligned table: ``columns`` is a list of (key, header, formatter)."""
-    cells = [[h for _, h, _ in columns]]
-    for r in rows:
-        cells.append([fmt(r.get(k)) for k, _, fmt in columns])
-    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    lines = []
-    for n, row in enumerate(cells):
-        lines.append(
-            "  ".join(
-                c.ljust(w) if i == 0 else c.rjust(w)
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 COLUMNS = [
@@ -229,8 +204,7 @@ def _batch_rows(pool, frames, windows, layout, B, rng, *, repeats, warmup) -> li
         "base": (lambda b: np.array([np.array(o) for o in b]), fresh),
         "npa": (np.array, batch),
     }
-    if _memcpy_gather is not None:
-        cases["gfloor"] = (lambda s: _memcpy_gather(pool, s, out), slot_batch)
+    cases["gfloor"] = (lambda s: _memcpy_gather(pool, s, out), slot_batch)
     t = _time(cases, repeats, warmup)
     ref = {"floor": t["floor"], "gather_floor": t.get("gfloor"), "base": t["base"], "npa": t["npa"]}
     rows = [
@@ -276,17 +250,25 @@ def check_targets(rows: list[dict]) -> list[tuple[str, bool]]:
     results = []
     for r in rows:
         where = f"{r['case']} [{r['layout']}]"
-        ratio = r["vs_gather_floor"]
-        if ratio is not None:
-            text = f"{where}: {ratio:.2f}x the gather floor (target <= {TARGET_GATHER_FLOOR}x)"
-            results.append((text, ratio <= TARGET_GATHER_FLOOR))
-        if r["case"] == "batch 32":
-            speedup = r["speedup_baselines"]
-            text = (
-                f"{where}: {speedup:.1f}x faster than baselines-style "
-                f"(target >= {TARGET_BASELINES:.0f}x)"
+        if r["vs_gather_floor"] is not None:
+            results.append(
+                target(
+                    f"{where}: lazyframes / gather floor",
+                    r["vs_gather_floor"],
+                    "<=",
+                    TARGET_GATHER_FLOOR,
+                )
             )
-            results.append((text, speedup >= TARGET_BASELINES))
+        if r["case"] == "batch 32":
+            results.append(
+                target(
+                    f"{where}: baselines-style / lazyframes",
+                    r["speedup_baselines"],
+                    ">=",
+                    TARGET_BASELINES,
+                    "{:.1f}x",
+                )
+            )
     return results
 
 
@@ -331,10 +313,7 @@ def main(argv=None) -> list[dict]:
     if pool_frames < K + 256:
         p.error(f"--pool-frames must be at least {K + 256}")
 
-    print(
-        f"bench_core: lazyframes {lazyframes.__version__}, core: {lazyframes.IMPLEMENTATION}, "
-        f"numpy {np.__version__}, Python {platform.python_version()}; {_machine.stamp()}"
-    )
+    print(header("bench_core"))
     print(
         f"pool of {pool_frames:,} distinct {FRAME_SHAPE} uint8 frames, k={K}; "
         f"median of {repeats} repeats (microseconds)"
@@ -342,14 +321,8 @@ def main(argv=None) -> list[dict]:
     rows = run(pool_frames=pool_frames, repeats=repeats, warmup=warmup, seed=args.seed)
     print(format_table(rows, COLUMNS))
     print(LEGEND)
-    if _memcpy_gather is None:
-        print("gather floor: not measured (it needs the compiled core)")
     if args.check:
-        results = check_targets(rows)
-        for text, met in results:
-            print(f"check {text}: {'met' if met else 'MISSED'}")
-        if not all(met for _, met in results):
-            sys.exit(1)
+        report_checks(check_targets(rows))
     return rows
 
 

@@ -28,15 +28,13 @@ Run: ``python -m bench.bench_distributed [--steps N]`` from the source checkout 
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import time
 
 import numpy as np
 
 import lazyframes
-from bench.bench_core import format_table
-from lazyframes import _machine
+from bench._util import format_table, header
 from lazyframes.transport import Receiver, Sender, wire_bytes
 
 K = 4
@@ -48,9 +46,9 @@ class Actor:
     """Replays recorded Pong frames through lazyframes' stacker, for ``envs`` envs."""
 
     def __init__(self, envs: int, record: int, episode: int, flush: int, seed: int):
-        from lazyframes.demo import make_env
+        from bench._util import atari_env
 
-        env = make_env("ALE/Pong-v5")
+        env = atari_env("ALE/Pong-v5")
         env.action_space.seed(seed)
         obs, _ = env.reset(seed=seed)
         frames = [obs]
@@ -231,11 +229,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--episode", type=int, default=200, help="steps per emulated episode")
     p.add_argument("--seed", type=int, default=0, help="seed of the recordings and actions")
     args = p.parse_args(argv)
-    print(
-        f"bench_distributed: lazyframes {lazyframes.__version__}, core: "
-        f"{lazyframes.IMPLEMENTATION}, numpy {np.__version__}, Python "
-        f"{platform.python_version()}; {_machine.stamp()}"
-    )
+    print(header("bench_distributed"))
     print(
         f"Ray actors on this machine, {args.envs} Pong envs each (recorded frames), "
         f"{args.steps} vector steps per actor, a message every {args.flush} steps"

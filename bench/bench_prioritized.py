@@ -41,17 +41,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import sys
 from collections.abc import Callable
 
 import numpy as np
 
-import lazyframes
-from lazyframes import _machine
 from lazyframes.replay import PrioritizedReplayBuffer, ReplayBuffer
 
-from .bench_replay import round_robin_us
+from ._util import format_table, header, report_checks, round_robin_us, target
 
 ALPHA, BETA = 0.6, 0.4
 H = W = 84
@@ -273,50 +269,38 @@ def run(sizes, batches, repeats: int, warmup: int, seed: int) -> tuple[list[dict
 FRAME_COLS = [
     ("N", "N", "{:,}"),
     ("B", "B", "{}"),
-    ("lf sample+update", "full_us", "{:.1f}"),
-    ("cpprb sample+update", "cpprb_us", "{:.1f}"),
-    ("cpprb/lf", "x", "{:.2f}x"),
+    ("full_us", "lf sample+update", "{:.1f}"),
+    ("cpprb_us", "cpprb sample+update", "{:.1f}"),
+    ("x", "cpprb/lf", "{:.2f}x"),
+]
+
+COLUMNS = [
+    ("N", "N", "{:,}"),
+    ("B", "B", "{}"),
+    ("machinery_us", "lf machinery", "{:.1f}"),
+    ("full_us", "lf sample+update", "{:.1f}"),
+    ("uniform_us", "lf uniform sample", "{:.1f}"),
+    ("tiny_us", "lf tiny", "{:.1f}"),
+    ("cpprb_us", "cpprb", "{:.1f}"),
+    ("torchrl_us", "TorchRL", "{:.1f}"),
+    ("fastest_peer_x", "peer/lf machinery", "{:.2f}x"),
+    ("tiny_x", "peer/lf tiny", "{:.2f}x"),
+    ("machinery_of_uniform", "machinery/uniform", "{:.0%}"),
 ]
 
 
-def format_table(rows: list[dict], cols=None) -> str:
-    cols = cols or [
-        ("N", "N", "{:,}"),
-        ("B", "B", "{}"),
-        ("lf machinery", "machinery_us", "{:.1f}"),
-        ("lf sample+update", "full_us", "{:.1f}"),
-        ("lf uniform sample", "uniform_us", "{:.1f}"),
-        ("lf tiny", "tiny_us", "{:.1f}"),
-        ("cpprb", "cpprb_us", "{:.1f}"),
-        ("TorchRL", "torchrl_us", "{:.1f}"),
-        ("peer/lf machinery", "fastest_peer_x", "{:.2f}x"),
-        ("peer/lf tiny", "tiny_x", "{:.2f}x"),
-        ("machinery/uniform", "machinery_of_uniform", "{:.0%}"),
-    ]
-    head = [c[0] for c in cols]
-    body = [[fmt.format(r[k]) if k in r else "-" for _, k, fmt in cols] for r in rows]
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
-    return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, body)])
-
-
 def check_targets(rows: list[dict]) -> list[tuple[str, bool]]:
+    """The targets that ``--check`` tests (bench/README.md): (description, met) pairs."""
     out = []
     for r in rows:
-        x = r["fastest_peer_x"]
+        where = f"N={r['N']:,} B={r['B']}"
         out.append(
-            (
-                f"N={r['N']:,} B={r['B']}: fastest peer / machinery {x:.2f} >= {TARGET_PEER}",
-                bool(x >= TARGET_PEER),
-            )
+            target(f"{where}: fastest peer / machinery", r["fastest_peer_x"], ">=", TARGET_PEER)
         )
-        x = r["tiny_x"]
-        text = f"N={r['N']:,} B={r['B']}: fastest peer / tiny {x:.2f} >= {TARGET_PEER}"
-        out.append((text, bool(x >= TARGET_PEER)))
+        out.append(target(f"{where}: fastest peer / tiny", r["tiny_x"], ">=", TARGET_PEER))
         if r["B"] == 32:
-            m = r["machinery_of_uniform"]
-            text = f"N={r['N']:,} B=32: machinery / uniform sample {m:.0%} <= {TARGET_UNIFORM:.0%}"
-            out.append((text, bool(m <= TARGET_UNIFORM)))
+            what = f"{where}: machinery / uniform sample"
+            out.append(target(what, r["machinery_of_uniform"], "<=", TARGET_UNIFORM, "{:.0%}"))
     return out
 
 
@@ -361,18 +345,14 @@ def main(argv=None) -> list[dict]:
     sizes = args.sizes or ([10_000] if args.quick else [100_000, 1_000_000])
     repeats = args.repeats or (40 if args.quick else 400)
     warmup = 3 if args.quick else 30
-    print(
-        f"bench_prioritized: lazyframes {lazyframes.__version__}, core: "
-        f"{lazyframes.IMPLEMENTATION}, numpy {np.__version__}, Python "
-        f"{platform.python_version()}; alpha={ALPHA}, beta={BETA}; {_machine.stamp()}"
-    )
+    print(header("bench_prioritized", f"alpha={ALPHA}, beta={BETA}"))
     print(
         f"{H}x{W} uint8 frames, k={K}, the same stack in every row; median of {repeats} "
         f"calls at B=32, {max(10, repeats // 4)} at B=256 (microseconds); "
         f"load average {os.getloadavg()[0]:.1f}"
     )
     rows, notes = run(sizes, (32, 256), repeats, warmup, args.seed)
-    print(format_table(rows))
+    print(format_table(rows, COLUMNS))
     for note in dict.fromkeys(notes):
         print(note)
     print(
@@ -397,11 +377,7 @@ def main(argv=None) -> list[dict]:
         else:
             print("cpprb: not installed (pip install cpprb); no real-size frames row")
     if args.check:
-        results = check_targets(rows)
-        for text, met in results:
-            print(f"check {text}: {'met' if met else 'MISSED'}")
-        if not all(met for _, met in results):
-            sys.exit(1)
+        report_checks(check_targets(rows))
     return rows
 
 

@@ -32,6 +32,7 @@ skipped. Run: ``python -m bench.bench_replay [--capacity N] [--quick]``.
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
 import os
 import statistics
@@ -41,7 +42,7 @@ import time
 import numpy as np
 
 import lazyframes
-from lazyframes import _machine
+from bench._util import format_table, header, report_checks, target
 from lazyframes.replay import ReplayBuffer
 
 H = W = 84
@@ -110,26 +111,6 @@ def _steady(fill):
     return max(200, fill // 10)
 
 
-def round_robin_us(fns: dict, repeats: int, warmup: int, block: int = 1) -> dict:
-    """Median microseconds of each function, timed round-robin, ``block`` calls at a time.
-
-    On a shared host whose speed drifts, functions compared with one another are then
-    timed in the same moments; blocks of calls keep each function's steady state (its
-    allocations reused, its working set in cache) as a loop calling it would.
-    """
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times: dict = {k: [] for k in fns}
-    for _ in range(max(1, repeats // block)):
-        for k, fn in fns.items():
-            for _ in range(block):
-                t0 = time.perf_counter()
-                fn()
-                times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) * 1e6 for k, v in times.items()}
-
-
 def _median_us(fn, repeats, warmup):
     for _ in range(warmup):
         fn()
@@ -166,11 +147,13 @@ def bench_lazyframes(mode, capacity, num_envs, repeats, warmup, seed):
     acts, rews, f = np.zeros(E, np.int64), np.ones(E, np.float32), np.zeros(E, bool)
     add_s, fill = 0.0, capacity // E
     steps = fill + _steady(fill)
+    stored = collections.deque(maxlen=fill)  # the slots of the stored observations
     for t in range(steps):
         if mode == "LazyBatch":
             obs = st.batch()
             st.step()
             nxt = st.batch()
+            stored.append(obs.slots)
             t0 = time.perf_counter()
             rb.add(obs, acts, rews, nxt, f, f)
         elif mode == "LazyFrames":
@@ -205,16 +188,19 @@ def bench_lazyframes(mode, capacity, num_envs, repeats, warmup, seed):
         bpt_own=mem["bytes_per_transition"],
     )
     if mode == "LazyBatch":
-        return [row] + bench_floors(rb, repeats, warmup, seed)
+        return [row] + bench_floors(rb, np.concatenate(stored), repeats, warmup, seed)
     return [row]
 
 
-def bench_floors(rb, repeats, warmup, seed):
-    """The gather floor (same bytes via pool.gather) and np.take of frames."""
+def bench_floors(rb, stored, repeats, warmup, seed):
+    """The gather floor (same bytes via pool.gather) and np.take of frames.
+
+    ``stored``: the slot ids of the stored observations.
+    """
     rng = np.random.default_rng(seed)
     pool = rb.pool
     n = len(rb)
-    live = np.unique(rb._table.ids(np.arange(n))[:, :K])  # the frames of stored observations
+    live = np.unique(stored)  # the frames of stored observations
     rows = []
     for name in ("gather floor", "np.take floor"):
         res = {}
@@ -395,63 +381,24 @@ COLUMNS = [
 ]
 
 
-def format_table(rows, columns=COLUMNS) -> str:
-    cells = [[h for _, h, _ in columns]]
-    for r in rows:
-        cells.append(["-" if r.get(k) is None else fmt.format(r[k]) for k, _, fmt in columns])
-    widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
-    lines = [
-        "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in cells
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 def check_targets(rows: list[dict], num_envs: int) -> list[tuple[str, bool]]:
     """The targets that ``--check`` tests (bench/README.md): (description, met) pairs."""
     main_row = next(r for r in rows if r["buffer"].startswith("lazyframes"))
     peers = [
         r for r in rows if not r["buffer"].startswith("lazyframes") and r["add_us"] is not None
     ]
-    bpt = main_row["memory_bpt"]
+    what = f"bytes/transition by memory() ({main_row['bytes_per_transition']:,.0f} by RSS)"
     results = [
-        (
-            (
-                f"bytes/transition: {bpt:,.0f} (memory()), "
-                f"{main_row['bytes_per_transition']:,.0f} (RSS) (target <= {TARGET_BPT:,})"
-            ),
-            bpt <= TARGET_BPT,
-        ),
-        (
-            f"sample(32): {main_row['vs_floor']:.2f}x the gather floor (target <= {TARGET_FLOOR}x)",
-            main_row["vs_floor"] <= TARGET_FLOOR,
-        ),
+        target(what, main_row["memory_bpt"], "<=", TARGET_BPT, "{:,.0f}"),
+        target("sample(32) / the gather floor", main_row["vs_floor"], "<=", TARGET_FLOOR),
     ]
     if peers:
         best = min(peers, key=lambda r: r["sample32_us"])
         sp = best["sample32_us"] / main_row["sample32_us"]
-        results.append(
-            (
-                (
-                    f"sample(32): the fastest peer ({best['buffer']}) takes {sp:.2f}x our time "
-                    f"(target >= {TARGET_PEER}x)"
-                ),
-                sp >= TARGET_PEER,
-            )
-        )
-    results.append(
-        (
-            (
-                f"steady add (buffer full): {main_row['add_us']:.2f} us/transition with "
-                f"{num_envs} envs per call (target <= {TARGET_ADD_US} us)"
-            ),
-            main_row["add_us"] <= TARGET_ADD_US,
-        )
-    )
+        what = f"sample(32) of the fastest peer ({best['buffer']}) / ours"
+        results.append(target(what, sp, ">=", TARGET_PEER))
+    what = f"steady add (buffer full), {num_envs} envs per call, us per transition"
+    results.append(target(what, main_row["add_us"], "<=", TARGET_ADD_US, "{:.2f}"))
     return results
 
 
@@ -500,12 +447,11 @@ def main(argv=None) -> list[dict]:
     repeats = args.repeats or (30 if args.quick else 300)
     warmup = 3 if args.quick else 20
     E = args.num_envs
+    print(header("bench_replay"))
     print(
-        f"bench_replay: lazyframes {lazyframes.__version__}, core: {lazyframes.IMPLEMENTATION}, "
-        f"numpy {np.__version__}; {H}x{W} uint8 frames changing every step, k={K}; "
-        f"capacity {cap:,} (SB3/naive: {peer_cap:,}); sample = median of {repeats} calls"
+        f"{H}x{W} uint8 frames changing every step, k={K}; capacity {cap:,} (SB3/naive: "
+        f"{peer_cap:,}); sample = median of {repeats} calls"
     )
-    print(f"bench_replay: {_machine.stamp()}")
     rows = []
     for mode, e in (("LazyBatch", E), ("LazyFrames", 1), ("ndarray", 1)):
         rows += _in_child(bench_lazyframes, mode, cap, e, repeats, warmup, args.seed)
@@ -516,7 +462,7 @@ def main(argv=None) -> list[dict]:
     floor = {r["buffer"]: r for r in rows}["gather floor"]
     for r in rows:
         r["vs_floor"] = r["sample32_us"] / floor["sample32_us"]
-    print(format_table(rows))
+    print(format_table(rows, COLUMNS))
     main_row = next(r for r in rows if r["buffer"].startswith("lazyframes"))
     print(
         f"RSS check: {main_row['bytes_per_transition']:,.0f} B/transition by RSS growth vs "
@@ -527,11 +473,7 @@ def main(argv=None) -> list[dict]:
         "GB at 1M: that x 1e6. s32/floor: sample(32) / gather floor (obs + next obs bytes)."
     )
     if args.check:
-        results = check_targets(rows, E)
-        for text, met in results:
-            print(f"check {text}: {'met' if met else 'MISSED'}")
-        if not all(met for _, met in results):
-            sys.exit(1)
+        report_checks(check_targets(rows, E))
     return rows
 
 

@@ -25,9 +25,8 @@ import time
 
 import numpy as np
 
-import lazyframes
-from bench.bench_replay import _in_child, _median_us, format_table, rss
-from lazyframes import _machine
+from bench._util import format_table, header
+from bench.bench_replay import _in_child, _median_us, rss
 
 ENV_ID = "BreakoutNoFrameskip-v4"
 
@@ -152,12 +151,10 @@ def main(argv=None) -> list[dict]:
     args = p.parse_args(argv)
     n = args.transitions or (2_000 if args.quick else 20_000)
     repeats = args.repeats or (20 if args.quick else 200)
+    print(header("bench_sb3"))
     print(
-        f"bench_sb3: lazyframes {lazyframes.__version__}, core: {lazyframes.IMPLEMENTATION}, "
-        f"numpy {np.__version__}; {ENV_ID}, random policy, {n:,} transitions per buffer; "
-        f"sample = median of {repeats} calls"
+        f"{ENV_ID}, random policy, {n:,} transitions per buffer; sample = median of {repeats} calls"
     )
-    print(f"bench_sb3: {_machine.stamp()}")
     rows = [r for r in (_in_child(bench_buffer, b, n, repeats, args.seed) for b in BUFFERS) if r]
     print(format_table(rows, COLUMNS))
     print(

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import mmap
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -39,13 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
-import lazyframes
-from lazyframes import _machine
 from lazyframes.replay import ReplayBuffer
 from lazyframes.shared import _LOG_HEAD, SharedReplay
 
+from ._util import format_table, header
 from .bench_compress import Stream, record
-from .bench_replay import format_table
 
 K = 4
 BATCH = 32
@@ -154,10 +151,7 @@ def main(argv=None) -> list[dict]:
     n = args.transitions
     n_peer = args.peer_transitions or min(n, 50_000)
     rec = Recording(record("Pong", args.steps, args.seed, args.cache))
-    print(
-        f"bench_spill: lazyframes {lazyframes.__version__}, core: {lazyframes.IMPLEMENTATION}, "
-        f"numpy {np.__version__}, Python {platform.python_version()}; {_machine.stamp()}"
-    )
+    print(header("bench_spill"))
     print(
         f"recorded Pong ({rec.n:,} steps, replayed), k = {K}; spill file: {n:,} transitions "
         f"in {args.dir}; peers: {n_peer:,}"

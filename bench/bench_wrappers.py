@@ -5,7 +5,7 @@ Single env (one 84x84 uint8 frame per step, k = 4):
 - **lazyframes FrameStackObservation** (``layout="stack"``, ``(4, 84, 84)``) vs
   **Gymnasium 1.x FrameStackObservation**; the lazyframes ``lazy=False`` variant too;
 - **lazyframes FrameStack** (``(84, 84, 4)``) vs **baselines' FrameStack** (restated in
-  bench/baselines_reference.py, with its LazyFrames), frames ``(84, 84, 1)``.
+  bench/baselines.py, with its LazyFrames), frames ``(84, 84, 1)``.
 
 Vector env (8 envs, k = 4), per env-step:
 
@@ -24,7 +24,7 @@ bare env's (or bare vector env's) own step time is measured too and subtracted:
 within each repeat and each figure is the median over repeats after a warmup.
 
 Run: ``python -m bench.bench_wrappers [--quick]`` from the source checkout, or
-``python -m lazyframes bench``.
+``python -m bench``.
 """
 
 from __future__ import annotations
@@ -37,9 +37,8 @@ import time
 import gymnasium as gym
 import numpy as np
 
-import lazyframes
-from bench.baselines_reference import BaselinesFrameStack
-from lazyframes import _machine
+from bench._util import format_table, header, report_checks, target
+from bench.baselines import BaselinesFrameStack
 from lazyframes import vector as lf_vector
 from lazyframes.wrappers import FrameStack, FrameStackObservation
 
@@ -294,38 +293,16 @@ COLUMNS = [
 ]
 
 
-def format_table(rows, columns=COLUMNS) -> str:
-    head = [c[1] for c in columns]
-    body = [[fmt.format(r[key]) for key, _, fmt in columns] for r in rows]
-    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
-    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(b) for b in body])
-
-
 def check_targets(rows: list[dict]) -> list[tuple[str, bool]]:
     """The targets that ``--check`` tests (bench/README.md): (description, met) pairs."""
     by = {r["stacker"]: r for r in rows}
-    gym_row = by["Gymnasium FrameStackObservation"]
-    results = [
-        (
-            (
-                f"{gym_row['vs_lazyframes']:.1f}x less overhead than Gymnasium's "
-                f"FrameStackObservation (target >= {TARGET_GYM:.0f}x)"
-            ),
-            gym_row["vs_lazyframes"] >= TARGET_GYM,
-        )
-    ]
+    what = "single-env overhead of Gymnasium's FrameStackObservation / ours"
+    gym_x = by["Gymnasium FrameStackObservation"]["vs_lazyframes"]
+    results = [target(what, gym_x, ">=", TARGET_GYM, "{:.1f}x")]
     sb3 = by.get("SB3 VecFrameStack(channels_order='last')")
     if sb3 is not None:
-        results.append(
-            (
-                (
-                    f"{sb3['vs_lazyframes']:.1f}x less per env-step than SB3's channels-last "
-                    f"VecFrameStack (target >= {TARGET_SB3:.0f}x)"
-                ),
-                sb3["vs_lazyframes"] >= TARGET_SB3,
-            )
-        )
+        what = "per env-step overhead of SB3's channels-last VecFrameStack / ours"
+        results.append(target(what, sb3["vs_lazyframes"], ">=", TARGET_SB3, "{:.1f}x"))
     return results
 
 
@@ -358,14 +335,10 @@ def main(argv=None) -> list[dict]:
     args = p.parse_args(argv)
     steps = args.steps or (400 if args.quick else 4000)
     repeats = args.repeats or (3 if args.quick else 9)
-    print(
-        f"bench_wrappers: lazyframes {lazyframes.__version__}, core: {lazyframes.IMPLEMENTATION}, "
-        f"numpy {np.__version__}, gymnasium {gym.__version__}; k={K}, {steps} steps x "
-        f"{repeats} repeats, median"
-    )
-    print(f"bench_wrappers: {_machine.stamp()}")
+    print(header("bench_wrappers", f"gymnasium {gym.__version__}"))
+    print(f"k={K}, {steps} steps x {repeats} repeats, median")
     rows = single_rows(steps, repeats) + vector_rows(steps, repeats, args.vec_env)
-    print(format_table(rows))
+    print(format_table(rows, COLUMNS))
     vec_name = (
         "SyncVectorEnv / DummyVecEnv"
         if args.vec_env == "sync"
@@ -377,11 +350,7 @@ def main(argv=None) -> list[dict]:
         "each step includes np.asarray(obs)"
     )
     if args.check:
-        results = check_targets(rows)
-        for text, met in results:
-            print(f"check {text}: {'met' if met else 'MISSED'}")
-        if not all(met for _, met in results):
-            sys.exit(1)
+        report_checks(check_targets(rows))
     return rows
 
 

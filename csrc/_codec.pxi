@@ -3,10 +3,10 @@
 # Included by _core.pyx. The container is (payload, offsets, kinds): blob i is
 # payload[offsets[i]:offsets[i + 1]], of kind KIND_KEY (a Blosc2 chunk of the frame),
 # KIND_DELTA (a Blosc2 chunk of the frame XOR the previous frame) or KIND_RAW (the
-# frame's bytes). The twin writes KIND_RAW only; both cores read every kind.
+# frame's bytes: a frame that does not compress is stored raw).
 
 
-cdef enum:  # the kinds, as C constants (the values of _common.KIND_*)
+cdef enum:  # the kinds, as C constants (the values of _checks.KIND_*)
     _KEY = 0
     _DELTA = 1
     _RAW = 2
@@ -40,7 +40,11 @@ def encode_frames(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
         True
     """
     opts = C.compression({"codec": codec, "level": level, "group": group})
-    cdef cnp.ndarray arr = np.ascontiguousarray(C.frames_to_encode(frames))
+    a = np.asarray(frames)
+    if a.ndim < 1:
+        raise ValueError(f"frames must have a leading axis, got shape {a.shape}")
+    C.frame_dtype(a.dtype)  # a numeric dtype (TypeError otherwise)
+    cdef cnp.ndarray arr = np.ascontiguousarray(a)
     cdef Py_ssize_t n = arr.shape[0], i
     cdef size_t fb = arr.itemsize * (arr.size // n if n else 0)
     cdef lf_codec c
@@ -128,5 +132,5 @@ def decode_frames(payload, offsets, kinds, frame_shape, dtype):
                 lf_xor_into(dst + i * fb, dst + (i - 1) * fb, fb)
     lf_ctx_free(dctx)
     if bad >= 0:
-        raise ValueError(C.bad_blob(bad))
+        raise ValueError(f"blob {bad} of the container does not decode to one frame")
     return out

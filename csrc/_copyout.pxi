@@ -21,7 +21,7 @@
 #      keep every frame alive and in place meanwhile) or hand the references to a new
 #      owner.
 #
-# Only phase 2 is trusted for memory safety; phase 1 checks exist to raise the shared
+# Only phase 2 is trusted for memory safety; phase 1 checks exist to raise clear
 # error messages early. An output resized in phase 1 (ndarray.resize(refcheck=False)
 # in a callback) fails phase 2 with RuntimeError. Resizing it from another thread
 # while the GIL is released is NumPy's own refcheck=False hazard and is not guarded.
@@ -101,7 +101,7 @@ cdef bint _apart(object out, object x) noexcept:
     Judged from C fields only (no Python code runs): ``out`` is None, or a plain
     ndarray and ``x`` is not an ndarray, or both are plain non-empty ndarrays whose
     bounds are disjoint (``np.may_share_memory`` reports no overlap then). False
-    means: ask ``C.check_no_overlap``, which decides and raises the shared message.
+    means: ask ``C.check_no_overlap``, which decides, and raises if they overlap.
     """
     cdef size_t lo1, hi1, lo2, hi2
     if out is None:
@@ -122,7 +122,7 @@ cdef object _target(object out, _Copy *c, cnp.dtype dst, int which):
 
     Raises:
         TypeError, ValueError: ``out`` is not a plain ndarray of that shape and dtype,
-            C-contiguous, writeable and aligned (the shared messages).
+            C-contiguous, writeable and aligned (``C.check_out``'s messages).
     """
     c.kind = dst.kind
     c.out_itemsize = dst.itemsize
@@ -162,7 +162,11 @@ cdef object _output(FramePool pool, lf_layout code, Py_ssize_t b, Py_ssize_t k, 
     if (dtype is not None and dtype is not pool._descr) or scale is not None or not (
             out is None or (cnp.PyArray_CheckExact(out)
                             and (<cnp.ndarray>out).descr is pool._descr)):
-        dst = C.output_dtype(pool._dtype, C.requested_dtype(dtype, out), scale)
+        if out is not None and type(out) is not np.ndarray:
+            raise TypeError(C.out_not_ndarray(out))
+        if dtype is None and out is not None:  # the dtype asked for is out's
+            dtype = out.dtype
+        dst = C.output_dtype(pool._dtype, dtype, scale)
     c.dst_type = pool._ltype if dst is pool._descr else _lf_type(dst)  # output_dtype checked it
     c.has_scale = scale is not None
     c.scale = float(scale) if c.has_scale else 0.0
@@ -322,7 +326,7 @@ cdef int _copy(_Copy *c) except -1:
     cdef int rc = 0, o
     for o in range(c.n_out):
         if not _fits(<object>c.out[o], c):
-            raise RuntimeError(C.OUT_CHANGED)
+            raise RuntimeError("out changed while the call was checking its other arguments")
         c.dst[o] = <unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>c.out[o])
     c.obs_bytes = c.k * c.outer * c.inner * c.out_itemsize
     cdef const unsigned char *few[64]
@@ -345,7 +349,7 @@ cdef int _copy(_Copy *c) except -1:
         for i in range(m):  # every id checked (live) before anything is written
             p = c.pool if c.pools == NULL else c.pools[i // per]
             if not lf_pool_is_live(p, c.ids[i]):
-                _check_ids(p, c.ids + i, 1)  # raises the shared message
+                _check_ids(p, c.ids + i, 1)  # raises, naming the slot
             if lf_pool_is_hot(p, c.ids[i]):
                 src[i] = lf_pool_addr(p, c.ids[i])
                 entry[i] = -1
@@ -384,7 +388,7 @@ cdef int _copy(_Copy *c) except -1:
     if rc == _NO_MEMORY:
         raise MemoryError()
     if rc == _CORRUPT:
-        raise RuntimeError(C.BLOB_CORRUPT)
+        raise RuntimeError("a compressed frame does not decode: the pool's memory is corrupted")
     if rc != 0:  # _output checked the pair: unreachable unless the kernels disagree
         raise TypeError("the copy kernel refused the conversion")
     return 0
@@ -417,7 +421,7 @@ def _memcpy_gather(FramePool pool, slots, out):
     hold = []
     cdef cnp.ndarray a = _ids(pool, slots, hold)
     if cnp.PyArray_NDIM(a) != 2 or a.shape[1] == 0:
-        raise ValueError(C.bad_slots_shape((<object>a).shape, "(B, k)"))
+        raise ValueError(f"slots must have shape (B, k) with k >= 1, got {(<object>a).shape}")
     cdef _Copy c
     memset(&c, 0, sizeof(c))
     c.pool = &pool.p
@@ -434,7 +438,7 @@ def _memcpy_gather(FramePool pool, slots, out):
     if type(out) is np.ndarray and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>out):
         flat = out.reshape(-1)  # a view: C-contiguous
     else:
-        flat = out  # refused by _target with the shared message
+        flat = out  # refused by _target
     if not _apart(out, slots):
         C.check_no_overlap(out, {"slots": slots})
     _target(flat, &c, np.dtype(np.uint8), 0)

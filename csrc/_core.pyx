@@ -5,8 +5,8 @@ The bytes live in a plain-C arena (``pool.c``) and are copied out by plain-C ker
 references to slots (:class:`FrameRef`, :class:`LazyFrames`, :class:`LazyBatch`,
 :class:`SlotTable`), the checks that run before C trusts anything, and the NumPy glue.
 
-The pure-NumPy twin, ``lazyframes._reference``, has the same API, values and errors;
-the full documentation is written here, once. The module is split by topic:
+The documentation is written here, once (the stub ``lazyframes/_core.pyi`` has only the
+signatures, for type checkers). The module is split by topic:
 
 - ``_pool.pxi``: :class:`FramePool` and :class:`FrameRef` (push, get, refcounts, stats);
 - ``_copyout.pxi``: the one copy-out routine every gather goes through, and the two
@@ -15,14 +15,19 @@ the full documentation is written here, once. The module is split by topic:
 - ``_table.pxi``: :class:`SlotTable`, the replay buffer's store;
 - ``_pickle.pxi``: pickling and :func:`default_pool`;
 - ``_codec.pxi``: :func:`encode_frames` and :func:`decode_frames`, checkpoints' frames;
-- ``_prio.pxi``: :class:`SumTree`, the priorities of ``PrioritizedReplayBuffer``.
+- ``_prio.pxi``: :class:`SumTree`, the priorities of ``PrioritizedReplayBuffer``;
+- ``_floors.pxi``: ``_ingest_floor``, the benchmarks' floor of adding ndarray stacks
+  (the gather floor, ``_memcpy_gather``, is in ``_copyout.pxi``).
 """
 
 cimport cython
 cimport numpy as cnp
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_FromObject
-from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint8_t, uint64_t
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from libc.stdint cimport (
+    INT32_MAX, INT64_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t,
+)
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 
@@ -32,14 +37,14 @@ import weakref
 
 import numpy as np
 
-from lazyframes import _common as C
+from lazyframes import _checks as C
 
 cnp.import_array()
 lf_codec_init()  # once per process: C-Blosc2's global state; every codec call uses a context
 
 __all__ = [
     "FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool",
-    "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW", "SumTree",
+    "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW", "SumTree", "RowRing",
 ]
 
 KIND_KEY, KIND_DELTA, KIND_RAW = C.KIND_KEY, C.KIND_DELTA, C.KIND_RAW  # == _KEY, _DELTA, _RAW
@@ -137,3 +142,5 @@ include "_table.pxi"
 include "_pickle.pxi"
 include "_codec.pxi"
 include "_prio.pxi"
+include "_ring.pxi"
+include "_floors.pxi"

@@ -5,6 +5,83 @@
 # owner is made by _new_lazy or _new_batch, which refuse k < 1: an owner has at least
 # one frame per observation, so shift can always keep k - 1 and add one.
 
+_COPY_FALSE = (
+    "a LazyFrames observation is not stored as one array, so it cannot be converted "
+    "without a copy (copy=False). Use np.asarray(obs) (copies once, as NumPy 2 expects), "
+    "or lazyframes.stack(observations, out=...) to fill a preallocated batch; the old "
+    "idiom np.array(obs, copy=False) meant 'copy only if needed', which is "
+    "np.asarray(obs) in NumPy 2"
+)
+
+
+cdef object _array_protocol(object fused, object dtype, object copy):
+    """``__array__(dtype, copy)`` of an observation or a batch (NumPy 2 protocol).
+
+    ``fused(dtype)`` is the one copy out with the conversion fused; a conversion the
+    kernels do not fuse (e.g. float16 frames, or a cast NumPy calls unsafe) is done as
+    NumPy would, on the copied-out array.
+    """
+    if copy is False:
+        raise ValueError(_COPY_FALSE)
+    if dtype is None:
+        return fused(None)
+    try:
+        return fused(dtype)
+    except TypeError:
+        return fused(None).astype(dtype)
+
+
+cdef object _dlpack(object x, object stream, object max_version, object dl_device, object copy):
+    """``x.__dlpack__(...)``: a DLPack capsule of a fresh materialised array.
+
+    This is what makes ``torch.as_tensor(obs)`` / ``torch.tensor(obs)`` and
+    ``np.from_dlpack(obs)`` take one copy out instead of walking the sequence protocol
+    (row by row, ~1000x slower; case C05). ``copy=False`` raises BufferError: a copy
+    cannot be avoided.
+    """
+    if copy is False:
+        raise BufferError(_COPY_FALSE)
+    kwargs = {"stream": stream, "dl_device": dl_device, "copy": copy}
+    if max_version is not None:
+        kwargs["max_version"] = max_version
+    return np.asarray(x).__dlpack__(**kwargs)
+
+
+cdef object _equal(object x, object other):
+    """``x == other``: one bool, as ``np.array_equal`` on the materialised arrays."""
+    if hasattr(other, "__array__"):
+        o = np.asarray(other)
+        return x.shape == o.shape and bool(np.array_equal(np.asarray(x), o))
+    return NotImplemented
+
+
+cdef object _index(object i, Py_ssize_t count, str what):
+    """Index ``i`` of ``count`` items, negative from the end (IndexError out of range)."""
+    j = operator.index(i)
+    if j < 0:
+        j += count
+    if not 0 <= j < count:
+        raise IndexError(f"index {j} is out of range for {count} {what}")
+    return j
+
+
+cdef int _same_geometry(LazyFrames first, LazyFrames o) except -1:
+    """Observations stacked into one batch must have one geometry (``stack``).
+
+    Raises:
+        ValueError: different stack sizes, frame shapes or layouts.
+        TypeError: different dtypes.
+    """
+    if (o.stack_size, o.frame_shape, o.layout) != (first.stack_size, first.frame_shape,
+                                                   first.layout):
+        raise ValueError(
+            f"observations differ: {first.stack_size} frames of {first.frame_shape} "
+            f"({first.layout!r}) and {o.stack_size} frames of {o.frame_shape} ({o.layout!r})"
+        )
+    if o.dtype != first.dtype:
+        raise TypeError(f"observations have different dtypes: {first.dtype} and {o.dtype}")
+    return 0
+
 
 cdef LazyFrames _new_lazy(lf_layout code, Py_ssize_t k):
     """An observation with room for k ids and no references yet (the caller fills it).
@@ -13,7 +90,7 @@ cdef LazyFrames _new_lazy(lf_layout code, Py_ssize_t k):
         ValueError: ``k < 1``.
     """
     if k < 1:
-        raise ValueError(C.stack_size_not_positive(k))
+        raise ValueError(f"k must be at least 1, got {k}")
     cdef LazyFrames lz = LazyFrames.__new__(LazyFrames)
     lz._alloc(k)
     lz._code = code
@@ -102,19 +179,19 @@ k frames shown as one observation, stored once in a :class:`FramePool`.
             frames = list(frames)
         frames = list(frames)
         if not frames:
-            raise ValueError(C.NO_FRAMES)
+            raise ValueError("LazyFrames needs at least one frame")
         arrays = []
         for f in frames:
             a = np.asarray(f)
             if a.dtype.kind == "O":
-                raise TypeError(C.OBJECT_FRAME)
+                raise TypeError("frame is an object array; frames must be numeric ndarrays")
             arrays.append(a)
         shape, dt = arrays[0].shape, C.frame_dtype(arrays[0].dtype)
         for a in arrays:
             if a.shape != shape:
-                raise ValueError(C.frames_differ("shapes", shape, a.shape))
+                raise ValueError(f"frames have different shapes: {shape} and {a.shape}")
             if a.dtype.newbyteorder("=") != dt:
-                raise TypeError(C.frames_differ("dtypes", dt, a.dtype))
+                raise TypeError(f"frames have different dtypes: {dt} and {a.dtype}")
         cdef FramePool pool = default_pool(shape, dt)
         cdef lf_layout code = pool._layout(layout)
         refs = [pool._push_known(f, a) for f, a in zip(frames, arrays)]
@@ -225,7 +302,7 @@ k frames shown as one observation, stored once in a :class:`FramePool`.
         self._ready()
         if dtype is None and copy is not False:  # the hot path of np.asarray(obs)
             return self._out(None, None)
-        return C.array_protocol(self, dtype, copy, self._fused)
+        return _array_protocol(self._fused, dtype, copy)
 
     def _fused(self, dtype):
         """The copy out with ``dtype`` fused (TypeError when the kernels cannot fuse it)."""
@@ -235,12 +312,12 @@ k frames shown as one observation, stored once in a :class:`FramePool`.
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """DLPack export of a fresh materialised array, so ``torch.as_tensor(obs)`` is fast."""
         self._ready()
-        return C.dlpack(self, stream, max_version, dl_device, copy)
+        return _dlpack(self, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self):
         """The device of :meth:`__dlpack__`: the CPU."""
         self._ready()
-        return C.DLPACK_DEVICE
+        return (1, 0)  # kDLCPU, device 0
 
     def astype(self, dtype, *, scale=None):
         """A new array of ``dtype``, optionally times ``scale`` (fused into the copy).
@@ -271,7 +348,7 @@ k frames shown as one observation, stored once in a :class:`FramePool`.
         Raises:
             IndexError: out of range.
         """
-        i = C.index_frame(i, self.count())
+        i = _index(i, self.count(), "frames")
         if self._code == LF_LAST:
             j, ch = divmod(i, self._pool._dims[self._pool._nd - 1])
             return self._pool._get(self._slots[j])[..., ch]
@@ -284,7 +361,7 @@ k frames shown as one observation, stored once in a :class:`FramePool`.
             IndexError: out of range.
         """
         self._ready()
-        j = C.index_frame(j, self._k)
+        j = _index(j, self._k, "frames")
         return self._pool._get(self._slots[j])
 
     def shift(self, frame):
@@ -327,11 +404,11 @@ k frames shown as one observation, stored once in a :class:`FramePool`.
 
     def __eq__(self, other):
         self._ready()
-        return C.lazyframes_eq(self, other)
+        return _equal(self, other)
 
     def __ne__(self, other):
         self._ready()
-        eq = C.lazyframes_eq(self, other)
+        eq = _equal(self, other)
         return eq if eq is NotImplemented else not eq
 
     __hash__ = None
@@ -376,17 +453,19 @@ def stack(observations, out=None, *, dtype=None, scale=None):
     obs = list(observations)  # our own references: the caller's list may change meanwhile
     cdef Py_ssize_t b = len(obs), i, k
     if b == 0:
-        raise ValueError(C.NO_OBSERVATIONS)
+        raise ValueError("stack needs at least one observation")
     cdef LazyFrames o, first = None
     for x in obs:
         if type(x) is not LazyFrames:
-            raise TypeError(C.stack_not_lazyframes(x))
+            raise TypeError(
+                f"stack takes LazyFrames, got {type(x).__name__}; use np.stack for ndarrays"
+            )
         o = x
         o._ready()
         if first is None:
             first = o
         elif o._pool is not first._pool or o._k != first._k or o._code != first._code:
-            C.check_same_geometry(first, o)  # raises unless only the pools differ
+            _same_geometry(first, o)  # raises unless only the pools differ
     k = first._k
     cdef FramePool fp = first._pool
     cdef _Copy c
@@ -418,9 +497,9 @@ cdef LazyBatch _new_batch(lf_layout code, Py_ssize_t n, Py_ssize_t k):
         ValueError: ``k < 1``, or more ids than 2**63 - 1 bytes hold.
     """
     if k < 1:
-        raise ValueError(C.stack_size_not_positive(k))
+        raise ValueError(f"k must be at least 1, got {k}")
     if k > (<Py_ssize_t>(INT64_MAX // 8)) // max(1, n):  # compared, not multiplied
-        raise ValueError(C.batch_too_large(n, k))
+        raise ValueError(f"a batch of {n} x {k} frames is too large")
     cdef LazyBatch b = LazyBatch.__new__(LazyBatch)
     b._slots = <int64_t *>malloc(max(1, n * k) * sizeof(int64_t))
     if b._slots == NULL:
@@ -449,10 +528,10 @@ cdef LazyBatch _batch_from(FramePool pool, lf_layout code, const int64_t *ids, P
 cdef LazyBatch _check_batch(FramePool pool, object x, str what, str expected="a LazyBatch"):
     """``x`` as an initialised LazyBatch of ``pool`` (TypeError/ValueError otherwise)."""
     if type(x) is not LazyBatch:
-        raise TypeError(C.wrong_type(what, expected, x))
+        raise TypeError(f"{what} must be {expected}, got {type(x).__name__}")
     (<LazyBatch>x)._ready()
     if (<LazyBatch>x)._pool is not pool:
-        raise ValueError(C.other_pool("LazyBatch"))
+        raise ValueError("this LazyBatch belongs to another pool")
     return <LazyBatch>x
 
 
@@ -461,7 +540,7 @@ cdef int _check_pad(FramePool pool, object pad) except -1:
     if pad is None:
         return 0
     if type(pad) is not FrameRef:
-        raise TypeError(C.wrong_type("pad", "a FrameRef or None", pad))
+        raise TypeError(f"pad must be a FrameRef or None, got {type(pad).__name__}")
     (<FrameRef>pad)._slot_of(pool)
     return 0
 
@@ -478,7 +557,9 @@ cdef LazyBatch _step(FramePool pool, lf_layout code, LazyBatch prev, Py_ssize_t 
     """
     cdef Py_ssize_t n = frames.shape[0], i, j
     if prev is not None and n != prev._n:  # shift checked it; guarded here for memory safety
-        raise ValueError(C.frames_shape((<object>frames).shape, str(prev._n), pool._shape))
+        raise ValueError(
+            f"frames have shape {(<object>frames).shape}, expected ({prev._n}, *{pool._shape})"
+        )
     cdef LazyBatch b = _new_batch(code, n, k)
     cdef int64_t *new = <int64_t *>malloc(max(1, n) * sizeof(int64_t))
     if new == NULL:
@@ -589,7 +670,7 @@ cdef class LazyBatch:
         self._pool = None
 
     def __init__(self, *args, **kwargs):
-        raise TypeError(C.LAZYBATCH_NO_CONSTRUCTOR)
+        raise TypeError("use FramePool.lazy_batch(slots, layout=...) to make a LazyBatch")
 
     def __dealloc__(self):
         if self._pool is not None:
@@ -679,7 +760,7 @@ cdef class LazyBatch:
         self._ready()
         if dtype is None and copy is not False:
             return self.numpy()
-        return C.array_protocol(self, dtype, copy, self._fused)
+        return _array_protocol(self._fused, dtype, copy)
 
     def _fused(self, dtype):
         """The copy out with ``dtype`` fused (TypeError when the kernels cannot fuse it)."""
@@ -688,12 +769,12 @@ cdef class LazyBatch:
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """DLPack export of a fresh materialised batch, so ``torch.as_tensor(batch)`` is fast."""
         self._ready()
-        return C.dlpack(self, stream, max_version, dl_device, copy)
+        return _dlpack(self, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self):
         """The device of :meth:`__dlpack__`: the CPU."""
         self._ready()
-        return C.DLPACK_DEVICE
+        return (1, 0)  # kDLCPU, device 0
 
     def __len__(self):
         self._ready()
@@ -707,9 +788,12 @@ cdef class LazyBatch:
             return _batch_from(self._pool, self._code, <const int64_t *>cnp.PyArray_DATA(rows),
                                rows.shape[0], self._k, False)
         try:
-            j = C.index_frame(i, self._n, "environments")
+            j = _index(i, self._n, "environments")
         except TypeError:
-            raise TypeError(C.lazybatch_index(i)) from None
+            raise TypeError(
+                f"LazyBatch indices must be an int (one env's LazyFrames) or a slice, got "
+                f"{type(i).__name__}; use np.asarray(batch)[...] for array indexing"
+            ) from None
         return self._row(j)
 
     cdef LazyFrames _row(self, Py_ssize_t j):
@@ -746,11 +830,13 @@ cdef class LazyBatch:
         if restart is not None:
             m = np.array(restart, dtype=np.bool_, order="C")  # a private copy
             if cnp.PyArray_NDIM(m) != 1 or m.shape[0] != self._n:
-                raise ValueError(C.restart_shape((<object>m).shape, self._n))
+                raise ValueError(f"restart has shape {(<object>m).shape}, expected ({self._n},)")
         _check_pad(pool, pad)
         cdef cnp.ndarray arr = pool._as_frames(frames, 1)  # last: see _copyout.pxi
         if arr.shape[0] != self._n:
-            raise ValueError(C.frames_shape((<object>arr).shape, str(self._n), pool._shape))
+            raise ValueError(
+                f"frames have shape {(<object>arr).shape}, expected ({self._n}, *{pool._shape})"
+            )
         cdef const unsigned char *mask = NULL
         if m is not None:
             mask = <const unsigned char *>cnp.PyArray_DATA(m)
@@ -771,11 +857,14 @@ cdef class LazyBatch:
         cdef cnp.ndarray r = _row_ids(rows, self._n, True)
         cdef LazyBatch o = _check_batch(self._pool, other, "other")
         if o._k != self._k or o._code != self._code:
-            raise ValueError(C.batch_geometry(self._k, self.layout, o._k, o.layout))
+            raise ValueError(
+                f"other has {o._k} frames per row in layout {o.layout!r}, expected {self._k} in "
+                f"layout {self.layout!r}"
+            )
         cdef Py_ssize_t e = r.shape[0], i
         cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
         if e != o._n:
-            raise ValueError(C.rows_count("other", o._n, e))
+            raise ValueError(f"other has {o._n} rows, expected {e}")
         cdef LazyBatch b = _batch_from(self._pool, self._code, self._slots, self._n, self._k, False)
         cdef Py_ssize_t k = self._k
         for i in range(e):  # take the new references before dropping the old ones

@@ -27,6 +27,14 @@ def default_pool(frame_shape, dtype):
     return pool
 
 
+cdef str _malformed(str what, object x):
+    """The message of a pickle of ``what`` whose state ``x`` is not what it pickles as."""
+    got = type(x).__name__
+    if isinstance(x, tuple):
+        got = f"a tuple of {', '.join(sorted({type(i).__name__ for i in x}))}" if x else "()"
+    return f"a pickled {what} is malformed: got {got}"
+
+
 def _restore_frame(frame):
     """Unpickle one frame: push it into ``default_pool(frame.shape, frame.dtype)``.
 
@@ -34,7 +42,7 @@ def _restore_frame(frame):
         TypeError: ``frame`` is not a numeric ndarray.
     """
     if not isinstance(frame, np.ndarray):
-        raise TypeError(C.restore_needs("frame", frame))
+        raise TypeError(_malformed("frame", frame))
     return default_pool(frame.shape, frame.dtype).push(frame)
 
 
@@ -46,7 +54,7 @@ def _restore_lazyframes(refs, layout):
             of several pools.
     """
     if not (type(refs) is tuple and refs and all([type(r) is FrameRef for r in refs])):
-        raise TypeError(C.restore_needs("LazyFrames", refs))
+        raise TypeError(_malformed("LazyFrames", refs))
     pool = (<FrameRef>refs[0]).pool  # TypeError if uninitialised
     for r in refs:
         (<FrameRef>r)._slot_of(pool)  # ValueError for a FrameRef of another pool
@@ -61,7 +69,7 @@ def _restore_lazybatch(rows, layout):
             several pools or stack sizes.
     """
     if not (type(rows) is tuple and rows and all([type(r) is LazyFrames for r in rows])):
-        raise TypeError(C.restore_needs("LazyBatch", rows))
+        raise TypeError(_malformed("LazyBatch", rows))
     cdef LazyFrames first, o
     for x in rows:
         (<LazyFrames>x)._ready()
@@ -71,9 +79,9 @@ def _restore_lazybatch(rows, layout):
     for x in rows:
         o = x
         if o._pool is not pool:
-            raise ValueError(C.other_pool("LazyFrames"))
+            raise ValueError("this LazyFrames belongs to another pool")
         if o._k != k:
-            raise ValueError(C.rows_stack_sizes(k, o._k))
+            raise ValueError(f"rows have different stack sizes: {k} and {o._k}")
     cdef lf_layout code = pool._layout(layout)
     cdef LazyBatch b = _new_batch(code, n, k)
     for i in range(n):  # the rows own these ids, so they are live

@@ -45,7 +45,7 @@ cdef lf_layout _layout_code(object layout) except *:
         for code in range(LF_NLAYOUTS):
             if name == <str>_LAYOUT_NAMES[code]:
                 return <lf_layout>code
-    raise ValueError(C.bad_layout(layout))
+    raise ValueError(f"layout must be one of {C.LAYOUTS}, got {layout!r}")
 
 
 cdef int64_t _one_id(FramePool pool, object x) except? -1:
@@ -57,9 +57,9 @@ cdef int64_t _one_id(FramePool pool, object x) except? -1:
             raise TypeError
         v = x if type(x) is int else operator.index(x)
     except TypeError:
-        raise TypeError(C.wrong_type("a slot id", "an int or a FrameRef", x)) from None
+        raise TypeError(f"a slot id must be an int or a FrameRef, got {type(x).__name__}") from None
     if not -INT64_MAX - 1 <= v <= INT64_MAX:
-        raise IndexError(C.slot_out_of_range(v))
+        raise IndexError(f"slot {v} is out of range for this pool")
     return v
 
 
@@ -96,7 +96,11 @@ cdef cnp.ndarray _ids(FramePool pool, object slots, list hold):
         flat = list(src.ravel())
         hold.append(flat)
         return np.array([_one_id(pool, x) for x in flat], dtype=np.int64).reshape(src.shape)
-    return np.array(C.as_slots(src), dtype=np.int64, order="C", copy=True)
+    if src.dtype.kind not in "iu" and not (src.size == 0 and src.dtype.kind == "f"):
+        raise TypeError(f"slot ids must be integers, got dtype {src.dtype}")
+    if src.dtype.kind == "u" and src.size and src.max() > INT64_MAX:  # would wrap to < 0
+        raise IndexError(f"slot {int(src.max())} is out of range for this pool")
+    return np.array(src, dtype=np.int64, order="C", copy=True)
 
 
 cdef cnp.ndarray _row_ids(object rows, Py_ssize_t n, bint distinct):
@@ -104,8 +108,7 @@ cdef cnp.ndarray _row_ids(object rows, Py_ssize_t n, bint distinct):
 
     Compared, never computed with, so no value (``2**63 - 1``, a huge uint64) can wrap.
     The common inputs (an int64 or int32 array, a list of ints) are checked in C;
-    anything else, and any error, goes through ``_common.as_rows``, which raises the
-    shared messages.
+    anything else, and any error, goes through ``_checks.as_rows``, which raises.
     """
     cdef cnp.ndarray a = None
     cdef cnp.npy_intp m, i, j
@@ -151,8 +154,8 @@ cdef int _check_ids(lf_pool *p, const int64_t *a, Py_ssize_t n) except -1:
     for i in range(n):
         if not lf_pool_is_live(p, a[i]):
             if not lf_pool_in_range(p, a[i]):
-                raise IndexError(C.slot_out_of_range(a[i]))
-            raise ValueError(C.slot_free(a[i]))
+                raise IndexError(f"slot {a[i]} is out of range for this pool")
+            raise ValueError(f"slot {a[i]} is free (its frame was released)")
     return 0
 
 
@@ -202,13 +205,13 @@ cdef dict _codec_options(lf_codec c):
 
 
 cdef object _uninitialised(object obj):
-    raise TypeError(C.not_initialised(type(obj).__name__))
+    raise TypeError(f"this {type(obj).__name__} was not initialised")
 
 
 cdef inline int _fresh(object obj, bint initialised) except -1:
     """RuntimeError if ``obj.__init__`` already ran (see the top of this file)."""
     if initialised:
-        raise RuntimeError(C.already_initialised(type(obj).__name__))
+        raise RuntimeError(f"{type(obj).__name__}.__init__ called twice")
     return 0
 
 
@@ -236,7 +239,7 @@ cdef class FrameRef:
     cdef object __weakref__
 
     def __init__(self, *args, **kwargs):
-        raise TypeError(C.FRAMEREF_NO_CONSTRUCTOR)
+        raise TypeError("FrameRef has no public constructor; FramePool.push returns one")
 
     @staticmethod
     cdef FrameRef _own(FramePool pool, int64_t slot):
@@ -255,7 +258,7 @@ cdef class FrameRef:
         if self._pool is not pool:
             if self._pool is None:
                 _uninitialised(self)
-            raise ValueError(C.other_pool("FrameRef"))
+            raise ValueError("this FrameRef belongs to another pool")
         return self._slot
 
     @property
@@ -360,7 +363,11 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         _fresh(self, self._shape is not None)
         shape = C.frame_shape(frame_shape)
         dt = C.frame_dtype(dtype)
-        chunk = C.chunk_bytes(chunk_bytes)
+        chunk = operator.index(chunk_bytes)
+        if chunk <= 0:
+            raise ValueError(f"chunk_bytes must be positive, got {chunk}")
+        if chunk > INT64_MAX:
+            raise ValueError(f"chunk_bytes must be at most 2**63 - 1, got {chunk}")
         cdef lf_codec codec
         cdef bint compressed = _codec(compress, &codec)
         nbytes = math.prod(shape) * dt.itemsize  # a Python int: it cannot wrap
@@ -474,7 +481,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         self._ready()
         cdef lf_codec c
         if not _codec(compress, &c):
-            raise ValueError(C.ENABLE_COMPRESSION_OFF)
+            raise ValueError("enable_compression needs compress=True or a mapping of options")
         self._compress(c)
 
     cdef int _compress(self, lf_codec c) except -1:
@@ -485,10 +492,30 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         if rc == -2:
             raise ValueError(f"frames of {self.p.frame_bytes} bytes are too large to compress")
         if rc == -3:
-            raise ValueError(C.compression_differs(self.compression, _codec_options(c)))
+            raise ValueError(
+                f"the pool already compresses with {self.compression}; cannot switch to "
+                f"{_codec_options(c)}"
+            )
         if rc == -4:
-            raise RuntimeError(C.POOL_BUSY)
+            raise RuntimeError(
+                "a copy out of this pool is running in another thread; enable compression first"
+            )
         return 0
+
+    def flush(self):
+        """Compress now every frame whose only owners left are SlotTable entries.
+
+        A compressing pool compresses such frames at the end of every
+        :meth:`SlotTable.set` and :meth:`SlotTable.take`; a frame whose last other owner
+        (an observation, a batch) goes later waits for the next of those, or this call.
+        Nothing to do for a pool that does not compress.
+
+        Raises:
+            MemoryError: no memory to compress (the frames wait, uncompressed).
+        """
+        self._ready()
+        if lf_pool_compress_pending(&self.p) != 0:
+            raise MemoryError("no memory to compress the pool's waiting frames")
 
     def stats(self):
         """Frame counts and bytes, as a dict.
@@ -517,20 +544,26 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         )
 
     def __reduce__(self):
-        raise TypeError(C.POOL_NOT_PICKLABLE)
+        raise TypeError(
+            "a FramePool cannot be pickled; pickle the observations (LazyFrames) or use "
+            "ReplayBuffer.save"
+        )
 
     # -- internals --------------------------------------------------------------------
     cdef lf_layout _layout(self, object layout) except *:
         """The code of ``layout``, refused unless it fits the frame shape (decided at init).
 
         Raises:
-            ValueError: an unknown layout, or one that does not fit (the shared message).
+            ValueError: an unknown layout, or one that does not fit (``C.check_layout``).
         """
         self._ready()
         cdef lf_layout code = _layout_code(layout)
         if not self._fits[<int>code]:
-            C.check_layout(_LAYOUT_NAMES[code], self._shape)  # raises the shared message
-            raise ValueError(C.scalar_layout(_LAYOUT_NAMES[code]))  # scalar frames
+            C.check_layout(_LAYOUT_NAMES[code], self._shape)  # raises, naming the frame shape
+            raise ValueError(  # scalar frames, whatever check_layout says
+                f"scalar frames cannot be concatenated (layout={_LAYOUT_NAMES[code]!r}); use "
+                "layout='stack'"
+            )
         return code
 
     cdef int _obs_dims(self, lf_layout code, Py_ssize_t k, cnp.npy_intp *dims) noexcept:
@@ -670,7 +703,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         """A copy of the frame of a live slot (checked by the caller)."""
         cdef cnp.ndarray out = cnp.PyArray_EMPTY(self._nd, self._dims, self._descr.type_num, 0)
         if lf_pool_read(&self.p, slot, <unsigned char *>cnp.PyArray_DATA(out)) != 0:
-            raise RuntimeError(C.BLOB_CORRUPT)
+            raise RuntimeError("a compressed frame does not decode: the pool's memory is corrupted")
         return out
 
     def get(self, slot):
@@ -715,7 +748,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         self._ready()
         cdef int64_t s = _one_id(self, slot)
         if not lf_pool_in_range(&self.p, s):
-            raise IndexError(C.slot_out_of_range(s))
+            raise IndexError(f"slot {s} is out of range for this pool")
         return lf_pool_refcount(&self.p, s)
 
     # -- owners -------------------------------------------------------------------------
@@ -736,7 +769,9 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         hold = []
         cdef cnp.ndarray a = _ids(self, slots, hold)
         if cnp.PyArray_NDIM(a) != 1 or cnp.PyArray_SIZE(a) == 0:
-            raise ValueError(C.bad_slots_shape((<object>a).shape, "k"))
+            raise ValueError(
+                f"slots must be a non-empty 1-D sequence, got shape {(<object>a).shape}"
+            )
         cdef lf_layout code = self._layout(layout)
         return _lazy_from(self, code, <const int64_t *>cnp.PyArray_DATA(a), cnp.PyArray_SIZE(a),
                           True)
@@ -757,7 +792,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         hold = []
         cdef cnp.ndarray a = _ids(self, slots, hold)
         if cnp.PyArray_NDIM(a) != 2 or a.shape[1] == 0:
-            raise ValueError(C.bad_slots_shape((<object>a).shape))
+            raise ValueError(f"slots must have shape (n, k) with k >= 1, got {(<object>a).shape}")
         cdef lf_layout code = self._layout(layout)
         return _batch_from(self, code, <const int64_t *>cnp.PyArray_DATA(a), a.shape[0],
                            a.shape[1], True)
@@ -787,7 +822,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         cdef lf_layout code = self._layout(layout)
         cdef cnp.ndarray arr = self._as_frames(frames, 1)  # last: see _copyout.pxi
         if arr.shape[0] == 0:
-            raise ValueError(C.PUSH_BATCH_EMPTY)
+            raise ValueError("push_batch needs at least one frame")
         return _step(self, code, None, kk, arr, NULL, pad)
 
     def _push_dedup(self, frames, candidates=None):
@@ -810,7 +845,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         if candidates is not None:
             cand = _check_batch(self, candidates, "candidates", "a LazyBatch or None")
             if cand._n != arr.shape[0]:
-                raise ValueError(C.rows_count("candidates", cand._n, arr.shape[0]))
+                raise ValueError(f"candidates has {cand._n} rows, expected {arr.shape[0]}")
         if not cnp.PyArray_IS_C_CONTIGUOUS(arr):  # checked above: no Python code runs
             arr = np.ascontiguousarray(arr)
         return _dedup(self, arr, cand)
@@ -840,7 +875,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         hold = []
         cdef cnp.ndarray a = _ids(self, slots, hold)
         if cnp.PyArray_NDIM(a) != 2 or a.shape[1] == 0:
-            raise ValueError(C.bad_slots_shape((<object>a).shape, "(B, k)"))
+            raise ValueError(f"slots must have shape (B, k) with k >= 1, got {(<object>a).shape}")
         cdef lf_layout code = self._layout(layout)
         if not _apart(out, slots):
             C.check_no_overlap(out, {"slots": slots})

@@ -50,8 +50,8 @@ cdef cnp.ndarray _vec(object x, int typenum, str name, str kinds):
     b = np.asarray(x)
     if b.dtype.kind not in kinds:
         if kinds == "iu":
-            raise TypeError(C.prio_int_dtype(name, b.dtype))
-        raise TypeError(C.prio_dtype(name, b.dtype))
+            raise TypeError(f"{name} must be integers, got dtype {b.dtype}")
+        raise TypeError(f"{name} must be real numbers, got dtype {b.dtype}")
     return np.array(b.reshape(-1), np.int64 if typenum == cnp.NPY_INT64 else np.float64,
                     order="C")  # a copy, always
 
@@ -119,7 +119,7 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
 
     cdef int _check(self) except -1:
         if not self._ready:
-            raise TypeError(C.not_initialised("SumTree"))
+            raise TypeError("this SumTree was not initialised")
         return 0
 
     @property
@@ -148,7 +148,9 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
         cdef double *ov = <double *>cnp.PyArray_DATA(out)
         for j in range(m):
             if iv[j] < 0 or <uint64_t>iv[j] >= self._t.n:
-                raise IndexError(C.prio_index(j, iv[j], self._t.n))
+                raise IndexError(
+                    f"indices[{j}] = {iv[j]} is out of range for a SumTree of {self._t.n} leaves"
+                )
         for j in range(m):
             ov[j] = lf_sumtree_get(&self._t, <size_t>iv[j])
         return out
@@ -176,8 +178,11 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
                 lf_sumtree_set(&self._t, iv, vv, m)
         if bad >= 0:
             if iv[bad] < 0 or <uint64_t>iv[bad] >= self._t.n:
-                raise ValueError(C.prio_index(bad, iv[bad], self._t.n))
-            raise ValueError(C.prio_value(bad, vv[bad]))
+                raise ValueError(
+                    f"indices[{bad}] = {iv[bad]} is out of range for a SumTree of {self._t.n} "
+                    "leaves"
+                )
+            raise ValueError(f"values[{bad}] = {vv[bad]!r}: leaves must be finite and >= 0")
 
     def clear(self) -> None:
         """Empty every leaf."""
@@ -207,95 +212,57 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
         Raises:
             ValueError: as :meth:`sample`.
         """
-        pos, _, w = self.draw(u, beta, -1)
-        return pos, w
-
-    @cython.cdivision(True)
-    def draw(self, u, beta, int64_t newest):
-        """The draws of a prioritized replay buffer: :meth:`sample_weighted` and numbers.
-
-        Returns:
-            ``(indices, numbers, weights)``: the leaves drawn, the number of the
-            transition each holds when leaf ``newest % capacity`` holds the transition
-            numbered ``newest`` and the others the ones before it (int64; None when
-            ``newest < 0``), and the weights (None when ``beta`` is None).
-
-        Raises:
-            ValueError: as :meth:`sample`.
-        """
         self._check()
         cdef cnp.ndarray uu = _f64(u, "u")
         cdef double b = 0.0 if beta is None else float(beta)
-        cdef size_t j, m = cnp.PyArray_SIZE(uu)
-        cdef int64_t n = <int64_t>self._t.n, top = newest % n if n and newest >= 0 else 0
+        cdef size_t m = cnp.PyArray_SIZE(uu)
         cdef cnp.npy_intp dim = <cnp.npy_intp>m
         idx = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
         w = None if beta is None else cnp.PyArray_EMPTY(1, &dim, cnp.NPY_FLOAT32, 0)
-        num = None if newest < 0 else cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
         cdef const double *uv = <const double *>cnp.PyArray_DATA(uu)
         cdef int64_t *iv = <int64_t *>cnp.PyArray_DATA(idx)
-        cdef int64_t *nv = NULL if num is None else <int64_t *>cnp.PyArray_DATA(num)
         cdef float *wv = NULL if w is None else <float *>cnp.PyArray_DATA(w)
         cdef int rc = 0
         if m == 0:
-            return idx, num, w
+            return idx, w
         with nogil:
             rc = lf_sumtree_sample(&self._t, uv, m, iv)
             if rc == 0 and wv != NULL:
                 lf_sumtree_weights(&self._t, iv, m, b, wv)
-            if rc == 0 and nv != NULL:
-                for j in range(m):
-                    nv[j] = newest - (top - iv[j] + n) % n
         if rc != 0:
             if not lf_sumtree_total(&self._t) > 0.0:
                 raise ValueError(C.prio_empty())
             if not isfinite(lf_sumtree_total(&self._t)):
                 raise ValueError(C.prio_infinite())
             raise ValueError("u must hold numbers in [0, 1)")
-        return idx, num, w
+        return idx, w
 
-    @cython.cdivision(True)
-    def update_priorities(self, numbers, priorities, double alpha, int64_t lo, int64_t hi,
-                          raw):
-        """PrioritizedReplayBuffer's priority update, checked whole before any write.
+    def update(self, indices, values, double exponent=1.0):
+        """Set the non-empty leaves among ``indices`` to ``values ** exponent``; checked first.
 
-        ``numbers`` are transition numbers: number ``t`` is stored at position
-        ``t % capacity`` while ``lo <= t < hi``. Sets ``raw[pos] = p`` (``raw``: a
-        float64 array of ``capacity`` entries) and, where the leaf is not empty (the
-        transition is sampleable), the leaf to ``p ** alpha``. A repeated number keeps
-        its last priority.
+        Leaves that are empty (0) stay empty. A repeated index keeps its last value.
+        Every value is checked before anything is written: positive and finite, and
+        ``value ** exponent`` positive and at most ``float64 max / capacity`` (so the
+        total stays finite).
 
         Returns:
-            The largest priority given (0.0 for none), or ``(j, kind)`` for the first
-            refused entry, nothing written: kind 0, a number outside ``[lo, hi)``; 1, a
-            priority that is not a positive finite number; 2, ``p ** alpha`` that is 0
-            or above ``float64 max / capacity``.
+            The largest of ``values`` (0.0 for none).
 
         Raises:
-            TypeError: non-integer numbers, non-numeric priorities, ``raw`` not a
-                float64 array. ValueError: sizes that differ.
+            ValueError: sizes that differ, an index outside ``[0, capacity)``, a value
+                refused as above (the message names ``priorities[j]``).
+            TypeError: non-integer indices, non-numeric values.
         """
         self._check()
-        cdef cnp.ndarray tt = _i64(numbers, "indices")
-        cdef cnp.ndarray pp = _f64(priorities, "priorities")
-        if not (cnp.PyArray_CheckExact(raw) and cnp.PyArray_TYPE(raw) == cnp.NPY_FLOAT64
-                and cnp.PyArray_IS_C_CONTIGUOUS(raw) and cnp.PyArray_ISWRITEABLE(raw)
-                and cnp.PyArray_ISNOTSWAPPED(raw) and cnp.PyArray_ISALIGNED(raw)):
-            raise TypeError("raw must be a writeable C-contiguous float64 ndarray")
-        cdef cnp.ndarray rr = <cnp.ndarray>raw
-        cdef size_t m = cnp.PyArray_SIZE(tt), j = 0, n = self._t.n
-        if <size_t>cnp.PyArray_SIZE(pp) != m:
-            raise ValueError(C.prio_lengths(m, cnp.PyArray_SIZE(pp), "priorities"))
-        if <size_t>cnp.PyArray_SIZE(rr) != n:
-            raise ValueError(f"raw must hold {n} priorities, got {cnp.PyArray_SIZE(rr)}")
-        cdef const int64_t *tv = <const int64_t *>cnp.PyArray_DATA(tt)
-        cdef const double *pv = <const double *>cnp.PyArray_DATA(pp)
-        cdef double *rv = <double *>cnp.PyArray_DATA(rr)
-        cdef int64_t pos
-        cdef double v, p, most = 0.0, top = DBL_MAX / <double>(n if n else 1)
+        cdef cnp.ndarray ii = _i64(indices, "indices")
+        cdef cnp.ndarray vv = _f64(values, "priorities")
+        cdef size_t m = cnp.PyArray_SIZE(ii), j, live = 0, n = self._t.n
+        if <size_t>cnp.PyArray_SIZE(vv) != m:
+            raise ValueError(C.prio_lengths(m, cnp.PyArray_SIZE(vv), "priorities"))
+        cdef const int64_t *iv = <const int64_t *>cnp.PyArray_DATA(ii)
+        cdef const double *pv = <const double *>cnp.PyArray_DATA(vv)
+        cdef double v, most = 0.0, top = DBL_MAX / <double>(n if n else 1)
         cdef int kind = -1
-        cdef size_t live = 0
-        # the leaves to write: positions, then their values p ** alpha
         cdef int64_t *wpos = <int64_t *>malloc((m if m else 1) * sizeof(int64_t))
         cdef double *wval = <double *>malloc((m if m else 1) * sizeof(double))
         if wpos == NULL or wval == NULL:
@@ -304,33 +271,35 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
             raise MemoryError()
         with nogil:
             for j in range(m):
-                p = pv[j]
-                if n == 0 or tv[j] < 0 or tv[j] < lo or tv[j] >= hi:
+                if iv[j] < 0 or <uint64_t>iv[j] >= n:
                     kind = 0
-                elif not (p > 0.0 and isfinite(p)):
+                elif not (pv[j] > 0.0 and isfinite(pv[j])):
                     kind = 1
                 else:
-                    v = pow(p, alpha)
-                    wval[j] = v
+                    v = pow(pv[j], exponent)
                     if not (v > 0.0 and v <= top):
                         kind = 2
+                    elif lf_sumtree_get(&self._t, <size_t>iv[j]) > 0.0:  # not empty
+                        wpos[live] = iv[j]
+                        wval[live] = v
+                        live += 1
                 if kind >= 0:
                     break
-                if p > most:
-                    most = p
+                if pv[j] > most:
+                    most = pv[j]
             if kind < 0:
-                for j in range(m):  # in order: a repeated number keeps its last priority
-                    pos = tv[j] % <int64_t>n
-                    rv[pos] = pv[j]
-                    if lf_sumtree_get(&self._t, <size_t>pos) > 0.0:  # sampleable
-                        wpos[live] = pos
-                        wval[live] = wval[j]
-                        live += 1
                 lf_sumtree_set(&self._t, wpos, wval, live)
         free(wpos)
         free(wval)
-        if kind >= 0:
-            return j, kind
+        if kind == 0:
+            raise ValueError(f"indices[{j}] = {iv[j]} out of range [0, {n})")
+        if kind == 1:
+            raise ValueError(f"priorities[{j}] = {pv[j]!r} must be positive and finite")
+        if kind == 2:
+            raise ValueError(
+                f"priorities[{j}] = {pv[j]!r}: priority ** alpha ({exponent}) must be a "
+                f"positive float64 at most float64 max / capacity"
+            )
         return most
 
     def __reduce__(self):

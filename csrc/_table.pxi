@@ -10,6 +10,10 @@
 # Ids are stored as int32: 4 bytes per entry.
 
 
+cdef enum:
+    _MAX_PARTS = 8  # owners one write of a row may combine (obs, next obs, final obs, ...)
+
+
 cdef tuple _columns(object cols, Py_ssize_t width):
     """``cols`` as ints ``(start, stop)``, ``0 <= start < stop <= width`` (else ValueError)."""
     if type(cols) is tuple and len(cols) == 2 and type(cols[0]) is int and type(cols[1]) is int:
@@ -18,9 +22,13 @@ cdef tuple _columns(object cols, Py_ssize_t width):
         try:
             start, stop = [operator.index(c) for c in cols]
         except (TypeError, ValueError):
-            raise ValueError(C.bad_columns(cols, width)) from None
+            raise ValueError(
+                f"columns {cols!r} must be (start, stop) with 0 <= start < stop <= {width}"
+            ) from None
     if not 0 <= start < stop <= width:
-        raise ValueError(C.bad_columns(cols, width))
+        raise ValueError(
+            f"columns {cols!r} must be (start, stop) with 0 <= start < stop <= {width}"
+        )
     return start, stop
 
 
@@ -77,20 +85,20 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
     def __init__(self, pool, rows, width):
         _fresh(self, self._pool is not None)
         if type(pool) is not FramePool:
-            raise TypeError(C.wrong_type("pool", "a FramePool", pool))
+            raise TypeError(f"pool must be a FramePool, got {type(pool).__name__}")
         (<FramePool>pool)._ready()
         R = operator.index(rows)
         W = operator.index(width)
         if R < 0 or W < 1:
-            raise ValueError(C.table_shape(R, W))
+            raise ValueError(f"a SlotTable needs rows >= 0 and width >= 1, got ({R}, {W})")
         if R > (INT64_MAX // 8) // W:  # compared, not multiplied: cannot overflow
-            raise ValueError(C.table_too_large(R, W))
+            raise ValueError(f"a SlotTable of ({R}, {W}) slot ids is too large")
         # commit: no Python code from here on (R * W * 4 bytes are memset: the table is
         # bounded by 2**63 - 1 bytes and by malloc, as any array)
         _fresh(self, self._pool is not None)
         self._t = <int32_t *>malloc(max(1, R * W) * sizeof(int32_t))
         if self._t == NULL:
-            raise MemoryError(C.table_too_large(R, W))
+            raise MemoryError(f"a SlotTable of ({R}, {W}) slot ids is too large")
         memset(self._t, 0xFF, R * W * sizeof(int32_t))  # every entry -1: empty
         self._R = R
         self._W = W
@@ -143,17 +151,24 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         self._ready()
         R = operator.index(rows)
         if R < self._R:
-            raise ValueError(C.table_shrink(R, self._R))
+            raise ValueError(f"a SlotTable grows only: {R} rows requested, it has {self._R}")
+        self._resize(R)
+
+    cdef int _resize(self, Py_ssize_t R) except -1:
+        """Enlarge the table to ``R`` rows if it has fewer, new rows empty (MemoryError:
+        unchanged). No Python code runs on success (reads and writes of the table hold the
+        GIL and run no Python code, so none of them sees the old pointer after this)."""
+        if R <= self._R:
+            return 0
         if R > (INT64_MAX // 8) // self._W:
-            raise ValueError(C.table_too_large(R, self._W))
-        # commit: no Python code from here on (reads and writes of the table hold the GIL
-        # and run no Python code, so none of them sees the old pointer after this)
+            raise ValueError(f"a SlotTable of ({R}, {self._W}) slot ids is too large")
         cdef int32_t *t = <int32_t *>realloc(self._t, max(1, R * self._W) * sizeof(int32_t))
         if t == NULL:
-            raise MemoryError(C.table_too_large(R, self._W))
+            raise MemoryError(f"a SlotTable of ({R}, {self._W}) slot ids is too large")
         memset(t + self._R * self._W, 0xFF, (R - self._R) * self._W * sizeof(int32_t))
         self._t = t
         self._R = R
+        return 0
 
     def ids(self, rows=None):
         """A copy of the slot ids of ``rows`` (default: all), int64; -1 marks an empty entry.
@@ -217,51 +232,68 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         """
         self._ready()
         cdef cnp.ndarray r = _row_ids(rows, self._R, True)
-        if type(parts) is not tuple and type(parts) is not list:
-            raise TypeError(C.wrong_type("parts", "a tuple of LazyBatch or LazyFrames", parts))
-        cdef Py_ssize_t e = r.shape[0], n = len(parts), q, rows_, width = 0
-        for part in parts:
-            if type(part) is LazyBatch:
-                (<LazyBatch>part)._ready()
-                if (<LazyBatch>part)._pool is not self._pool:
-                    raise ValueError(C.other_pool("LazyBatch"))
-                rows_ = (<LazyBatch>part)._n
-                width += (<LazyBatch>part)._k
-            elif type(part) is LazyFrames:
-                (<LazyFrames>part)._ready()
-                if (<LazyFrames>part)._pool is not self._pool:
-                    raise ValueError(C.other_pool("LazyFrames"))
-                rows_ = 1
-                width += (<LazyFrames>part)._k
-            else:
-                raise TypeError(C.wrong_type("parts", "a tuple of LazyBatch or LazyFrames", part))
-            if rows_ != e:
-                raise ValueError(C.rows_count("a part", rows_, e))
-        if width != self._W:
-            raise ValueError(C.parts_width(width, self._W))
+        cdef Py_ssize_t e = r.shape[0], n
+        cdef const int64_t *src[_MAX_PARTS]
+        cdef Py_ssize_t ks[_MAX_PARTS]
+        n = self._collect(parts, e, src, ks)
         # all checked: no Python code from here on
-        cdef const int64_t **src = <const int64_t **>malloc(max(1, n) * sizeof(void *))
-        cdef Py_ssize_t *ks = <Py_ssize_t *>malloc(max(1, n) * sizeof(Py_ssize_t))
-        if src == NULL or ks == NULL:
-            free(src)
-            free(ks)
-            raise MemoryError()
+        _table_write(self, <const int64_t *>cnp.PyArray_DATA(r), e, src, ks, n)
+        lf_pool_compress_pending(&self._pool.p)  # out of memory: frames stay hot, queued
+
+    cdef Py_ssize_t _collect(self, object parts, Py_ssize_t e, const int64_t **src,
+                             Py_ssize_t *ks, bint equal=False) except -1:
+        """Phase 1 of a write of ``e`` rows: check ``parts``, and point ``src``/``ks`` at them.
+
+        ``parts``: a tuple (or list) of at most ``_MAX_PARTS`` LazyBatch (``e`` rows each)
+        or LazyFrames (when ``e`` is 1) of this table's pool, whose stack sizes sum to the
+        width (``equal``: each the same, as a replay row's observation and next
+        observation). Returns the number of parts. The owners keep the ids alive and
+        unchanged while the caller holds ``parts``.
+
+        Raises:
+            ValueError: parts of another pool or of the wrong size. TypeError: a part of
+                another type, or more than ``_MAX_PARTS``. OverflowError: a slot id above
+                ``2**31 - 1``.
+        """
+        if type(parts) is not tuple and type(parts) is not list:
+            raise TypeError(
+                f"parts must be a tuple of LazyBatch or LazyFrames, got {type(parts).__name__}"
+            )
+        cdef Py_ssize_t n = len(parts), q, rows_, width = 0
+        if n > _MAX_PARTS:
+            raise TypeError(f"at most {_MAX_PARTS} parts, got {n}")
         for q in range(n):
             part = parts[q]
             if type(part) is LazyBatch:
+                (<LazyBatch>part)._ready()
+                if (<LazyBatch>part)._pool is not self._pool:
+                    raise ValueError("this LazyBatch belongs to another pool")
+                rows_ = (<LazyBatch>part)._n
                 src[q] = (<LazyBatch>part)._slots
                 ks[q] = (<LazyBatch>part)._k
-            else:
+            elif type(part) is LazyFrames:
+                (<LazyFrames>part)._ready()
+                if (<LazyFrames>part)._pool is not self._pool:
+                    raise ValueError("this LazyFrames belongs to another pool")
+                rows_ = 1
                 src[q] = (<LazyFrames>part)._slots
                 ks[q] = (<LazyFrames>part)._k
+            else:
+                raise TypeError(
+                    f"parts must be a tuple of LazyBatch or LazyFrames, got {type(part).__name__}"
+                )
+            if rows_ != e:
+                raise ValueError(f"a part has {rows_} rows, expected {e}")
+            width += ks[q]
+        if width != self._W:
+            raise ValueError(f"parts have {width} frames per row, the table {self._W}")
+        for q in range(n):
+            if equal and ks[q] * n != self._W:
+                raise ValueError(f"part {q} has {ks[q]} frames per row, the table "
+                                 f"{self._W // n} per part")
             if _first_over_int32(src[q], e * ks[q]) >= 0:
-                free(src)
-                free(ks)
                 raise OverflowError(C.ID_OVER_INT32)
-        _table_write(self, <const int64_t *>cnp.PyArray_DATA(r), e, src, ks, n)
-        free(src)
-        free(ks)
-        lf_pool_compress_pending(&self._pool.p)  # out of memory: frames stay hot, queued
+        return n
 
     def clear(self, rows=None):
         """Empty ``rows`` (default: all), dropping their references.
@@ -296,7 +328,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             row = self._t + ri[i] * self._W + start
             for j in range(k):
                 if row[j] < 0:
-                    raise ValueError(C.row_empty(ri[i]))
+                    raise ValueError(f"row {ri[i]} is empty")
                 dst[i * stride + j] = row[j]
         return 0
 
@@ -385,11 +417,13 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         cdef cnp.ndarray r2 = _row_ids(rows2, self._R, False)
         a2, z2 = _columns(cols2, self._W)
         if r1.shape[0] != r2.shape[0]:
-            raise ValueError(C.pair_lengths(r1.shape[0], r2.shape[0]))
+            raise ValueError(
+                f"rows1 and rows2 have different lengths: {r1.shape[0]} and {r2.shape[0]}"
+            )
         if z1 - a1 != z2 - a2:
-            raise ValueError(C.pair_widths(z1 - a1, z2 - a2))
+            raise ValueError(f"cols1 and cols2 have different widths: {z1 - a1} and {z2 - a2}")
         if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
-            raise TypeError(C.OUT_PAIR)
+            raise TypeError("out must be a pair of ndarrays")
         o1, o2 = (None, None) if out is None else out
         cdef lf_layout code = self._pool._layout(layout)
         if not (_apart(o1, o2) and _apart(o1, rows1) and _apart(o1, rows2)
@@ -403,7 +437,9 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         dst_type = c.dst_type
         res2 = _output(self._pool, code, e, k, o2, dtype, scale, &c, 1)
         if res1.dtype != res2.dtype or c.dst_type != dst_type:
-            raise TypeError(C.pair_dtypes(res1.dtype, res2.dtype))
+            raise TypeError(
+                f"the two arrays of out have different dtypes: {res1.dtype} and {res2.dtype}"
+            )
         cdef cnp.npy_intp dims[2]
         dims[0] = e
         dims[1] = 2 * k
@@ -415,49 +451,6 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         c.ids = x
         _copy(&c)
         return res1, res2
-
-    def step_fields(self, rows, flags, rewards, gamma):
-        """The one-step fields of a replay buffer's transitions ``rows``, in one pass.
-
-        Transition ``r`` has flags ``flags[r]`` (bit 0: terminated, bit 1: truncated)
-        and reward ``rewards[r]``; the fields are those of a one-step target.
-
-        Args:
-            rows: 1-D ints, B row indices in ``[0, rows)`` (repeats allowed).
-            flags: a C-contiguous 1-D uint8 ndarray of at least ``rows`` entries.
-            rewards: a C-contiguous 1-D float32 ndarray of at least ``rows`` entries.
-            gamma: the discount, a real number.
-
-        Returns:
-            ``(rewards, dones, truncations, discounts)``: float32 ``(B,)`` arrays (the
-            rows of one new ``(4, B)`` array): the rewards, 1.0 where terminated, 1.0
-            where truncated, and ``gamma`` each.
-
-        Raises:
-            IndexError: a row out of range. TypeError: ``flags`` or ``rewards`` not
-                such an ndarray.
-        """
-        self._ready()
-        cdef float g = <float>float(gamma)
-        cdef cnp.ndarray r = _row_ids(rows, self._R, False)
-        # phase 2: no Python code from here on (the arrays are judged from C fields)
-        if not (_flat(flags, cnp.NPY_UINT8, self._R) and _flat(rewards, cnp.NPY_FLOAT32, self._R)):
-            raise TypeError(C.step_arrays(self._R))
-        cdef cnp.npy_intp dims[2]
-        dims[0] = 4
-        dims[1] = r.shape[0]
-        cdef cnp.ndarray res = cnp.PyArray_EMPTY(2, dims, cnp.NPY_FLOAT32, 0)
-        cdef float *o = <float *>cnp.PyArray_DATA(res)
-        cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
-        cdef const uint8_t *fl = <const uint8_t *>cnp.PyArray_DATA(<cnp.ndarray>flags)
-        cdef const float *rw = <const float *>cnp.PyArray_DATA(<cnp.ndarray>rewards)
-        cdef Py_ssize_t i, b = dims[1]
-        for i in range(b):
-            o[i] = rw[ri[i]]
-            o[b + i] = fl[ri[i]] & 1
-            o[2 * b + i] = (fl[ri[i]] >> 1) & 1
-            o[3 * b + i] = g
-        return res[0], res[1], res[2], res[3]
 
     def take(self, rows, source, index):
         """Fill ``rows`` with slots of ``source`` by flat position (-1: empty); checkpoint load.
@@ -485,10 +478,12 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         cdef Py_ssize_t e = r.shape[0], i, j, m = s._n * s._k
         idx = C.as_ints(index, "index")
         if idx.shape != (e, self._W):
-            raise ValueError(C.index_shape(idx.shape, e, self._W))
+            raise ValueError(f"index has shape {idx.shape}, expected ({e}, {self._W})")
         bad = np.flatnonzero((idx < -1) | (idx >= m))
         if bad.size:
-            raise IndexError(C.index_out_of_range(int(idx.ravel()[bad[0]]), m))
+            raise IndexError(
+                f"index {int(idx.ravel()[bad[0]])} is out of range for a source of {m} frames"
+            )
         cdef cnp.ndarray ix = np.array(idx, dtype=np.int64, order="C", copy=True)
         cdef const int64_t *x = <const int64_t *>cnp.PyArray_DATA(ix)
         for i in range(e * self._W):
@@ -514,7 +509,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         lf_pool_compress_pending(p)  # out of memory: frames stay hot, queued
 
     def __reduce__(self):
-        raise TypeError(C.TABLE_NOT_PICKLABLE)
+        raise TypeError("a SlotTable cannot be pickled; use ReplayBuffer.save")
 
     def __repr__(self):
         self._ready()

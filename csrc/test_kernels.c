@@ -1,7 +1,7 @@
 /* Plain-C tests of the copy kernels (kernels.c), the frame pool (pool.c) and the
  * priority sum-tree (sumtree.c); no Python.
  *
- * Build and run (tests/test_c_kernels.py does this, with sanitizers when available;
+ * Build and run (tests/hardening/test_c_kernels.py does this, with sanitizers when available;
  * BLOSC2 is the directory of the installed blosc2 package, which ships C-Blosc2):
  *   cc -std=c99 -O1 -g -fsanitize=address,undefined -Icsrc -I$BLOSC2/include \
  *      csrc/test_kernels.c csrc/kernels.c csrc/pool.c csrc/codec.c csrc/sumtree.c \

@@ -16,7 +16,11 @@ sample latency and its memory per transition (all in: compressed frames, the fra
 compressed yet - the last message's, a large share in a small buffer - and the tables;
 ``cold_bytes_per_frame`` is the compressed frames' own cost).
 
-Needs ``pip install -e '.[atari,distributed]'`` (gymnasium, ale-py, Ray).
+Needs, from the clone, ``python -m pip install -e '.[distributed]'`` (Ray, gymnasium, ale-py;
+``.[atari,distributed]`` where opencv is missing, which AtariPreprocessing needs). Every
+option is checked before any work (before Ray starts): a bad number, an env id that is not
+an ALE game or a missing package (with the command that installs it) ends the script with
+one ``apex_ray.py: error: ...`` line and exit status 2.
 
 Examples:
     python examples/apex_ray.py --smoke          # a local Ray, 2 CPUs, about a minute
@@ -31,21 +35,36 @@ On a cluster, every node needs lazyframes installed (or ship it with Ray's
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import re
 import statistics
 import time
+from typing import NoReturn
 
 import numpy as np
-
-import lazyframes
-from lazyframes.transport import Receiver, Sender, wire_bytes
 
 K = 4  # frames per observation
 OBS_SHAPE = (K, 84, 84)
 
+INSTALL = "python -m pip install -e '.[distributed]'"  # from the clone
+INSTALL_WITH_OPENCV = "python -m pip install -e '.[atari,distributed]'"
+
+
+class UsageError(ValueError):
+    """A user mistake found before the run: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose errors are one line (no usage block), like the script's own checks."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
+
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(
+    """The options, checked (:func:`check_args`); a mistake exits with one line, status 2."""
+    p = _Parser(
         description="Ape-X-style actors feeding one replay actor on Ray through "
         "lazyframes.transport (each frame sent once, compressed).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -90,7 +109,87 @@ def parse_args(argv=None):
         args.rounds, args.steps_per_round, args.flush_every = 2, 150, 50
         args.capacity, args.learning_starts, args.max_learner_steps = 1_000, 200, 20
         args.actor_cpus = args.replay_cpus = 0.5
+    try:
+        check_args(args)
+    except UsageError as e:
+        p.exit(2, f"{p.prog}: error: {e}\n")
     return args
+
+
+#: (options, test, what the test says): every number option and its valid range
+RULES = [
+    (
+        ("num_actors", "envs_per_actor", "rounds", "steps_per_round", "flush_every"),
+        lambda v: v >= 1,
+        ">= 1",
+    ),
+    (("batch_size", "n_step"), lambda v: v >= 1, ">= 1"),
+    (
+        ("learning_starts", "max_learner_steps", "seed", "alpha", "actor_cpus", "replay_cpus"),
+        lambda v: v >= 0,
+        ">= 0",
+    ),
+    (("lr",), lambda v: v > 0, "> 0"),
+    (("gamma", "beta"), lambda v: 0 <= v <= 1, "in [0, 1]"),
+]
+
+
+def check_args(args) -> None:
+    """Refuse, before any work (before Ray starts), what would make the run fail.
+
+    Numbers first, then the packages (one line naming every missing one and the command
+    that installs them), then the env id: an ALE game, as the actors' wrappers need.
+
+    Raises:
+        UsageError: the message names the option, or the packages and the command.
+    """
+    for names, ok, what in RULES:
+        for name in names:
+            value = getattr(args, name)
+            if not ok(value):  # NaN too
+                raise UsageError(f"--{name.replace('_', '-')} must be {what}, got {value}")
+    num_envs = args.num_actors * args.envs_per_actor
+    if args.capacity < num_envs:
+        raise UsageError(
+            f"--capacity ({args.capacity}) must be at least the number of envs "
+            f"(--num-actors x --envs-per-actor = {num_envs})"
+        )
+    rounded = args.capacity // num_envs * num_envs  # the buffer's own rounding
+    if args.n_step > rounded:
+        raise UsageError(
+            f"--n-step ({args.n_step}) must be at most the capacity ({rounded}: --capacity "
+            "rounded down to a multiple of the number of envs)"
+        )
+
+    wanted = ("ray", "lazyframes", "gymnasium", "ale_py", "cv2")
+    missing = [m for m in wanted if importlib.util.find_spec(m) is None]
+    if missing:
+        names = {"ale_py": "ale-py", "cv2": "opencv-python-headless"}
+        raise UsageError(
+            f"needs {', '.join(names.get(m, m) for m in missing)}, not installed: "
+            + (INSTALL_WITH_OPENCV if "cv2" in missing else INSTALL)
+        )
+    try:
+        import lazyframes  # noqa: F401
+    except ImportError as e:  # a clone whose core is not built: the message says how
+        raise UsageError(str(e)) from None
+    if args.prioritized:
+        check_prioritized()
+    import ale_py
+    import gymnasium as gym
+
+    if tuple(int(x) for x in re.findall(r"\d+", gym.__version__)[:2]) < (1, 1):
+        raise UsageError(f"needs gymnasium >= 1.1 (installed: {gym.__version__}): {INSTALL}")
+    gym.register_envs(ale_py)
+    try:
+        spec = gym.spec(args.env_id)
+    except gym.error.Error as e:
+        raise UsageError(f"--env-id {args.env_id!r}: {e}") from None
+    if "ale_py" not in str(spec.entry_point):
+        raise UsageError(
+            f"--env-id {args.env_id!r} is not an ALE game: the actors' wrappers need one, "
+            "e.g. ALE/Pong-v5"
+        )
 
 
 def epsilons(n: int) -> np.ndarray:
@@ -148,6 +247,7 @@ class Actor:
         import gymnasium as gym
 
         from lazyframes import vector as lf_vector
+        from lazyframes.transport import Sender
 
         gym.register_envs(ale_py)
 
@@ -203,6 +303,8 @@ class Actor:
         return self.totals()
 
     def _send(self, ray) -> None:
+        from lazyframes.transport import wire_bytes
+
         msg = self.sender.flush()
         if msg is None:
             return
@@ -218,6 +320,8 @@ class Actor:
 
 def naive_wire_bytes(T: int) -> int:
     """What an actor that sends stacked obs and next_obs pays for ``T`` transitions."""
+    from lazyframes.transport import wire_bytes
+
     return wire_bytes(
         {
             "obs": np.zeros((T, *OBS_SHAPE), np.uint8),
@@ -231,9 +335,11 @@ def naive_wire_bytes(T: int) -> int:
 
 
 def check_prioritized() -> None:
-    """Raises SystemExit, saying why, when lazyframes has no PrioritizedReplayBuffer."""
+    """Raises UsageError, saying why, when lazyframes has no PrioritizedReplayBuffer."""
+    import lazyframes
+
     if not hasattr(lazyframes, "PrioritizedReplayBuffer"):
-        raise SystemExit(
+        raise UsageError(
             "--prioritized needs lazyframes.PrioritizedReplayBuffer, which this lazyframes "
             f"({lazyframes.__version__}) does not have; run without --prioritized"
         )
@@ -243,6 +349,9 @@ class Replay:
     """The replay actor: a compressed (optionally prioritized) buffer behind a Receiver."""
 
     def __init__(self, capacity, num_envs, n_step, gamma, seed, prioritized, alpha, compress):
+        import lazyframes
+        from lazyframes.transport import Receiver
+
         kwargs = {
             "num_envs": num_envs,
             "n_step": n_step,
@@ -312,8 +421,6 @@ class Replay:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    if args.prioritized:
-        check_prioritized()
     import ray
 
     address = args.address or os.environ.get("RAY_ADDRESS")

@@ -20,7 +20,11 @@ Under Gymnasium 1.x's default NEXT_STEP autoreset the step after an episode ends
 returns the reset observation; that (final -> reset) pair is not a transition, so it is
 stored as a placeholder the buffer never samples (``autoreset=`` mask), as CleanRL skips it.
 
-Needs: ``pip install -e '.[demo,examples]'`` (ale-py, opencv, torch CPU build).
+Needs torch (its CPU build: ``python -m pip install torch==2.13.0 --extra-index-url
+https://download.pytorch.org/whl/cpu``) and, from the clone, ``python -m pip install -e
+'.[atari]'`` (ale-py, opencv). Every option is checked before any work: a bad number, an
+env id that is not an ALE game or a missing package (with the command that installs it)
+ends the script with one ``dqn_atari.py: error: ...`` line and exit status 2.
 
 Example (CPU-sized defaults, about 15 minutes on 2 cores; ``--help`` shows them):
     python examples/dqn_atari.py --env-id ALE/Breakout-v5
@@ -29,24 +33,36 @@ Example (CPU-sized defaults, about 15 minutes on 2 cores; ``--help`` shows them)
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import random
+import re
 import time
+from typing import NoReturn
 
-import ale_py
-import gymnasium as gym
 import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-import lazyframes
-from lazyframes import vector as lf_vector
+# torch, gymnasium, ALE and lazyframes are imported by main(), once the options are checked
 
-gym.register_envs(ale_py)
+INSTALL_TORCH = (
+    "python -m pip install torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu"
+)
+INSTALL_ATARI = "python -m pip install -e '.[atari]'"  # from the clone
+
+
+class UsageError(ValueError):
+    """A user mistake found before the run: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose errors are one line (no usage block), like the script's own checks."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(
+    """The options, checked (:func:`check_args`); a mistake exits with one line, status 2."""
+    p = _Parser(
         description="CleanRL-style DQN on Atari with lazyframes' stacker and replay buffer. "
         "The defaults are sized for a CPU (about 15 minutes on 2 cores); the DQN paper's "
         "run is --total-timesteps 10000000 --buffer-size 1000000 --learning-starts 80000 "
@@ -106,10 +122,97 @@ def parse_args(argv=None):
     p.add_argument(
         "--progress-every", type=float, default=10.0, help="seconds between progress lines"
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        check_args(args)
+    except UsageError as e:
+        p.exit(2, f"{p.prog}: error: {e}\n")
+    return args
+
+
+#: (options, test, what the test says): every number option and its valid range
+RULES = [
+    (
+        ("num_envs", "buffer_size", "batch_size", "target_network_frequency", "train_frequency"),
+        lambda v: v >= 1,
+        ">= 1",
+    ),
+    (
+        ("total_timesteps", "learning_starts", "torch_threads", "seed", "alpha", "progress_every"),
+        lambda v: v >= 0,
+        ">= 0",
+    ),
+    (("learning_rate", "priority_eps"), lambda v: v > 0, "> 0"),
+    (
+        ("gamma", "tau", "start_e", "end_e", "exploration_fraction", "beta"),
+        lambda v: 0 <= v <= 1,
+        "in [0, 1]",
+    ),
+]
+
+
+def check_args(args) -> None:
+    """Refuse, before any work, what would make the run fail or mean nothing.
+
+    Numbers first, then the packages (one line naming every missing one and the commands
+    that install them), then the env id: an ALE game, as the DQN recipe's wrappers need.
+
+    Raises:
+        UsageError: the message names the option, or the packages and the commands.
+    """
+    for names, ok, what in RULES:
+        for name in names:
+            value = getattr(args, name)
+            if not ok(value):  # NaN too
+                raise UsageError(f"--{name.replace('_', '-')} must be {what}, got {value}")
+    if args.buffer_size < args.num_envs:
+        raise UsageError(
+            f"--buffer-size ({args.buffer_size}) must be at least --num-envs ({args.num_envs})"
+        )
+
+    missing = [m for m in ("torch", "lazyframes", "gymnasium", "ale_py", "cv2") if _missing(m)]
+    if missing:
+        commands = ([INSTALL_TORCH] if "torch" in missing else []) + (
+            [INSTALL_ATARI] if set(missing) - {"torch"} else []
+        )
+        names = {"ale_py": "ale-py", "cv2": "opencv-python-headless"}
+        raise UsageError(
+            f"needs {', '.join(names.get(m, m) for m in missing)}, not installed: "
+            + " && ".join(commands)
+        )
+    try:
+        import lazyframes  # noqa: F401
+    except ImportError as e:  # a clone whose core is not built: the message says how
+        raise UsageError(str(e)) from None
+    check_ale_env_id(args.env_id)
+
+
+def _missing(module: str) -> bool:
+    return importlib.util.find_spec(module) is None
+
+
+def check_ale_env_id(env_id: str) -> None:
+    """Refuse an env id that is not an ALE game (the DQN recipe's wrappers need one)."""
+    import ale_py
+    import gymnasium as gym
+
+    if tuple(int(x) for x in re.findall(r"\d+", gym.__version__)[:2]) < (1, 1):
+        raise UsageError(f"needs gymnasium >= 1.1 (installed: {gym.__version__}): {INSTALL_ATARI}")
+    gym.register_envs(ale_py)
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as e:
+        raise UsageError(f"--env-id {env_id!r}: {e}") from None
+    if "ale_py" not in str(spec.entry_point):
+        raise UsageError(
+            f"--env-id {env_id!r} is not an ALE game: the DQN recipe's wrappers need one, "
+            "e.g. ALE/Breakout-v5"
+        )
 
 
 def make_env(env_id: str, seed: int):
+    import gymnasium as gym
+
     def thunk():
         env = gym.make(env_id, frameskip=1)
         # noop starts, frame skip 4 with max-pooling, 84x84 grayscale (the DQN recipe)
@@ -123,26 +226,22 @@ def make_env(env_id: str, seed: int):
     return thunk
 
 
-class QNetwork(nn.Module):
+def nature_cnn(n_actions: int, k: int = 4):
     """The Nature-DQN CNN; input float32 (B, 4, 84, 84) already scaled to [0, 1]."""
+    from torch import nn
 
-    def __init__(self, n_actions: int, k: int = 4):
-        super().__init__()
-        self.network = nn.Sequential(
-            nn.Conv2d(k, 32, 8, stride=4),
-            nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2),
-            nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1),
-            nn.ReLU(),
-            nn.Flatten(),
-            nn.Linear(3136, 512),
-            nn.ReLU(),
-            nn.Linear(512, n_actions),
-        )
-
-    def forward(self, x):
-        return self.network(x)
+    return nn.Sequential(
+        nn.Conv2d(k, 32, 8, stride=4),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 4, stride=2),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, stride=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(3136, 512),
+        nn.ReLU(),
+        nn.Linear(512, n_actions),
+    )
 
 
 def linear_schedule(start_e: float, end_e: float, duration: int, t: int) -> float:
@@ -152,6 +251,13 @@ def linear_schedule(start_e: float, end_e: float, duration: int, t: int) -> floa
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    import gymnasium as gym
+    import torch
+    import torch.nn.functional as F
+
+    import lazyframes
+    from lazyframes import vector as lf_vector
+
     random.seed(args.seed)
     np.random.seed(args.seed)  # noqa: NPY002 - seeds the libraries that use the global RNG
     torch.manual_seed(args.seed)
@@ -165,9 +271,9 @@ def main(argv=None) -> dict:
     assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete actions"
     n_actions = int(envs.single_action_space.n)
 
-    q_network = QNetwork(n_actions)
+    q_network = nature_cnn(n_actions)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
-    target_network = QNetwork(n_actions)
+    target_network = nature_cnn(n_actions)
     target_network.load_state_dict(q_network.state_dict())
 
     if args.prioritized:

@@ -1,42 +1,30 @@
 """lazyframes: frame stacking for deep RL that stores each frame once.
 
-The compiled core (``lazyframes._core``) is used when it is built; set
-``LAZYFRAMES_NO_EXTENSIONS=1`` to use the pure-NumPy twin (``lazyframes._reference``),
-which has the same API and errors. The choice is made once, here, at import.
+The core (:class:`FramePool`, :class:`LazyFrames`, :class:`LazyBatch`, :func:`stack`, ...)
+is the compiled extension ``lazyframes._core``, built from ``csrc/``.
 """
 
-import os as _os
+try:
+    from . import _core
+except ImportError as _e:  # pragma: no cover - only without a build
+    raise ImportError(
+        "lazyframes: the compiled core (lazyframes._core) is not built or does not load "
+        f"({_e}). Install the package with pip (from a clone: python -m pip install -e .), "
+        "or build it in place: python setup.py build_ext --inplace"
+    ) from _e
 
-from ._common import LAYOUTS
+from ._checks import LAYOUTS
 
-if _os.environ.get("LAZYFRAMES_NO_EXTENSIONS", "") not in ("", "0"):
-    from . import _reference as _impl
-else:
-    try:
-        from . import _core as _impl  # type: ignore[no-redef]
-    except ImportError as _e:  # pragma: no cover - only without a build
-        import warnings as _warnings
-
-        _warnings.warn(
-            f"lazyframes: compiled core not available ({_e}); using the pure-NumPy twin",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        from . import _reference as _impl
-
-FramePool = _impl.FramePool
-FrameRef = _impl.FrameRef
-LazyFrames = _impl.LazyFrames
-LazyBatch = _impl.LazyBatch
-stack = _impl.stack
-default_pool = _impl.default_pool
-#: "compiled" or "reference": which core ``import lazyframes`` chose.
-IMPLEMENTATION = "reference" if _impl.__name__.endswith("_reference") else "compiled"
+FramePool = _core.FramePool
+FrameRef = _core.FrameRef
+LazyFrames = _core.LazyFrames
+LazyBatch = _core.LazyBatch
+stack = _core.stack
+default_pool = _core.default_pool
 
 __version__ = "0.2.0"
 
 __all__ = [
-    "IMPLEMENTATION",
     "LAYOUTS",
     "FramePool",
     "FrameRef",

@@ -29,10 +29,8 @@ Needs Stable-Baselines3 (``python -m pip install "stable-baselines3>=2.7"``).
 
 from __future__ import annotations
 
-import io
 import warnings
-import zipfile
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -57,7 +55,7 @@ except ImportError as _e:  # pragma: no cover - only without the extra
 
 from . import FramePool
 from . import replay as _replay
-from .replay import _checkpoint, _ingest, _sampling
+from .replay._buffer import _from_bytes
 
 __all__ = ["NStepReplayBuffer", "ReplayBuffer", "VecFrameStack"]
 
@@ -229,7 +227,7 @@ class ReplayBuffer(_buffers.ReplayBuffer):
         tdtype = th.from_numpy(np.empty(0, dtype)).dtype
         obs: Any = th.empty(shape, dtype=tdtype)
         next_obs: Any = th.empty(shape, dtype=tdtype)
-        s = _sampling.at(self._rb, idx, obs.numpy(), next_obs.numpy(), dtype, None)
+        s = self._rb.gather(idx, out=(obs.numpy(), next_obs.numpy()), dtype=dtype)
         rewards = s.rewards.reshape(-1, 1)
         if env is not None:  # VecNormalize: SB3 normalises on the way out
             obs = self._normalize_obs(obs.numpy(), env)
@@ -250,29 +248,14 @@ class ReplayBuffer(_buffers.ReplayBuffer):
         return t.to(self.device)
 
     def __getstate__(self):
-        state = self.__dict__.copy()
-        rb = state.pop("_rb")
-        fh = io.BytesIO()
-        _checkpoint.write_archive(rb, fh)
-        state["_rb"] = fh.getvalue()
-        # the archive holds the options too (format 3); kept for pickles of lazyframes 0.2
-        state["_compression"] = rb.memory()["compression"]
-        return state
+        # the buffer pickles as its checkpoint (lazyframes.ReplayBuffer.__reduce__)
+        return self.__dict__.copy()
 
     def __setstate__(self, state):
-        archive = state.pop("_rb")
-        compression = state.pop("_compression", None)
+        state.pop("_compression", None)  # the options are in the checkpoint (0.2's pickles)
+        if isinstance(state["_rb"], bytes):  # 0.2's pickles held the checkpoint's bytes
+            state["_rb"] = _from_bytes(_replay.ReplayBuffer, state["_rb"])
         self.__dict__.update(state)
-        pool = None
-        if compression is not None:  # a compressing pool before the frames are read in
-            layout, _ = _image_geometry(self.observation_space)
-            shape = self.obs_shape
-            planes = shape[1:] if layout == "stack" else shape[:-1] + (1,)
-            dtype = np.dtype(self.observation_space.dtype)
-            pool = _ingest.own_pool(planes, dtype, self.buffer_size * self.n_envs, compression)
-        with zipfile.ZipFile(io.BytesIO(archive)) as zf:
-            ar = _checkpoint.Archive(zf, len(archive))
-            self._rb = _checkpoint.read(_replay.ReplayBuffer, ar, pool)
 
 
 class NStepReplayBuffer(ReplayBuffer):
@@ -308,7 +291,7 @@ class _Stacker:
         )
         self.dtype = np.dtype(space.dtype)
         self.pool = FramePool(space.shape, self.dtype)
-        self.layout = "first" if first else "last"
+        self.layout: Literal["first", "last"] = "first" if first else "last"
         self.k = n_stack
         self.zero = self.pool.push(np.zeros(space.shape, self.dtype))  # SB3 pads with zeros
         self.batch: Any = None  # set by reset()

@@ -55,8 +55,11 @@ from typing import Any
 
 import numpy as np
 
-from . import _common as C
-from .replay import _ingest
+from . import _checks as C
+from . import _core
+from .replay import _ring
+from .replay._args import Parser, options
+from .replay._store import FrameStore, check_pool_geometry, own_pool
 
 __all__ = ["FORMAT", "Receiver", "Sender", "wire_bytes"]
 
@@ -89,7 +92,9 @@ KEYS = frozenset(
     }
 )
 #: Flag bits of a transition on the wire: those of the replay buffer.
-TERM, TRUNC, SKIP = int(_ingest.TERM), int(_ingest.TRUNC), int(_ingest.SKIP)
+TERM, TRUNC, SKIP = _ring.TERM, _ring.TRUNC, _ring.SKIP
+#: The names of the observation arguments in messages.
+_NAMES = ("obs", "next_obs", "final_obs")
 
 
 def wire_bytes(obj) -> int:
@@ -154,24 +159,16 @@ class Sender:
         layout=None,
         stack_size=None,
     ):
-        num_envs = operator.index(num_envs)
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        num_envs, action_shape, action_dtype, layout, k = options(
+            num_envs, action_shape, action_dtype, layout, stack_size
+        )
         self._num_envs = num_envs
         self._stream = operator.index(stream)
         self._compress = C.compression(compress)
-        if isinstance(action_shape, (int, np.integer)):
-            action_shape = (action_shape,)
-        self._action_shape = tuple(operator.index(d) for d in action_shape)
-        self._action_dtype = np.dtype(action_dtype)
-        if self._action_dtype.kind not in "biuf":
-            raise TypeError(f"action_dtype must be a numeric dtype, got {self._action_dtype}")
-        if layout is not None and layout not in C.LAYOUTS:
-            raise ValueError(f"layout must be one of {C.LAYOUTS}, got {layout!r}")
-        self._layout_opt = layout
-        self._k_opt = None if stack_size is None else C.stack_size(stack_size)
-        self._geom: Any = None  # (layout, k, frame_shape, dtype, observation_shape)
-        self._pool: Any = None
+        self._action_shape, self._action_dtype = action_shape, action_dtype
+        self._parser = Parser(num_envs, action_shape, action_dtype)
+        self._parser.decided = True  # single observations
+        self._frames = FrameStore(1 << 12, layout=layout, stack_size=k)  # small chunks
         self._seq = 0
         self._reset_window()
         self._carry: list = []  # slots the receiver keeps from the last message, in order
@@ -217,69 +214,41 @@ class Sender:
             ValueError, TypeError: as :meth:`ReplayBuffer.add
                 <lazyframes.ReplayBuffer.add>`; nothing is queued.
         """
-        envs, batched = _ingest.env_streams(self._num_envs, env_ids, obs, reward)
-        E = envs.size
-        lead = (E,) if batched else ()
-        o = _ingest.describe(obs, "obs", E, batched)
-        n = _ingest.describe(next_obs, "next_obs", E, batched)
-        actions, rewards, flags, _ = _ingest.transition_args(
-            action,
-            reward,
-            terminated,
-            truncated,
-            autoreset,
-            lead,
-            self._action_shape,
-            self._action_dtype,
+        envs, E, batched, values, obs, next_obs, final, _ = self._parser.parse(
+            obs, action, reward, next_obs, terminated, truncated, autoreset, env_ids,
+            final_obs, final_mask,
+        )  # fmt: skip
+        envs = np.arange(E) if envs is None else envs
+        actions, rewards, flags = self._parser.arrays(values, E)
+        frames = self._frames
+        (obs_o, next_o), plain = frames.prepare(
+            obs[0], next_obs[0], final and (final[0], final[1][0]), E, batched, self, envs, values
         )
-        fin = _ingest.final_rows(final_obs, final_mask, E, batched, lead)
-        geom = self._geom or _ingest.geometry(o, self._layout_opt, self._k_opt)
-        pool = self._pool
-        _ingest.check_obs(o, "obs", geom, E, pool)
-        _ingest.check_obs(n, "next_obs", geom, E, pool)
-        if fin is not None:
-            _ingest.check_obs(fin[1], "final_obs", geom, fin[0].size, pool)
-        layout, k = geom[0], geom[1]
-        if pool is None:
-            pool = o.pool if o.kind == "lazy" else n.pool if n.kind == "lazy" else None
-            if pool is None:
-                pool = _ingest.own_pool(geom[2], geom[3], 1 << 12)  # small chunks
-        prev = None
-        if o.kind != "lazy" or o.pool is not pool:
-            prev = self._candidates(pool, envs)
-        obs_part = _ingest.as_part(o, pool, layout, k, prev)
-        next_part = _ingest.as_part(n, pool, layout, k, obs_part)
-        obs_ids = np.reshape(obs_part.slots, (E, k))
-        next_ids = np.reshape(next_part.slots, (E, k))
-        stored = next_ids
-        held = [obs_part, next_part]
-        if fin is not None:  # the transition's next_obs is the final one; the env goes on
-            rows, f = fin
-            cand = pool.lazy_batch(obs_ids[rows])
-            final = _ingest.as_part(f, pool, layout, k, cand)
-            stored = next_ids.copy()
-            stored[rows] = np.reshape(final.slots, (-1, k))
-            held.append(final)
         # nothing below can fail
-        if self._geom is None:
-            self._geom, self._pool = geom, pool
-            self._last = np.full((self._num_envs, k), -1, np.int64)
-        self._held.extend(held)
+        if frames.geometry is None:
+            frames.adopt()
+            self._last = np.full((self._num_envs, frames.geometry.k), -1, np.int64)
+        frames.put(envs.tolist(), obs_o, plain)  # each env's latest: de-duplication candidates
+        k = frames.geometry.k
+        obs_ids = np.reshape(obs_o.slots, (E, k))
+        stored = np.reshape(next_o.slots, (E, k))
+        next_ids = np.reshape(plain.slots, (E, k))
+        self._held.extend((obs_o, next_o, plain))
         self._register(envs, obs_ids, stored, next_ids)
-        self._rows.append(
-            (obs_ids, stored, envs, np.reshape(actions, (E, *self._action_shape)), rewards, flags)
-        )
+        self._rows.append((obs_ids, stored, envs, actions, rewards, flags))
         self._last[envs] = next_ids
 
-    def _candidates(self, pool, envs: np.ndarray):
-        """The latest observation of each env in ``envs``, a LazyBatch (E, k), or None."""
-        if self._geom is None:
-            return None
-        last = self._last[envs]
-        have = last[:, 0] >= 0
-        if not have.any():
-            return None
-        return pool.lazy_batch(np.where(have[:, None], last, last[have][0]))
+    # the frame store's view of its "ring": the sender checks values and keeps each
+    # env's latest observation itself
+    def check(self, envs, values) -> None:
+        """Nothing to check: :meth:`add` checked the values already (``Parser.arrays``)."""
+
+    def newest(self, envs: np.ndarray) -> list:
+        """The rows of the frame store's table holding each env's latest transition.
+
+        The row of env ``e`` is ``e`` (-1: none yet).
+        """
+        return [e if self._last[e, 0] >= 0 else -1 for e in envs.tolist()]
 
     def flush(self) -> dict | None:
         """The message of everything added since the last flush, or None if nothing was.
@@ -291,7 +260,8 @@ class Sender:
         """
         if not self._rows:
             return None
-        layout, k, fs, dt, _ = self._geom
+        g = self._frames.geometry
+        layout, k, fs, dt = g.layout, g.k, g.frame_shape, g.dtype
         c, m = len(self._carry), len(self._new)
         # new frames ordered by env, then as first seen (time): the deltas follow an env
         order = np.argsort(np.asarray(self._new_env, np.int64), kind="stable")
@@ -310,7 +280,7 @@ class Sender:
         nxt = np.concatenate([refs(r[1]) for r in self._rows])
         env = np.concatenate([r[2] for r in self._rows]).astype(_id_dtype(self._num_envs))
         if m:
-            frames = self._pool.gather(new_slots[:, None], layout="stack").reshape((m, *fs))
+            frames = self._frames.pool.gather(new_slots[:, None], layout="stack").reshape((m, *fs))
         else:
             frames = np.empty((0, *fs), dt)
         payload, sizes, kinds = self._encode(frames)
@@ -340,7 +310,7 @@ class Sender:
             "retain": refs(np.asarray(keep, np.int64)),
         }
         # the kept frames: held before the window's owners are dropped
-        self._carry_owner = self._pool.lazy_batch(np.asarray(keep, np.int64)[:, None])
+        self._carry_owner = self._frames.pool.lazy_batch(np.asarray(keep, np.int64)[:, None])
         self._carry = keep
         self._index = {s: i for i, s in enumerate(keep)}
         self._seq += 1
@@ -354,8 +324,7 @@ class Sender:
             return b"", np.zeros(0, np.uint32), _raw(0)
         if self._compress is None:  # the frames' array itself: out-of-band when pickled
             return frames, np.full(m, frames[0].nbytes, np.uint32), _raw(m)
-        core = _ingest.core_of(self._pool)
-        payload, offsets, kinds = core.encode_frames(frames, **self._compress)
+        payload, offsets, kinds = _core.encode_frames(frames, **self._compress)
         return payload, np.diff(offsets).astype(np.uint32), kinds
 
     def resync(self) -> None:
@@ -467,21 +436,17 @@ class Receiver:
         """
         rb = self._rb
         p = parse(msg, self._streams, max_frames=self._max_frames)
-        if rb.pool is not None:
-            _ingest.check_pool_geometry(rb.pool, p.frame_shape, p.dtype)
-        if rb._k is not None and p.k != rb._k:
-            raise ValueError(f"the message has {p.k} frames per observation, the buffer {rb._k}")
-        if rb._k_opt is not None and p.k != rb._k_opt:
-            raise ValueError(
-                f"the message has {p.k} frames per observation, stack_size is {rb._k_opt}"
-            )
-        if rb._table is None:
-            C.check_layout(rb._layout_opt or p.layout, p.frame_shape)
-        actions, rewards = p.checked_values(rb._action_shape, rb._action_dtype)
         pool = rb.pool
+        if pool is not None:
+            check_pool_geometry(pool, p.frame_shape, p.dtype)
+        if rb.stack_size is not None and p.k != rb.stack_size:
+            raise ValueError(
+                f"the message has {p.k} frames per observation, the buffer {rb.stack_size}"
+            )
+        actions, rewards = p.checked_values(rb.action_shape, rb.action_dtype)
         if pool is None:
-            pool = _ingest.own_pool(p.frame_shape, p.dtype, rb.capacity, rb._compress)
-        frames = p.frames(_ingest.core_of(pool))
+            pool = own_pool(p.frame_shape, p.dtype, rb.capacity, rb.memory()["compression"])
+        frames = p.frames()
         # every check passed: push the frames, add the transitions, keep the retained
         st = p.stream
         pushed = pool.push_batch(frames, k=1) if len(frames) else None  # holds the new frames
@@ -531,21 +496,22 @@ class Parsed:
                 <lazyframes.ReplayBuffer.add>` for actions and rewards.
         """
         T = self.transitions
-        no = np.zeros(T, np.bool_)
-        a, r, _, _ = _ingest.transition_args(
-            self._msg["action"], self._msg["reward"], no, no, None, (T,), action_shape, action_dtype
-        )
-        return a, r
+        action, reward = self._msg["action"], self._msg["reward"]
+        if np.shape(reward) != (T,):
+            raise ValueError(f"reward has shape {np.shape(reward)}, expected {(T,)}")
+        if np.shape(action) != (T, *action_shape):
+            raise ValueError(f"action has shape {np.shape(action)}, expected {(T, *action_shape)}")
+        return Parser(max(T, 1), action_shape, action_dtype).values(action, reward, T)
 
-    def frames(self, core) -> np.ndarray:
-        """The new frames ``(m, *frame_shape)``, decoded by ``core``'s ``decode_frames``.
+    def frames(self) -> np.ndarray:
+        """The new frames ``(m, *frame_shape)``, decoded by the core's ``decode_frames``.
 
         Raises:
             ValueError, TypeError: a container that is not valid (every blob is checked).
         """
         offsets = np.zeros(len(self._sizes) + 1, np.int64)
         np.cumsum(self._sizes, out=offsets[1:])
-        return core.decode_frames(
+        return _core.decode_frames(
             self._msg["payload"], offsets, self._kinds, self.frame_shape, self.dtype
         )
 

@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - only with Gymnasium < 1.1
     ) from None
 from gymnasium.vector.utils import batch_space
 
-from . import _common as C
+from . import _core
 from .wrappers import (
     LeafStacks,
     _LazyLeaf,
@@ -48,19 +48,19 @@ __all__ = ["FrameStackObservation", "LazyBatch"]
 
 
 class _LazyBatchType(type):
-    """``isinstance(x, LazyBatch)`` is true for the LazyBatch of either core."""
+    """``isinstance(x, LazyBatch)`` is true for the core's LazyBatch."""
 
     def __instancecheck__(cls, obj):
-        return C.is_lazybatch(obj)
+        return isinstance(obj, _core.LazyBatch)
 
 
 class LazyBatch(metaclass=_LazyBatchType):
     """A batch of observations, one per sub-environment, holding references to frames of one pool.
 
     The type of the vector stacker's observations. The class lives in the core
-    (``FramePool.lazy_batch``); this name constructs one and answers ``isinstance`` for
-    both cores. ``LazyBatch(pool, slots, layout="stack")`` takes a reference on each of
-    the ``(num_envs, k)`` slots (ints or FrameRefs of ``pool``), so the batch stays valid
+    (``FramePool.lazy_batch``); this name constructs one and answers ``isinstance``.
+    ``LazyBatch(pool, slots, layout="stack")`` takes a reference on each of the
+    ``(num_envs, k)`` slots (ints or FrameRefs of ``pool``), so the batch stays valid
     however far the envs move on; no frame bytes are copied until it is materialised.
 
     ``len(batch)`` is ``num_envs``; ``batch[i]`` is env i's observation as a
@@ -251,7 +251,7 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
             VecFrameStack) or ``"first"`` (SB3's channels-first).
         lazy: return :class:`LazyBatch` (default) or a new ndarray
             ``(num_envs, *observation_shape)`` each step.
-        pool: the :class:`~lazyframes.FramePool` (of either core) to store the frames
+        pool: the :class:`~lazyframes.FramePool` to store the frames
             in; for a ``Dict``/``Tuple`` space, a dict/tuple like it of pools for its Box
             leaves (None or a missing key: a new pool); default: new pools of
             ``lazyframes.FramePool``.

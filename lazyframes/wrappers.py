@@ -24,7 +24,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from . import _common as C
+from . import _checks as C
+from . import _core
 
 __all__ = ["FrameStack", "FrameStackObservation"]
 
@@ -115,19 +116,14 @@ def leaf_pool(pool, path: tuple, who: str):
 def pool_for(space: gym.spaces.Box, pool, who: str):
     """The pool a wrapper stores frames of ``space`` in: ``pool``, checked, or a new one.
 
-    A new pool belongs to the core ``lazyframes`` was imported with
-    (``lazyframes.FramePool``); a given pool may belong to either core.
-
     Raises:
         TypeError: ``pool`` is not a FramePool.
         ValueError: ``pool`` stores frames of another shape or dtype than ``space``.
     """
     shape, dtype = tuple(space.shape), C.frame_dtype(space.dtype)
     if pool is None:
-        from . import FramePool
-
-        return FramePool(shape, dtype)
-    if not C.is_framepool(pool):
+        return _core.FramePool(shape, dtype)
+    if not isinstance(pool, _core.FramePool):
         raise TypeError(f"{who}: pool must be a lazyframes FramePool, got {type(pool).__name__}")
     if tuple(pool.frame_shape) != shape or np.dtype(pool.dtype) != dtype:
         raise ValueError(
@@ -470,7 +466,7 @@ class FrameStack(_RingWrapper):
         layout: ``"last"`` (baselines: ``(..., C) -> (..., k*C)``, default), ``"first"``
             (``(C, H, W) -> (k*C, H, W)``) or ``"stack"`` (``(k, *S)``); see
             ``lazyframes.LAYOUTS``.
-        pool: the :class:`~lazyframes.FramePool` (of either core) to store the frames
+        pool: the :class:`~lazyframes.FramePool` to store the frames
             in; default: a new pool of ``lazyframes.FramePool``.
 
     Observation space: a ``Box`` of the stacked shape whose bounds are the env's bounds
@@ -556,7 +552,7 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
         lazy: return LazyFrames (default) or, with False, a new ndarray each step (one
             copy out per step) for consumers that insist on ``np.ndarray`` (e.g.
             SB3's ``check_env``).
-        pool: the :class:`~lazyframes.FramePool` (of either core) to store the frames
+        pool: the :class:`~lazyframes.FramePool` to store the frames
             in; for a ``Dict``/``Tuple`` space, a dict/tuple like it of pools for its Box
             leaves (None or a missing key: a new pool); default: new pools of
             ``lazyframes.FramePool``.

@@ -1,27 +1,17 @@
-"""Shared fixtures: every core test runs against the compiled core and its NumPy twin.
-
-The cores are injected explicitly: a test takes the ``impl`` fixture (the core module)
-and builds its pools from it; nothing switches a process-global implementation. When
-``lazyframes.IMPLEMENTATION == "reference"`` (``LAZYFRAMES_NO_EXTENSIONS=1``, or the
-extension is not built) only the twin runs, and tests that compare the two cores skip.
-"""
+"""Shared helpers of the tests; the core under test is the compiled ``lazyframes._core``."""
 
 import gc
-import importlib
 import os
+import pickle
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
 from hypothesis import settings
 
-import lazyframes
-
-#: Core module names by implementation name.
-MODULES = {"compiled": "lazyframes._core", "reference": "lazyframes._reference"}
-#: The implementations this run tests: both, or only the twin in the pure cell.
-IMPLS = ["reference"] if lazyframes.IMPLEMENTATION == "reference" else ["compiled", "reference"]
-#: Marks tests that compare the two cores (skipped when only the twin is in use).
-needs_both = pytest.mark.skipif(len(IMPLS) < 2, reason="only the NumPy twin is in use")
+from lazyframes import _core as core
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,15 +24,10 @@ settings.register_profile(
 settings.load_profile("default")
 
 
-def core(name):
-    """The core module of implementation ``name`` ("compiled" or "reference")."""
-    return importlib.import_module(MODULES[name])
-
-
-@pytest.fixture(params=IMPLS)
-def impl(request):
-    """The core module under test (``lazyframes._core`` or ``lazyframes._reference``)."""
-    yield core(request.param)
+@pytest.fixture(autouse=True)
+def _collect_garbage():
+    """Collect after each test, so no test's cycles hold frames into the next."""
+    yield
     gc.collect()
 
 
@@ -51,18 +36,9 @@ def f(v, shape=(84, 84, 1), dtype=np.uint8):
     return np.full(shape, v, dtype)
 
 
-def restate(frames, layout):
-    """One observation restated with NumPy: baselines' concatenate / Gymnasium's stack."""
-    if layout == "last":
-        return np.concatenate(frames, axis=-1)
-    if layout == "first":
-        return np.concatenate(frames, axis=0)
-    return np.stack(frames, axis=0)
-
-
-def make_pool(impl, shape=(84, 84, 1), dtype=np.uint8, *, chunk_bytes=1 << 20):
-    """A fresh ``FramePool`` of core ``impl``."""
-    return impl.FramePool(shape, dtype, chunk_bytes=chunk_bytes)
+def make_pool(shape=(84, 84, 1), dtype=np.uint8, *, chunk_bytes=1 << 20):
+    """A fresh ``FramePool``."""
+    return core.FramePool(shape, dtype, chunk_bytes=chunk_bytes)
 
 
 def push_all(pool, frames):
@@ -80,6 +56,66 @@ def snapshot(pool, slots=()):
     return pool.stats(), [pool.refcount(s) for s in slots]
 
 
-def impl_name(impl):
-    """The implementation name of a core module: "compiled" or "reference"."""
-    return "compiled" if impl.__name__ == MODULES["compiled"] else "reference"
+def buffer_state(rb):
+    """Everything a refused call on a replay buffer must leave as it was.
+
+    The buffer's pickle (its whole checkpoint: ring, frames, priorities, RNG state) and
+    the stats of its pools, after collecting garbage (see :func:`snapshot`).
+    """
+    gc.collect()
+    data = pickle.dumps(rb)
+    pools = rb.pool.values() if isinstance(rb.pool, dict) else [rb.pool]
+    return data, [p.stats() for p in pools if p is not None]
+
+
+# -- the checkout's scripts (tests/scripts/) -------------------------------------------
+def run(*args, cwd=None, timeout=300):
+    """``python *args`` with this checkout importable, from the root (or ``cwd``)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    kw = {"cwd": cwd or ROOT, "env": env, "capture_output": True, "text": True}
+    return subprocess.run([sys.executable, *args], timeout=timeout, **kw)
+
+
+def run_ok(script, *args, cwd):
+    """Run ``script`` (a path) from ``cwd``; its stdout, after checking it exited with 0."""
+    r = run(str(script), *args, cwd=cwd)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+#: Runs the script argv[2] as ``python <script>`` would (``sys.argv``, ``__main__``), with
+#: the modules named in argv[1] made unimportable, and any env made (or Ray started)
+#: ending the process with status 1: a check that passes where it should refuse, or that
+#: comes after the work has begun, fails the test at once instead of running the script.
+GUARDED = textwrap.dedent("""
+    import runpy, sys
+    import gymnasium
+
+    def started(*args, **kwargs):
+        sys.exit(f"{sys.argv[0]} started its work before refusing its options")
+
+    for name in filter(None, sys.argv[1].split(",")):
+        sys.modules[name] = None  # import fails, importlib.util.find_spec says None
+    gymnasium.make = started
+    if sys.argv[2].endswith("apex_ray.py") and sys.modules.get("ray", 0) is not None:
+        import ray
+
+        ray.init = started
+    sys.argv = sys.argv[2:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+""")
+
+
+def run_guarded(script, *args, block=()):
+    """``python <script> args`` from the root, guarded (see ``GUARDED``)."""
+    return run("-c", GUARDED, ",".join(block), script, *args, timeout=120)
+
+
+def assert_one_line_error(r, message):
+    """``r`` exited with argparse's status 2 and one line ``<script>: error: ...message...``."""
+    assert r.returncode == 2, r.stdout + r.stderr
+    prog = os.path.basename(r.args[4] if r.args[1] == "-c" else r.args[1])
+    assert r.stderr.startswith(f"{prog}: error: ") and message in r.stderr, r.stderr
+    assert len(r.stderr.splitlines()) == 1, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""

@@ -2,9 +2,9 @@
 
 :class:`PrioritizedReplayBuffer` is a :class:`ReplayBuffer` whose draws follow the
 priorities of the transitions. The priorities live in a ``SumTree`` of the core (a
-sum-tree and a min-tree in plain C, ``csrc/sumtree.c``, or its NumPy twin), one leaf
-per ring position: leaf ``i`` holds ``p_i ** alpha`` while transition ``i`` is
-sampleable, 0 (empty) otherwise. A batch is one ``SumTree.sample_weighted`` call.
+sum-tree and a min-tree in plain C, ``csrc/sumtree.c``), one leaf per ring position:
+leaf ``i`` holds ``p_i ** alpha`` while transition ``i`` is sampleable, 0 (empty)
+otherwise. A batch is one ``SumTree.sample_weighted`` call.
 
 Indices: :meth:`PrioritizedReplayBuffer.sample` returns *transition numbers*, not ring
 positions: the ``t``-th transition ever added (0-based) has number ``t``, and sits at
@@ -25,44 +25,19 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
-from typing import NamedTuple
 
 import numpy as np
 
-from . import ReplayBuffer, _dict, _sampling
-from ._ingest import SKIP, core_of
+from .. import _core
+from ._buffer import ReplayBuffer
+from ._ring import SKIP
+from ._samples import Samples, gather, outputs
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedSamples"]
 
-
-class PrioritizedSamples(NamedTuple):
-    """One prioritized batch: the fields of :class:`ReplaySamples`, and ``weights``.
-
-    Attributes:
-        observations: as :class:`ReplaySamples`.
-        actions: as :class:`ReplaySamples`.
-        next_observations: as :class:`ReplaySamples`.
-        dones: as :class:`ReplaySamples`.
-        rewards: as :class:`ReplaySamples`.
-        truncations: as :class:`ReplaySamples`.
-        indices: int64 ``(B,)``: the transitions' numbers (the ``t``-th transition
-            added has number ``t``; its ring position is ``t % capacity``), to give
-            back to :meth:`PrioritizedReplayBuffer.update_priorities`.
-        discounts: as :class:`ReplaySamples`.
-        weights: float32 ``(B,)``: importance-sampling weights ``(N P(i))**-beta /
-            (N P_min)**-beta``, at most 1.
-    """
-
-    observations: np.ndarray
-    actions: np.ndarray
-    next_observations: np.ndarray
-    dones: np.ndarray
-    rewards: np.ndarray
-    truncations: np.ndarray
-    indices: np.ndarray
-    discounts: np.ndarray
-    weights: np.ndarray
+#: The samples of a prioritized draw: :class:`Samples`, whose ``indices`` are
+#: transition numbers and ``weights`` the importance-sampling weights.
+PrioritizedSamples = Samples
 
 
 def _real(x, name: str) -> float:
@@ -101,7 +76,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         alpha: priority exponent, ``>= 0`` (0 is uniform sampling).
         **options: every keyword option of :class:`ReplayBuffer` (``num_envs``,
             ``n_step``, ``gamma``, ``seed``, ``action_shape``, ``action_dtype``,
-            ``layout``, ``stack_size``, ``pool``, ``compress``).
+            ``layout``, ``stack_size``, ``pool``, ``compress``, ``frame_keys``).
 
     Raises:
         ValueError: ``alpha`` negative or not finite; as :class:`ReplayBuffer`.
@@ -122,28 +97,18 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     #: Bytes per transition of the trees and raw priorities, for load's size bound.
     _EXTRA_BYTES_PER_TRANSITION = 72
+    _ON_ADD = True
 
     def __init__(self, capacity, *, alpha=0.6, **options):
         alpha = _alpha(alpha)
         super().__init__(capacity, **options)
         self._alpha = alpha
         self._max_p = 1.0
-        self._prio = np.zeros(self._capacity, np.float64)  # raw priority of each position
+        self._prio = np.zeros(self.capacity, np.float64)  # raw priority of each position
         self._added = 0  # transitions added so far: the number of the next one
         self._open = np.empty(0, np.int64)  # positions whose n-step window is open
-        self._tree = self._core().SumTree(self._capacity)
+        self._tree = _core.SumTree(self.capacity)
 
-    def _core(self):
-        """The core of the pool (the import-time core while there is none)."""
-        if isinstance(self._pool, dict):  # Dict observations: a pool per frame leaf
-            return core_of(next(iter(self._pool.values())))
-        if self._pool is not None:
-            return core_of(self._pool)
-        import lazyframes
-
-        return lazyframes._impl
-
-    # -- properties -------------------------------------------------------------------
     @property
     def alpha(self) -> float:
         """The priority exponent."""
@@ -155,32 +120,44 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return self._max_p
 
     def __repr__(self):
-        return f"Prioritized{super().__repr__()[:-1]}, alpha={self._alpha})"
+        return f"{super().__repr__()[:-1]}, alpha={self._alpha})"
 
     # -- the trees --------------------------------------------------------------------
-    def _on_add(self, idx: np.ndarray) -> None:
-        """Positions ``idx`` were written: they leave the trees, and enter when sampleable."""
-        if len(self) == idx.size and type(self._tree).__module__ != self._core().__name__:
-            self._tree = self._core().SumTree(self._capacity)  # the adopted pool's core
-        self._added += idx.size
-        self._prio[idx] = self._max_p
-        keep = (self._flags[idx] & SKIP) == 0
-        if self._n_step == 1:
-            top = self._max_p**self._alpha
-            self._tree.set(idx, np.where(keep, top, 0.0))
+    def _on_add(self, first: int, count: int) -> None:
+        """``count`` positions from ``first`` on were written: they leave the trees.
+
+        They enter when sampleable.
+        """
+        pos = (first + np.arange(count)) % self.capacity
+        self._added += pos.size
+        self._prio[pos] = self._max_p
+        keep = (self._ring.flags[pos] & SKIP) == 0
+        if self.n_step == 1:
+            self._tree.set(pos, np.where(keep, self._max_p**self._alpha, 0.0))
             return
-        still = self._open[~np.isin(self._open, idx)]
-        cand = np.concatenate([still, idx[keep]])
-        ok = _sampling.window(self, cand)[0]
+        still = self._open[~np.isin(self._open, pos)]
+        cand = np.concatenate([still, pos[keep]])
+        ok = self._ring.sampleable(cand)
         self._open = cand[~ok]
         enter = cand[ok]
         self._tree.set(
-            np.concatenate([idx, enter]),
-            np.concatenate([np.zeros(idx.size), self._prio[enter] ** self._alpha]),
+            np.concatenate([pos, enter]),
+            np.concatenate([np.zeros(pos.size), self._prio[enter] ** self._alpha]),
         )
 
-    def priorities(self, indices) -> np.ndarray:
-        """The priorities (float64) of stored transitions, by number (as ``indices``).
+    def _window(self) -> tuple:
+        """``(lo, hi)``: the numbers of the stored transitions are ``lo <= t < hi``."""
+        return self._added - len(self), self._added
+
+    def _stale(self, j: int, v: int) -> str:
+        lo, hi = self._window()
+        if hi == lo:
+            return f"indices[{j}] = {v}: the buffer holds no transition"
+        what = "was evicted (or cleared)" if v < lo else "was never written"
+        return f"indices[{j}] = {v} {what}: the stored transitions are numbers {lo} to {hi - 1}"
+
+    def _positions(self, indices) -> np.ndarray:
+        """The ring positions of transition numbers ``indices`` (flat), each checked stored.
 
         Raises:
             ValueError: a transition that was evicted or never written.
@@ -189,30 +166,24 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         t = np.asarray(indices)
         if t.dtype.kind not in "iu":
             raise TypeError(f"indices must be integers, got dtype {t.dtype}")
-        lo, hi = self._added - len(self), self._added
-        bad = np.flatnonzero((t.reshape(-1) < lo) | (t.reshape(-1) >= hi))
-        if bad.size:
-            raise ValueError(self._stale(int(bad[0]), int(t.reshape(-1)[bad[0]])))
-        return self._prio[t % self._capacity]
+        flat = t.reshape(-1)
+        lo, hi = self._window()
+        if flat.size and (flat.min() < lo or flat.max() >= hi):
+            j = int(np.flatnonzero((flat < lo) | (flat >= hi))[0])
+            raise ValueError(self._stale(j, int(flat[j])))
+        return (flat % self._ring.capacity).astype(np.int64, copy=False)
 
-    def _stale(self, j: int, v: int) -> str:
-        lo, hi = self._added - len(self), self._added
-        if hi == lo:
-            return f"indices[{j}] = {v}: the buffer holds no transition"
-        if v < lo:
-            return (
-                f"indices[{j}] = {v} was evicted (or cleared): the stored transitions are "
-                f"numbers {lo} to {hi - 1}"
-            )
-        return (
-            f"indices[{j}] = {v} was never written: the stored transitions are numbers "
-            f"{lo} to {hi - 1}"
-        )
+    def priorities(self, indices) -> np.ndarray:
+        """The priorities (float64) of stored transitions, by number (as ``indices``).
+
+        Raises:
+            ValueError: a transition that was evicted or never written.
+            TypeError: non-integer indices.
+        """
+        return self._prio[self._positions(indices)].reshape(np.shape(indices))
 
     # -- sampling and updates ---------------------------------------------------------
-    def sample(  # type: ignore[override]
-        self, batch_size, *, beta=0.4, out=None, dtype=None, scale=None
-    ) -> PrioritizedSamples:
+    def sample(self, batch_size, *, beta=0.4, out=None, dtype=None, scale=None) -> Samples:
         """Sample ``batch_size`` transitions in proportion to ``priority ** alpha``.
 
         Draws are with replacement and stratified (one per equal segment of the total
@@ -227,37 +198,26 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             scale: as :meth:`ReplayBuffer.sample`.
 
         Returns:
-            :class:`PrioritizedSamples`: :class:`ReplaySamples`' fields, ``indices``
-            the transition numbers, and float32 ``weights``. The observation arrays are
-            reused as in :meth:`ReplayBuffer.sample`.
+            :class:`Samples`: ``indices`` the transition numbers, and float32 ``weights``.
+            The observation arrays are reused as in :meth:`ReplayBuffer.sample`.
 
         Raises:
             ValueError: as :meth:`ReplayBuffer.sample`, or ``beta`` outside ``[0, 1]``.
             TypeError: as :meth:`ReplayBuffer.sample`.
             The buffer and its RNG are unchanged when an error is raised.
         """
-        B = operator.index(batch_size)
-        if len(self) == 0:
-            raise ValueError("cannot sample from an empty ReplayBuffer")
-        if B < 1:
-            raise ValueError(f"batch_size must be at least 1, got {B}")
+        B = self._batch_size(batch_size)
         b = _real(beta, "beta")
         if not 0.0 <= b <= 1.0:
             raise ValueError(f"beta must be in [0, 1], got {beta!r}")
-        if self._leaves is None:
-            (obs_out, next_out), dst = _sampling.outputs(self, B, out, dtype, scale)
-            at = _sampling.at
-        else:  # Dict observations
-            obs_out, next_out, dst = _dict.outputs(self, B, out, dtype, scale)
-            at = _dict.at
+        outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)
         if not self._tree.total() > 0.0:
             raise ValueError(
                 "no transition can be sampled yet: every stored n-step window is "
                 "still open (add more steps) or an autoreset placeholder"
             )
         pos, numbers, weights = self._draw(B, b)
-        o, a, n, d, r, t, _, g = at(self, pos, obs_out, next_out, dst, scale)
-        return PrioritizedSamples(o, a, n, d, r, t, numbers, g, weights)
+        return gather(self._ring, self._stores, self._keys, pos, outs, scale, numbers, weights)
 
     def _draw(self, batch_size: int, beta: float) -> tuple:
         """``(positions, numbers, weights)`` of ``batch_size`` prioritized draws (checked args).
@@ -265,7 +225,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         The priority machinery of :meth:`sample` without the copy of the frames (the
         benchmark times it alone).
         """
-        return self._tree.draw(self._rng.random(batch_size), beta, self._added - 1)
+        pos, weights = self._tree.sample_weighted(self._rng.random(batch_size), beta)
+        newest, n = self._added - 1, self.capacity
+        numbers = newest - (newest % n - pos) % n
+        return pos, numbers, weights
 
     def update_priorities(self, indices, priorities) -> None:
         """Set the priorities of the transitions ``indices`` (from :meth:`sample`).
@@ -275,7 +238,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         still open keeps its priority until it becomes sampleable.
 
         Args:
-            indices: integers, transition numbers (``PrioritizedSamples.indices``).
+            indices: integers, transition numbers (``Samples.indices``).
             priorities: real numbers, as many as ``indices`` (any shape of that size,
                 e.g. ``(B, 1)``): positive and finite, and ``priority ** alpha`` must be
                 a positive float64 no larger than ``float64 max / capacity`` (so the
@@ -290,21 +253,16 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """
         # converted first: an __array__ callback may add or clear, which moves the window
         indices, priorities = np.asarray(indices), np.asarray(priorities)
-        lo, hi = self._added - len(self), self._added
-        r = self._tree.update_priorities(indices, priorities, self._alpha, lo, hi, self._prio)
-        if type(r) is tuple:
-            j, kind = r
-            if kind == 0:
-                raise ValueError(self._stale(j, int(indices.reshape(-1)[j])))
-            p = float(priorities.reshape(-1)[j])
-            if kind == 1:
-                raise ValueError(f"priorities[{j}] = {p!r} must be positive and finite")
-            raise ValueError(
-                f"priorities[{j}] = {p!r}: priority ** alpha ({self._alpha}) must be "
-                f"a positive float64 at most float64 max / capacity"
-            )
-        if r > self._max_p:
-            self._max_p = r
+        if priorities.dtype.kind not in "biuf":
+            raise TypeError(f"priorities must be real numbers, got dtype {priorities.dtype}")
+        pos = self._positions(indices)
+        p = priorities.reshape(-1)
+        if p.size != pos.size:
+            raise ValueError(f"indices and priorities differ in size: {pos.size} and {p.size}")
+        most = self._tree.update(pos, p, self._alpha)  # only the sampleable leaves
+        np.put(self._prio, pos, p)  # in order: a repeated index keeps its last
+        if most > self._max_p:
+            self._max_p = most
 
     def clear(self) -> None:
         """Drop every transition and its priority; keeps ``max_priority`` and the RNG.
@@ -315,16 +273,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super().clear()
         self._tree.clear()
         self._open = np.empty(0, np.int64)
-        self._added = -(-self._added // self._capacity) * self._capacity
+        self._added = -(-self._added // self.capacity) * self.capacity
 
     # -- checkpoints ------------------------------------------------------------------
     def _extra_state(self) -> tuple[dict, dict]:
         meta = {
-            "prioritized": {
-                "alpha": self._alpha,
-                "max_priority": self._max_p,
-                "added": self._added,
-            }
+            "prioritized": {"alpha": self._alpha, "max_priority": self._max_p, "added": self._added}
         }
         return meta, {"priorities": self._prio[: len(self)]}
 
@@ -333,10 +287,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         n = len(self)
         pm = meta.get("prioritized")
         max_p: object
+        added: object
         if pm is None:  # a uniform buffer's checkpoint: every priority 1.0
             prio = np.ones(n)
             max_p = 1.0
-            added = self._capacity + self._pos if self._full else self._pos
+            added = self.capacity + self._ring.pos if self.full else self._ring.pos
         else:
             if not isinstance(pm, dict):
                 raise ValueError("meta 'prioritized' must be an object")
@@ -353,13 +308,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 or not isinstance(added, int)
                 or added < n
                 or added >= 2**62  # numbers are int64 in the trees' calls
-                or added % self._capacity != self._pos
+                or added % self.capacity != self._ring.pos
             ):
                 raise ValueError(f"bad transition count {added!r}")
             prio = archive.array("priorities", (n,), np.float64)
             with np.errstate(all="ignore"):
                 powered = prio**self._alpha
-            top = np.finfo(np.float64).max / self._capacity
+            top = np.finfo(np.float64).max / self.capacity
             if n and not (
                 np.all((prio > 0) & np.isfinite(prio))
                 and np.all((powered > 0) & (powered <= top))
@@ -368,10 +323,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 raise ValueError("bad priorities")
             if not max_p**self._alpha <= top:
                 raise ValueError(f"bad max_priority {max_p!r}")
-        self._tree = self._core().SumTree(self._capacity)
+        self._tree = _core.SumTree(self.capacity)
         self._prio[:n] = prio
         self._max_p, self._added = float(max_p), added
         pos = np.arange(n)
-        ok = _sampling.window(self, pos)[0] if n else np.zeros(0, bool)
+        ok = self._ring.sampleable(pos) if n else np.zeros(0, bool)
         self._tree.set(pos, np.where(ok, prio**self._alpha, 0.0))
-        self._open = pos[~ok & ((self._flags[:n] & SKIP) == 0)]
+        self._open = pos[~ok & ((self._ring.flags[:n] & SKIP) == 0)]

@@ -1,0 +1,153 @@
+# The benchmarks' floors that are not a copy out (that one, _memcpy_gather, is in
+# _copyout.pxi): plain C loops over the bytes a library call must at least touch, so
+# that bench/ can say how far a call is from its memory traffic. Included by _core.pyx.
+#
+# Like every call that reads memory it was given, a floor converts and checks all of
+# its arguments first (plain ndarrays only, so no Python code of the caller's runs
+# after the checks), then runs its loop with the GIL released. A wrong call raises;
+# it never reads or writes outside the arrays it was given.
+
+
+cdef int _check_plain(object x, str name, char kind, int itemsize, str what,
+                      bint writeable) except -1:
+    """Raise unless ``x`` is a plain C-contiguous aligned native ndarray of ``what``.
+
+    Raises:
+        TypeError: not a plain ndarray, or another dtype.
+        ValueError: not C-contiguous and aligned, or read-only when ``writeable``.
+    """
+    if not cnp.PyArray_CheckExact(x):
+        raise TypeError(f"{name} must be a numpy.ndarray of {what}, got {type(x).__name__}")
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    if not (a.descr.kind == kind and cnp.PyArray_ITEMSIZE(a) == itemsize
+            and cnp.PyArray_ISNOTSWAPPED(a)):
+        raise TypeError(f"{name} must be a numpy.ndarray of {what}, got dtype {a.dtype}")
+    if not (cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)):
+        raise ValueError(f"{name} must be C-contiguous")
+    if writeable and not cnp.PyArray_ISWRITEABLE(a):
+        raise ValueError(f"{name} must be writeable")
+    return 0
+
+
+cdef inline bint _disjoint(cnp.ndarray a, cnp.ndarray b) noexcept:
+    """Whether the bytes of two C-contiguous ndarrays do not overlap."""
+    cdef size_t lo1 = <size_t>cnp.PyArray_DATA(a), lo2 = <size_t>cnp.PyArray_DATA(b)
+    cdef size_t hi1 = lo1 + <size_t>cnp.PyArray_NBYTES(a), hi2 = lo2 + <size_t>cnp.PyArray_NBYTES(b)
+    return hi1 <= lo2 or hi2 <= lo1 or lo1 == hi1 or lo2 == hi2
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef Py_ssize_t _ingest_loop(const unsigned char **src, Py_ssize_t T, Py_ssize_t E,
+                             Py_ssize_t k, size_t fb, int64_t *prev, unsigned char *arena,
+                             Py_ssize_t n, Py_ssize_t pos) noexcept nogil:
+    """The loop of :func:`_ingest_floor` over ``T`` stacks of ``E`` envs; the next position."""
+    cdef Py_ssize_t t, e, j
+    cdef const unsigned char *st
+    cdef int64_t *p
+    cdef bint same
+    for t in range(T):
+        for e in range(E):
+            st = src[t] + <size_t>(e * k) * fb
+            p = prev + e * k
+            same = True
+            for j in range(k - 1):  # the k - 1 shared frames against the stored ones
+                if p[j + 1] < 0 or memcmp(st + <size_t>j * fb, arena + <size_t>p[j + 1] * fb,
+                                          fb) != 0:
+                    same = False
+                    break
+            if same:  # one new frame
+                for j in range(k - 1):
+                    p[j] = p[j + 1]
+                memcpy(arena + <size_t>pos * fb, st + <size_t>(k - 1) * fb, fb)
+                p[k - 1] = pos
+                pos += 1
+                if pos == n:
+                    pos = 0
+            else:  # a new episode (or the first stack): every frame
+                for j in range(k):
+                    memcpy(arena + <size_t>pos * fb, st + <size_t>j * fb, fb)
+                    p[j] = pos
+                    pos += 1
+                    if pos == n:
+                        pos = 0
+    return pos
+
+
+def _ingest_floor(stacks, previous, arena, position=0):
+    """The floor of adding stacked ndarray observations, for benchmarks: memcmp + memcpy.
+
+    What a replay buffer that stores each frame once must at least do per transition
+    whose next observation is a stacked ndarray (SB3's ``VecFrameStack``, ale-py):
+    compare the ``k - 1`` frames the new stack shares with the previous observation
+    against the stored ones (``memcmp``), then copy the one new frame into the store
+    (``memcpy``); when they differ (a new episode) copy all ``k``. No tables, no
+    references, no Python per stack: a plain C loop with the GIL released.
+
+    Args:
+        stacks: a sequence of ``T`` uint8 ndarrays (C-contiguous), each the stacked
+            observations of ``E`` envs at one step, ``E * k`` frames in the ``"stack"``
+            layout: ``(E, k, *frame)``, or ``(k, *frame)`` when ``E`` is 1.
+        previous: int64 ``(E, k)`` ndarray, C-contiguous and writeable: the arena frames
+            of each env's previous observation (negative: none yet, copy every frame).
+            Updated in place to the frames of the last stack.
+        arena: uint8 ndarray ``(n, *frame)``, C-contiguous and writeable, ``n >= k``:
+            the store, written as a ring from ``position``.
+        position: the arena frame the next new frame goes to, in ``[0, n)``.
+
+    Returns:
+        The arena frame the frame after the last one copied goes to (``position`` of
+        the next call).
+
+    Raises:
+        TypeError: a non-ndarray argument or a wrong dtype.
+        ValueError: a wrong shape or size, a read-only or non-contiguous array, a
+            ``previous`` entry or ``position`` outside the arena, overlapping arrays.
+    """
+    _check_plain(previous, "previous", b"i", 8, "int64", True)
+    _check_plain(arena, "arena", b"u", 1, "uint8", True)
+    cdef cnp.ndarray prev = <cnp.ndarray>previous, ar = <cnp.ndarray>arena
+    if cnp.PyArray_NDIM(prev) != 2 or prev.shape[0] < 1 or prev.shape[1] < 1:
+        raise ValueError(f"previous must have shape (E, k) with E, k >= 1, got {previous.shape}")
+    cdef Py_ssize_t E = prev.shape[0], k = prev.shape[1]
+    if cnp.PyArray_NDIM(ar) < 2 or cnp.PyArray_NBYTES(ar) == 0:
+        raise ValueError(f"arena must have shape (n, *frame) and hold bytes, got {arena.shape}")
+    cdef Py_ssize_t n = ar.shape[0]
+    cdef size_t fb = <size_t>cnp.PyArray_NBYTES(ar) // <size_t>n
+    if n < k:
+        raise ValueError(f"arena holds {n} frames, fewer than the k = {k} of one stack")
+    cdef Py_ssize_t pos = operator.index(position)
+    if not 0 <= pos < n:
+        raise ValueError(f"position {pos} is outside the arena's {n} frames")
+    if not _disjoint(prev, ar):
+        raise ValueError("previous and arena overlap")
+    cdef tuple seq = tuple(stacks)  # held: keeps every stack alive during the loop
+    cdef Py_ssize_t T = len(seq), t, i
+    cdef const int64_t *pv = <const int64_t *>cnp.PyArray_DATA(prev)
+    for i in range(E * k):
+        if pv[i] >= n:
+            raise ValueError(f"previous holds frame {pv[i]}, outside the arena's {n} frames")
+    cdef size_t want = <size_t>(E * k) * fb
+    cdef cnp.ndarray s
+    cdef const unsigned char **src = <const unsigned char **>malloc(max(T, 1) * sizeof(void *))
+    if src == NULL:
+        raise MemoryError()
+    try:
+        for t in range(T):
+            _check_plain(seq[t], f"stacks[{t}]", b"u", 1, "uint8", False)
+            s = <cnp.ndarray>seq[t]
+            if <size_t>cnp.PyArray_NBYTES(s) != want:
+                raise ValueError(
+                    f"stacks[{t}] has {cnp.PyArray_NBYTES(s)} bytes, expected {want} "
+                    f"(E={E} envs x k={k} frames of {fb} bytes)"
+                )
+            if not (_disjoint(s, ar) and _disjoint(s, prev)):
+                raise ValueError(f"stacks[{t}] overlaps arena or previous")
+            src[t] = <const unsigned char *>cnp.PyArray_DATA(s)
+        # phase 2: no Python code runs from here; seq holds every stack
+        with nogil:
+            pos = _ingest_loop(src, T, E, k, fb, <int64_t *>cnp.PyArray_DATA(prev),
+                               <unsigned char *>cnp.PyArray_DATA(ar), n, pos)
+    finally:
+        free(src)
+    return pos

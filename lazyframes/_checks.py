@@ -1,0 +1,424 @@
+"""Validation and geometry shared by the compiled core and the Python layer.
+
+Everything here runs on cold paths (pool creation, first use of a layout, errors).
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+from collections.abc import Mapping
+
+import numpy as np
+
+#: The three ways to lay out k frames of shape ``S`` (see docs/DESIGN.md, "Layouts").
+#:
+#: - ``"last"``: concatenate on the last (channel) axis, ``(..., C) -> (..., k*C)``,
+#:   as baselines' ``LazyFrames``/``FrameStack`` (the default, so it is a drop-in);
+#: - ``"first"``: concatenate on the first (channel) axis, ``(C, H, W) -> (k*C, H, W)``,
+#:   as SB3's ``VecFrameStack(channels_order="first")`` and EnvPool;
+#: - ``"stack"``: stack on a new leading axis, ``S -> (k, *S)``, as Gymnasium's
+#:   ``FrameStackObservation`` and PyTorch's ``(k, H, W)``.
+LAYOUTS = ("last", "first", "stack")
+
+#: Most axes a frame may have (an observation batch adds two; NumPy allows 64).
+MAX_NDIM = 32
+
+#: Largest slot id, row count or byte count (int64).
+INT64_MAX = 2**63 - 1
+
+#: Default size of one arena chunk of a FramePool, in bytes (148 Atari frames of 84x84).
+DEFAULT_CHUNK_BYTES = 1 << 20
+
+# Frame compression (docs/COMPRESSION.md): codec names, and the default chosen by measurement.
+CODECS = ("lz4", "lz4hc", "zstd")
+DEFAULT_COMPRESSION = {"codec": "lz4", "level": 9, "group": 16}
+MAX_GROUP = 64  # most frames per keyframe
+
+
+def compression(compress) -> dict | None:
+    """The compression options of ``compress``, checked: None (off) or ``{codec, level, group}``.
+
+    Args:
+        compress: False or None (off), True (the default options), or a mapping with
+            some of the keys ``codec`` (one of :data:`CODECS`), ``level`` (1 to 9) and
+            ``group`` (1 to :data:`MAX_GROUP`: at most one keyframe in ``group`` frames
+            of a chain of XOR deltas); missing keys take the defaults.
+
+    Raises:
+        TypeError: another type, or a non-integer level or group. ValueError: an unknown
+            key or codec, or a level or group out of range.
+    """
+    if compress is None or compress is False:
+        return None
+    if compress is True:
+        return dict(DEFAULT_COMPRESSION)
+    if not isinstance(compress, Mapping):
+        raise TypeError(
+            f"compress must be a bool or a mapping of codec, level, group, got "
+            f"{type(compress).__name__}"
+        )
+    unknown = set(compress) - set(DEFAULT_COMPRESSION)
+    if unknown:
+        raise ValueError(
+            f"unknown compression options {sorted(map(str, unknown))}; "
+            f"expected some of {sorted(DEFAULT_COMPRESSION)}"
+        )
+    opts = {**DEFAULT_COMPRESSION, **compress}
+    if opts["codec"] not in CODECS:
+        raise ValueError(f"codec must be one of {CODECS}, got {opts['codec']!r}")
+    for key, top in (("level", 9), ("group", MAX_GROUP)):
+        if isinstance(opts[key], bool) or not isinstance(opts[key], numbers.Integral):
+            raise TypeError(f"{key} must be an int, got {type(opts[key]).__name__}")
+        v = int(opts[key])
+        if not 1 <= v <= top:
+            raise ValueError(f"{key} must be in [1, {top}], got {v}")
+        opts[key] = v
+    return opts
+
+
+#: Kinds of blob in an :func:`encode_frames` container: a compressed frame, a compressed
+#: XOR delta against the previous frame, or the frame's raw bytes.
+KIND_KEY, KIND_DELTA, KIND_RAW = 0, 1, 2
+
+
+def check_container(payload, offsets, kinds, frame_bytes: int) -> tuple:
+    """Check an :func:`encode_frames` container's sizes and offsets, before any allocation.
+
+    Returns:
+        ``(payload, offsets, kinds)`` as a uint8 array, an int64 array and a uint8 array.
+
+    Raises:
+        TypeError: a payload that is not bytes-like, non-integer offsets or kinds.
+        ValueError: shapes that disagree, offsets that are not 0 then increasing up to
+            the payload's end, an unknown kind, a delta first, or a raw blob whose size
+            is not the frame's.
+    """
+    try:
+        data = np.frombuffer(memoryview(payload).cast("B"), np.uint8)
+    except TypeError:
+        raise TypeError(f"payload must be bytes-like, got {type(payload).__name__}") from None
+    offs, kds = as_ints(offsets, "offsets"), as_ints(kinds, "kinds")
+    if offs.ndim != 1 or kds.ndim != 1 or offs.shape[0] != kds.shape[0] + 1:
+        raise ValueError(f"offsets {offs.shape} and kinds {kds.shape} must be (n + 1,) and (n,)")
+    # compared in their own dtype first: no value wraps when converted
+    if ((offs < 0) | (offs > data.size)).any() or ((kds < KIND_KEY) | (kds > KIND_RAW)).any():
+        raise ValueError("offsets must be in [0, len(payload)], kinds KIND_KEY/DELTA/RAW")
+    offs, kds = offs.astype(np.int64), kds.astype(np.uint8)
+    sizes = np.diff(offs)
+    if offs[0] != 0 or offs[-1] != data.size or (sizes <= 0).any():
+        raise ValueError("offsets must start at 0 and increase up to the payload's length")
+    if kds.size and kds[0] == KIND_DELTA:
+        raise ValueError("the first blob is a delta: it has no previous frame")
+    if (sizes[kds == KIND_RAW] != frame_bytes).any():
+        raise ValueError(f"a raw blob is not {frame_bytes} bytes, one frame")
+    return data, offs, kds
+
+
+# dtypes the fused conversion kernels know (kind, itemsize); any other numeric dtype
+# can still be stored and copied out unconverted.
+_CONVERTIBLE = frozenset(map(np.dtype, "?bBhHiIqQfd"))  # bool, (u)int8-64, float32, float64
+
+
+def frame_dtype(dtype) -> np.dtype:
+    """Normalise and check the dtype of stored frames.
+
+    Raises:
+        TypeError: for object, string, void/structured or datetime dtypes.
+    """
+    dt = np.dtype(dtype)
+    if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
+        raise TypeError(
+            f"frames must have a fixed numeric dtype (bool, int, uint, float, complex), got {dt}"
+        )
+    return np.dtype(dt.type)  # native byte order, NumPy's canonical instance
+
+
+def frame_shape(shape) -> tuple:
+    """Normalise and check a frame shape: a tuple of positive ints.
+
+    Raises:
+        TypeError: if ``shape`` is not a sequence of integers.
+        ValueError: if any dimension is not positive, or there are more than
+            :data:`MAX_NDIM` of them.
+    """
+    try:
+        shape = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"frame shape must be a tuple of ints, got {shape!r}") from None
+    if any(d <= 0 for d in shape):
+        raise ValueError(f"frame shape {shape} has a dimension that is not positive")
+    if len(shape) > MAX_NDIM:
+        raise ValueError(f"frames have more than {MAX_NDIM} dimensions: {shape}")
+    return shape
+
+
+def layout_name(layout) -> str:
+    """``layout`` as a plain ``str``, one of :data:`LAYOUTS`.
+
+    A ``str`` subclass is compared by its characters: none of its methods (``__eq__``,
+    ``__hash__``, ``__str__``) runs, so it cannot answer differently on a second look.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if isinstance(layout, str):
+        name = str.__str__(layout)  # a plain copy of the characters
+        if name in LAYOUTS:
+            return name
+    raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+
+
+def check_layout(layout: str, shape: tuple) -> str:
+    """Reject a layout that does not fit frames of ``shape`` (case C06 in docs/CASES.md).
+
+    ``"last"`` concatenates on the channel axis, so that axis must be last: it must be
+    (one of) the smallest, as SB3's ``is_image_space_channels_first`` decides; 1-D frames
+    (feature vectors) are fine. ``"first"`` is the mirror image. 2-D frames such as
+    ``(84, 84)`` have no channel axis: concatenating would glue them along a spatial axis.
+
+    Returns:
+        The layout as a plain ``str`` (:func:`layout_name`).
+
+    Raises:
+        ValueError: naming the frame shape and the layout to use instead.
+    """
+    layout = layout_name(layout)
+    if layout == "stack" or len(shape) == 1:
+        return layout
+    if len(shape) == 0:
+        raise ValueError(
+            f"scalar frames cannot be concatenated (layout={layout!r}); use layout='stack'"
+        )
+    if len(shape) == 2:
+        raise ValueError(
+            f"frames of shape {shape} have no channel axis: layout={layout!r} would glue "
+            f"them along a spatial axis; use layout='stack' for {(4,) + shape}-style "
+            f"observations, or give the frames a channel axis, e.g. {shape + (1,)}"
+        )
+    axis = -1 if layout == "last" else 0
+    if shape[axis] > min(shape):
+        other = "first" if layout == "last" else "last"
+        raise ValueError(
+            f"frames of shape {shape} look channels-{other} (the smallest axis is not the "
+            f"{layout} one): layout={layout!r} would glue them along a spatial axis; "
+            f"use layout={other!r} or layout='stack'"
+        )
+    return layout
+
+
+def stack_size(k) -> int:
+    """``k``, the frames per observation, as an int in ``[1, (2**63 - 1) // 8]``.
+
+    Raises:
+        TypeError: not an integer. ValueError: out of range.
+    """
+    k = operator.index(k)
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    check_batch_size(1, k)
+    return k
+
+
+def check_batch_size(n: int, k: int) -> None:
+    """Refuse ``n`` observations of ``k`` frames whose ids would need over 2**63 - 1 bytes.
+
+    Compared, not multiplied, so nothing can overflow.
+
+    Raises:
+        ValueError: too large.
+    """
+    if k > INT64_MAX // 8 // max(1, n):
+        raise ValueError(f"a batch of {n} x {k} frames is too large")
+
+
+def observation_shape(shape: tuple, k: int, layout: str) -> tuple:
+    """Shape of one observation of ``k`` frames of ``shape`` in ``layout``."""
+    if layout == "last":
+        return shape[:-1] + (k * shape[-1],)
+    if layout == "first":
+        return (k * shape[0],) + shape[1:]
+    return (k,) + shape
+
+
+def output_dtype(src: np.dtype, dtype, scale) -> np.dtype:
+    """The dtype a copy out produces, checking the fused conversion is supported.
+
+    Conversions follow NumPy's ``casting="same_kind"`` (so no float to int, and no
+    signed to unsigned), computed as ``out = dtype(frame) * dtype(scale)``, exactly as
+    ``np.asarray(obs).astype(dtype) * dtype.type(scale)``.
+
+    Raises:
+        TypeError: for an unsupported conversion, or ``scale`` with a non-float dtype.
+    """
+    dst = src if dtype is None else np.dtype(dtype)
+    if dst != src:
+        if not np.can_cast(src, dst, casting="same_kind"):
+            raise TypeError(
+                f"cannot convert frames of dtype {src} to {dst} (only 'same_kind' casts, "
+                f"e.g. uint8 -> float32, are fused into the copy)"
+            )
+        if src not in _CONVERTIBLE or dst not in _CONVERTIBLE:
+            raise TypeError(f"no fused conversion from {src} to {dst}")
+    if scale is not None:
+        if dst.kind != "f" or dst not in _CONVERTIBLE:
+            raise TypeError(
+                f"scale needs a float32 or float64 output dtype, got {dst}; pass dtype=np.float32"
+            )
+        if not isinstance(scale, (int, float, np.integer, np.floating)) or isinstance(scale, bool):
+            raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
+    return dst
+
+
+def check_out(out, shape: tuple, dtype: np.dtype) -> None:
+    """Check a caller's output array before anything is written to it.
+
+    Only a plain ``numpy.ndarray`` is accepted: a subclass can answer ``shape``,
+    ``dtype`` and ``flags`` with anything (view it with ``out.view(np.ndarray)``).
+
+    Raises:
+        TypeError: if ``out`` is not an ndarray or has the wrong dtype.
+        ValueError: if it has the wrong shape, is not C-contiguous, or is read-only.
+    """
+    if type(out) is not np.ndarray:
+        raise TypeError(out_not_ndarray(out))
+    if out.shape != shape:
+        raise ValueError(f"out has shape {out.shape}, expected {shape}")
+    if out.dtype != dtype:
+        raise TypeError(f"out has dtype {out.dtype}, expected {dtype}")
+    if not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous (use np.ascontiguousarray or a fresh np.empty)")
+    if not out.flags.writeable:
+        raise ValueError("out is read-only")
+    if not out.flags.aligned:
+        raise ValueError("out is not aligned")
+
+
+def as_frame(frame, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """View any array-like as one frame of ``shape`` and ``dtype``, without copying if possible.
+
+    Accepts views, read-only and non-contiguous arrays; a frame in the other byte order is
+    converted. Any other dtype mismatch is rejected rather than silently cast.
+
+    Raises:
+        TypeError: object arrays, or a dtype that differs from the pool's.
+        ValueError: a shape that differs from the pool's.
+    """
+    arr = np.asarray(frame)
+    if arr.dtype.kind == "O":
+        raise TypeError("frame is an object array; frames must be numeric ndarrays")
+    if arr.dtype != dtype:
+        if arr.dtype.newbyteorder("=") == dtype:
+            arr = arr.astype(dtype)
+        else:
+            raise TypeError(f"frame has dtype {arr.dtype}, the pool stores {dtype}")
+    if arr.shape != shape:
+        raise ValueError(f"frame has shape {arr.shape}, the pool stores {shape}")
+    return arr
+
+
+# -- rows, frames and outputs -------------------------------------------------------
+def as_ints(x, what: str) -> np.ndarray:
+    """``x`` as an ndarray of an integer dtype (an empty list is fine), not yet converted.
+
+    Raises:
+        TypeError: non-integer values.
+    """
+    arr = np.asarray(x)
+    if arr.dtype.kind in "iu":
+        return arr
+    if arr.size == 0 and arr.dtype.kind == "f":
+        return arr.astype(np.int64)
+    raise TypeError(f"{what} must be integers, got dtype {arr.dtype}")
+
+
+def as_rows(rows, n: int, *, distinct: bool = False) -> np.ndarray:
+    """Row indices as a fresh int64 array, each in ``[0, n)`` (no negative indexing).
+
+    The range is checked on the caller's values before any conversion, so no value
+    (e.g. ``2**63 - 1`` or a huge uint64) can wrap or overflow.
+
+    Raises:
+        TypeError: non-integer rows.
+        ValueError: not 1-D, or (``distinct``) a row given twice.
+        IndexError: a row out of range.
+    """
+    arr = as_ints(rows, "rows")
+    if arr.ndim != 1:
+        raise ValueError(f"rows must be a 1-D array, got shape {arr.shape}")
+    bad = np.flatnonzero((arr < 0) | (arr >= n))
+    if bad.size:
+        raise IndexError(f"row {int(arr[bad[0]])} is out of range for {n} rows")
+    arr = arr.astype(np.int64)
+    if distinct:
+        uniq, counts = np.unique(arr, return_counts=True)
+        if uniq.size != arr.size:
+            raise ValueError(f"row {int(uniq[counts > 1][0])} appears more than once in rows")
+    return arr
+
+
+def as_frames(frames, shape: tuple, dtype: np.dtype, lead: str = "n") -> np.ndarray:
+    """View frames ``(*lead, *shape)`` (``lead``: ``"n"`` or ``"E, k"``) as :func:`as_frame` does.
+
+    Raises:
+        TypeError: object arrays, or a dtype that differs from the pool's.
+        ValueError: a shape other than ``(*lead, *shape)``.
+    """
+    arr = np.asarray(frames)
+    nlead = lead.count(",") + 1
+    if arr.ndim != len(shape) + nlead:
+        raise ValueError(f"frames have shape {arr.shape}, expected ({lead}, *{shape})")
+    return as_frame(arr, arr.shape[:nlead] + shape, dtype)
+
+
+def check_no_overlap(out, inputs: dict) -> None:
+    """``out`` (an array, or a pair of arrays) may not share memory with any input array.
+
+    Runs before the other output checks; an ``out`` that is not an ndarray is left to them.
+
+    Raises:
+        ValueError: the two arrays of a pair overlap, or ``out`` overlaps the named input.
+    """
+    outs = [
+        o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, np.ndarray)
+    ]
+    if len(outs) == 2 and np.may_share_memory(outs[0], outs[1]):
+        raise ValueError("the two arrays of out overlap")
+    for o in outs:
+        for name, x in inputs.items():
+            if isinstance(x, np.ndarray) and np.may_share_memory(o, x):
+                raise ValueError(f"out overlaps {name}")
+
+
+# -- messages raised in more than one place ------------------------------------------
+#: A slot id a SlotTable cannot store (csrc/_table.pxi and lazyframes/replay/_dict.py).
+ID_OVER_INT32 = "a SlotTable stores slot ids as int32: this id is above 2**31 - 1"
+
+
+def out_not_ndarray(out) -> str:
+    """The TypeError of an ``out`` that is not a plain ndarray (a subclass: how to pass it)."""
+    hint = "; pass out.view(np.ndarray)" if isinstance(out, np.ndarray) else ""
+    return f"out must be a numpy.ndarray, got {type(out).__name__}{hint}"
+
+
+def step_arrays(n: int) -> str:
+    """The TypeError of ``SlotTable.step_fields`` given other arrays."""
+    return (
+        f"flags and rewards must be C-contiguous 1-D ndarrays of uint8 and float32 of at "
+        f"least {n} entries"
+    )
+
+
+def prio_lengths(a: int, b: int, what: str = "values") -> str:
+    """The ValueError of ``SumTree.set`` / ``update_priorities`` given sizes that differ."""
+    return f"indices and {what} differ in size: {a} and {b}"
+
+
+def prio_empty() -> str:
+    """The ValueError of a draw from a SumTree whose leaves are all empty."""
+    return "no transition can be sampled: every leaf of the SumTree is empty"
+
+
+def prio_infinite() -> str:
+    """The ValueError of a draw from a SumTree whose leaves overflow their sum."""
+    return "cannot sample: the leaves of the SumTree sum to more than float64 max"

@@ -1,0 +1,653 @@
+"""``ReplayBuffer``: a ring of transitions and one store per observation leaf.
+
+A buffer is a :class:`~._ring.Ring` (positions, env streams, actions, rewards, flags,
+n-step windows, draws) and, per observation leaf, a store (:mod:`._store`): a plain
+buffer has one frame store, a Dict buffer one per frame key and a vector store per other
+key. An add is one path for every kind of buffer: the parser (:mod:`._args`) checks the
+arguments, each store prepares its leaf (:meth:`FrameStore.prepare`), the ring and the
+stores grow if they must, the ring appends the transitions (the last check: it refuses
+values out of range before writing) and each store puts its leaf at the positions the
+ring gave. Nothing is stored when an error is raised.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from .. import _checks as C
+from .. import _core
+from . import _archive
+from ._args import Parser, options
+from ._ring import Ring
+from ._samples import Samples, constant, gather, outputs
+from ._store import FrameStore, VectorStore, check_pool, pool_memory, stores_for
+
+
+class ReplayBuffer:
+    """A FIFO replay buffer of transitions whose observations share frames.
+
+    Each transition ``(obs, action, reward, next_obs, terminated, truncated)`` stores
+    ``2 k`` slot references (a row of a ``SlotTable``) instead of ``2 k`` frames; a frame
+    is stored once however many observations (of however many transitions) contain it.
+    At 84x84 uint8 frames and ``k = 4`` a transition costs the frame floor (7,056 bytes)
+    plus 53 bytes of tables (SB3's ``optimize_memory_usage=True`` stores one whole
+    observation, 28,224 bytes).
+
+    Observations can be given as:
+
+    - :class:`~lazyframes.LazyFrames` (from ``lazyframes.FrameStack`` /
+      ``FrameStackObservation``) or a ``lazyframes.vector`` ``LazyBatch``: stored as slot
+      references; no frame byte is copied. Unless ``pool`` is given, the buffer uses
+      the pool of the first observation it sees (the wrapper's pool).
+    - ndarrays of the stacked observation (EnvPool, ale-py, SB3 ``VecFrameStack``):
+      split into ``k`` frames according to ``layout`` and pushed into the buffer's pool,
+      de-duplicated against the previous observation of the same env (so consecutive
+      stacks cost one new frame per step) and against repeated frames within an
+      observation (reset padding). LazyFrames of another pool are copied in the same way.
+
+    Dict observations (a Gymnasium ``Dict`` space of image and vector leaves) are dicts
+    of such values by key: the frame leaves (``frame_keys``) are stored as above, each in
+    a pool of its own, the other leaves as given, one row per transition; :meth:`sample`
+    returns dicts with the same keys.
+
+    With ``num_envs > 1`` every argument of :meth:`add` has a leading ``num_envs`` axis
+    and each call stores one transition per env, or, with ``env_ids``, one per listed
+    env (EnvPool async mode, ale-py ``batch_size < num_envs``, several actors). The
+    storage is a ring of ``capacity`` transitions over all env streams, oldest evicted
+    first, whatever the interleaving; each transition is linked to the next one of its
+    stream, so episode boundaries and n-step windows follow each stream exactly. When
+    every env adds at each step, position ``row * num_envs + env`` holds env ``env``'s
+    transition of that row (SB3's layout).
+
+    Args:
+        capacity: maximum number of transitions stored, over all env streams (rounded
+            down to a multiple of ``num_envs``, as SB3's ``buffer_size // n_envs``). The
+            tables grow as transitions arrive (doubling, up to ``capacity``), so a large
+            capacity costs memory only once it is used.
+        num_envs: number of env streams (vector env size, or total envs of several
+            actors); :meth:`add`'s ``env_ids`` are in ``[0, num_envs)``.
+        n_step: length of the n-step return window (1 = plain one-step transitions).
+        gamma: discount factor of the n-step return, in ``[0, 1]``.
+        seed: seed of the sampling ``np.random.default_rng(seed)``. Two buffers with
+            the same seed that hold the same transitions at the same ring positions
+            (the same transitions added in the same order, however they were batched,
+            whether as LazyFrames or ndarrays, or restored by :meth:`load`) draw the same
+            samples from the same sequence of :meth:`sample` calls.
+        action_shape: shape of one action, ``()`` for a discrete action.
+        action_dtype: dtype the actions are stored and returned in.
+        layout: layout of sampled observations and of ndarray observations given to
+            :meth:`add`: ``"stack"`` ``(k, *S)`` (default for ndarrays: Gymnasium,
+            EnvPool), ``"first"`` ``(k*C, H, W)`` or ``"last"`` ``(H, W, k*C)`` (SB3
+            ``VecFrameStack``, baselines). Default: the layout of the first LazyFrames
+            added, or ``"stack"`` for ndarrays.
+        stack_size: ``k``; needed for ndarray observations in the ``"first"``/``"last"``
+            layouts (in ``"stack"`` it is the leading axis). Checked against LazyFrames.
+        pool: the :class:`~lazyframes.FramePool` to store the frames in; LazyFrames of
+            other pools are copied in. Default: the pool of the first LazyFrames/LazyBatch
+            added, or (for ndarrays) a new pool owned by the buffer. For Dict
+            observations, a dict of pools by frame key (keys left out get the default).
+        compress: compress the stored frames (docs/COMPRESSION.md): True (the default
+            codec), or a mapping of some of ``codec``, ``level``, ``group`` as
+            ``FramePool(..., compress=)`` takes. The buffer makes the pool it uses
+            compress (``pool.enable_compression``): the one given, else the wrapper's
+            pool it adopts, else its own, whatever the input. A frame is compressed
+            once, when only stored transitions refer to it: the frames of the live
+            observations (a wrapper's ring) stay uncompressed. Sampled values are the
+            same bit for bit. False (default): the pool is left as it is.
+        frame_keys: for Dict observations, the keys of the leaves stored as frames
+            (de-duplicated, converted by ``sample``'s ``dtype`` and ``scale``); the other
+            leaves are stored as given (numeric arrays, e.g. float32 feature vectors) and
+            returned as stored. Default: every uint8 leaf with at least 3 dimensions per
+            observation (a stack of images, in any layout), decided by the first add.
+            ``layout`` and ``stack_size`` apply to every frame leaf.
+
+    Raises:
+        ValueError: ``capacity < num_envs``, a non-positive ``num_envs``, ``n_step``
+            outside ``[1, capacity]``, ``gamma`` outside ``[0, 1]``, an unknown
+            ``layout``, bad ``compress`` options or options other than those ``pool``
+            compresses with already.
+        TypeError: a non-numeric ``action_dtype``, ``pool`` not a FramePool (or a dict
+            of them), a ``compress`` of another type, ``frame_keys`` not strings.
+
+    Example:
+        >>> import numpy as np, lazyframes
+        >>> pool = lazyframes.FramePool((84, 84), np.uint8)
+        >>> s = [pool.push(np.full((84, 84), v, np.uint8)) for v in range(5)]
+        >>> rb = ReplayBuffer(1000, seed=0)
+        >>> obs, next_obs = pool.lazy(s[:4], layout="stack"), pool.lazy(s[1:], layout="stack")
+        >>> rb.add(obs, 1, 0.5, next_obs, False, False)
+        >>> batch = rb.sample(1, dtype=np.float32, scale=1 / 255)
+        >>> batch.observations.shape, float(batch.next_observations[0, -1, 0, 0] * 255)
+        ((1, 4, 84, 84), 4.0)
+    """
+
+    def __init__(
+        self,
+        capacity,
+        *,
+        num_envs=1,
+        n_step=1,
+        gamma=0.99,
+        seed=None,
+        action_shape=(),
+        action_dtype=np.int64,
+        layout=None,
+        stack_size=None,
+        pool=None,
+        compress=False,
+        frame_keys=None,
+    ):
+        num_envs, action_shape, action_dtype, layout, stack_size = options(
+            num_envs, action_shape, action_dtype, layout, stack_size
+        )
+        capacity = operator.index(capacity)
+        n_step = operator.index(n_step)
+        if capacity < num_envs:
+            raise ValueError(
+                f"capacity ({capacity}) must be at least num_envs ({num_envs}): the buffer "
+                f"holds capacity // num_envs rows of one transition per env"
+            )
+        capacity = capacity // num_envs * num_envs
+        if not 1 <= n_step <= capacity:
+            raise ValueError(f"n_step must be in [1, capacity={capacity}], got {n_step}")
+        gamma = float(gamma)
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        for p in pool.values() if isinstance(pool, dict) else [pool]:
+            check_pool(p)
+        if frame_keys is not None:
+            if isinstance(frame_keys, str):
+                frame_keys = (frame_keys,)
+            frame_keys = tuple(frame_keys)
+            if not frame_keys or not all(isinstance(key, str) for key in frame_keys):
+                raise TypeError(f"frame_keys must be a non-empty list of str, got {frame_keys!r}")
+        compress = C.compression(compress)
+        if compress is not None and pool is not None:
+            for p in pool.values() if isinstance(pool, dict) else [pool]:
+                p.enable_compression(compress)
+        self._parser = Parser(num_envs, action_shape, action_dtype)
+        self._ring = Ring(
+            capacity, num_envs, n_step, gamma, action_shape, action_dtype, self._parser.convert
+        )
+        self._rng = np.random.default_rng(seed)
+        self._action_shape, self._action_dtype = action_shape, action_dtype
+        self._layout_opt, self._k_opt, self._compress = layout, stack_size, compress
+        self._pool_opt, self._frame_keys = pool, frame_keys
+        # set by the first add (or load): the stores, one per leaf, and for a Dict
+        # buffer the keys of the leaves; the names of each leaf's arguments in messages
+        self._stores: tuple = ()
+        self._keys: tuple | None = None
+        self._frames: tuple = ()  # the indices of the frame stores among the stores
+        self._vectors: tuple = ()  # and of the vector stores
+        self._tables: tuple = ()  # the frame stores' SlotTables
+
+    # -- properties -------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        """Maximum number of transitions stored (a multiple of ``num_envs``)."""
+        return self._ring.capacity
+
+    @property
+    def num_envs(self) -> int:
+        """Number of env streams; an add stores one transition per env (or per env id)."""
+        return self._ring.num_envs
+
+    @property
+    def n_step(self) -> int:
+        """Length of the n-step return window."""
+        return self._ring.n_step
+
+    @property
+    def gamma(self) -> float:
+        """Discount factor of the n-step return."""
+        return self._ring.gamma
+
+    @property
+    def action_shape(self) -> tuple:
+        """Shape of one action."""
+        return self._action_shape
+
+    @property
+    def action_dtype(self) -> np.dtype:
+        """The dtype actions are stored and returned in."""
+        return self._action_dtype
+
+    def _by_key(self, fn, frames_only=True):
+        """``fn(store)`` of each store: one value for a plain buffer, a dict by key else."""
+        if self._keys is None:
+            return fn(self._stores[0]) if self._stores else None
+        return {
+            key: fn(s)
+            for key, s in zip(self._keys, self._stores, strict=True)
+            if not frames_only or isinstance(s, FrameStore)
+        }
+
+    @property
+    def pool(self):
+        """The :class:`~lazyframes.FramePool` holding the frames.
+
+        None before the first add, unless one was given to the constructor. For Dict
+        observations, a dict of the frame leaves' pools by key.
+        """
+        if not self._stores:
+            return self._pool_opt
+        return self._by_key(lambda s: s.pool)
+
+    @property
+    def layout(self):
+        """Layout of sampled observations (None before the first add).
+
+        For Dict observations, a dict of the frame leaves' layouts by key.
+        """
+        return self._by_key(lambda s: s.geometry.layout)
+
+    @property
+    def stack_size(self):
+        """``k``, the frames per observation (None before the first add).
+
+        For Dict observations, a dict of the frame leaves' stack sizes by key.
+        """
+        return self._by_key(lambda s: s.geometry.k)
+
+    @property
+    def observation_shape(self):
+        """Shape of one observation, e.g. ``(4, 84, 84)`` (None before the first add).
+
+        For Dict observations, a dict of every leaf's shape by key.
+        """
+        return self._by_key(
+            lambda s: s.geometry.obs_shape if isinstance(s, FrameStore) else s.shape,
+            frames_only=False,
+        )
+
+    @property
+    def full(self) -> bool:
+        """True once the buffer has wrapped around (every position holds a transition)."""
+        return self._ring.full
+
+    def __len__(self) -> int:
+        """Transitions stored (autoreset placeholders included, see :meth:`add`)."""
+        return self._ring.size
+
+    def __repr__(self):
+        return (
+            f"{type(self).__name__}(capacity={self.capacity}, num_envs={self.num_envs}, "
+            f"n_step={self.n_step}, len={len(self)}, observation_shape={self.observation_shape}, "
+            f"layout={self.layout!r})"
+        )
+
+    def memory(self) -> dict:
+        """Memory held, for comparing with other buffers.
+
+        Returns:
+            dict with ``bytes_held`` (frame memory held by the pool: whole chunks, or in
+            a compressing pool the compressed frames, the uncompressed ones and the
+            per-frame state; when the buffer shares the wrapper's pool this includes
+            the frames of the live observations), ``unique_frames`` (distinct frames
+            the stored transitions refer to), ``transitions`` (``len(self)``),
+            ``table_bytes`` (the buffer's own arrays: frame references, actions,
+            rewards, flags), ``bytes_per_transition`` (``(bytes_held + table_bytes) /
+            transitions``; 0.0 when empty), ``frame_bytes`` (bytes of one frame),
+            ``compression`` (the pool's options, None when it does not compress),
+            ``hot_frames`` and ``cold_frames`` (the pool's frames held uncompressed and
+            compressed), ``cold_bytes`` (the compressed frames' bytes) and ``ratio``
+            (the uncompressed size of the pool's frames over ``bytes_held``; 0.0 when
+            it holds none). For Dict observations the figures are summed over the frame
+            leaves' pools (``compression``: the first frame leaf's).
+        """
+        n = len(self)
+        table = self._ring.memory() + sum(s.table_bytes() for s in self._stores)
+        m = pool_memory([s for s in self._stores if isinstance(s, FrameStore)], n)
+        if m["compression"] is None and not self._stores:  # no add yet: the options
+            pool = self._pool_opt
+            m["compression"] = (
+                pool.compression if isinstance(pool, _core.FramePool) else self._compress
+            )
+        held = m["bytes_held"]
+        return {
+            **m,
+            "transitions": n,
+            "table_bytes": table,
+            "bytes_per_transition": (held + table) / n if n else 0.0,
+        }
+
+    # -- adding -----------------------------------------------------------------------
+    def add(
+        self,
+        obs,
+        action,
+        reward,
+        next_obs,
+        terminated,
+        truncated,
+        *,
+        autoreset=None,
+        env_ids=None,
+        final_obs=None,
+        final_mask=None,
+    ) -> None:
+        """Store one transition per env (or per id of ``env_ids``).
+
+        Batched arguments have a leading axis of ``E``: ``num_envs``, or ``len(env_ids)``.
+        With ``num_envs == 1`` and no ``env_ids``, arguments without that axis are one
+        transition, and a leading axis of 1 is accepted too (``reward`` of shape ``(1,)``,
+        a LazyBatch or a list).
+
+        Args:
+            obs: the observation the action was taken in: a LazyFrames or an ndarray of
+                the observation shape; batched, a ``LazyBatch``, a list of ``E``
+                LazyFrames or an ndarray ``(E, *observation_shape)``. Dict observations:
+                a dict of such values by key (string keys, fixed by the first add), or
+                batched a list of ``E`` dicts.
+            action: ``action_shape`` (``(E, *action_shape)``), stored as
+                ``action_dtype``: integers into an integer dtype that holds their values
+                (never wrapped), any finite number into a float dtype.
+            reward: a real number (``(E,)``), stored as float32: finite and within
+                float32's range.
+            next_obs: the observation after the step, as ``obs``. For an episode that
+                ended, the final observation of the episode (Gymnasium's
+                ``info["final_obs"]`` under same-step autoreset), never the reset one.
+            terminated: bool (``(num_envs,)``): the MDP ended, don't bootstrap.
+            truncated: bool (``(num_envs,)``): cut by a time limit; ``next_obs`` is kept
+                for bootstrapping.
+            autoreset: optional bool (``(num_envs,)``) marking the extra step a
+                Gymnasium 1.x vector env takes to reset a finished env under its default
+                next-step autoreset: that "transition" joins two episodes, so it is
+                stored as a placeholder (it keeps the row layout) that is never sampled
+                and ends every n-step window.
+            env_ids: optional env streams of these transitions, in ``[0, num_envs)``,
+                distinct: a 1-D array (EnvPool's ``info["env_id"]``) for batched
+                arguments of ``len(env_ids)`` transitions, or an int for one transition
+                given without a leading axis. Default: every env, in order.
+            final_obs: optional final observations of the envs whose episode ended,
+                stored as ``next_obs`` of the rows ``final_mask`` marks instead of
+                ``next_obs``'s, which are stored as they are (no copy of the batch):
+                Gymnasium's ``infos["final_obs"]`` under same-step autoreset (a
+                ``num_envs`` object array, None for the other envs; of dicts for Dict
+                observations), or anything ``next_obs`` takes. Only the marked entries
+                are read.
+            final_mask: bool (``(num_envs,)``): the rows to take from ``final_obs``
+                (``infos["_final_obs"]``, or ``truncations`` to bootstrap only those);
+                needed with ``final_obs``. When it marks no env, ``final_obs`` is not
+                read (it may be None).
+
+        Raises:
+            ValueError: a wrong shape or number of envs, frames of another shape or
+                stack size than the buffer's (or than the ``pool`` given to the
+                constructor), ndarray observations in the ``"first"`` / ``"last"``
+                layout without ``stack_size``, an action out of ``action_dtype``'s
+                range, a non-finite action or reward, a reward beyond float32's range,
+                ``env_ids`` out of range or repeated, ``final_obs`` without
+                ``final_mask`` or without an observation where ``final_mask`` marks;
+                for Dict observations, other keys than the first add's, no frame leaf.
+            TypeError: a wrong dtype (observations are never cast), non-numeric input,
+                a float action for an integer ``action_dtype``, non-boolean flags,
+                non-integer ``env_ids``.
+            OverflowError: a frame of a pool with more than ``2**31`` slots (the
+                buffer's SlotTable stores slot ids as int32).
+            Nothing is stored when an error is raised.
+        """
+        envs, E, batched, values, obs, next_obs, final, keys = self._parser.parse(
+            obs, action, reward, next_obs, terminated, truncated, autoreset, env_ids,
+            final_obs, final_mask,
+        )  # fmt: skip
+        stores = self._stores or stores_for(
+            keys, obs, batched, self.capacity, self._pool_opt, self._frame_keys,
+            layout=self._layout_opt, stack_size=self._k_opt, compress=self._compress,
+        )  # fmt: skip
+        ring, frames, tables, vectors = self._ring, self._frames, self._tables, self._vectors
+        parts = []
+        for i, s in enumerate(stores):
+            f = final and (final[0], final[1][i])
+            parts.append(s.prepare(obs[i], next_obs[i], f, E, batched, ring, envs, values)[0])
+        if not self._stores:  # the first add: the new frame stores' tables
+            frames = tuple(i for i, s in enumerate(stores) if isinstance(s, FrameStore))
+            vectors = tuple(i for i, s in enumerate(stores) if isinstance(s, VectorStore))
+            tables = tuple(stores[i].writing for i in frames)
+        if vectors:  # Dict observations: their plain arrays grow before the ring appends
+            rows = ring.rows_for(E)
+            for i in vectors:
+                stores[i].grow(rows, parts[i])
+            pos = ring.append(envs, values, tables, tuple(parts[i] for i in frames))
+            idx = [(pos + j) % ring.capacity for j in range(E)]
+            for i in vectors:
+                stores[i].put(idx, parts[i])
+        else:
+            pos = ring.append(envs, values, tables, tuple(parts))
+        if not self._stores:  # the first add: the buffer keeps its stores
+            for i in frames:
+                stores[i].adopt()
+            self._keep(stores, keys)
+        if self._ON_ADD:
+            self._on_add(pos, E)
+
+    # -- sampling ---------------------------------------------------------------------
+    def sample(self, batch_size, *, out=None, dtype=None, scale=None) -> Samples:
+        """Sample ``batch_size`` transitions uniformly, with replacement.
+
+        Only transitions whose n-step window is complete (``n_step`` steps of its env
+        stream written) or ended (terminated or truncated) are drawn; autoreset
+        placeholders never are. Any ``batch_size`` works once one transition is
+        sampleable (as SB3 and baselines: a ``learning_starts`` below the batch size
+        is fine); it may exceed ``len(rb)``.
+
+        Args:
+            batch_size: number of transitions ``B``, at least 1.
+            out: optional pair ``(obs_out, next_obs_out)`` of C-contiguous writeable
+                arrays ``(B, *observation_shape)`` (for Dict observations, of dicts of
+                them by frame key) to fill (e.g. pinned memory as
+                ``torch.empty(..., pin_memory=True).numpy()``); their dtype is the
+                output dtype when ``dtype`` is None.
+            dtype: output dtype of the observations (default: the frames', e.g. uint8).
+            scale: multiply by this after converting (float dtypes only), fused into the
+                copy: ``dtype=np.float32, scale=1/255`` gives ``[0, 1]`` floats.
+
+        Returns:
+            :class:`Samples`; for Dict observations ``observations`` and
+            ``next_observations`` are dicts ``key -> (B, *shape)`` (the other leaves'
+            arrays are fresh copies). Without ``out``, ``observations`` and
+            ``next_observations`` are arrays allocated once per ``(B, dtype)`` and
+            **overwritten by the next call** with the same ``B`` and dtype; copy them to
+            keep them.
+
+        Raises:
+            ValueError: an empty buffer, ``batch_size`` < 1, no
+                sampleable transition yet, a bad ``out`` (shape, contiguity, read-only,
+                overlapping).
+            TypeError: an unsupported conversion or ``out`` of the wrong dtype.
+        """
+        B = self._batch_size(batch_size)
+        outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)
+        idx = self._ring.draw(self._rng, B)
+        return gather(self._ring, self._stores, self._keys, idx, outs, scale, idx, constant(B, 1.0))
+
+    def gather(self, indices, *, out=None, dtype=None, scale=None) -> Samples:
+        """The samples of the stored transitions at ring positions ``indices``.
+
+        What :meth:`sample` returns, for positions the caller chose (SB3's buffers draw
+        their own): nothing is drawn, nothing checked for sampleability (an n-step
+        window still open at its stream's newest transition ends there, as in SB3's
+        ``NStepReplayBuffer``). ``out``, ``dtype`` and ``scale`` as :meth:`sample`.
+
+        Raises:
+            IndexError: a position outside ``[0, len(rb))``. TypeError, ValueError: as
+                :meth:`sample`.
+        """
+        idx = np.asarray(indices)
+        if idx.dtype.kind not in "iu" or idx.ndim != 1:
+            raise TypeError(f"indices must be a 1-D array of integers, got {idx.dtype} {idx.shape}")
+        self._batch_size(max(idx.size, 1))  # a buffer to read from
+        B = idx.size
+        if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
+            raise IndexError(f"indices out of range [0, {len(self)})")
+        idx = idx.astype(np.int64)
+        outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)
+        return gather(self._ring, self._stores, self._keys, idx, outs, scale, idx, constant(B, 1.0))
+
+    def _batch_size(self, batch_size) -> int:
+        B = operator.index(batch_size)
+        if not self._ring.size:
+            raise ValueError("cannot sample from an empty ReplayBuffer")
+        if B < 1:
+            raise ValueError(f"batch_size must be at least 1, got {B}")
+        return B
+
+    # -- whole-buffer operations ------------------------------------------------------
+    def clear(self) -> None:
+        """Drop every transition (releasing their frames); keeps geometry, pool and RNG."""
+        self._ring.clear()
+        for s in self._stores:
+            s.clear()
+
+    def save(self, path) -> None:
+        """Write the buffer to ``path`` (an ``.npz`` archive), atomically.
+
+        The archive holds every live frame once, the slot tables as indices into those
+        frames, the actions, rewards, flags, the compression options and the sampling
+        RNG state; no pickled objects. A compressing buffer's frames are stored
+        compressed with its options (XOR deltas, ``encode_frames``), Dict observations'
+        frame leaves too: the file is about as large as the buffer's memory. It is
+        written to a temporary file in the same directory and renamed over ``path``
+        (``os.replace``), so a failed or interrupted save leaves an existing checkpoint
+        intact. Frames are streamed in chunks: saving needs no second copy of the buffer
+        in memory.
+
+        Raises:
+            OSError: the directory is not writable.
+        """
+        _archive.save(self._checkpoint(), path)
+
+    @classmethod
+    def load(cls, path, *, pool=None) -> ReplayBuffer:
+        """Restore a buffer written by :meth:`save`: same transitions, same RNG state.
+
+        The same ``sample`` calls give the same samples as the saved buffer would have,
+        and the buffer compresses with the same options (its pool, or ``pool``, is made
+        to compress as the constructor's ``compress`` does).
+
+        Args:
+            path: the ``.npz`` file.
+            pool: the :class:`~lazyframes.FramePool` to load the frames into (a dict of
+                them by frame key for Dict observations); default: a new pool owned by
+                the buffer (LazyFrames of the wrapper's pool added later are then copied
+                in, de-duplicated, see the class docs).
+
+        The file is untrusted input: every declared size is checked against the bytes
+        it really holds before anything is allocated, and the tables are sized by the
+        transitions the file holds (they grow as transitions are added, up to the
+        declared capacity), so a load costs time and memory of a small multiple of the
+        file; compressed frames are decoded in chunks, which a compressing pool
+        compresses again as the load goes, and may decode to at most ``max(1 GiB, 1024 x
+        the file's size)``, of which at most ``max(1 GiB, 16 x the file's size)`` is held
+        uncompressed at once. Files of format versions 1 to 4 are read.
+
+        Raises:
+            TypeError: ``pool`` is not a FramePool.
+            ValueError: a missing, truncated, corrupt, crafted or foreign file, one whose
+                contents are inconsistent or whose declared sizes exceed its content
+                (the message says which), a ``pool`` of another frame shape or dtype, or
+                one that compresses with other options than the file's.
+        """
+        return _archive.load(path, cls, pool)
+
+    def __reduce__(self):
+        """Pickle as the bytes of a checkpoint (:meth:`save`), restored as :meth:`load` does.
+
+        The copy holds the same transitions and RNG state, compresses with the same
+        options (its pickle holds the compressed frames) and owns its pool. Unpickling
+        checks the bytes as ``load`` checks a file.
+
+        Example:
+            >>> import pickle
+            >>> rb = ReplayBuffer(10, seed=0, compress=True)
+            >>> frames = np.arange(5 * 84 * 84, dtype=np.uint8).reshape(5, 84, 84)
+            >>> rb.add(frames[:4], 1, 0.5, frames[1:], False, False)
+            >>> copy = pickle.loads(pickle.dumps(rb))
+            >>> copy.memory()["compression"] == rb.memory()["compression"]
+            True
+            >>> bool((copy.sample(2).observations == rb.sample(2).observations).all())
+            True
+        """
+        return _from_bytes, (type(self), _archive.to_bytes(self._checkpoint()))
+
+    def _checkpoint(self) -> _archive.State:
+        """What a checkpoint holds of this buffer."""
+        bg = self._rng.bit_generator
+        meta = {
+            "capacity": self.capacity,
+            "num_envs": self.num_envs,
+            "n_step": self.n_step,
+            "gamma": self.gamma,
+            "action_shape": list(self._action_shape),
+            "action_dtype": self._action_dtype.str,
+            "layout_opt": self._layout_opt,
+            "stack_size_opt": self._k_opt,
+            "rng": {"name": type(bg).__name__, "state": bg.state},
+        }
+        extra_meta, extra = self._extra_state()
+        meta.update(extra_meta)
+        compression = self.memory()["compression"] if self._stores else self._compress
+        return _archive.State(meta, self._ring, self._keys, self._stores, compression, extra)
+
+    def _keep(self, stores: tuple, keys) -> None:
+        """The stores of the first add (or a checkpoint), for good: one per leaf of ``keys``."""
+        self._stores, self._keys = stores, keys
+        self._frames = tuple(i for i, s in enumerate(stores) if isinstance(s, FrameStore))
+        self._vectors = tuple(i for i, s in enumerate(stores) if isinstance(s, VectorStore))
+        self._tables = tuple(stores[i].table for i in self._frames)
+        self._parser.keys, self._parser.decided = keys, True
+
+    @classmethod
+    def _restore(cls, ck: _archive.Restored) -> ReplayBuffer:
+        """A buffer from a read checkpoint (``checkpoint.load`` checked every part)."""
+        m = ck.meta
+        rb = cls(
+            m["capacity"], num_envs=m["num_envs"], n_step=m["n_step"], gamma=m["gamma"],
+            action_shape=tuple(m["action_shape"]), action_dtype=np.dtype(m["action_dtype"]),
+            layout=m["layout_opt"], stack_size=m["stack_size_opt"], pool=ck.pool_opt,
+            compress=ck.compression,
+        )  # fmt: skip
+        if rb.capacity != m["capacity"]:
+            raise ValueError("inconsistent capacity")
+        ck.fill(rb._ring)
+        if ck.stores:
+            rb._keep(ck.stores, ck.keys)
+        rb._rng = ck.rng
+        rb._restore_extra(m, ck.archive)
+        return rb
+
+    # -- hooks for subclasses (PrioritizedReplayBuffer) -----------------------------
+    #: Bytes per transition a subclass allocates for the whole capacity (load's bound).
+    _EXTRA_BYTES_PER_TRANSITION = 0
+    #: Whether :meth:`add` calls :meth:`_on_add` (a subclass that overrides it sets True).
+    _ON_ADD = False
+
+    def _on_add(self, pos: int, count: int) -> None:
+        """Called at the end of :meth:`add` (cannot fail).
+
+        ``count`` transitions were written from ring position ``pos`` on, wrapping at the
+        capacity.
+        """
+
+    def _extra_state(self) -> tuple[dict, dict]:
+        """``(meta, arrays)`` a checkpoint adds: meta keys and optional entries."""
+        return {}, {}
+
+    def _restore_extra(self, meta: dict, archive) -> None:
+        """Called last by :meth:`load` to read what :meth:`_extra_state` wrote."""
+
+
+def _from_bytes(cls, data) -> ReplayBuffer:
+    """A buffer from the bytes of a checkpoint (unpickling), checked as ``load`` checks a file.
+
+    Raises:
+        TypeError: ``cls`` is not a ReplayBuffer class, ``data`` not bytes.
+        ValueError: as :meth:`ReplayBuffer.load`.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, ReplayBuffer)):
+        raise TypeError(f"cannot restore a ReplayBuffer as {cls!r}")
+    if not isinstance(data, bytes):
+        raise TypeError(f"a ReplayBuffer restores from bytes, got {type(data).__name__}")
+    return _archive.from_bytes(cls, data)

@@ -1,0 +1,172 @@
+"""The ring of a replay buffer: where each transition is, and which ones can be drawn.
+
+A :class:`Ring` keeps, for every stored transition, its action, reward and episode flags
+and its place in its env stream, in a compiled ``RowRing`` of the core: a ring of
+``capacity`` positions over all env streams, oldest overwritten first however the
+streams interleave, each stream's transitions linked oldest to newest. What the replay
+makes of them is here, in NumPy over the ring's arrays: n-step windows along a
+stream's links, which transitions are sampleable, uniform draws, and the one-step and
+n-step fields of a sample.
+
+A transition is sampleable when it is not an autoreset placeholder and its n-step
+window is complete (``n_step`` steps of its stream written) or ended (terminated or
+truncated). Draws depend only on the RNG state and the stored transitions (their flags
+and links at their ring positions): indices are drawn uniformly over ``[0, len)`` and
+redrawn where not sampleable, or, when few are surely sampleable, drawn from the
+enumerated sampleable positions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _core
+from ._samples import constant
+
+#: Flag bits of a stored transition.
+TERM = 1  # the episode terminated: don't bootstrap
+TRUNC = 2  # the episode was cut by a time limit
+SKIP = 4  # an autoreset placeholder: never sampled, ends every n-step window
+
+
+class Ring(_core.RowRing):
+    """The positions, streams, actions, rewards and flags of a buffer's transitions.
+
+    A compiled ``RowRing`` with three columns (action, reward, flags) that counts the
+    autoreset placeholders it holds, and the replay's reading of it: windows and draws.
+
+    Args:
+        capacity: transitions held at most, over all streams.
+        num_envs: env streams.
+        n_step: length of the n-step return window.
+        gamma: discount of the n-step return.
+        action_shape: shape of one action.
+        action_dtype: dtype of the actions.
+        convert: what converts the values the ring does not take as they are
+            (``_args.Parser.convert``).
+    """
+
+    def __init__(self, capacity, num_envs, n_step, gamma, action_shape, action_dtype, convert):
+        columns = (
+            ("action", action_shape, action_dtype),
+            ("reward", (), np.float32),
+            ("flags", (), np.uint8, ("terminated", "truncated", "autoreset")),
+        )
+        super().__init__(capacity, num_envs, columns, counted=(2, SKIP), convert=convert)
+        self.n_step = n_step
+        self.gamma = gamma
+
+    @property
+    def num_envs(self) -> int:
+        return self.num_streams
+
+    @property
+    def n_skip(self) -> int:
+        """Autoreset placeholders held."""
+        return self.counted
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def actions(self) -> np.ndarray:
+        return self.columns[0]
+
+    @property
+    def rewards(self) -> np.ndarray:
+        return self.columns[1]
+
+    @property
+    def flags(self) -> np.ndarray:
+        return self.columns[2]
+
+    def order(self) -> np.ndarray:
+        """The stored positions, oldest first."""
+        n = len(self)
+        return np.roll(np.arange(n), -self.pos) if self.full else np.arange(n)
+
+    # -- windows and draws ------------------------------------------------------------
+    def window(self, idx: np.ndarray) -> tuple:
+        """n-step windows of transitions ``idx``: ``(valid, ret, last, term, trunc, m)``.
+
+        ``valid``: sampleable; ``ret``: the discounted return (float64) over the ``m``
+        steps of the window; ``last``: the position of its last step, whose next
+        observation is the sample's; ``term``/``trunc``: how it ended.
+        """
+        n, g = self.n_step, self.gamma
+        flags, rewards, nxt = self.flags, self.rewards, self.next
+        fl0 = flags[idx]
+        valid = (fl0 & SKIP) == 0
+        ret = rewards[idx].astype(np.float64)
+        last = idx.copy()
+        m = np.ones(idx.shape, np.int64)
+        alive = valid & ((fl0 & (TERM | TRUNC)) == 0)
+        for j in range(1, n):
+            p = nxt[last]
+            inr = p >= 0
+            valid &= ~(alive & ~inr)
+            p = np.where(inr, p, last)
+            fl = flags[p]
+            step = alive & inr & ((fl & SKIP) == 0)
+            ret += np.where(step, g**j * rewards[p].astype(np.float64), 0.0)
+            last = np.where(step, p, last)
+            m += step
+            alive = step & ((fl & (TERM | TRUNC)) == 0)
+            if not alive.any():
+                break
+        flast = flags[last]
+        return valid, ret, last, (flast & TERM) != 0, (flast & TRUNC) != 0, m
+
+    def sampleable(self, idx: np.ndarray) -> np.ndarray:
+        """Whether each of ``idx`` can be drawn."""
+        return self.window(idx)[0]
+
+    def draw(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        """``count`` positions drawn uniformly over the sampleable ones, with replacement.
+
+        Raises:
+            ValueError: the ring is empty, or nothing is sampleable yet.
+        """
+        total = len(self)
+        if total == 0:
+            raise ValueError("cannot sample from an empty ReplayBuffer")
+        n_skip = self.counted
+        if self.n_step == 1 and n_skip == 0:
+            return rng.integers(0, total, size=count)
+        # transitions that can be invalid: placeholders and each stream's open windows
+        lower = total - n_skip - (self.n_step - 1) * self.num_streams
+        if lower * 16 < total:  # few sure ones: enumerate the valid ones
+            ok = np.flatnonzero(self.sampleable(np.arange(total)))
+            if ok.size == 0:
+                raise ValueError(
+                    "no transition can be sampled yet: every stored n-step window is "
+                    "still open (add more steps) or an autoreset placeholder"
+                )
+            return ok[rng.integers(0, ok.size, size=count)]
+        idx = rng.integers(0, total, size=count)
+        bad = np.flatnonzero(~self.sampleable(idx))
+        while bad.size:
+            idx[bad] = rng.integers(0, total, size=bad.size)
+            bad = bad[~self.sampleable(idx[bad])]
+        return idx
+
+    def fields(self, idx: np.ndarray) -> tuple:
+        """``(last, actions, dones, rewards, truncations, discounts)`` of transitions ``idx``.
+
+        ``last``: the position of each window's last step. The fields are float32;
+        ``dones`` is 1.0 where the episode terminated within the window, never for a
+        truncation. An n-step window still open at its stream's newest transition ends
+        there (SB3's ``NStepReplayBuffer`` does the same).
+        """
+        if self.n_step == 1:
+            actions, rewards, bits = self.take(idx)
+            return idx, actions, bits[0], rewards, bits[1], constant(len(idx), self.gamma)
+        _, ret, last, term, trunc, m = self.window(idx)
+        return (
+            last,
+            self.actions[idx],
+            term.astype(np.float32),
+            ret.astype(np.float32),
+            trunc.astype(np.float32),
+            (self.gamma**m).astype(np.float32),
+        )

@@ -1,0 +1,651 @@
+"""The stores of a replay buffer: one per observation leaf.
+
+A plain buffer has one :class:`FrameStore`; a Dict buffer has one per frame leaf and a
+:class:`VectorStore` per other leaf. Every store follows the same two steps per add:
+:meth:`prepare` checks its leaf of the observations and makes what it will store,
+without changing the buffer (frames given as ndarrays are pushed into the pool then, as
+owners that nothing stores yet), and :meth:`put` stores it at the ring positions the add
+was given, which cannot fail. Sampling is :meth:`gather` (the observations of drawn
+transitions and of their windows' last steps) into arrays :meth:`outputs` checked.
+
+A frame store keeps, per transition, the ``2 k`` slot ids of its observation and next
+observation (a row of a core ``SlotTable``: a frame is stored once, in a
+:class:`~lazyframes.FramePool`, however many observations contain it). Its geometry
+(layout, stack size, frame shape and dtype) and its pool are decided by the first add,
+unless given: LazyFrames of the buffer's pool are stored as their slot ids, anything
+else (ndarrays, LazyFrames of another pool) is split into frames and pushed,
+de-duplicated against the same env's previous observation and within the observation.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import _checks as C
+from .. import _core
+from ._args import PER_ADD
+
+_LazyFrames, _LazyBatch = _core.LazyFrames, _core.LazyBatch
+
+
+def leaf_names(key: str) -> tuple:
+    """The names of a Dict leaf's obs, next_obs and final_obs in messages."""
+    return (f"obs[{key!r}]", f"next_obs[{key!r}]", f"final_obs[{key!r}]")
+
+
+def own_pool(frame_shape: tuple, dtype: np.dtype, capacity: int, compress=None):
+    """A new pool for a buffer of ``capacity`` transitions (``compress``: checked options).
+
+    Its chunks are small enough that a partly filled one wastes less than 1/256 of the
+    capacity's frame memory.
+    """
+    fb = math.prod(frame_shape) * np.dtype(dtype).itemsize
+    chunk = int(min(C.DEFAULT_CHUNK_BYTES, max(1, capacity * fb // 256)))
+    return _core.FramePool(frame_shape, dtype, chunk_bytes=chunk, compress=compress)
+
+
+def check_pool(pool) -> None:
+    """Raises TypeError unless ``pool`` is None or a FramePool."""
+    if pool is not None and not isinstance(pool, _core.FramePool):
+        raise TypeError(f"pool must be a lazyframes FramePool, got {type(pool).__name__}")
+
+
+def check_pool_geometry(pool, frame_shape: tuple, dtype: np.dtype) -> None:
+    """Raises ValueError unless ``pool`` stores frames of ``frame_shape`` and ``dtype``."""
+    if tuple(pool.frame_shape) != frame_shape or np.dtype(pool.dtype) != dtype:
+        raise ValueError(
+            f"the buffer's pool stores frames of shape {tuple(pool.frame_shape)} and dtype "
+            f"{np.dtype(pool.dtype)}; the observations have frames of shape {frame_shape} "
+            f"and dtype {dtype}"
+        )
+
+
+def frames_view(arr: np.ndarray, layout: str, k: int) -> np.ndarray:
+    """``(E, *observation_shape)`` -> a view ``(E, k, *S)`` of the frames (may be strided)."""
+    E = arr.shape[0]
+    if layout == "stack":
+        return arr
+    if layout == "first":
+        return arr.reshape((E, k, arr.shape[1] // k) + arr.shape[2:])
+    c = arr.shape[-1] // k
+    return np.moveaxis(arr.reshape(arr.shape[:-1] + (k, c)), -2, 1)
+
+
+class Geometry:
+    """How a frame store splits observations into frames: decided by the first add."""
+
+    __slots__ = ("dtype", "frame_shape", "k", "layout", "obs_shape")
+
+    def __init__(self, layout: str, k: int, frame_shape: tuple, dtype: np.dtype):
+        self.layout, self.k, self.frame_shape, self.dtype = layout, k, frame_shape, dtype
+        self.obs_shape = C.observation_shape(frame_shape, k, layout)
+
+    def meta(self) -> dict:
+        """The checkpoint's description of it."""
+        return {
+            "layout": self.layout,
+            "stack_size": self.k,
+            "frame_shape": list(self.frame_shape),
+            "frame_dtype": self.dtype.str,
+        }
+
+
+class _Obs:
+    """One observation argument of one frame leaf, described: lazy (``owner``) or ``arr``."""
+
+    __slots__ = ("arr", "k", "layout", "owner", "pool")
+
+    def __init__(self, owner=None, arr=None, layout=None):
+        self.owner, self.arr, self.layout = owner, arr, layout
+        self.pool: Any = None
+        self.k: Any = None
+        if owner is not None:
+            self.pool, self.k, self.layout = owner.pool, owner.stack_size, owner.layout
+
+    @property
+    def frame_shape(self) -> tuple:
+        return tuple(self.pool.frame_shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.pool.dtype) if self.arr is None else self.arr.dtype
+
+
+def describe(x, name: str, E: int, batched: bool) -> _Obs:
+    """Check the form of one observation argument of ``E`` transitions and describe it.
+
+    Raises:
+        ValueError: a batch where one observation is expected, a wrong number of envs,
+            observations of different geometries.
+        TypeError: non-numeric input, LazyFrames mixed with other objects.
+    """
+    if isinstance(x, _LazyBatch):
+        if not batched:
+            raise ValueError(f"{name} is a batch but one transition is added")
+        if len(x) != E:
+            raise ValueError(f"{name} has {len(x)} observations, expected {E} {PER_ADD}")
+        return _Obs(owner=x)
+    if (
+        batched
+        and isinstance(x, (list, tuple))
+        and x
+        and all(isinstance(o, _LazyFrames) for o in x)
+    ):
+        if len(x) != E:
+            raise ValueError(f"{name} has {len(x)} observations, expected {E} {PER_ADD}")
+        if len({(o.stack_size, o.frame_shape, o.dtype) for o in x}) != 1:
+            raise ValueError(
+                f"the observations in {name} differ in stack size, frame shape or dtype"
+            )
+        pool = x[0].pool
+        if all(o.pool is pool for o in x):
+            return _Obs(owner=pool.lazy_batch([o.slots for o in x], layout=x[0].layout))
+        # several pools: copy the frames out (stack layout) and in again
+        arr = np.stack([o.pool.gather([o.slots], layout="stack")[0] for o in x])
+        return _Obs(arr=arr, layout="stack")
+    if not batched and isinstance(x, _LazyFrames):
+        return _Obs(owner=x)
+    if isinstance(x, (list, tuple)) and any(isinstance(o, _LazyFrames) for o in x):
+        raise TypeError(f"{name} mixes LazyFrames and other objects")
+    a = np.asarray(x)
+    if a.dtype.kind not in "biufc":
+        raise TypeError(f"{name} must be a numeric array or LazyFrames, got dtype {a.dtype}")
+    if not batched:
+        a = a[None]
+    elif a.ndim == 0 or a.shape[0] != E:
+        raise ValueError(f"{name} has shape {a.shape}, expected a leading axis of {E} {PER_ADD}")
+    return _Obs(arr=a)
+
+
+class FrameStore:
+    """The frames of one observation leaf: geometry, pool and a SlotTable of slot ids.
+
+    Args:
+        capacity: the buffer's capacity (sizes the chunks of a pool the store makes).
+        layout: the layout of sampled observations and of ndarray observations, or None
+            (the first add's: its LazyFrames' layout, or ``"stack"``).
+        stack_size: ``k``, or None (the first add's); needed for ndarray observations
+            in the ``"first"``/``"last"`` layouts.
+        pool: the pool to store frames in, or None (the first lazy observation's pool,
+            or one the store makes).
+        compress: checked compression options (the pool is made to compress), or None.
+    """
+
+    def __init__(
+        self, capacity: int, *, layout=None, stack_size=None, pool=None, compress=None,
+        names=("obs", "next_obs", "final_obs"),
+    ):  # fmt: skip
+        self._capacity = capacity
+        self._layout_opt, self._k_opt = layout, stack_size
+        self._compress = compress
+        self._names = names  # of obs, next_obs and final_obs, in messages
+        self._pool: Any = pool
+        self._geom: Any = None  # Geometry, set by the first add (or a checkpoint)
+        self._owners: tuple = (None, None)  # the owner types taken as they are (one, batched)
+        self._staged: Any = None  # (geometry, pool, table) of a first add not yet adopted
+        self._table: Any = None  # SlotTable (rows, 2k): obs frames then next obs frames
+        self._outs: dict = {}  # (B, dtype) -> the output pair sample() reuses
+
+    @property
+    def pool(self):
+        """The pool holding the frames (None before the first add, unless given)."""
+        return self._pool
+
+    @property
+    def geometry(self) -> Geometry:
+        """How the store splits observations into frames (None before the first add)."""
+        return self._geom
+
+    @property
+    def table(self):
+        """The SlotTable of the stored transitions' frames (None before the first add)."""
+        return self._table
+
+    @property
+    def compression(self) -> dict | None:
+        """The compression options of the pool (or those it will be given)."""
+        return self._compress if self._pool is None else self._pool.compression
+
+    # -- adding -----------------------------------------------------------------------
+    def prepare(self, obs, nxt, final, E: int, batched: bool, ring, envs, values) -> tuple:
+        """The owners of this leaf's observations of one add (``_args``'s parse).
+
+        Owners of the store's pool (LazyFrames, a LazyBatch) are taken as they are (the
+        ring checks their number of observations and frames against the table's); any
+        other observation is checked, then, once ``ring.check(envs, values)`` accepts
+        the add's values, split into frames pushed into the pool (de-duplicated against
+        each env's newest stored observation, ``ring.newest(envs)``). Nothing is stored:
+        the frames pushed are held by the owners returned. The first add decides the
+        geometry and pool, which the store takes only at :meth:`adopt`.
+
+        Args:
+            obs: this leaf's observations, as the add was given them.
+            nxt: its next observations.
+            final: None, or ``(rows, final)``: the final observations (this leaf's)
+                that replace the next observations of the rows ``rows``.
+            E: the transitions of the add.
+            batched: whether the arguments have a leading axis of ``E``.
+            ring: the buffer's ring (``check`` and ``newest``).
+            envs: the env ids of the add (None: every env).
+            values: the ring's values of the add.
+
+        Returns:
+            ``((obs, next_obs), plain_next)``: the owners to store, and the next
+            observations as given (``next_obs`` before the final ones replace rows).
+
+        Raises:
+            ValueError, TypeError: observations of another geometry than the store's
+                (or its pool's), that cannot be split into frames, or of another dtype;
+                values the ring refuses. MemoryError: the pool cannot grow.
+                OverflowError: a slot id above ``2**31 - 1`` (the table holds int32 ids).
+        """
+        owner = self._owners[batched]
+        if type(obs) is owner and type(nxt) is owner and final is None:
+            pool = self._pool
+            if obs.pool is pool and nxt.pool is pool:
+                return (obs, nxt), nxt
+        o, n, f, geom, pool = self._described(obs, nxt, final, E, batched)
+        ring.check(envs, values)  # values refused: no frame pushed
+        cand = None
+        if (o.owner is None or o.pool is not pool) and self._table is not None:
+            cand = self.candidates(ring.newest(envs))
+        op = _as_part(o, pool, geom, cand)
+        plain = _as_part(n, pool, geom, op)
+        np_ = plain if f is None else _with_final(pool, plain, f[0], f[1], geom, op)
+        if pool.capacity > 2**31:  # the table holds slot ids as int32
+            for part in (op, np_):
+                if int(np.max(part.slots)) > 2**31 - 1:
+                    raise OverflowError(
+                        "a frame's slot id is above 2**31 - 1: the pool is too large"
+                    )
+        if self._geom is None:  # the first add: what the store takes once it succeeds
+            self._staged = (geom, pool, _core.SlotTable(pool, 0, 2 * geom.k))
+        return (op, np_), plain
+
+    def _described(self, obs, nxt, final, E: int, batched: bool) -> tuple:
+        """``(obs, next_obs, final, geometry, pool)`` described and checked, nothing pushed."""
+        g = self._geom
+        if g is not None and final is None and type(obs) is np.ndarray and type(nxt) is np.ndarray:
+            # stacked ndarrays of the stored shape and dtype: described as they are
+            want = (E,) + g.obs_shape if batched else g.obs_shape
+            if obs.shape == want == nxt.shape and obs.dtype == g.dtype == nxt.dtype:
+                if not batched:
+                    obs, nxt = obs[None], nxt[None]
+                return _Obs(arr=obs), _Obs(arr=nxt), None, g, self._pool
+        names = self._names
+        o = describe(obs, names[0], E, batched)
+        n = describe(nxt, names[1], E, batched)
+        f = None
+        if final is not None:
+            rows = final[0]
+            f = (rows, describe(final[1], names[2], len(rows), batched))
+        geom = self._geom or self._geometry(o)
+        self._check(o, names[0], geom, E)
+        self._check(n, names[1], geom, E)
+        if f is not None:
+            self._check(f[1], names[2], geom, len(f[0]))
+        pool = self._pool
+        if pool is None:
+            pool = o.pool if o.owner is not None else n.pool if n.owner is not None else None
+            if pool is None:
+                pool = own_pool(geom.frame_shape, geom.dtype, self._capacity, self._compress)
+        elif self._geom is None:
+            check_pool_geometry(pool, geom.frame_shape, geom.dtype)
+        if self._geom is None and self._compress is not None:  # a pool given or adopted
+            pool.enable_compression(self._compress)
+        return o, n, f, geom, pool
+
+    @property
+    def writing(self):
+        """The table an add writes: the store's, or at its first add the one staged."""
+        return self._table if self._table is not None else self._staged[2]
+
+    def adopt(self) -> None:
+        """After a successful first add: the store takes the geometry, pool and table staged."""
+        if self._geom is None:
+            self._geom, self._pool, self._table = self._staged
+            self._staged = None
+            self._owners = (_LazyFrames, _LazyBatch)
+
+    def put(self, rows: list, obs, nxt) -> None:
+        """Store owners at table rows ``rows``, growing the table.
+
+        For a caller without a ring (``transport.Sender``, whose rows are env ids).
+        """
+        self._table.grow(max(len(self._table), max(rows) + 1))
+        self._table.set(rows, (obs, nxt))
+
+    def _geometry(self, o: _Obs) -> Geometry:
+        """The geometry the first add decides.
+
+        Raises:
+            ValueError: ndarray observations that cannot be split into frames, a stack
+                size other than the one given, a layout that does not fit the frames.
+        """
+        layout_opt, k_opt = self._layout_opt, self._k_opt
+        if o.owner is not None:
+            layout = layout_opt or o.layout
+            k, fs, dt = o.k, o.frame_shape, o.dtype
+        else:
+            layout = layout_opt or "stack"
+            shape = o.arr.shape[1:]
+            if o.layout == "stack" or layout == "stack":
+                if len(shape) == 0:
+                    raise ValueError("ndarray observations need at least one axis (the k frames)")
+                k, fs = shape[0], tuple(shape[1:])
+            else:
+                if k_opt is None:
+                    raise ValueError(
+                        f"ndarray observations in layout {layout!r} need stack_size=k "
+                        f"(ReplayBuffer(..., layout={layout!r}, stack_size=4)) to be split "
+                        f"into frames"
+                    )
+                k = k_opt
+                if len(shape) == 0:
+                    raise ValueError("ndarray observations need at least one axis")
+                if (shape[-1] if layout == "last" else shape[0]) % k:
+                    raise ValueError(
+                        f"observation shape {shape} cannot hold {k} frames on the {layout} axis"
+                    )
+                if layout == "first":
+                    fs = (shape[0] // k,) + tuple(shape[1:])
+                else:
+                    fs = tuple(shape[:-1]) + (shape[-1] // k,)
+            dt = o.dtype
+        if k_opt is not None and k != k_opt:
+            raise ValueError(f"observations have {k} frames, stack_size is {k_opt}")
+        fs = C.frame_shape(fs)
+        dt = C.frame_dtype(dt)
+        C.check_layout(layout, fs)
+        return Geometry(layout, k, fs, dt)
+
+    def _check(self, o: _Obs, name: str, geom: Geometry, E: int) -> None:
+        """Check one described argument against the geometry.
+
+        Raises:
+            ValueError: another stack size, frame shape or observation shape.
+            TypeError: another dtype (observations are never cast).
+        """
+        k, fs, dt = geom.k, geom.frame_shape, geom.dtype
+        if o.owner is not None:
+            if o.pool is self._pool and o.k == k:
+                return  # the store's own pool: its frames have the store's shape and dtype
+            if o.k != k:
+                raise ValueError(f"{name} has {o.k} frames, the buffer stores {k}")
+            if o.frame_shape != fs:
+                raise ValueError(
+                    f"{name} has frames of shape {o.frame_shape}, the buffer stores {fs}"
+                )
+            if o.dtype.newbyteorder("=") != dt:
+                raise TypeError(f"{name} has dtype {o.dtype}, the buffer stores {dt}")
+            return
+        want = geom.obs_shape if o.layout is None else C.observation_shape(fs, k, o.layout)
+        if o.arr.shape[1:] != tuple(want):
+            got = o.arr.shape[1:] if E == 1 else o.arr.shape
+            raise ValueError(f"{name} has shape {got}, expected {want if E == 1 else (E,) + want}")
+        if o.arr.dtype.newbyteorder("=") != dt:
+            raise TypeError(f"{name} has dtype {o.arr.dtype}, the buffer stores {dt}")
+
+    def candidates(self, rows: list):
+        """The next observations of the rows ``rows`` (-1: none), a LazyBatch, or None.
+
+        A row of -1 (a stream with no stored transition) borrows another stream's row:
+        a candidate is only compared byte for byte, so any row is correct.
+        """
+        if min(rows) < 0:
+            have = [r for r in rows if r >= 0]
+            if not have:
+                return None
+            rows = [r if r >= 0 else have[0] for r in rows]
+        if self._table is None:
+            return None
+        k = self._geom.k
+        return self._table.batch(rows, k, 2 * k)
+
+    def clear(self) -> None:
+        if self._table is not None:
+            self._table.clear()
+
+    # -- sampling ---------------------------------------------------------------------
+    def outputs(self, B: int, out, dtype, scale) -> tuple:
+        """``(obs_out, next_out, dtype)``: the arrays a sample fills, checked.
+
+        Without ``out``, a pair of arrays made once per ``(B, dtype)`` and reused.
+        """
+        g = self._geom
+        if out is None:
+            dst = (
+                g.dtype
+                if dtype is None and scale is None
+                else C.output_dtype(g.dtype, dtype, scale)
+            )
+            pair = self._outs.get((B, dst))
+            if pair is None:
+                full = (B,) + g.obs_shape
+                pair = self._outs[(B, dst)] = (np.empty(full, dst), np.empty(full, dst))
+            return pair[0], pair[1], dst
+        o0, o1 = out
+        if not isinstance(o0, np.ndarray) or not isinstance(o1, np.ndarray):
+            raise TypeError("out must be a pair (obs_out, next_obs_out) of ndarrays")
+        dst = C.output_dtype(g.dtype, dtype if dtype is not None else o0.dtype, scale)
+        for a in (o0, o1):
+            C.check_out(a, (B,) + g.obs_shape, dst)
+        return o0, o1, dst
+
+    def gather(self, idx, last, obs_out, next_out, dst, scale) -> tuple:
+        """The observations of ``idx`` and the next observations of ``last``, copied out."""
+        g = self._geom
+        return self._table.gather_pairs(
+            idx, (0, g.k), last, (g.k, 2 * g.k), out=(obs_out, next_out),
+            layout=g.layout, dtype=dst, scale=scale,
+        )  # fmt: skip
+
+    # -- memory and checkpoints -------------------------------------------------------
+    def frame_ids(self, n: int) -> np.ndarray:
+        """The slot ids ``(n, 2k)`` of the first ``n`` positions."""
+        return self._table.ids(np.arange(n))
+
+    def table_bytes(self) -> int:
+        return 0 if self._table is None else self._table.memory()
+
+    def unique_frames(self, n: int) -> int:
+        return int(np.unique(self.frame_ids(n)).size) if n and self._table is not None else 0
+
+    def restore(self, geom: Geometry, pool, table) -> None:
+        """Take a checkpoint's geometry, pool and filled table."""
+        self._geom, self._pool, self._table = geom, pool, table
+        self._owners = (_LazyFrames, _LazyBatch)
+
+
+def _as_part(o: _Obs, pool, geom: Geometry, candidates):
+    """One described argument as an owner of ``pool``'s slots, ready for ``SlotTable.set``.
+
+    Lazy input of ``pool`` is its own owner (no frame copied). Frames (ndarrays, or
+    LazyFrames of another pool) are pushed in one ``_push_dedup`` call, reusing the slot
+    of a frame with equal bytes in ``candidates`` (a LazyBatch of ``pool`` with one row
+    per env, or None) or earlier in the same observation (reset padding).
+    """
+    if o.owner is not None and o.pool is pool:
+        return o.owner
+    k = geom.k
+    if o.owner is not None:  # another pool: copy its frames out once
+        frames = o.pool.gather(np.reshape(o.owner.slots, (-1, k)), layout="stack")
+    else:
+        frames = frames_view(o.arr, o.layout or geom.layout, k)
+    if candidates is not None and isinstance(candidates, _LazyFrames):
+        candidates = pool.lazy_batch([candidates.slots])
+    return pool._push_dedup(frames, candidates)
+
+
+def _with_final(pool, nxt, rows: np.ndarray, f: _Obs, geom: Geometry, obs_part):
+    """The next observations to store: ``nxt``'s rows, the final ones ``f`` where ``rows``.
+
+    Only the marked rows are read from the final observations, and the next observations
+    are stored as they are (a view, not a copy): the two owners' slots are combined into
+    one LazyBatch. The final frames are de-duplicated against the same env's ``obs_part``.
+    """
+    k = geom.k
+    cand = pool.lazy_batch(np.reshape(obs_part.slots, (-1, k))[rows])
+    final = _as_part(f, pool, geom, cand)
+    slots = np.reshape(nxt.slots, (-1, k))  # a fresh array: .slots is a copy
+    slots[rows] = np.reshape(final.slots, (-1, k))
+    return pool.lazy_batch(slots)
+
+
+class VectorStore:
+    """A leaf stored as given: obs and next obs arrays ``(rows, *shape)`` of one dtype.
+
+    The shape and dtype are the first add's.
+    """
+
+    def __init__(self, names=("obs", "next_obs", "final_obs")):
+        self._names = names
+        self.shape: Any = None
+        self.dtype: Any = None
+        self._obs: Any = None
+        self._next: Any = None
+
+    def prepare(self, obs, nxt, final, E: int, batched: bool, ring, envs, values) -> tuple:
+        """``((obs rows, next rows), None)`` of this leaf's observations of one add.
+
+        Checked, the final rows merged in; the arguments as :meth:`FrameStore.prepare`'s.
+        """
+        names = self._names
+        a = _vector_rows(describe(obs, names[0], E, batched))
+        c = _vector_rows(describe(nxt, names[1], E, batched))
+        shape, dtype = (a.shape[1:], a.dtype) if self.shape is None else (self.shape, self.dtype)
+        if a.dtype.kind not in "biuf":
+            raise TypeError(f"{names[0]} must be numeric, got dtype {a.dtype}")
+        for x, name in ((a, names[0]), (c, names[1])):
+            _check_rows(x, name, shape, dtype)
+        if final is not None:
+            rows = final[0]
+            f = _vector_rows(describe(final[1], names[2], len(rows), batched))
+            _check_rows(f, names[2], shape, dtype)
+            c = c.copy()
+            c[rows] = f
+        return (a, c), None
+
+    def grow(self, rows: int, prep: tuple) -> None:
+        """Room for ``rows`` rows (at the first add, of ``prep``'s shape and dtype)."""
+        if self._obs is None:
+            self.shape, self.dtype = prep[0].shape[1:], prep[0].dtype
+            self._obs = self._next = np.zeros((0,) + self.shape, self.dtype)
+        n = len(self._obs)
+        if rows <= n:
+            return
+        new = [np.zeros((rows,) + self.shape, self.dtype) for _ in range(2)]
+        new[0][:n], new[1][:n] = self._obs, self._next
+        self._obs, self._next = new
+
+    def put(self, idx: list, prep: tuple) -> None:
+        self._obs[idx], self._next[idx] = prep
+
+    def clear(self) -> None:
+        pass
+
+    def gather(self, idx, last) -> tuple:
+        """Fresh copies of the obs of ``idx`` and the next obs of ``last``."""
+        return self._obs[idx], self._next[last]
+
+    def arrays(self, n: int) -> tuple:
+        return self._obs[:n], self._next[:n]
+
+    def table_bytes(self) -> int:
+        return 0 if self._obs is None else self._obs.nbytes + self._next.nbytes
+
+    def restore(self, obs: np.ndarray, nxt: np.ndarray) -> None:
+        self.shape, self.dtype = obs.shape[1:], obs.dtype
+        self._obs, self._next = obs.copy(), nxt.copy()
+
+
+def _vector_rows(o: _Obs) -> np.ndarray:
+    """A described vector leaf as an array ``(E, *shape)`` (LazyFrames copied out)."""
+    if o.owner is None:
+        return o.arr
+    a = np.asarray(o.owner)
+    return a if isinstance(o.owner, _LazyBatch) else a[None]
+
+
+def _check_rows(a: np.ndarray, name: str, shape: tuple, dtype: np.dtype) -> None:
+    if a.shape[1:] != shape:
+        raise ValueError(f"{name} has shape {a.shape[1:]} per observation, expected {shape}")
+    if a.dtype != dtype:
+        raise TypeError(f"{name} has dtype {a.dtype}, the buffer stores {dtype}")
+
+
+def is_frame_leaf(x, batched: bool) -> bool:
+    """The default ``frame_keys`` rule on a first add's leaf: uint8, >= 3 dims per observation."""
+    if isinstance(x, (_LazyFrames, _LazyBatch)):
+        return np.dtype(x.dtype) == np.uint8 and len(x.pool.frame_shape) >= 2
+    if batched and isinstance(x, (list, tuple)) and x and isinstance(x[0], _LazyFrames):
+        return np.dtype(x[0].dtype) == np.uint8 and len(x[0].pool.frame_shape) >= 2
+    a = np.asarray(x)
+    return a.dtype == np.uint8 and a.ndim >= (4 if batched else 3)
+
+
+def stores_for(keys, obs, batched: bool, capacity: int, pool, frame_keys, **options) -> tuple:
+    """The stores of a buffer's first add: one frame store, or one store per Dict leaf.
+
+    ``keys``: the leaf keys (None: plain observations); ``obs``: the add's observations by
+    leaf; ``pool`` and ``frame_keys`` as the buffer's constructor takes them; ``options``:
+    a frame store's ``layout``, ``stack_size`` and ``compress``.
+
+    Raises:
+        TypeError, ValueError: a ``pool`` or ``frame_keys`` that does not fit the
+            observations, a Dict observation without a frame leaf.
+    """
+    if keys is None:
+        if isinstance(pool, dict):
+            raise TypeError("pool is a dict of pools (for Dict observations); obs is not a dict")
+        return (FrameStore(capacity, pool=pool, **options),)
+    keys = list(keys)
+    if frame_keys is None:
+        frames = [key for key, x in zip(keys, obs, strict=True) if is_frame_leaf(x, batched)]
+    else:
+        missing = [key for key in frame_keys if key not in keys]
+        if missing:
+            raise ValueError(f"frame_keys {missing} are not keys of obs {keys}")
+        frames = list(frame_keys)
+    if not frames:
+        raise ValueError(
+            f"obs has no frame leaf (keys {keys}; by default the uint8 leaves of at least 3 "
+            f"dimensions per observation): name them with frame_keys="
+        )
+    if pool is not None and not isinstance(pool, dict):
+        raise TypeError("for Dict observations, pool must be a dict of FramePools by frame key")
+    pools = pool or {}
+    stray = [key for key in pools if key not in frames]
+    if stray:
+        raise ValueError(f"pool has keys {stray} that are not frame keys {frames}")
+    return tuple(
+        FrameStore(capacity, pool=pools.get(key), names=leaf_names(key), **options)
+        if key in frames
+        else VectorStore(leaf_names(key))
+        for key in keys
+    )
+
+
+def pool_memory(stores: list, n: int) -> dict:
+    """The pool figures of ``ReplayBuffer.memory``, summed over frame stores.
+
+    ``compression`` is the first store's options (None without a store with a pool).
+    """
+    stores = [s for s in stores if s.pool is not None]
+    stats = [s.pool.stats() for s in stores]
+    held = sum(int(st["bytes_held"]) for st in stats)
+    live = sum(st["live_bytes"] for st in stats)
+    figures = {
+        key: sum(int(st[key]) for st in stats)
+        for key in ("frame_bytes", "hot_frames", "cold_frames", "cold_bytes")
+    }
+    return {
+        "bytes_held": held,
+        "unique_frames": sum(s.unique_frames(n) for s in stores),
+        **figures,
+        "compression": stores[0].compression if stores else None,
+        "ratio": live / held if held else 0.0,
+    }

@@ -1,0 +1,423 @@
+"""Compressed frame pools (docs/COMPRESSION.md): values, hot/cold states, the container.
+
+Every value a compressing pool copies out is compared bit for bit with the same store
+built uncompressed, on recorded Atari frames (tests/data: Pong and Breakout through
+Gymnasium's AtariPreprocessing, 84x84 gray, frame_skip 4, random policy, across an
+episode boundary) and on synthetic worst cases.
+"""
+
+import os
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from lazyframes import _core as core
+
+LAYOUTS = ("last", "first", "stack")
+K = 4
+
+
+def recorded(name):
+    """Recorded frames ``(n, 84, 84)`` uint8 and their episode starts."""
+    with np.load(os.path.join(ROOT, "tests", "data", f"{name}.npz")) as d:
+        return d["frames"], d["starts"]
+
+
+class Store:
+    """A replay-like store fed as a frame-stacking wrapper feeds a replay buffer.
+
+    Each environment step pushes one frame; the wrapper's ring holds the last K frames
+    (FrameRefs: they stay hot); row t of the table holds the K frames of observation t
+    then the new frame of observation t + 1. An episode starts with reset padding (its
+    first frame K times).
+    """
+
+    def __init__(self, frames, starts, compress, shape=None):
+        self.shape = frames.shape[1:] if shape is None else shape
+        self.pool = core.FramePool(self.shape, frames.dtype, compress=compress)
+        starts = {int(s) for s in starts} | {0}
+        n = len(frames)
+        trans = [t for t in range(n - 1) if t + 1 not in starts]
+        self.table = core.SlotTable(self.pool, len(trans), K + 1)
+        self.obs, self.next = [], []
+        ring, row, history = None, 0, []
+        for t in range(n - 1):
+            if t in starts:
+                ring = [self.pool.push(frames[t].reshape(self.shape))] * K
+                history = [t] * K
+            if t + 1 in starts:
+                continue
+            ring = self._step(row, ring, frames[t + 1])
+            self.obs.append(history[:])
+            history = history[1:] + [t + 1]
+            self.next.append(history[:])
+            row += 1
+        self.ring = ring  # the wrapper's frames: hot
+        self.frames = frames
+        self.rows = len(trans)
+        self.pool.flush()  # what went cold: only the table holds it
+
+    def _step(self, row, ring, frame):
+        """Store row ``row`` (the ring's observation and ``frame``); the ring moves on."""
+        new = self.pool.push(frame.reshape(self.shape))
+        self.table.set([row], (self.pool.lazy_batch([ring]), self.pool.lazy_batch([[new]])))
+        return ring[1:] + [new]
+
+    def expected(self, rows, which, layout):
+        idx = np.array([(self.obs if which == 0 else self.next)[r] for r in rows])
+        fr = self.frames[idx].reshape(len(rows), K, *self.shape)  # (B, K, *S)
+        if layout == "stack":
+            return fr
+        if layout == "first":
+            return fr.reshape(len(rows), K * self.shape[0], *self.shape[1:])
+        return np.concatenate([fr[:, j] for j in range(K)], axis=-1)
+
+    def pairs(self, rows, **kw):
+        return self.table.gather_pairs(rows, (0, K), rows, (1, K + 1), **kw)
+
+
+def fitting_layouts(shape):
+    """The layouts frames of ``shape`` allow: "stack", and the channel axis' concatenation."""
+    if len(shape) < 3:
+        return ("stack",)
+    return ("last", "stack") if shape[-1] == min(shape) else ("first", "stack")
+
+
+def check_values(store, rows, layouts=LAYOUTS):
+    for layout in layouts:
+        if layout not in fitting_layouts(store.shape):
+            continue
+        a, b = store.pairs(rows, layout=layout)
+        assert np.array_equal(a, store.expected(rows, 0, layout))
+        assert np.array_equal(b, store.expected(rows, 1, layout))
+        g = store.table.gather(rows, 0, K, layout=layout, dtype=np.float32, scale=1 / 255)
+        want = store.expected(rows, 0, layout).astype(np.float32) * np.float32(1 / 255)
+        assert np.array_equal(g, want)
+    batch = store.table.batch(rows, 1, K + 1)
+    assert np.array_equal(np.asarray(batch), store.expected(rows, 1, "stack"))
+
+
+def cold_frames(store):
+    return store.pool.stats()["cold_frames"]
+
+
+# -- recorded frames --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("game", ["pong", "breakout"])
+@pytest.mark.parametrize(
+    "compress",
+    [True, {"group": 1}, {"group": 4}, {"codec": "zstd", "level": 1}, {"codec": "lz4hc"}],
+    ids=["default", "keyframes", "group4", "zstd1", "lz4hc"],
+)
+@pytest.mark.parametrize("channel", [-1, 0], ids=["channels_last", "channels_first"])
+def test_recorded_frames_bit_exact(game, compress, channel):
+    frames, starts = recorded(game)
+    frames = np.expand_dims(frames, channel)[:, :] if channel < 0 else frames[:, None]
+    store = Store(frames, starts, compress)
+    plain = Store(frames, starts, False)
+    # before any gather lends the pool decoding scratch
+    assert store.pool.bytes_held < plain.pool.bytes_held / 4
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        rows = rng.integers(0, store.rows, 32)
+        check_values(store, rows)
+        a, b = store.pairs(rows, layout="stack"), plain.pairs(rows, layout="stack")
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    check_values(store, np.arange(store.rows), ("stack",))
+    # every frame but the wrapper's ring is compressed, once
+    st = store.pool.stats()
+    assert st["cold_frames"] == st["live_frames"] - K
+    assert st["hot_frames"] == K
+    assert st["cold_bytes"] < st["cold_frames"] * store.pool.frame_bytes / 4
+    if compress is True and game == "pong":  # the order of docs/COMPRESSION.md's table
+        assert store.pool.compression == {"codec": "lz4", "level": 9, "group": 16}
+        assert st["cold_bytes"] / st["cold_frames"] < 400
+
+
+# -- synthetic worst cases --------------------------------------------------------------
+
+
+def noise(n, seed=0, shape=(16, 12)):
+    return np.random.default_rng(seed).integers(0, 256, (n, *shape), dtype=np.uint8)
+
+
+def one_pixel(n, shape=(16, 12)):
+    base = np.full(shape, 7, np.uint8)
+    out = np.repeat(base[None], n, axis=0)
+    for i in range(n):
+        out[i].flat[(i * 5) % base.size] = 200 + i % 50
+    return out
+
+
+@pytest.mark.parametrize("kind", ["noise", "one_pixel", "constant"])
+@pytest.mark.parametrize("group", [1, 3, 16])
+def test_synthetic_frames(kind, group):
+    n = 60
+    frames = {
+        "noise": noise(n),
+        "one_pixel": one_pixel(n),
+        "constant": np.zeros((n, 16, 12), np.uint8),
+    }[kind]
+    store = Store(frames, [0, 17, 18, 40], {"group": group})
+    check_values(store, np.arange(store.rows))
+    assert cold_frames(store) == store.pool.live_frames - K
+
+
+def test_large_blobs_and_small_ones_mixed():
+    """Noise frames of 10 KB (blobs too large for the pool's slabs) between small deltas."""
+    frames = one_pixel(60, shape=(100, 100))
+    frames[::7] = noise(len(frames[::7]), shape=(100, 100))
+    store = Store(frames, [0, 30], True)
+    check_values(store, np.arange(store.rows))
+    assert cold_frames(store) == store.pool.live_frames - K
+
+
+@pytest.mark.parametrize("group", [2, 4, 5])
+def test_episode_boundaries_at_every_position_of_a_group(group):
+    """Episodes of every length from 2 to 2 * group + 1: a boundary at each position."""
+    lengths = list(range(2, 2 * group + 2))
+    starts = np.cumsum([0] + lengths)[:-1]
+    frames = noise(sum(lengths), seed=group, shape=(6, 5, 2))
+    frames[1::3] = frames[0::3][: len(frames[1::3])]  # repeats: deltas of zeros
+    store = Store(frames, starts, {"group": group})
+    check_values(store, np.arange(store.rows))
+
+
+def test_deep_chains_decode_within_a_group():
+    """A long episode of one-pixel changes: groups of ``group`` frames, 7 blobs at most."""
+    frames = one_pixel(200, shape=(9, 9))
+    store = Store(frames, [0], {"group": 64})
+    rows = np.arange(store.rows)[::-1]  # the newest first: no decode reuses an earlier one
+    check_values(store, rows, ("stack",))
+    for r in (0, 63, 64, 65, 127, 150):
+        assert np.array_equal(store.table.batch([r], 0, K)[0].get_frame(K - 1), frames[r])
+    chains = [len(store.pool._chain(s)) for s in store.table.ids().ravel()]
+    assert max(chains) == 7  # position 63 of a group: 1 + popcount(63)
+
+
+# -- hot and cold -----------------------------------------------------------------------
+
+
+def test_frames_others_hold_stay_hot():
+    pool = core.FramePool((8, 8), np.uint8, compress=True)
+    table = core.SlotTable(pool, 5, 1)
+    frames = noise(4, shape=(8, 8))
+
+    refs = [pool.push(f) for f in frames]
+    held = pool.lazy([refs[0]], layout="stack")  # a policy's observation
+    table.set([0, 1, 2, 3], (pool.lazy_batch([[r] for r in refs]),))
+    st = pool.stats()
+    assert (st["hot_frames"], st["cold_frames"]) == (4, 0)  # the FrameRefs hold them
+    del refs
+    assert pool.stats()["cold_frames"] == 0  # queued: compressed at the next set, or flush
+    pool.flush()
+    st = pool.stats()
+    assert (st["hot_frames"], st["cold_frames"]) == (1, 3)  # frame 0: the LazyFrames holds it
+    assert pool._chain(table.ids([0])[0, 0]) == []
+    assert np.array_equal(np.asarray(held)[0], frames[0])
+    del held
+    table.set([4], (pool.push_batch(np.zeros((1, 8, 8), np.uint8)),))  # a set compresses too
+    st = pool.stats()
+    assert (st["hot_frames"], st["cold_frames"]) == (1, 4)  # the newest frame is hot
+    assert np.array_equal(table.gather([0, 1, 2, 3], 0, 1, layout="stack")[:, 0], frames)
+    assert np.array_equal(pool.get(table.ids([2])[0, 0]), frames[2])
+    gathered = table.batch([0, 1, 2, 3], 0, 1)  # owners of cold frames: they stay cold
+    pool.flush()
+    assert pool.stats()["cold_frames"] == 5
+    assert np.array_equal(np.asarray(gathered)[:, 0], frames)
+
+
+def test_gathers_in_threads_while_the_table_changes():
+    """Readers decode without the GIL while another thread writes, compresses and frees."""
+    import threading
+
+    frames, starts = recorded("pong")
+    store = Store(frames, starts, True)
+    half = store.rows // 2
+    want = store.pairs(np.arange(half), layout="stack")
+    errors = []
+
+    def read():
+        rng = np.random.default_rng(threading.get_ident() % 1000)
+        for _ in range(40):
+            rows = rng.integers(0, half, 32)
+            got = store.pairs(rows, layout="stack")
+            if not all(np.array_equal(g, w[rows]) for g, w in zip(got, want, strict=True)):
+                errors.append(rows)
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    pool, table = store.pool, store.table
+    for i in range(120):  # rows of the second half: new frames, old ones dropped
+        row = half + i % (store.rows - half)
+        new = pool.push_batch(frames[(i * 7) % len(frames)][None], k=K + 1)
+        table.set([row], (new,))
+    for t in readers:
+        t.join()
+    assert not errors
+
+
+def test_enable_compression():
+    pool = core.FramePool((6, 4), np.uint8)
+    assert pool.compression is None
+    frames = noise(30, shape=(6, 4))
+    refs = [pool.push(f) for f in frames]  # live frames: converted in place
+    pool.enable_compression()
+    pool.enable_compression(True)  # idempotent
+    pool.enable_compression({"codec": "lz4"})  # the same options
+    assert pool.compression == {"codec": "lz4", "level": 9, "group": 16}
+    with pytest.raises(ValueError, match="already compresses"):
+        pool.enable_compression({"group": 2})
+    table = core.SlotTable(pool, 29, 2)
+    table.set(np.arange(29), (pool.lazy_batch([[refs[i], refs[i + 1]] for i in range(29)]),))
+    del refs
+    pool.flush()
+    got = table.gather(np.arange(29), 0, 2, layout="stack")
+    assert np.array_equal(got[:, 0], frames[:29]) and np.array_equal(got[:, 1], frames[1:])
+    assert pool.stats()["cold_frames"] == 30
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        ("yes", TypeError), ({"codec": "brotli"}, ValueError), ({"level": 0}, ValueError),
+        ({"level": 10}, ValueError), ({"group": 0}, ValueError), ({"group": 65}, ValueError),
+        ({"group": 2.0}, TypeError), ({"level": True}, TypeError), ({"speed": 1}, ValueError),
+    ],
+)  # fmt: skip
+def test_bad_options(bad, error):
+    with pytest.raises(error):
+        core.FramePool((4, 4), np.uint8, compress=bad)
+    pool = core.FramePool((4, 4), np.uint8)
+    with pytest.raises(error):
+        pool.enable_compression(bad)
+    assert pool.compression is None
+    with pytest.raises(ValueError, match="needs compress=True"):
+        pool.enable_compression(False)
+
+
+def test_dedup_and_get_with_cold_frames():
+    """get() decodes a cold frame; dedup compares hot candidates only, values stay exact."""
+    pool = core.FramePool((5, 5), np.uint8, compress={"group": 3})
+    table = core.SlotTable(pool, 3, 1)
+    frames = noise(3, shape=(5, 5))
+    table.set([0, 1, 2], (pool.push_batch(frames),))
+    pool.flush()
+    ids = table.ids()[:, 0]
+    assert all(pool._chain(s) for s in ids)
+    for s, frame in zip(ids, frames, strict=True):
+        assert np.array_equal(pool.get(s), frame)
+    cold = table.batch([0, 1, 2], 0, 1)
+    live = pool.live_frames
+    new = pool._push_dedup(frames[:, None], cold)
+    assert np.array_equal(np.asarray(new)[:, 0], frames)
+    assert pool.live_frames == live + 3
+    again = pool._push_dedup(frames[:, None], new)  # hot candidates: deduplicated
+    assert pool.live_frames == live + 3
+    assert np.array_equal(np.asarray(again)[:, 0], frames)
+
+
+@pytest.mark.parametrize("group", [1, 4, 16])
+def test_take_loads_and_compresses(group):
+    """A checkpoint's load: take() from one LazyBatch of frames, then the frames go cold."""
+    frames = recorded("breakout")[0]
+    frames = frames[:60]
+    n = len(frames) - K
+    pool = core.FramePool((84, 84), np.uint8, compress={"group": group})
+    table = core.SlotTable(pool, n, K + 1)
+    index = np.arange(n)[:, None] + np.arange(K + 1)  # row r: frames r .. r + K
+    table.take(np.arange(n), pool.push_batch(frames), index)
+    pool.flush()
+    st = pool.stats()
+    assert st["cold_frames"] == st["live_frames"] == len(frames)
+    # groups of `group` frames, each coded as a binary tree: 1 + popcount(position) blobs
+    longest = max(len(pool._chain(s)) for s in table.ids().ravel())
+    assert longest == min(group, len(frames)).bit_length()
+    a, b = table.gather_pairs(np.arange(n), (0, K), np.arange(n), (1, K + 1), layout="stack")
+    assert np.array_equal(a, frames[index[:, :K]])
+    assert np.array_equal(b, frames[index[:, 1:]])
+
+
+def test_table_stores_int32():
+    pool = core.FramePool((2, 2), np.uint8, compress=True)
+    table = core.SlotTable(pool, 10, 3)
+    assert table.memory() == 10 * 3 * 4
+    assert table.ids().dtype == np.int64
+
+
+# -- the checkpoint container -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("group", [1, 5, 16])
+def test_container_roundtrip(group):
+    frames, _ = recorded("pong")
+    payload, offsets, kinds = core.encode_frames(frames[:50], group=group)
+    assert offsets.dtype == np.int64 and offsets.shape == (51,) and kinds.shape == (50,)
+    assert offsets[-1] == len(payload)
+    got = core.decode_frames(payload, offsets, kinds, (84, 84), np.uint8)
+    assert np.array_equal(got, frames[:50])
+    assert kinds.tolist() == [0 if i % group == 0 else 1 for i in range(50)]
+    assert len(payload) < frames[:50].nbytes / 8
+    empty = core.encode_frames(np.zeros((0, 3), np.uint8))
+    assert core.decode_frames(*empty, (3,), np.uint8).shape == (0, 3)
+
+
+def _corruptions(payload, offsets, kinds):
+    n = len(kinds)
+    p = bytearray(payload)
+    yield bytes(p[:-1]), offsets, kinds  # truncated
+    yield payload, offsets[:-1], kinds  # offsets too short
+    yield payload, offsets[::-1], kinds  # decreasing
+    o = offsets.copy()
+    o[1] = o[2]
+    yield payload, o, kinds  # an empty blob
+    o = offsets.astype(np.uint64)
+    o[1] = np.uint64(2**64 - 1)
+    yield payload, o, kinds  # wraps if converted carelessly
+    k = kinds.copy()
+    k[0] = 1
+    yield payload, offsets, k  # a delta first
+    k = kinds.copy()
+    k[3] = 7
+    yield payload, offsets, k  # an unknown kind
+    k = kinds.copy()
+    k[2] = 2
+    yield payload, offsets, k  # raw, of the wrong size
+    yield payload, offsets.astype(np.float64), kinds  # not integers
+    yield "not bytes", offsets, kinds
+    o = offsets.copy()
+    o[n // 2] += 1
+    yield payload, o, kinds  # blobs split in the wrong places
+    for at in range(40):  # each header byte of the first blob, and some payload
+        q = bytearray(payload)
+        q[at] ^= 0xFF
+        yield bytes(q), offsets, kinds
+
+
+def test_corrupted_containers_raise():
+    frames = noise(12, shape=(10, 10))
+    frames[6:] = frames[5]  # deltas of zeros: the shortest blobs
+    payload, offsets, kinds = core_encode(frames)
+    for p, o, k in _corruptions(payload, offsets, kinds):
+        try:
+            out = core.decode_frames(p, o, k, (10, 10), np.uint8)
+        except (ValueError, TypeError):
+            continue
+        assert out.shape == frames.shape  # a payload byte flipped: other values, no crash
+
+
+def core_encode(frames):
+    """A container with compressed blobs."""
+    return core.encode_frames(frames, group=4)
+
+
+def test_container_bad_frames():
+    with pytest.raises(ValueError, match="leading axis"):
+        core.encode_frames(np.uint8(3))
+    with pytest.raises(TypeError):
+        core.encode_frames(np.array([["a"]], object))
+    with pytest.raises(ValueError, match="group must be in"):
+        core.encode_frames(np.zeros((2, 2), np.uint8), group=0)

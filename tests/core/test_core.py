@@ -1,0 +1,882 @@
+"""API behaviour of the core (FramePool, FrameRef, LazyFrames, LazyBatch, SlotTable, stack).
+
+Bad-input tests check three things: the exception type, a message naming the problem,
+and that nothing was written (pool stats, refcounts and the contents of ``out`` are as
+before the call; inputs are unmodified).
+References are owned by objects: a test drops them by deleting the owners, and checks
+that the pool holds zero live frames once every owner is gone.
+"""
+
+import copy
+import gc
+import pickle
+import re
+import threading
+
+import numpy as np
+import pytest
+from conftest import f, make_pool, push_all, snapshot
+from oracle import core as ref
+
+from lazyframes import _core as core
+
+FRAME = (84, 84, 1)
+FB = 84 * 84  # bytes of one FRAME uint8 frame
+LAYOUT_SHAPES = {"last": (84, 84, 1), "first": (1, 84, 84), "stack": (84, 84)}
+
+
+def rand_frames(n, shape=FRAME, dtype=np.uint8, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "f":
+        return (rng.standard_normal((n,) + shape) * 100).astype(dtype)
+    if np.dtype(dtype).kind == "b":
+        return rng.integers(0, 2, (n,) + shape).astype(bool)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, (n,) + shape, dtype=dtype, endpoint=True)
+
+
+def pool_with(frames, chunk_bytes=1 << 20):
+    """A pool holding ``frames``; returns it and the FrameRefs that own them."""
+    pool = make_pool(frames.shape[1:], frames.dtype, chunk_bytes=chunk_bytes)
+    return pool, push_all(pool, frames)
+
+
+def ids(refs):
+    """The slot ids of a list of FrameRefs."""
+    return [r.slot for r in refs]
+
+
+def values(pool, slots):
+    """The first element of each frame, by slot id: a compact view of a row's contents."""
+    return [int(pool.get(int(s)).flat[0]) for s in np.ravel(slots)]
+
+
+def _expect(exc, pattern, fn, *args, **kw):
+    with pytest.raises(exc) as info:
+        fn(*args, **kw)
+    assert re.search(pattern, str(info.value)), str(info.value)
+    return info.value
+
+
+# -- push: the one copy in ----------------------------------------------------------------
+
+
+def test_push_copies_once_and_source_changes_never_reach_the_pool():
+    src = f(7)
+    pool = make_pool()
+    r = pool.push(src)
+    assert type(r) is core.FrameRef and r.pool is pool and isinstance(r.slot, int)
+    src[...] = 99  # the env reuses its buffer
+    np.testing.assert_array_equal(pool.get(r), f(7))
+    got = pool.get(r.slot)
+    got[...] = 1  # get returns a copy: writing it does not touch the pool
+    np.testing.assert_array_equal(pool.get(r), f(7))
+    assert pool.refcount(r) == 1 and pool.live_frames == 1
+    s = r.slot
+    del r  # the one owner goes: the slot is free
+    assert pool.refcount(s) == 0 and pool.live_frames == 0
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda a: a.copy(), id="contiguous"),
+        pytest.param(lambda a: np.asarray(a).copy().view(), id="view"),
+        pytest.param(lambda a: _readonly(a), id="read-only"),
+        pytest.param(lambda a: np.repeat(a, 2, axis=1)[:, ::2], id="non-contiguous"),
+        pytest.param(lambda a: np.asfortranarray(a), id="fortran"),
+    ],
+)
+def test_push_accepts_views_readonly_noncontiguous(make):
+    want = rand_frames(1)[0]
+    frame = make(want.copy())
+    pool = make_pool()
+    r = pool.push(frame)
+    np.testing.assert_array_equal(pool.get(r), want)
+    np.testing.assert_array_equal(np.asarray(frame), want)  # input unmodified
+
+
+def _readonly(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+def test_push_accepts_other_byte_order():
+    want = rand_frames(2, (5, 4), np.int16)
+    pool = make_pool((5, 4), np.int16)
+    swapped = want[0].astype(">i2" if np.little_endian else "<i2")
+    keep = swapped.copy()
+    r = pool.push(swapped)
+    assert pool.dtype == np.dtype(np.int16)
+    np.testing.assert_array_equal(pool.get(r), want[0])
+    assert pool.get(r).dtype == np.dtype("=i2")
+    np.testing.assert_array_equal(swapped, keep)
+    batch = pool.push_batch(want.astype(swapped.dtype))
+    np.testing.assert_array_equal(np.asarray(batch)[:, 0], want)
+
+
+def test_frameref_repr_and_no_int_protocol():
+    pool = make_pool()
+    r = pool.push(f(3))
+    text = repr(r)
+    assert text.startswith("FrameRef(") and str(r.slot) in text
+    with pytest.raises(TypeError):
+        [0, 1, 2][r]  # a FrameRef is not an int: it cannot be used as one
+    with pytest.raises(TypeError):
+        core.FrameRef()
+    with pytest.raises(AttributeError):
+        r.slot = 5
+    assert pool.refcount(r) == 1
+
+
+def test_lazyframes_from_list_copies_once():
+    frames = [f(v) for v in range(4)]
+    lz = core.LazyFrames(frames)
+    for a in frames:
+        a[...] = 200
+    np.testing.assert_array_equal(np.asarray(lz), ref.observation([f(v) for v in range(4)], "last"))
+
+
+def test_lazyframes_from_list_stores_the_same_array_once():
+    frames = [f(v) for v in range(5)]
+    pool = core.default_pool(FRAME, np.uint8)
+    before = pool.live_frames
+    a = core.LazyFrames(frames[0:4])
+    b = core.LazyFrames(frames[1:5])
+    assert pool.live_frames - before == 5
+    assert a.slots[1:] == b.slots[:3]
+    del a, b
+    assert pool.live_frames == before
+
+
+# -- push_batch: n frames in, one LazyBatch out -----------------------------------------
+
+
+def test_push_batch_layout_and_bad_input_writes_nothing():
+    pool = make_pool()
+    got = pool.push_batch(np.stack([f(1), f(2)]), k=2, layout="last")
+    assert got.layout == "last" and got.shape == (2, 84, 84, 2)
+    np.testing.assert_array_equal(np.asarray(got)[1], ref.observation([f(2), f(2)], "last"))
+    before = snapshot(pool, got.slots.ravel())
+    good = np.stack([f(5), f(6)])
+    _expect(ValueError, "shape", pool.push_batch, np.zeros((2, 84, 84), np.uint8))
+    _expect(ValueError, "shape", pool.push_batch, f(5))
+    _expect(TypeError, "dtype", pool.push_batch, good.astype(np.int16))
+    _expect(ValueError, "layout must be one of", pool.push_batch, good, layout="middle")
+    _expect(ValueError, "", pool.push_batch, good[:0])
+    for k in (0, -1):
+        _expect(ValueError, "k", pool.push_batch, good, k=k)
+    _expect(TypeError, "", pool.push_batch, good, k=2, pad=3)  # pad is an owner, not an int
+    assert snapshot(pool, got.slots.ravel()) == before
+
+
+# -- refcounts follow owners ------------------------------------------------------------
+
+
+def test_refcounts_follow_owners():
+    pool, (r0, r1) = pool_with(rand_frames(2))
+    s0, s1 = r0.slot, r1.slot
+    assert pool.refcount(s0) == pool.refcount(r0) == 1
+    lz = pool.lazy([r0, r1, s0], layout="last")  # FrameRefs and ints mix
+    assert (pool.refcount(s0), pool.refcount(s1)) == (3, 2)
+    lz2 = copy.copy(lz)
+    lz3 = copy.deepcopy(lz)
+    lz4 = lz.copy()
+    assert (pool.refcount(s0), pool.refcount(s1)) == (9, 5)
+    batch = pool.lazy_batch([[r0, r1], [s1, s1]])
+    assert (pool.refcount(s0), pool.refcount(s1)) == (10, 8)
+    del lz, lz2, lz3, lz4
+    assert (pool.refcount(s0), pool.refcount(s1)) == (2, 4)
+    del r0, r1
+    assert (pool.refcount(s0), pool.refcount(s1)) == (1, 3)
+    assert pool.live_frames == 2
+    del batch
+    assert (pool.refcount(s0), pool.refcount(s1)) == (0, 0)
+    assert pool.live_frames == 0
+
+
+def test_a_freed_slot_is_reused_and_its_new_frame_is_read():
+    pool, refs = pool_with(rand_frames(3))
+    s = refs[1].slot
+    del refs[1]
+    _expect(ValueError, f"slot {s} is free", pool.get, s)
+    again = [pool.push(f(v)) for v in range(4)]  # one of them takes slot s again
+    assert s in ids(again)
+    held = again[ids(again).index(s)]
+    np.testing.assert_array_equal(pool.get(s), pool.get(held))
+    assert pool.refcount(s) == 1 and pool.live_frames == 6
+
+
+def test_slot_reuse_most_recently_freed_first():
+    # the compiled arena's policy: freed slots of the lowest chunk with a free slot are
+    # reused before new ones, the most recently freed first
+    pool, refs = pool_with(rand_frames(5))
+    assert ids(refs) == [0, 1, 2, 3, 4]
+    refs[1] = None  # slot 1 freed,
+    refs[3] = None  # then slot 3
+    keep = [pool.push(f(3)), pool.push(f(1)), pool.push(f(5))]
+    assert ids(keep) == [3, 1, 5]
+    refs[0] = None
+    assert pool.push(f(0)).slot == 0
+    np.testing.assert_array_equal(pool.get(3), f(3))
+
+
+def test_chunks_fill_release_and_keep_one_spare():
+    # 4 slots per chunk; 3 chunks
+    pool, refs = pool_with(rand_frames(12), chunk_bytes=4 * FB)
+    assert pool.slots_per_chunk == 4 and pool.frame_bytes == FB
+    assert pool.capacity == 12 and pool.bytes_held == 12 * FB == pool.peak_bytes
+    for i in range(8, 12):  # chunk 2 empties (slot 11 freed last): kept as the one spare
+        refs[i] = None
+    assert pool.bytes_held == 12 * FB and pool.live_frames == 8
+    for i in range(4, 8):  # chunk 1 empties: a spare exists, so it is released
+        refs[i] = None
+    assert pool.bytes_held == 8 * FB and pool.capacity == 8
+    assert pool.peak_bytes == 12 * FB
+    assert pool.live_frames == 4 and pool.live_bytes == 4 * FB
+    # the lowest chunk with memory and a free slot is used first, then released ids
+    more = [pool.push(f(i)) for i in range(5)]
+    assert ids(more) == [11, 10, 9, 8, 4]
+    assert pool.bytes_held == 12 * FB
+    del refs, more
+    assert pool.live_frames == 0
+    assert pool.bytes_held == 4 * FB  # one empty chunk kept
+    assert pool.refcount(5) == 0 and pool.refcount(11) == 0
+    pool = make_pool(chunk_bytes=1)  # smaller than a frame: one slot per chunk
+    refs = [pool.push(f(i)) for i in range(3)]
+    assert pool.slots_per_chunk == 1 and pool.live_frames == 3
+    del refs
+    assert pool.live_frames == 0 and pool.bytes_held == FB  # one empty chunk kept
+
+
+def test_stats_and_repr():
+    pool, refs = pool_with(rand_frames(3))
+    st = pool.stats()
+    assert set(st) == {"live_frames", "live_bytes", "capacity", "frame_bytes", "bytes_held",
+                       "peak_bytes", "hot_frames", "cold_frames", "cold_bytes"}  # fmt: skip
+    assert (st["live_frames"], st["live_bytes"], st["frame_bytes"]) == (3, 3 * FB, FB)
+    assert (st["hot_frames"], st["cold_frames"], st["cold_bytes"]) == (3, 0, 0)
+    assert (st["capacity"], st["bytes_held"], st["peak_bytes"]) == (
+        pool.capacity, pool.bytes_held, pool.peak_bytes)  # fmt: skip
+    assert pool.slots_per_chunk == 128  # the largest power of two <= (1 << 20) // FB
+    assert st["capacity"] == 128 and st["bytes_held"] == st["peak_bytes"] == 128 * FB
+    assert pool.frame_shape == FRAME and pool.dtype == np.dtype(np.uint8)
+    r = repr(pool)
+    assert r.startswith("FramePool(") and "(84, 84, 1)" in r and "uint8, live_frames=3" in r
+    lz = pool.lazy(refs, layout="last")
+    assert repr(lz) == "LazyFrames(shape=(84, 84, 3), dtype=uint8, layout='last', stack_size=3)"
+    _expect(TypeError, "cannot be pickled", pickle.dumps, pool)  # observations pickle, not pools
+
+
+def test_default_pool_is_shared():
+    a = core.default_pool((84, 84, 1), np.uint8)
+    b = core.default_pool([84, 84, 1], "uint8")
+    assert a is b
+    assert core.default_pool((84, 84), np.uint8) is not a
+
+
+# -- LazyFrames as an array-like --------------------------------------------------------------
+
+
+def test_stack_accepts_observations_from_different_pools():
+    fa, fb = rand_frames(4, seed=1), rand_frames(4, seed=2)
+    pa, sa = pool_with(fa)
+    pb, sb = pool_with(fb)
+    out = core.stack([pa.lazy(sa, layout="last"), pb.lazy(sb, layout="last")])
+    np.testing.assert_array_equal(
+        out, np.stack([ref.observation(list(fa), "last"), ref.observation(list(fb), "last")])
+    )
+
+
+def test_frameref_pickles_as_its_frame_into_the_default_pool():
+    pool = make_pool((3, 2), np.int16)
+    r = pool.push(np.arange(6, dtype=np.int16).reshape(3, 2))
+    data = pickle.dumps(r)
+    back = pickle.loads(data)
+    assert type(back) is core.FrameRef
+    assert back.pool is core.default_pool((3, 2), np.int16) and back.pool is not pool
+    np.testing.assert_array_equal(back.pool.get(back), pool.get(r))
+    assert pool.refcount(r) == 1 and back.pool.refcount(back) == 1
+    two = pickle.loads(pickle.dumps([r, r]))  # one frame written, one FrameRef back
+    assert two[0] is two[1]
+
+
+# -- bad input: right exception, clear message, nothing written -------------------------------
+
+
+def test_pool_construction_errors():
+    _expect(TypeError, "numeric dtype", core.FramePool, FRAME, object)
+    _expect(TypeError, "numeric dtype", core.FramePool, FRAME, "U3")
+    _expect(TypeError, "numeric dtype", core.FramePool, FRAME, [("a", "u1")])
+    _expect(ValueError, "not positive", core.FramePool, (84, 0), np.uint8)
+    _expect(TypeError, "tuple of ints", core.FramePool, (84.5, 3), np.uint8)
+    _expect(ValueError, "chunk_bytes", core.FramePool, FRAME, np.uint8, chunk_bytes=0)
+
+
+@pytest.mark.parametrize(
+    "bad,exc,pattern",
+    [
+        (np.zeros((84, 84), np.uint8), ValueError, "shape"),
+        (np.zeros((84, 84, 2), np.uint8), ValueError, "shape"),
+        (np.zeros((84, 84, 1), np.int16), TypeError, "dtype"),
+        (np.zeros((84, 84, 1), np.float32), TypeError, "dtype"),
+        (np.empty((84, 84, 1), object), TypeError, "object"),
+    ],
+)
+def test_push_bad_frame_writes_nothing(bad, exc, pattern):
+    pool, slots = pool_with(rand_frames(2))
+    before = snapshot(pool, slots)
+    keep = bad.copy()
+    _expect(exc, pattern, pool.push, bad)
+    assert snapshot(pool, slots) == before
+    many = np.stack([bad, bad])
+    _expect(exc, pattern, pool.push_batch, many)
+    assert snapshot(pool, slots) == before
+    assert bad.dtype == keep.dtype and (bad == keep).all()
+    r = pool.push(f(1))
+    assert pool.live_frames == 3
+    assert r.slot == 2  # the failed calls used no slot
+
+
+def test_push_batch_wrong_rank_writes_nothing():
+    pool = make_pool()
+    before = snapshot(pool)
+    _expect(ValueError, "shape", pool.push_batch, np.zeros((84, 84, 1), np.uint8))
+    _expect(ValueError, "shape", pool.push_batch, np.zeros((2, 84, 84, 2), np.uint8))
+    assert snapshot(pool) == before
+
+
+@pytest.mark.parametrize(
+    "frames,exc,pattern",
+    [
+        ([], ValueError, "at least one"),
+        ([f(0), np.zeros((84, 84, 2), np.uint8)], ValueError, "shape"),
+        ([f(0), f(1, dtype=np.int16)], TypeError, "dtype"),
+        ([f(0), np.empty((84, 84, 1), object)], TypeError, "object"),
+        ([f(0, shape=(1, 84, 84))], ValueError, "channels-first"),
+        ([f(0, shape=(84, 84))], ValueError, "channel axis"),
+    ],
+)
+def test_lazyframes_bad_frames_write_nothing(frames, exc, pattern):
+    pool = core.default_pool(FRAME, np.uint8)
+    keep = core.LazyFrames([f(9)])  # something live in the default pool
+    before = snapshot(pool, keep.slots)
+    copies = [np.array(a, copy=True) for a in frames]
+    _expect(exc, pattern, core.LazyFrames, frames)
+    assert snapshot(pool, keep.slots) == before
+    for a, b in zip(frames, copies, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_bad_layout():
+    pool, slots = pool_with(rand_frames(2))
+    before = snapshot(pool, slots)
+    _expect(ValueError, "layout must be one of", pool.lazy, slots, layout="middle")
+    _expect(ValueError, "layout must be one of", pool.gather, [ids(slots)], layout="middle")
+    _expect(ValueError, "layout must be one of", core.LazyFrames, [f(0)], layout="middle")
+    _expect(ValueError, "layout must be one of", pool.lazy_batch, [slots], layout="")
+    _expect(ValueError, "layout must be one of", pool.push_batch, np.stack([f(0)]), layout="")
+    assert snapshot(pool, slots) == before
+
+
+def _out_case(layout="last"):
+    frames = rand_frames(4, LAYOUT_SHAPES[layout])
+    pool, slots = pool_with(frames)
+    obs = [pool.lazy(slots, layout=layout), pool.lazy(slots[::-1], layout=layout)]
+    idx = np.array([ids(slots), ids(slots)[::-1]])
+    full = (2,) + obs[0].shape
+    return pool, slots, obs, idx, full
+
+
+def _bad_outs(full):
+    a = np.full(full, 7, np.uint8)
+    ro = np.full(full, 7, np.uint8)
+    ro.flags.writeable = False
+    nc = np.full(full[:-1] + (full[-1] * 2,), 7, np.uint8)[..., ::2]
+    return [(np.full(full[:-1] + (full[-1] + 1,), 7, np.uint8), ValueError, "shape"),
+            (np.full((1,) + full[1:], 7, np.uint8), ValueError, "shape"),
+            (np.full(full, 7, np.bool_), TypeError, "cannot convert"),
+            (np.full(full, 7, np.float16), TypeError, "no fused conversion"),
+            (nc, ValueError, "contiguous"),
+            (np.asfortranarray(a), ValueError, "contiguous"),
+            (ro, ValueError, "read-only"), (a.tolist(), TypeError, "ndarray")]  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", ["last", "first", "stack"])
+def test_bad_out_writes_nothing(layout):
+    pool, slots, obs, idx, full = _out_case(layout)
+    before = snapshot(pool, slots)
+    for out, exc, pattern in _bad_outs(full):
+        keep = np.array(out, copy=True)
+        _expect(exc, pattern, core.stack, obs, out)
+        _expect(exc, pattern, pool.gather, idx, out, layout=layout)
+        assert snapshot(pool, slots) == before
+        assert np.array_equal(np.asarray(out), keep)
+        if isinstance(out, np.ndarray):
+            assert out.dtype == keep.dtype
+    # out given with a dtype argument that does not match it
+    for dt, out_dt in ((np.float32, np.uint8), (np.float32, np.float64), (None, np.int8)):
+        out = np.full(full, 7, out_dt)
+        _expect(TypeError, "dtype", core.stack, obs, out, dtype=dt or np.uint8)
+        _expect(TypeError, "dtype", pool.gather, idx, out, layout=layout, dtype=dt or np.uint8)
+        assert (out == 7).all()
+    assert snapshot(pool, slots) == before
+
+
+def test_out_dtype_is_the_conversion_target():
+    pool, _, obs, idx, full = _out_case()
+    want = np.stack([np.asarray(o) for o in obs])
+    for dt in (np.int16, np.uint16, np.int64, np.float32, np.float64):
+        out = np.zeros(full, dt)
+        assert core.stack(obs, out) is out
+        np.testing.assert_array_equal(out, want.astype(dt))
+        out2 = np.zeros(full, dt)
+        assert pool.gather(idx, out2, layout="last") is out2
+        np.testing.assert_array_equal(out2, want.astype(dt))
+
+
+def test_bad_slots_write_nothing():
+    frames = rand_frames(4)
+    pool, refs = pool_with(frames)
+    s0, s1, s2, s3 = ids(refs)
+    del refs[2]  # slot s2 is now free
+    live = [s0, s1, s3]
+    before = snapshot(pool, [s0, s1, s2, s3])
+    out = np.full((1, 84, 84, 3), 7, np.uint8)
+    n = pool.capacity
+    for bad, exc, pattern in [
+        ([s0, s1, s2], ValueError, f"slot {s2} is free"),
+        ([s0, s1, n], IndexError, f"slot {n} is out of range"),
+        ([s0, s1, -1], IndexError, "slot -1 is out of range"),
+        ([s0, s1, 2**40], IndexError, "out of range"),
+        ([s0, s1, -(2**40)], IndexError, "out of range"),
+        ([s0, s1, 2**63 - 1], IndexError, "out of range"),
+        ([s0, s1, -(2**63)], IndexError, "out of range"),
+    ]:
+        idx = np.array([bad])
+        keep = idx.copy()
+        _expect(exc, pattern, pool.gather, idx, out, layout="last")
+        _expect(exc, pattern, pool.lazy, bad, layout="last")
+        _expect(exc, pattern, pool.lazy_batch, [bad], layout="last")
+        _expect(exc, pattern, pool.get, bad[-1])
+        assert snapshot(pool, [s0, s1, s2, s3]) == before
+        assert (out == 7).all()
+        np.testing.assert_array_equal(idx, keep)
+    _expect(IndexError, "out of range", pool.refcount, -1)
+    _expect(IndexError, "out of range", pool.refcount, 2**40)
+    assert pool.refcount(s2) == 0
+    _expect(TypeError, "integers", pool.gather, np.array([[0.0, 1.0]]))
+    _expect(TypeError, "integers", pool.lazy_batch, np.array([[0.5]]))
+    _expect(ValueError, r"\(B, k\)", pool.gather, np.array(live))
+    _expect(ValueError, r"\(B, k\)", pool.gather, np.zeros((1, 0), np.int64))
+    _expect(ValueError, "non-empty", pool.lazy, [], layout="last")
+    _expect(ValueError, "non-empty", pool.lazy, [[s0, s1]], layout="last")
+    assert snapshot(pool, [s0, s1, s2, s3]) == before
+
+
+@pytest.mark.parametrize(
+    "dtype,scale,exc,pattern",
+    [
+        (np.uint8, 0.5, TypeError, "scale"), (np.int32, 0.5, TypeError, "scale"),
+        (None, 1 / 255, TypeError, "scale"),
+        (np.float32, "0.5", TypeError, "scale must be a real number"),
+        (np.float32, True, TypeError, "scale must be a real number"),
+        (np.bool_, None, TypeError, "cannot convert"),
+        (np.float16, None, TypeError, "no fused conversion"),
+        (np.complex64, None, TypeError, "no fused conversion"),
+    ],
+)  # fmt: skip
+def test_unsupported_conversion_writes_nothing(dtype, scale, exc, pattern):
+    pool, slots, obs, idx, full = _out_case()
+    before = snapshot(pool, slots)
+    out_dt = np.uint8 if dtype is None else dtype
+    out = np.full(full, 7, out_dt)
+    keep = out.copy()
+    _expect(exc, pattern, core.stack, obs, out, dtype=dtype, scale=scale)
+    _expect(exc, pattern, core.stack, obs, dtype=dtype, scale=scale)
+    _expect(exc, pattern, pool.gather, idx, out, layout="last", dtype=dtype, scale=scale)
+    _expect(exc, pattern, obs[0].astype, out_dt, scale=scale)
+    if scale is None:  # the NumPy protocol casts as NumPy would, unfused
+        np.testing.assert_array_equal(
+            np.asarray(obs[0], dtype=dtype), np.asarray(obs[0]).astype(dtype)
+        )
+        assert np.asarray(obs[0], dtype=dtype).dtype == np.dtype(dtype or np.uint8)
+    assert snapshot(pool, slots) == before
+    np.testing.assert_array_equal(out, keep)
+
+
+def test_no_float_to_int_nor_signed_to_unsigned():
+    lz = core.LazyFrames([np.ones(3, np.float32)] * 2)
+    _expect(TypeError, "cannot convert", lz.astype, np.uint8)
+    _expect(TypeError, "cannot convert", core.stack, [lz], dtype=np.int64)
+    lz16 = core.LazyFrames([np.full(3, -2, np.int16)] * 2)
+    _expect(TypeError, "cannot convert", lz16.astype, np.uint16)
+    # np.asarray(obs, dtype) is NumPy's protocol: it casts as NumPy casts an ndarray
+    np.testing.assert_array_equal(
+        np.asarray(lz16, dtype=np.uint8), np.full(6, -2, np.int16).astype(np.uint8)
+    )
+    np.testing.assert_array_equal(lz16.astype(np.float64, scale=0.5), np.full(6, -1.0))
+
+
+def test_stack_bad_observation_lists():
+    pool, slots, obs, _, _ = _out_case()
+    before = snapshot(pool, slots)
+    other_dtype = core.LazyFrames([f(0, dtype=np.int16)] * 4)
+    other_k = pool.lazy(slots[:3], layout="last")
+    other_layout = core.LazyFrames([f(0, shape=(84, 84))] * 4, layout="stack")
+    before = snapshot(pool, slots)
+    _expect(ValueError, "at least one", core.stack, [])
+    _expect(TypeError, "LazyFrames", core.stack, [obs[0], np.asarray(obs[1])])
+    _expect(TypeError, "dtypes", core.stack, [obs[0], other_dtype])
+    _expect(ValueError, "differ", core.stack, [obs[0], other_k])
+    _expect(ValueError, "differ", core.stack, [obs[0], other_layout])
+    assert snapshot(pool, slots) == before
+
+
+def test_frame_index_out_of_range():
+    lz = core.LazyFrames([f(v) for v in range(4)])
+    _expect(IndexError, "out of range", lz.frame, 4)
+    _expect(IndexError, "out of range", lz.frame, -5)
+    _expect(IndexError, "out of range", lz.get_frame, 4)
+    _expect(IndexError, "out of range", lz.get_frame, -5)
+    with pytest.raises(IndexError):
+        lz[84]
+    with pytest.raises(TypeError):
+        lz.frame(1.5)
+
+
+def test_slot_ids_as_lists_tuples_numpy_ints():
+    """Slot ids: ints, numpy ints, (nested) lists/tuples, int arrays of any width, FrameRefs."""
+    frames = rand_frames(3)
+    pool, refs = pool_with(frames)
+    a, _, c = ids(refs)
+    want = np.stack([ref.observation([frames[0], frames[2]], "last")])
+    batches = ([[a, c]], ((a, c),), [np.array([a, c])], np.array([[a, c]], np.int32),
+               [[np.int64(a), np.int64(c)]], np.array([[a, c]], np.uint16))  # fmt: skip
+    for idx in batches:
+        np.testing.assert_array_equal(pool.gather(idx, layout="last"), want)
+        np.testing.assert_array_equal(np.asarray(pool.lazy_batch(idx, layout="last")), want)
+    rows = ([a, c], (a, c), [np.int64(a), np.int32(c)], np.array([a, c], np.uint8),
+            [refs[0], refs[2]], (refs[0], c))  # fmt: skip
+    for row in rows:
+        lz = pool.lazy(row, layout="last")
+        np.testing.assert_array_equal(np.asarray(lz), want[0])
+        del lz
+    assert pool.refcount(np.int32(a)) == pool.refcount(refs[0]) == 1
+    assert [pool.refcount(r) for r in refs] == [1, 1, 1] and pool.live_frames == 3
+    _expect(TypeError, "integers", pool.gather, [[0, 1.5]])
+    _expect(TypeError, "integers", pool.lazy, ["0"])
+    assert [pool.refcount(r) for r in refs] == [1, 1, 1]
+
+
+# -- stacker steps: LazyFrames.shift and LazyBatch.shift ----------------------------------
+
+
+def test_shift_shares_k_minus_1_frames_and_copies_one():
+    pool = make_pool()
+    r = pool.push(f(0))
+    s = r.slot
+    lz = pool.lazy([r] * 4)
+    del r
+    src = f(1)
+    nxt = lz.shift(src)
+    src[...] = 99  # the env reuses its buffer: the stored frame must not change
+    assert [int(nxt.get_frame(j)[0, 0, 0]) for j in range(4)] == [0, 0, 0, 1]
+    assert nxt.slots[:3] == lz.slots[1:]
+    assert pool.live_frames == 2 and pool.refcount(s) == 4 + 3
+    np.testing.assert_array_equal(np.asarray(lz), ref.observation([f(0)] * 4, "last"))  # unchanged
+    del lz, nxt
+    assert pool.live_frames == 0
+
+
+def test_shift_bad_frame_writes_nothing():
+    pool = make_pool()
+    lz = pool.lazy([pool.push(f(0))] * 2)
+    before = snapshot(pool, lz.slots)
+    _expect(ValueError, "shape", lz.shift, np.zeros((84, 84), np.uint8))
+    _expect(TypeError, "dtype", lz.shift, np.zeros(FRAME, np.float32))
+    assert snapshot(pool, lz.slots) == before
+
+
+def _batch_of(pool, rows, layout="stack"):
+    """A LazyBatch whose row i holds frames f(v) for the values in rows[i]."""
+    refs = [[pool.push(f(v)) for v in row] for row in rows]
+    return pool.lazy_batch(refs, layout=layout)
+
+
+def test_lazybatch_shift_bad_input_writes_nothing():
+    pool = make_pool()
+    batch = _batch_of(pool, [[0, 1], [2, 3]])
+    before = snapshot(pool, batch.slots.ravel())
+    good = np.stack([f(5), f(6)])
+    _expect(ValueError, "frames have shape", batch.shift, good[:1])
+    _expect(ValueError, "shape", batch.shift, np.zeros((2, 84, 84), np.uint8))
+    _expect(TypeError, "dtype", batch.shift, good.astype(np.int16))
+    _expect(ValueError, "restart has shape", batch.shift, good, [True])
+    _expect(TypeError, "", batch.shift, good, [True, False], pad=0)  # pad is an owner, not an int
+    assert snapshot(pool, batch.slots.ravel()) == before
+
+
+def test_lazybatch_replace_bad_input_writes_nothing():
+    pool = make_pool()
+    batch = _batch_of(pool, [[1, 2], [3, 4], [5, 6]])
+    two = _batch_of(pool, [[7, 8], [9, 10]])
+    before = snapshot(pool, np.concatenate([batch.slots.ravel(), two.slots.ravel()]))
+    _expect(ValueError, "", batch.replace, [0, 0], two)  # rows must be distinct
+    _expect(IndexError, "", batch.replace, [0, 3], two)  # (more bad rows: test_misuse)
+    _expect(ValueError, "", batch.replace, [0], two)  # one row index for two rows
+    _expect(ValueError, "", batch.replace, [0, 1], _batch_of(pool, [[1], [2]]))  # k
+    _expect(ValueError, "", batch.replace, [0, 1], pool.lazy_batch(two.slots, layout="last"))
+    _expect(TypeError, "", batch.replace, [0, 1], two.slots)  # ints are not an owner
+    after = snapshot(pool, np.concatenate([batch.slots.ravel(), two.slots.ravel()]))
+    assert after[1] == before[1] and after[0]["live_frames"] == before[0]["live_frames"]
+
+
+# -- SlotTable: the replay buffer's reference-owning store --------------------------------
+
+
+def _table(pool, rows=4, width=4):
+    t = core.SlotTable(pool, rows, width)
+    assert t.pool is pool and t.shape == (rows, width) and len(t) == rows
+    return t
+
+
+def test_slot_table_grow_keeps_rows_and_refs():
+    pool = make_pool()
+    table = _table(pool, rows=2, width=2)
+    a = [pool.push(f(v)) for v in (1, 2, 3)]
+    table.set([0, 1], (pool.lazy_batch([a[:2], a[1:]]),))
+    del a
+    before = table.ids().tolist()
+    counts = [pool.refcount(s) for s in range(3)]
+    with pytest.raises(ValueError, match="grows only"):
+        table.grow(1)
+    with pytest.raises(ValueError, match="too large"):
+        table.grow(2**62)
+    table.grow(2)  # no change
+    table.grow(5)
+    assert table.shape == (5, 2) and table.memory() == 5 * 2 * 4
+    assert table.ids().tolist() == before + [[-1, -1]] * 3
+    assert [pool.refcount(s) for s in range(3)] == counts
+    b = [pool.push(f(v)) for v in (7, 8)]
+    table.set([4], (pool.lazy_batch([b]),))
+    del b
+    assert values(pool, table.ids([0, 4])) == [1, 2, 7, 8]
+    assert table.gather([4, 1], 0, 2, layout="stack")[:, :, 0, 0, 0].tolist() == [[7, 8], [2, 3]]
+    del table
+    gc.collect()
+    assert pool.live_frames == 0
+
+
+def test_slot_table_grow_from_a_callback_of_set():
+    """Rows checked before a callback grows the table stay valid: grow only adds rows."""
+    pool = make_pool()
+    table = _table(pool, rows=2, width=2)
+    a = [pool.push(f(v)) for v in (1, 2, 3)]
+    part = pool.lazy_batch([a[:2], a[1:]])
+    del a
+
+    class Grows:
+        def __index__(self, grow=table.grow):
+            grow(64)
+            return 1
+
+    try:
+        table.set([0, Grows()], (part,))
+    except TypeError:  # a core may refuse int-likes as rows: then nothing changed
+        assert table.shape == (2, 2) and (table.ids() == -1).all()
+    else:
+        assert table.shape == (64, 2) and values(pool, table.ids([0, 1])) == [1, 2, 2, 3]
+    del table, part
+    gc.collect()
+    assert pool.live_frames == 0
+
+
+def test_slot_table_set_keeps_an_id_present_in_old_and_new_rows():
+    pool = make_pool()
+    table = _table(pool, rows=2, width=2)
+    table.set([0], (pool.push_batch(np.stack([f(5)]), k=2),))
+    s = int(table.ids()[0, 0])
+    assert pool.live_frames == 1 and pool.refcount(s) == 2
+    # the table is the only owner; re-set the row from a batch made of its own ids
+    table.set([0], (table.batch([0], 0, 2),))
+    assert pool.refcount(s) == 2 and values(pool, table.ids([0])) == [5, 5]
+    table.clear()
+    assert pool.live_frames == 0
+
+
+def test_slot_table_bad_input_writes_nothing():
+    pool = make_pool()
+    table = _table(pool, rows=3, width=4)
+    part = _batch_of(pool, [[1, 2], [3, 4]])
+    table.set([0, 1], (part, part))
+    state = lambda: (table.ids().tolist(), snapshot(pool, part.slots.ravel()))  # noqa: E731
+    before = state()
+    _expect(ValueError, "", table.set, [1, 1], (part, part))  # duplicate rows
+    _expect(IndexError, "", table.set, [0, 3], (part, part))  # (more bad rows: test_misuse)
+    _expect(ValueError, "", table.set, [0, 1], (part,))  # 2 ids per row, width 4
+    _expect(ValueError, "", table.set, [0, 1, 2], (part, part))  # 3 rows, parts of 2
+    _expect(TypeError, "", table.set, [0, 1], (part, part.slots))  # ints are not an owner
+    _expect(TypeError, "", table.set, [0.5, 1], (part, part))
+    _expect(ValueError, "row 2 is empty", table.batch, [0, 2], 0, 2)
+    _expect(ValueError, "row 2 is empty", table.gather, [2], 0, 2)
+    for start, stop in ((0, 5), (-1, 2), (2, 2), (3, 1)):
+        with pytest.raises((ValueError, IndexError)):
+            table.batch([0], start, stop)
+    assert state() == before
+    for rows, width in ((-1, 2), (2, 0)):
+        with pytest.raises(ValueError, match="a SlotTable needs"):
+            core.SlotTable(pool, rows, width)
+    with pytest.raises(TypeError):
+        core.SlotTable(object(), 2, 2)
+    with pytest.raises(TypeError):
+        pickle.dumps(table)
+
+
+# -- SlotTable.gather_pairs: a replay sample's obs and next_obs, row-interleaved -----------
+
+
+@pytest.mark.parametrize("layout", ["last", "stack"])
+def test_gather_pairs_equals_two_gathers(layout):
+    pool = make_pool((84, 84, 1) if layout == "last" else (84, 84))
+    rows = [[pool.push(fr) for fr in rand_frames(8, pool.frame_shape, seed=r)] for r in range(3)]
+    table = _table(pool, rows=3, width=8)
+    table.set([0, 1, 2], (pool.lazy_batch(rows),))
+    rng = np.random.default_rng(0)
+    r1, r2 = rng.integers(0, 3, 5), rng.integers(0, 3, 5)
+    got = table.gather_pairs(r1, (0, 4), r2, (1, 5), layout=layout, dtype=np.float32, scale=0.5)
+    want = (table.gather(r1, 0, 4, layout=layout, dtype=np.float32, scale=0.5),
+            table.gather(r2, 1, 5, layout=layout, dtype=np.float32, scale=0.5))  # fmt: skip
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    outs = (np.empty_like(got[0]), np.empty_like(got[1]))
+    res = table.gather_pairs(r1, (0, 4), r2, (1, 5), outs, layout=layout, scale=0.5)
+    assert res[0] is outs[0] and res[1] is outs[1]
+    np.testing.assert_array_equal(outs[0], want[0])
+    np.testing.assert_array_equal(outs[1], want[1])
+
+
+def test_gather_pairs_bad_input_writes_nothing():
+    pool = make_pool()
+    table = _table(pool, rows=2, width=5)
+    table.set([0], (pool.lazy([pool.push(fr) for fr in rand_frames(5)], layout="stack"),))
+    good = np.zeros((1, 84, 84, 4), np.float32)
+    keep = good.copy()
+    before = (table.ids().tolist(), snapshot(pool, table.ids([0])[0]))
+    args = ([0], (0, 4), [0], (1, 5))
+    _expect(ValueError, "", table.gather_pairs, [0], (0, 4), [0], (1, 4))  # widths differ
+    f64, two = np.zeros((1, 84, 84, 4), np.float64), np.zeros((2, 84, 84, 4), np.float32)
+    _expect(TypeError, "different dtypes", table.gather_pairs, *args, (good, f64))
+    _expect(ValueError, "overlap", table.gather_pairs, *args, (good, good))
+    buf = np.zeros(3 * good.size // 2, np.float32)  # two well-formed outs sharing a half
+    halves = (buf[: good.size].reshape(good.shape), buf[good.size // 2 :].reshape(good.shape))
+    _expect(ValueError, "the two arrays of out overlap", table.gather_pairs, *args, halves)
+    _expect(ValueError, "shape", table.gather_pairs, *args, (good, two))
+    _expect(ValueError, "row 1 is empty", table.gather_pairs, [0], (0, 4), [1], (1, 5))
+    assert (table.ids().tolist(), snapshot(pool, table.ids([0])[0])) == before
+    np.testing.assert_array_equal(good, keep)
+
+
+# -- SlotTable.take: a checkpoint's rows from one flat batch of frames -----------------------
+
+
+def test_slot_table_take_bad_input_writes_nothing():
+    pool = make_pool()
+    source = pool.push_batch(np.stack([f(v) for v in (10, 11)]), k=2)  # (2, 2): flat 0..3
+    table = _table(pool, rows=2, width=2)
+    before = (table.ids().tolist(), snapshot(pool, source.slots.ravel()))
+    _expect(IndexError, "", table.take, [0], source, np.array([[0, 4]]))  # (more: test_misuse)
+    _expect(ValueError, "", table.take, [0], source, np.array([[0, 1, 2]]))  # width 2
+    _expect(ValueError, "", table.take, [0, 0], source, np.zeros((2, 2), np.int64))
+    _expect(TypeError, "", table.take, [0], source.slots, np.zeros((1, 2), np.int64))
+    assert (table.ids().tolist(), snapshot(pool, source.slots.ravel())) == before
+
+
+# -- _push_dedup: stacked ndarray observations cost one new frame per step ------------------
+
+
+def test_push_dedup_reuses_candidates_and_earlier_frames():
+    pool = make_pool()
+    prev = pool.lazy_batch([[pool.push(f(v)) for v in (1, 2, 3, 4)]])
+    # the next stacked observation: 2 3 4 5 -> only frame 5 is new
+    got = pool._push_dedup(np.stack([f(2), f(3), f(4), f(5)])[None], prev)
+    assert type(got) is core.LazyBatch and got.layout == "stack"
+    assert got.slots[0, :3].tolist() == prev.slots[0, 1:].tolist()
+    assert pool.live_frames == 5
+    # reset padding 9 9 9 9, no candidates: one frame stored, shared four times
+    pad = pool._push_dedup(np.stack([f(9)] * 4)[None])
+    assert len(set(pad.slots[0].tolist())) == 1 and pool.live_frames == 6
+    assert values(pool, got.slots[0]) == [2, 3, 4, 5]
+    del got, pad, prev
+    assert pool.live_frames == 0
+
+
+def test_push_dedup_bad_input_writes_nothing():
+    pool = make_pool()
+    prev = pool.lazy_batch([[pool.push(f(1))]])
+    before = snapshot(pool, prev.slots.ravel())
+    good = np.stack([f(1)])[None]
+    _expect(ValueError, "expected", pool._push_dedup, good[0])
+    _expect(TypeError, "dtype", pool._push_dedup, good.astype(np.int16))
+    two = np.concatenate([good, good])
+    _expect(ValueError, "candidates", pool._push_dedup, two, prev)  # 2 rows, 1 candidate row
+    _expect(TypeError, "", pool._push_dedup, good, prev.slots)  # candidates are an owner
+    assert snapshot(pool, prev.slots.ravel()) == before
+
+
+# -- found by a fresh user: each of these crashed the compiled core or misbehaved -------
+
+
+def test_stack_rejects_same_shape_from_other_geometry():
+    a = core.LazyFrames([f(i) for i in range(4)])  # (84, 84, 4): 4 frames of (84, 84, 1)
+    b = core.LazyFrames([f(9, (84, 84, 4))])  # (84, 84, 4): 1 frame of (84, 84, 4)
+    assert a.shape == b.shape
+    geometry = r"4 frames of \(84, 84, 1\).*1 frames of|1 frames of .*4 frames"
+    for batch in ([a, b], [b, a]):
+        _expect(ValueError, geometry, core.stack, batch)
+    want = ref.observation([f(i) for i in range(4)], "last")
+    np.testing.assert_array_equal(np.array([b, a])[1], want)  # the NumPy protocol stacks both
+
+
+def _copy_out_racing_drop(pool, want):
+    """One round: copy out of three kinds of owners while another thread drops them all."""
+    refs = [pool.push(f(v)) for v in range(4)]
+    lst = [pool.lazy(refs) for _ in range(300)]
+    idx = np.array([ids(refs)] * 300, np.int64)
+    table = core.SlotTable(pool, 300, 4)
+    table.set(np.arange(300), (pool.lazy_batch(idx, layout="last"),))
+    calls = (lambda: core.stack(lst, dtype=np.float64),
+             lambda: pool.gather(idx, dtype=np.float64),
+             lambda: table.gather(np.arange(300), 0, 4, dtype=np.float64))  # fmt: skip
+    t = threading.Thread(target=lambda: (lst.clear(), refs.clear(), table.clear()))
+    t.start()
+    got, refused = [], []
+    for call in calls:
+        try:
+            got.append(call())
+        except ValueError as e:  # the owners were gone before the call checked its ids
+            refused.append(str(e))
+    t.join()
+    for g in got:
+        assert (g == want).all()
+    for msg in refused:
+        assert re.search("is free|is empty|at least one", msg), msg
+
+
+def test_copies_out_hold_refs_while_copying():
+    # The copy runs without the GIL. Another thread dropping the owners meanwhile (clearing
+    # the caller's list, the FrameRefs, or the table's rows) must not free the frames being
+    # read: each copy-out gives the right values, or refuses a freed id cleanly.
+    pool = make_pool()
+    want = ref.observation([f(v) for v in range(4)], "last").astype(np.float64)
+    for _ in range(20):
+        _copy_out_racing_drop(pool, want)
+    gc.collect()
+    assert pool.live_frames == 0
+
+
+def test_scalar_frames_stack_on_a_new_axis():
+    lz = core.LazyFrames([np.uint8(1), np.uint8(2), np.uint8(3)], layout="stack")
+    assert lz.shape == (3,) and len(lz) == 3
+    np.testing.assert_array_equal(np.asarray(lz), [1, 2, 3])

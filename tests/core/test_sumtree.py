@@ -1,0 +1,104 @@
+"""The core's SumTree (a sum-tree and a min-tree in C): its API, update, and no drift.
+
+A refused call raises the documented exception and writes nothing; a tree updated many
+times equals one built from its leaves. Its draws and weights against the oracle's, under
+random sets, are the fuzzer's (tests/hardening/fuzz_worker.py).
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from lazyframes import _core as core
+
+
+def test_sumtree_api():
+    t = core.SumTree(5)
+    assert t.capacity == 5 and t.total() == 0.0 and t.min() == math.inf
+    t.set([0, 2, 4, 2], [1.0, 9.0, 4.0, 3.0])  # a repeated index keeps its last value
+    assert t.get([0, 1, 2, 3, 4]).tolist() == [1.0, 0.0, 3.0, 0.0, 4.0]
+    assert t.total() == 8.0 and t.min() == 1.0
+    assert t.sample([0.5] * 8).tolist() == [0, 2, 2, 2, 4, 4, 4, 4]  # one per segment
+    idx, w = t.sample_weighted([0.5, 0.5], 0.5)
+    assert idx.tolist() == [2, 4] and w.dtype == np.float32
+    np.testing.assert_allclose(w, [3**-0.5, 4**-0.5], rtol=1e-7)
+    assert t.sample_weighted([0.5], None)[1] is None
+    before = t.get(np.arange(5)).tolist()
+    for bad_i, bad_v, exc, msg in [
+        ([5], [1.0], ValueError, "out of range"),
+        ([-1], [1.0], ValueError, "out of range"),
+        ([1], [-1.0], ValueError, ">= 0"),
+        ([1], [np.nan], ValueError, ">= 0"),
+        ([1], [np.inf], ValueError, ">= 0"),
+        ([1, 2], [1.0], ValueError, "differ in size"),
+        ([1.0], [1.0], TypeError, "integers"),
+        ([1], ["a"], TypeError, "real numbers"),
+    ]:
+        with pytest.raises(exc, match=msg):
+            t.set(bad_i, bad_v)
+    assert t.get(np.arange(5)).tolist() == before and t.total() == 8.0
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        t.sample([1.0])
+    with pytest.raises(IndexError):
+        t.get([5])
+    t.clear()
+    with pytest.raises(ValueError, match="empty"):
+        t.sample([0.5])
+    t.set([0, 1], [1e308, 1e308])  # finite leaves whose sum overflows
+    with pytest.raises(ValueError, match="float64 max"):
+        t.sample([0.5])
+    with pytest.raises(TypeError):
+        core.SumTree.__new__(core.SumTree).total()
+    with pytest.raises(RuntimeError):
+        t.__init__(3)
+    with pytest.raises(TypeError, match="pickled"):
+        t.__reduce__()
+    with pytest.raises(ValueError, match=">= 0"):
+        core.SumTree(-1)
+    with pytest.raises(MemoryError, match="no memory"):
+        core.SumTree(2**62)
+
+
+def test_update_sets_the_non_empty_leaves_to_values_powered():
+    t = core.SumTree(4)
+    t.set([0, 1, 3], [1.0, 1.0, 1.0])  # leaf 2 is empty: an update leaves it so
+    assert t.update([1, 2, 3, 1], [4.0, 9.0, 0.25, 16.0], 0.5) == 16.0  # the largest value
+    assert t.get(np.arange(4)).tolist() == [1.0, 4.0, 0.0, 0.5]  # a repeated index: its last
+    assert t.update(np.zeros(0, np.int64), [], 2.0) == 0.0 and t.update([0], [3.0]) == 3.0
+    before = t.get(np.arange(4)).tolist()
+    for idx, values, exponent, exc, match in [
+        ([0, 4], [1.0, 1.0], 1.0, ValueError, "out of range|indices"),
+        ([0, 1], [1.0, 0.0], 1.0, ValueError, r"priorities\[1\]"),
+        ([0, 1], [1.0, -1.0], 1.0, ValueError, r"priorities\[1\]"),
+        ([0, 1], [1.0, np.nan], 1.0, ValueError, r"priorities\[1\]"),
+        ([0, 1], [1.0, 1e200], 2.0, ValueError, r"priorities\[1\]"),  # ** exponent overflows
+        ([0, 1], [1.0, 1e-200], 2.0, ValueError, r"priorities\[1\]"),  # or underflows to 0
+        ([0, 1], [1.0], 1.0, ValueError, "differ in size"),
+        ([0.0], [1.0], 1.0, TypeError, "integers"),
+        ([0], ["a"], 1.0, TypeError, "real numbers"),
+    ]:
+        with pytest.raises(exc, match=match):
+            t.update(idx, values, exponent)
+        assert t.get(np.arange(4)).tolist() == before, (idx, values)
+
+
+def test_sumtree_no_drift():
+    """The drift guard: after many updates the tree equals one built from its leaves."""
+    rng = np.random.default_rng(7)
+    n = 300
+    t = core.SumTree(n)
+    for i in range(400):
+        idx = rng.integers(0, n, rng.integers(1, 40))
+        values = 10.0 ** rng.uniform(-6, 6, idx.size)
+        if i % 2:
+            t.set(idx, values * (rng.random(idx.size) > 0.1))
+        else:
+            t.update(idx, values, 0.7)
+    leaves = t.get(np.arange(n))
+    fresh = core.SumTree(n)
+    fresh.set(np.arange(n), leaves)
+    assert t.total() == fresh.total() and t.min() == fresh.min()
+    assert abs(t.total() - math.fsum(leaves)) <= 16 * np.finfo(float).eps * math.fsum(leaves)
+    u = rng.random(500)
+    assert t.sample(u).tolist() == fresh.sample(u).tolist()

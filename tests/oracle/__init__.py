@@ -1,0 +1,1 @@
+"""Test oracles: small, obviously correct restatements the tests compare the product with."""

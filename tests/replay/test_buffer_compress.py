@@ -1,0 +1,301 @@
+"""ReplayBuffer(..., compress=True): the same samples as the uncompressed buffer, bit for bit.
+
+A compressing and a plain buffer with the same seed get the same transitions, of the
+recorded Atari frames of tests/data or synthetic worst cases, in every form the buffer
+takes (ndarrays copied into its pool, a wrapper's LazyFrames and LazyBatch rows, that
+pool adopted and made to compress); every sampled field is compared.
+"""
+
+import itertools
+import os
+import pickle
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from lazyframes import FramePool
+from lazyframes._checks import DEFAULT_COMPRESSION
+from lazyframes.replay import ReplayBuffer
+
+K = 4
+SHAPE = (84, 84)
+
+
+def recorded(name):
+    """Recorded frames ``(n, 84, 84)`` uint8 and their episode starts."""
+    with np.load(os.path.join(ROOT, "tests", "data", f"{name}.npz")) as d:
+        return d["frames"], d["starts"]
+
+
+def episodes(frames, starts):
+    """The recording cut into episodes: a list of frame arrays."""
+    bounds = sorted({int(s) for s in starts} | {0, len(frames)})
+    return [frames[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+class Wrapper:
+    """A frame-stacking wrapper over one pool: a ring of K frame owners per env.
+
+    ``reset``/``step`` push one frame and return the env's observation as LazyFrames
+    (reset padding repeats the first frame), as ``lazyframes.FrameStackObservation`` does.
+    """
+
+    def __init__(self, pool, num_envs=1):
+        self.pool = pool
+        self.rings = [[] for _ in range(num_envs)]
+
+    def reset(self, e, frame):
+        ref = self.pool.push(frame)
+        self.rings[e] = [ref] * K
+        return self.obs(e)
+
+    def step(self, e, frame):
+        self.rings[e] = self.rings[e][1:] + [self.pool.push(frame)]
+        return self.obs(e)
+
+    def obs(self, e):
+        return self.pool.lazy(self.rings[e], layout="stack")
+
+    def batch(self):
+        return self.pool.lazy_batch(self.rings, layout="stack")
+
+
+def transitions(eps, rng):
+    """``(obs_frames, next_frames, action, reward, terminated, truncated)`` of each step.
+
+    Each episode ends terminated or truncated at random; frames are index lists into
+    the episode, with reset padding.
+    """
+    out = []
+    for ep in eps:
+        end_term = bool(rng.integers(2))
+        for t in range(len(ep) - 1):
+            last = t == len(ep) - 2
+            o = [ep[max(0, i)] for i in range(t - K + 1, t + 1)]
+            n = [ep[max(0, i)] for i in range(t - K + 2, t + 2)]
+            a, r = int(rng.integers(6)), float(rng.normal())
+            out.append((o, n, a, r, last and end_term, last and not end_term))
+    return out
+
+
+def feed_arrays(rb, eps, seed):
+    """Stacked ndarray observations, one env."""
+    for o, n, a, r, te, tr in transitions(eps, np.random.default_rng(seed)):
+        rb.add(np.stack(o), a, r, np.stack(n), te, tr)
+
+
+def feed_lazy(rb, pool, eps, seed):
+    """LazyFrames of a wrapper's pool, one env; the wrapper keeps its ring alive."""
+    w = Wrapper(pool)
+    rng = np.random.default_rng(seed)
+    for ep in eps:
+        end_term = bool(rng.integers(2))
+        obs = w.reset(0, ep[0])
+        for t in range(1, len(ep)):
+            nxt = w.step(0, ep[t])
+            last = t == len(ep) - 1
+            a, r = int(rng.integers(6)), float(rng.normal())
+            rb.add(obs, a, r, nxt, last and end_term, last and not end_term)
+            obs = nxt
+    return w
+
+
+def feed_batch(rb, pool, eps, seed):
+    """LazyBatch rows of a two-env wrapper: env e plays the episodes from e onwards."""
+    w = Wrapper(pool, 2)
+    rng = np.random.default_rng(seed)
+    streams = [[f for ep in eps[e:] + eps[:e] for f in ep] for e in range(2)]
+    steps = min(len(s) for s in streams) - 1
+    for e in range(2):
+        w.reset(e, streams[e][0])
+    for t in range(1, steps + 1):
+        obs = w.batch()
+        ends = rng.random(2) < 0.05
+        for e in range(2):
+            w.step(e, streams[e][t])
+        term = ends & (rng.random(2) < 0.5)
+        a, r = rng.integers(6, size=2), rng.normal(size=2).astype(np.float32)
+        rb.add(obs, a, r, w.batch(), term, ends & ~term)
+        for e in np.flatnonzero(ends):
+            w.reset(e, streams[e][t])
+    return w
+
+
+def build(compress, kind, eps, *, n_step=3, seed=0):
+    """A buffer fed ``eps`` as ``kind`` input; (buffer, wrapper or None)."""
+    pool = FramePool(SHAPE, np.uint8)
+    opts = {"n_step": n_step, "gamma": 0.9, "seed": seed, "compress": compress}
+    if kind == "arrays":  # into a pool given to the buffer
+        rb = ReplayBuffer(4096, pool=pool, **opts)
+        feed_arrays(rb, eps, seed)
+        return rb, None
+    rb = ReplayBuffer(4096, num_envs=2 if kind == "batch" else 1, **opts)  # adopts the pool
+    return rb, (feed_lazy if kind == "lazy" else feed_batch)(rb, pool, eps, seed)
+
+
+def assert_same_samples(a, b, draws=12, batch=32):
+    """Equal samples of ``a`` and ``b`` (same seed), uint8 and float32/255, field by field."""
+    batch = min(batch, len(a))
+    for i in range(draws):
+        kw = {"dtype": np.float32, "scale": 1 / 255} if i % 2 else {}
+        sa, sb = a.sample(batch, **kw), b.sample(batch, **kw)
+        for name, x, y in zip(sa._fields, sa, sb, strict=True):
+            assert x.dtype == y.dtype, name
+            np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+@pytest.mark.parametrize("kind", ["arrays", "lazy", "batch"])
+@pytest.mark.parametrize("game", ["pong", "breakout"])
+def test_recorded_frames_bit_exact(game, kind):
+    eps = episodes(*recorded(game))
+    rb, w = build(True, kind, eps)
+    plain, w_plain = build(False, kind, eps)
+    assert rb.pool.compression == DEFAULT_COMPRESSION
+    assert plain.pool.compression is None
+    m = rb.memory()
+    # every stored frame but the last few (the wrapper's ring, the delta source) is cold
+    assert m["cold_frames"] >= m["unique_frames"] - 2 * K - 2 > 0
+    assert m["bytes_held"] < plain.memory()["bytes_held"] / 3
+    assert_same_samples(rb, plain)
+    if w is not None:  # the observations the policy acts on read the same too
+        np.testing.assert_array_equal(np.asarray(w.obs(0)), np.asarray(w_plain.obs(0)))
+
+
+@pytest.mark.parametrize("group", [1, 3, 8])
+def test_episode_boundaries_at_every_delta_position(group):
+    # episodes of 1..2*group+1 steps: each boundary lands on every position of a group;
+    # frames change by one pixel, the next episode starts from other bytes
+    rng = np.random.default_rng(group)
+    eps, v = [], 0
+    for length in range(2, 2 * group + 3):
+        base = np.full(SHAPE, v % 251, np.uint8)
+        ep = np.repeat(base[None], length, axis=0)
+        ep[np.arange(length), rng.integers(84, size=length), rng.integers(84, size=length)] += 1
+        eps.append(ep)
+        v += 37
+    for kind in ("arrays", "lazy"):
+        for n_step in (1, 3):
+            rb, _ = build({"group": group}, kind, eps, n_step=n_step, seed=group)
+            plain, _ = build(False, kind, eps, n_step=n_step, seed=group)
+            assert_same_samples(rb, plain, draws=6)
+
+
+def test_noise_frames_that_do_not_compress():
+    rng = np.random.default_rng(1)
+    eps = [rng.integers(0, 256, (n, *SHAPE), dtype=np.uint8) for n in (7, 12)]
+    rb, _ = build({"codec": "zstd", "level": 1, "group": 4}, "arrays", eps)
+    plain, _ = build(False, "arrays", eps)
+    assert_same_samples(rb, plain, draws=4)
+
+
+def test_memory_reports_compression():
+    rb = ReplayBuffer(100, compress={"group": 4})
+    m = rb.memory()
+    assert m["compression"] == {**DEFAULT_COMPRESSION, "group": 4}
+    assert (m["hot_frames"], m["cold_frames"], m["cold_bytes"], m["ratio"]) == (0, 0, 0, 0.0)
+    eps = episodes(*recorded("breakout"))
+    rb, _ = build(True, "arrays", eps)
+    plain, _ = build(False, "arrays", eps)
+    m, p = rb.memory(), plain.memory()
+    assert set(m) == set(p) and m["unique_frames"] == p["unique_frames"]
+    assert m["hot_frames"] + m["cold_frames"] == rb.pool.live_frames
+    assert p["compression"] is None and p["cold_frames"] == 0 and p["cold_bytes"] == 0
+    assert m["ratio"] == rb.pool.live_bytes / m["bytes_held"]
+    assert 0 < m["cold_bytes"] < m["bytes_held"]
+    assert m["ratio"] > 3 > p["ratio"]
+    assert m["bytes_per_transition"] < p["bytes_per_transition"] / 3
+
+
+def test_adopting_pools():
+    frames = recorded("pong")[0][:12]
+    # a wrapper's pool is made to compress by the first add, not before
+    pool = FramePool(SHAPE, np.uint8)
+    rb = ReplayBuffer(50, compress={"codec": "lz4hc"})
+    w = Wrapper(pool)
+    obs = w.reset(0, frames[0])
+    assert pool.compression is None
+    rb.add(obs, 0, 0.0, w.step(0, frames[1]), False, False)
+    assert rb.pool is pool and pool.compression["codec"] == "lz4hc"
+    # a pool given to the constructor compresses at once; a compressing pool of a buffer
+    # without compress is left as it is
+    given = FramePool(SHAPE, np.uint8)
+    ReplayBuffer(50, pool=given, compress=True)
+    assert given.compression == DEFAULT_COMPRESSION
+    rb = ReplayBuffer(50, pool=given)
+    assert rb.memory()["compression"] == DEFAULT_COMPRESSION
+
+
+def test_bad_options_raise_before_anything_changes():
+    with pytest.raises(TypeError):
+        ReplayBuffer(10, compress="lz4")
+    with pytest.raises(ValueError, match="codec"):
+        ReplayBuffer(10, compress={"codec": "gzip"})
+    with pytest.raises(ValueError, match="unknown"):
+        ReplayBuffer(10, compress={"clevel": 3})
+    pool = FramePool(SHAPE, np.uint8, compress={"group": 8})
+    with pytest.raises(ValueError, match="already compresses"):
+        ReplayBuffer(10, pool=pool, compress={"group": 4})
+    assert pool.compression["group"] == 8
+    # adopting a wrapper's pool that compresses otherwise: nothing stored
+    rb = ReplayBuffer(10, compress={"group": 4})
+    w = Wrapper(pool)
+    obs = w.reset(0, np.zeros(SHAPE, np.uint8))
+    with pytest.raises(ValueError, match="already compresses"):
+        rb.add(obs, 0, 0.0, w.step(0, np.ones(SHAPE, np.uint8)), False, False)
+    assert len(rb) == 0 and rb.pool is None and pool.compression["group"] == 8
+
+
+# -- checkpoints and pickles ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["arrays", "lazy", "batch"])
+def test_checkpoints_and_pickles_keep_compression(kind, tmp_path):
+    """The same options, the same samples (same seed); the file holds the frames compressed."""
+    eps = episodes(*recorded("breakout"))
+    rb, _ = build({"group": 8}, kind, eps)
+    plain, _ = build(False, kind, eps)
+    rb.save(tmp_path / "rb.npz")
+    pool = FramePool(SHAPE, np.uint8)  # a given pool is made to compress as the file's
+    back = ReplayBuffer.load(tmp_path / "rb.npz", pool=pool)
+    again = ReplayBuffer.load(tmp_path / "rb.npz")
+    assert back.pool is pool and pool.compression == {**DEFAULT_COMPRESSION, "group": 8}
+    m = back.memory()
+    assert m["cold_frames"] >= m["unique_frames"] - 1 > 0  # every frame cold but the newest
+    data = pickle.dumps(rb)
+    assert len(data) < len(rb) * 1000  # compressed frames: 7,056 B each raw
+    copy = pickle.loads(data)
+    assert copy.pool is not rb.pool and copy.memory()["compression"] == rb.memory()["compression"]
+    assert_same_samples(back, copy, draws=4)  # the same RNG state: the same draws
+    assert_same_samples(rb, pickle.loads(data), draws=4)
+    assert_same_samples(plain, again, draws=4)
+    if kind != "batch":  # a loaded buffer goes on compressing what it is given
+        feed_arrays(again, eps[:1], 1)
+        feed_arrays(plain, eps[:1], 1)
+        assert_same_samples(plain, again, draws=4)
+    with pytest.raises(ValueError, match="already compresses"):
+        ReplayBuffer.load(tmp_path / "rb.npz", pool=FramePool(SHAPE, np.uint8, compress=True))
+    empty = pickle.loads(pickle.dumps(ReplayBuffer(8, compress=True)))
+    assert empty.memory()["compression"] == DEFAULT_COMPRESSION and len(empty) == 0
+
+
+def test_checkpoint_is_about_as_large_as_memory(tmp_path):
+    """A full buffer of recorded frames: the file within 1.2x of memory(), 10x below raw.
+
+    Its 1,300 frames (9 MB) are more than load decodes at once (8 MiB): it decodes them
+    in chunks, and the copy samples as the buffer.
+    """
+    for game in ("pong", "breakout"):
+        eps = episodes(*recorded(game)) * 9  # new frames each time: only stacks dedupe
+        rb = ReplayBuffer(1300, n_step=3, seed=0, compress=True)
+        feed_arrays(rb, eps, 0)
+        assert rb.full
+        m = rb.memory()
+        rb.save(tmp_path / "rb.npz")
+        size = os.path.getsize(tmp_path / "rb.npz")
+        assert size < 1.2 * (m["bytes_held"] + m["table_bytes"]), (game, size, m)
+        assert size < m["unique_frames"] * m["frame_bytes"] / 10
+        back = ReplayBuffer.load(tmp_path / "rb.npz")
+        assert back.memory()["bytes_held"] <= 1.2 * m["bytes_held"]
+        assert back.memory()["unique_frames"] == m["unique_frames"] > 1200
+        assert_same_samples(rb, back, draws=2)

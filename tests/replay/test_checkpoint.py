@@ -1,0 +1,550 @@
+"""ReplayBuffer checkpoints: golden files of every format version, and untrusted input.
+
+Each golden file in tests/data must load to the buffer its recipe below builds today (the
+same checkpoint, read from the buffer's pickle, and the same samples). Crafted files must
+be refused with a ValueError, holding no more than a small multiple of the file at once
+(Python's allocations by ``tracemalloc``, the frames by the pool's ``peak_bytes``).
+"""
+
+import io
+import json
+import os
+import pickle
+import tracemalloc
+import zipfile
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from lazyframes import FramePool, ReplayBuffer
+
+DATA = os.path.join(ROOT, "tests", "data")
+
+
+def golden(name):
+    return os.path.join(DATA, name)
+
+
+def v1_wrapped():
+    """Two envs, n_step 3, wrapped; flags of every kind; ndarray observations."""
+    rb = ReplayBuffer(8, num_envs=2, n_step=3, gamma=0.5, seed=7, action_dtype=np.int16)
+
+    def ob(t, e):  # 3 frames of (2, 3) uint8: frame value t + i + 10 e
+        return np.stack([np.full((2, 3), t + i + 10 * e, np.uint8) for i in range(3)])
+
+    for t in range(6):
+        rb.add(np.stack([ob(t, 0), ob(t, 1)]), [t, -t], [t + 0.5, -t - 0.25],
+               np.stack([ob(t + 1, 0), ob(t + 1, 1)]), [t == 2, False], [False, t == 4],
+               autoreset=[False, t == 5])  # fmt: skip
+    rb.sample(2)  # the saved RNG state is not the seed's
+    return rb
+
+
+def v1_partial():
+    """One env, not full, float actions of shape (2,), layout "last"."""
+    rb = ReplayBuffer(
+        6, seed=3, action_shape=(2,), action_dtype=np.float32, layout="last", stack_size=2
+    )
+    for t in range(3):
+        obs = np.concatenate([np.full((2, 2, 1), t + i, np.uint8) for i in range(2)], axis=-1)
+        nxt = np.concatenate([np.full((2, 2, 1), t + 1 + i, np.uint8) for i in range(2)], -1)
+        rb.add(obs, [t, 0.5 * t], 1.0, nxt, t == 2, False)
+    return rb
+
+
+def v2_streams():
+    """Three streams added asynchronously (env_ids), n_step 2, wrapped."""
+    rb = ReplayBuffer(6, num_envs=3, n_step=2, gamma=0.5, seed=9)
+    order = [[2], [0, 1], [1], [2, 0], [0], [1, 2], [1]]
+    t = [0, 0, 0]
+    for ids in order:
+        obs = np.stack([np.full((2, 4, 4), 16 * e + t[e], np.uint8) for e in ids])
+        for e in ids:
+            t[e] += 1
+        nxt = np.stack([np.full((2, 4, 4), 16 * e + t[e], np.uint8) for e in ids])
+        rb.add(obs, ids, [e + 0.25 * t[e] for e in ids], nxt, [t[e] == 3 for e in ids],
+               [False] * len(ids), env_ids=ids)  # fmt: skip
+    rb.sample(3)
+    return rb
+
+
+def v3_compressed():
+    """Two envs of recorded Pong frames, compressed in groups of 4, n_step 2, wrapped."""
+    with np.load(golden("pong.npz")) as d:
+        frames = d["frames"]
+    rb = ReplayBuffer(24, num_envs=2, n_step=2, gamma=0.5, seed=5, compress={"group": 4})
+    for t in range(15):
+        obs = np.stack([frames[80 * e + t : 80 * e + t + 4] for e in range(2)])
+        nxt = np.stack([frames[80 * e + t + 1 : 80 * e + t + 5] for e in range(2)])
+        rb.add(obs, [t % 6, 5 - t % 6], [t, -t], nxt, [t == 9, False], [False, t == 12])
+    rb.sample(4)
+    return rb
+
+
+def checkpoint(rb):
+    """The buffer's checkpoint (its pickle holds one): entry name -> array, meta parsed."""
+    _, (_, data) = rb.__reduce__()
+    with np.load(io.BytesIO(data)) as z:
+        out = {name: z[name] for name in z.files}
+    out["meta"] = json.loads(str(out["meta"][()]))
+    return out
+
+
+def assert_same_buffers(a, b, draws=(5,)):
+    """The same checkpoint, the same samples at every position, the same draws."""
+    ca, cb = checkpoint(a), checkpoint(b)
+    assert ca["meta"] == cb["meta"]
+    assert ca.keys() == cb.keys()
+    for name in ca.keys() - {"meta"}:
+        np.testing.assert_array_equal(ca[name], cb[name], err_msg=name)
+    if len(a):
+        everything = np.arange(len(a))
+        for x, y in zip(a.gather(everything), b.gather(everything), strict=True):
+            np.testing.assert_array_equal(x, y)
+        for B in draws:
+            for x, y in zip(a.sample(B), b.sample(B), strict=True):
+                np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize(
+    "name, recipe",
+    [
+        ("replay_v1_wrapped.npz", v1_wrapped), ("replay_v1_partial.npz", v1_partial),
+        ("replay_v1_empty.npz", lambda: ReplayBuffer(4, seed=1)),
+        ("replay_v2_streams.npz", v2_streams), ("replay_v3_compressed.npz", v3_compressed),
+    ],
+)  # fmt: skip
+def test_golden_files_load_to_what_their_recipe_builds(name, recipe):
+    rb = ReplayBuffer.load(golden(name))
+    want = recipe()
+    if rb.pool is not None:  # into a given pool too
+        pool = FramePool(rb.pool.frame_shape, rb.pool.dtype)
+        rb = ReplayBuffer.load(golden(name), pool=pool)
+        assert rb.pool is pool
+    assert rb.memory()["compression"] == want.memory()["compression"]
+    assert_same_buffers(rb, want)
+
+
+def test_golden_v1_exact_values():
+    """The v1 ring: position ``row * 2 + env`` holds env's transition of step t = row+4k."""
+    rb = ReplayBuffer.load(golden("replay_v1_wrapped.npz"))
+    assert (len(rb), rb.full, rb.n_step, rb.gamma) == (8, True, 3, 0.5)
+    ck = checkpoint(rb)
+    assert ck["meta"]["pos"] == 4 and ck["meta"]["version"] == 4
+    assert ck["actions"].tolist() == [4, -4, 5, -5, 2, -2, 3, -3]
+    assert ck["rewards"].tolist() == [4.5, -4.25, 5.5, -5.25, 2.5, -2.25, 3.5, -3.25]
+    assert ck["flags"].tolist() == [0, 2, 0, 4, 1, 0, 0, 0]
+    assert ck["env_ids"].tolist() == [0, 1] * 4
+    s = rb.gather(np.arange(8))
+    assert s.observations[:, 0, 0, 0].tolist() == [4, 14, 5, 15, 2, 12, 3, 13]
+    # position 6 (env 0, t=3): rewards 3.5 + 0.5 * 4.5 + 0.25 * 5.5, window complete
+    assert (s.rewards[6], s.discounts[6], s.dones[6]) == (3.5 + 2.25 + 1.375, 0.125, 0.0)
+    # env 0's two newest windows (positions 0, 2) are open; 3 is an autoreset placeholder
+    assert set(rb.sample(64).indices.tolist()) == {1, 4, 5, 6, 7}
+
+
+def test_round_trip_keeps_everything_and_writes_version_4(tmp_path):
+    path = tmp_path / "rb.npz"
+    for rb in (v2_streams(), v3_compressed(), ReplayBuffer(10, num_envs=2, seed=3)):
+        rb.save(path)
+        back = ReplayBuffer.load(path, pool=None if rb.pool is None else FramePool(
+            rb.pool.frame_shape, rb.pool.dtype))  # fmt: skip
+        assert back.pool is not rb.pool or rb.pool is None
+        assert checkpoint(back)["meta"]["version"] == 4
+        assert_same_buffers(back, rb)
+        assert_same_buffers(pickle.loads(pickle.dumps(rb)), rb)
+        if rb.pool is not None:  # each frame stored once, in memory and in the file
+            assert back.pool.live_frames == rb.memory()["unique_frames"]
+        assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_bad_files_are_refused(tmp_path):
+    path = tmp_path / "rb.npz"
+    v2_streams().save(path)
+    good = path.read_bytes()
+    (tmp_path / "trunc.npz").write_bytes(good[: len(good) // 2])
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF  # a flipped byte: the CRC check fails
+    (tmp_path / "corrupt.npz").write_bytes(bytes(bad))
+    np.savez(tmp_path / "other.npz", a=np.arange(3))
+    (tmp_path / "text.npz").write_text("hello")
+    with np.load(path) as z:
+        entries = {k: z[k] for k in z.files}
+    entries["obs_index"] = entries["obs_index"] + 10**6  # indices beyond the frames
+    np.savez(tmp_path / "mismatch.npz", **entries)
+    for name, match in [
+        ("trunc.npz", r"trunc\.npz"),
+        ("corrupt.npz", "corrupt"),
+        ("other.npz", "not a ReplayBuffer checkpoint"),
+        ("text.npz", "not a ReplayBuffer checkpoint"),
+        ("mismatch.npz", "not in the file"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            ReplayBuffer.load(tmp_path / name)
+    with pytest.raises(FileNotFoundError):
+        ReplayBuffer.load(tmp_path / "missing.npz")
+    with pytest.raises(ValueError, match="shape"):  # a pool of other frames
+        ReplayBuffer.load(path, pool=FramePool((4, 3), np.uint8))
+    with pytest.raises(TypeError, match="FramePool"):
+        ReplayBuffer.load(path, pool="pool")
+
+
+def test_a_failed_save_leaves_the_old_checkpoint_and_no_temporary_file(tmp_path, monkeypatch):
+    rb = v2_streams()
+    path = tmp_path / "rb.npz"
+    rb.save(path)
+    good = path.read_bytes()
+    with pytest.raises(FileNotFoundError):  # refused before anything is written
+        rb.save(tmp_path / "no" / "rb.npz")
+
+    class Boom(Exception):
+        pass
+
+    def failing_write(f, *args, **kwargs):  # the disk fills half-way through an entry
+        f.write(b"partial")
+        raise Boom
+
+    monkeypatch.setattr(np.lib.format, "write_array", failing_write)
+    with pytest.raises(Boom):
+        rb.save(path)
+    monkeypatch.undo()
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError("EIO")))
+    with pytest.raises(OSError, match="EIO"):
+        rb.save(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == good and os.listdir(tmp_path) == ["rb.npz"]
+    assert_same_buffers(ReplayBuffer.load(path), rb)
+
+
+# -- crafted files ----------------------------------------------------------------------
+
+
+def entries(path):
+    """The members of a checkpoint: name -> bytes."""
+    with zipfile.ZipFile(path) as zf:
+        return {i.filename: zf.read(i) for i in zf.infolist()}
+
+
+def npy(arr):
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.asarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def npy_header(shape, dtype):
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+              "shape": shape})  # fmt: skip
+    return buf.getvalue()
+
+
+def craft(path, members, compression=zipfile.ZIP_STORED):
+    with zipfile.ZipFile(path, "w", compression=compression) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+def meta_of(members):
+    return json.loads(str(np.load(io.BytesIO(members["meta.npy"]))[()]))
+
+
+def with_meta(members, **changes):
+    return {**members, "meta.npy": npy(np.array(json.dumps({**meta_of(members), **changes})))}
+
+
+def declared_pool(path):
+    """A pool of the frames a plain checkpoint declares (None if it declares none)."""
+    try:
+        m = meta_of(entries(path))
+        return FramePool(tuple(m["frame_shape"]), m["frame_dtype"])
+    except Exception:
+        return None
+
+
+def assert_refused(path, match, cls=ReplayBuffer):
+    """``load`` raises ValueError(match) having held < 16x the file + 4 MiB at once.
+
+    Python's allocations are traced (``tracemalloc``); the frames go into a pool of the
+    declared geometry when there is one, whose ``peak_bytes`` counts its chunks.
+    """
+    size, pool = os.path.getsize(path), declared_pool(path)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=match):
+            cls.load(path, pool=pool)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    held = 0 if pool is None else pool.peak_bytes
+    assert peak + held < 16 * size + (4 << 20), (peak, held)
+
+
+@pytest.fixture
+def valid(tmp_path):
+    """The members of a valid checkpoint of 6 transitions of (2, 4, 4) uint8."""
+    v2_streams().save(tmp_path / "valid.npz")
+    return entries(tmp_path / "valid.npz")
+
+
+def test_deflate_bomb_is_refused(valid, tmp_path):
+    """67M frames of zeros deflate to a few MB: a deflated member is refused unread."""
+    n = 1 << 22
+    bomb = npy_header((n, 4, 4), np.uint8) + bytes(16 * n)
+    path = craft(tmp_path / "bomb.npz", {**valid, "frames.npy": bomb}, zipfile.ZIP_DEFLATED)
+    assert os.path.getsize(path) < 1 << 20
+    assert_refused(path, "compressed")
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"capacity": 2**64}, "capacity"),
+        ({"capacity": 2**25 * 3}, r"'actions' has shape \(6,\) .* expected shape \(100663296,\)"),
+        ({"capacity": 10**9, "num_envs": 10**9}, "num_envs"),
+        ({"action_shape": [10**6, 10**6]}, "bytes of tables.*action_shape"),
+        ({"stack_size": 2**40}, "stack_size"), ({"n_step": 10**6}, "n_step"),
+        ({"capacity": "6"}, "capacity"), ({"pos": 10**9}, "pos"), ({"full": 1}, "full"),
+        ({"version": 5}, "version 5 is not supported"), ({"format": "other"}, "wrong format tag"),
+        ({"rng": {"name": "os", "state": {}}}, "bit generator"), ({"n_skip": 5}, "autoreset count"),
+    ],
+)  # fmt: skip
+def test_bad_meta_is_refused(valid, tmp_path, changes, match):
+    assert_refused(craft(tmp_path / "bad.npz", with_meta(valid, **changes)), match)
+
+
+@pytest.mark.parametrize(
+    "name, data, match",
+    [
+        ("actions.npy", npy(np.zeros(6, np.float64)), "dtype float64"),
+        ("actions.npy", npy(np.zeros((6, 1), np.int64)), r"shape \(6, 1\)"),
+        ("actions.npy", npy_header((10**9,), np.int64) + bytes(48), r"shape \(1000000000,\)"),
+        ("actions.npy", npy_header((6,), np.int64) + bytes(8), "size its header"),
+        ("rewards.npy", npy(np.full(6, np.inf, np.float32)), "reward must be finite"),
+        ("flags.npy", npy(np.full(6, 8, np.uint8)), "bad flags"),
+        ("env_ids.npy", npy(np.full(6, 3, np.int32)), r"streams in \[0, 3\)"),
+        ("obs_index.npy", npy(np.full((6, 2), 99, np.int32)), "not in the file"),
+        ("frames.npy", npy_header((10**9, 4, 4), np.uint8) + bytes(64), "size its header"),
+        ("frames.npy", npy(np.zeros((3, 4, 5), np.uint8)), "frames entry has shape"),
+        ("frames.npy", npy(np.zeros((10**5, 4, 4), np.uint8)), "100000 frames for 24 frame"),
+        ("frames.npy", npy(np.zeros((3, 4, 4), np.int16)), "dtype int16"),
+        ("extra.npy", npy(np.zeros(1)), "unexpected entries"),
+        ("meta.npy", npy(np.zeros(1)), "bad meta entry"),
+    ],
+)
+def test_bad_entries_are_refused(valid, tmp_path, name, data, match):
+    assert_refused(craft(tmp_path / "bad.npz", {**valid, name: data}), match)
+
+
+def test_missing_entry_and_foreign_members_are_refused(valid, tmp_path):
+    members = dict(valid)
+    del members["env_ids.npy"]
+    assert_refused(craft(tmp_path / "a.npz", members), "missing entry 'env_ids'")
+    assert_refused(craft(tmp_path / "b.npz", {**valid, "notes.txt": b"hi"}), "unexpected member")
+
+
+# -- crafted compressed containers (formats 3 and 4) ------------------------------------
+
+
+@pytest.fixture
+def packed():
+    """The members of the v3 golden file: 32 frames of 7,056 B as a compressed container."""
+    return entries(golden("replay_v3_compressed.npz"))
+
+
+def member(members, name):
+    return np.load(io.BytesIO(members[name + ".npy"]))
+
+
+def test_golden_v3_holds_compressed_frames(packed):
+    assert member(packed, "frame_kinds").tolist() == [0, 1, 1, 1] * 8  # a key, 3 XOR deltas
+    assert member(packed, "frame_blobs").size < 32 * 7056 / 10
+    assert "frames.npy" not in packed
+
+
+@pytest.mark.parametrize(
+    "name, data, match",
+    [
+        ("frame_blobs.npy", npy_header((10**9,), np.uint8) + bytes(64), "size its header"),
+        ("frame_offsets.npy", npy_header((10**9,), np.int64) + bytes(64), "size its header"),
+        ("frame_offsets.npy", npy(np.arange(200, dtype=np.int64)), r"\(200,\) for 192 ref"),
+        ("frame_offsets.npy", npy(np.zeros((33, 1), np.int64)), "frame_offsets entry has shape"),
+        ("frame_offsets.npy", npy(np.arange(33, dtype=np.int64)), "do not span"),
+        ("frame_kinds.npy", npy(np.zeros(31, np.uint8)), r"shape \(31,\)"),
+        ("frame_kinds.npy", npy(np.full(32, 7, np.uint8)), "kinds KIND_KEY/DELTA/RAW"),
+        ("frame_kinds.npy", npy(np.ones(32, np.uint8)), "first blob is a delta"),
+        ("frame_kinds.npy", npy(np.full(32, 2, np.uint8)), "raw blob is not 7056 bytes"),
+        ("frame_kinds.npy", npy(np.zeros(32, np.float32)), "dtype float32"),
+        ("frames.npy", npy(np.zeros((32, 84, 84), np.uint8)), "frames are compressed"),
+        ("obs_index.npy", npy(np.full((24, 4), 32, np.int32)), "not in the file"),
+    ],
+)
+def test_bad_containers_are_refused(packed, tmp_path, name, data, match):
+    assert_refused(craft(tmp_path / "bad.npz", {**packed, name: data}), match)
+
+
+def test_forged_offsets_and_truncated_payloads_are_refused(packed, tmp_path):
+    offsets, blobs = member(packed, "frame_offsets"), member(packed, "frame_blobs")
+    swapped = offsets.copy()
+    swapped[[3, 4]] = swapped[[4, 3]]
+    moved = offsets.copy()
+    moved[5] += 3  # blobs 4 and 5 cut in the wrong place: neither decodes
+    cut = np.minimum(offsets, blobs.size - 100)
+    cut[-1] = blobs.size - 100  # the last blob loses its tail
+    short = npy(blobs[:-100])
+    for i, (changes, match) in enumerate([
+        ({"frame_offsets.npy": npy(swapped)}, "must increase"),
+        ({"frame_offsets.npy": npy(moved)}, "does not decode"),
+        ({"frame_blobs.npy": short}, "do not span"),
+        ({"frame_blobs.npy": short, "frame_offsets.npy": npy(cut)}, "does not decode"),
+    ]):  # fmt: skip
+        assert_refused(craft(tmp_path / f"{i}.npz", {**packed, **changes}), match)
+
+
+def test_unreferenced_frames_are_refused(packed, tmp_path):
+    """A frame no transition refers to: 32 frames, 33 offsets, the index avoids frame 31."""
+    index = member(packed, "next_index").copy()
+    index[index == 31] = 30
+    path = craft(tmp_path / "a.npz", {**packed, "next_index.npy": npy(index)})
+    assert_refused(path, "in no transition")
+
+
+@pytest.mark.parametrize("at, value", [(4, 1 << 30), (4, 7055), (12, 1 << 30)])
+def test_blob_headers_declaring_other_sizes_are_refused(packed, tmp_path, at, value):
+    """A decompression bomb: a blob declaring 1 GiB (or another size) of frame or blob."""
+    blobs = member(packed, "frame_blobs").copy()
+    blobs[at : at + 4] = np.frombuffer(np.uint32(value).tobytes(), np.uint8)
+    path = craft(tmp_path / "bomb.npz", {**packed, "frame_blobs.npy": npy(blobs)})
+    assert_refused(path, "blob 0 of the container does not decode")
+
+
+def test_frames_declared_larger_than_the_file_allows_are_refused(packed, tmp_path):
+    """32 frames of 64 MiB from a 13 KB file: refused before any is decoded."""
+    members = with_meta(packed, frame_shape=[8192, 8192])
+    assert_refused(craft(tmp_path / "bomb.npz", members), "decompression bomb")
+
+
+def test_frames_held_at_once_are_bounded(packed, tmp_path):
+    """64 MiB frames again, in a 3 MiB file: 2 GiB may be decoded (1024x the file).
+
+    But an index that needs every frame for every row would hold them all at once (> 16x).
+    """
+    blobs, offsets = member(packed, "frame_blobs"), member(packed, "frame_offsets").copy()
+    padded = np.concatenate([blobs, np.zeros(3 << 20, np.uint8)])
+    offsets[-1] = padded.size
+    index = member(packed, "obs_index").copy()
+    index[:, 1] = 31  # (it is next_index[:, 0] too) every row needs the newest frame
+    members = {**with_meta(packed, frame_shape=[8192, 8192]), "obs_index.npy": npy(index),
+               "frame_blobs.npy": npy(padded), "frame_offsets.npy": npy(offsets)}  # fmt: skip
+    assert_refused(craft(tmp_path / "pin.npz", members), "would be held at once")
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"compression": {"codec": "nope"}}, "codec"),
+        ({"compression": 5}, "bad meta 'compression'"),
+        ({"compression": None}, "the meta says the frames are not compressed"),
+    ],
+)
+def test_bad_compression_meta_is_refused(packed, tmp_path, changes, match):
+    assert_refused(craft(tmp_path / "bad.npz", with_meta(packed, **changes)), match)
+
+
+# -- tables sized by what the file holds --------------------------------------------------
+
+
+def _add_steps(rb, steps, start):
+    """Add ``steps`` transitions of one env: frames (2, 4, 4) valued t, t + 1."""
+    for t in range(start, start + steps):
+        obs = np.stack([np.full((4, 4), (t + i) % 256, np.uint8) for i in range(2)])
+        nxt = np.stack([np.full((4, 4), (t + 1 + i) % 256, np.uint8) for i in range(2)])
+        rb.add(obs, t % 7, 0.5 * t, nxt, t % 11 == 10, False)
+
+
+def test_a_tiny_file_declaring_a_huge_capacity_loads_with_small_tables(tmp_path):
+    """Tables are sized by the file's transitions, then grow with the adds, not by capacity."""
+    rb = ReplayBuffer(2**40, seed=4)
+    fixed = rb.memory()["table_bytes"]  # before any add: the per-env table
+    _add_steps(rb, 3, 0)
+    per_row = (rb.memory()["table_bytes"] - fixed) / 64  # the first add allocates 64 rows
+    assert per_row < 64
+    rb.save(tmp_path / "huge.npz")
+    size = os.path.getsize(tmp_path / "huge.npz")
+    pool = FramePool((4, 4), np.uint8)
+    tracemalloc.start()
+    try:
+        back = ReplayBuffer.load(tmp_path / "huge.npz", pool=pool)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak + pool.peak_bytes < 16 * size + (1 << 20), peak
+    assert back.capacity == 2**40 and len(back) == 3
+    assert back.memory()["table_bytes"] == fixed + 3 * per_row  # 3 rows, not 2**40
+    assert_same_buffers(back, rb)
+    ReplayBuffer(1_000_000).save(tmp_path / "big.npz")  # the bounds leave room for real buffers
+    assert ReplayBuffer.load(tmp_path / "big.npz").capacity == 1_000_000  # (1M transitions)
+    _add_steps(back, 70, 3)
+    _add_steps(rb, 70, 3)
+    assert back.memory()["table_bytes"] == fixed + 128 * per_row  # doubled: 3 -> 64 -> 128
+    assert_same_buffers(back, rb)
+
+
+def test_loaded_tables_grow_up_to_the_capacity_then_evict(tmp_path):
+    """A loaded file of 5 of 50 transitions: adds grow its tables to 50, then wrap."""
+    ref = ReplayBuffer(50, n_step=3, gamma=0.5, seed=2)
+    fixed = ref.memory()["table_bytes"]
+    _add_steps(ref, 5, 0)
+    ref.save(tmp_path / "part.npz")
+    back = ReplayBuffer.load(tmp_path / "part.npz", pool=FramePool((4, 4), np.uint8))
+    per_row = (back.memory()["table_bytes"] - fixed) / 5  # 5 rows
+    for start in range(5, 130, 25):
+        _add_steps(back, 25, start)
+        _add_steps(ref, 25, start)
+        assert_same_buffers(back, ref)
+    assert back.full and back.memory()["table_bytes"] == fixed + 50 * per_row
+    assert checkpoint(back)["meta"]["pos"] == 130 % 50
+
+
+# -- pickles: a buffer pickles as its checkpoint -------------------------------------------
+
+
+def test_pickles_of_0_2_load_and_sample_as_they_did():
+    """``{"uniform": ReplayBuffer, "prioritized": PrioritizedReplayBuffer}`` pickled by 0.2."""
+    with open(golden("replay_0.2_pickle.pkl"), "rb") as fh:
+        buffers = pickle.load(fh)
+    u, p = buffers["uniform"].sample(5), buffers["prioritized"].sample(5, beta=0.4)
+    with np.load(golden("replay_0.2_pickle_samples.npz")) as want:
+        for got, name in [
+            (u.observations, "u_obs"), (u.next_observations, "u_next"), (u.indices, "u_idx"),
+            (u.rewards, "u_rew"), (u.discounts, "u_disc"), (p.observations, "p_obs"),
+            (p.indices, "p_idx"), (p.weights, "p_w"),
+        ]:  # fmt: skip
+            assert got.dtype == want[name].dtype, name
+            np.testing.assert_array_equal(got, want[name], err_msg=name)
+
+
+def test_unpickling_checks_what_it_is_given():
+    """Crafted pickle streams naming the restore function (as 0.2's do) are refused."""
+    restore = ReplayBuffer(1).__reduce__()[0]
+
+    class Call:
+        def __init__(self, *args):
+            self.args = args
+
+        def __reduce__(self):
+            return restore, self.args
+
+    for args, exc, match in [
+        ((dict, b""), TypeError, "restore a ReplayBuffer as"),
+        ((ReplayBuffer, "x"), TypeError, "from bytes"),
+        ((ReplayBuffer, b"PK\x03\x04 not a zip"), ValueError, "not a ReplayBuffer checkpoint"),
+    ]:
+        data = pickle.dumps(Call(*args), protocol=0)
+        shim = data.replace(b"_buffer\n_from_bytes\n", b"_checkpoint\nfrom_bytes\n")
+        assert shim != data
+        for stream in (data, shim):
+            with pytest.raises(exc, match=match):
+                pickle.loads(stream)

@@ -1,0 +1,387 @@
+"""lazyframes.transport: frames cross processes once; messages are checked before any write.
+
+A buffer filled through Sender -> Receiver must
+equal a buffer filled by local adds of the same transitions: same samples from the same
+seed, same unique frames.
+"""
+
+import copy
+import gc
+import multiprocessing
+import pickle
+
+import numpy as np
+import pytest
+
+import lazyframes
+from lazyframes import ReplayBuffer
+from lazyframes import _core as core
+from lazyframes.transport import Receiver, Sender, wire_bytes
+
+SHAPE = (12, 10)
+K = 4
+#: The buffers a Receiver fills.
+BUFFERS = [ReplayBuffer, lazyframes.PrioritizedReplayBuffer]
+
+
+def vector_run(steps, num_envs, seed, *, same_step=False, shape=SHAPE):
+    """A vector stacker's transitions: ``(obs, action, reward, next, term, trunc, extras)``.
+
+    Envs end episodes at random (terminated or truncated); under NEXT_STEP autoreset the
+    step after an end is a placeholder (``autoreset``), under SAME_STEP the final
+    observation comes as ``final_obs``/``final_mask`` and the next obs is the reset one.
+    """
+    rng = np.random.default_rng(seed)
+    pool = core.FramePool(shape, np.uint8)
+    counter = iter(range(1, 1 << 30))
+
+    def frames(n):
+        return np.stack([np.full(shape, next(counter) % 251, np.uint8) for _ in range(n)])
+
+    obs = pool.push_batch(frames(num_envs), k=K)
+    ended = np.zeros(num_envs, np.bool_)
+    out = []
+    for _ in range(steps):
+        term = rng.random(num_envs) < 0.08
+        trunc = ~term & (rng.random(num_envs) < 0.05)
+        done = term | trunc
+        act = rng.integers(0, 6, num_envs)
+        rew = rng.normal(size=num_envs).astype(np.float32)
+        if same_step:
+            final = obs.shift(frames(num_envs))
+            nxt = final.shift(frames(num_envs), done) if done.any() else final
+            extras = {"final_obs": list(final), "final_mask": done} if done.any() else {}
+        else:
+            nxt = obs.shift(frames(num_envs), ended)
+            extras = {"autoreset": ended.copy()}
+            term, trunc = term & ~ended, trunc & ~ended
+            ended = (term | trunc).copy()
+        out.append((obs, act, rew, nxt, term, trunc, extras))
+        obs = nxt
+    return out
+
+
+def feed(run, rb_local, sender, receiver, rng):
+    """Add ``run`` to ``rb_local`` directly and through ``sender`` -> ``receiver``; the messages."""
+    msgs = []
+    for t, (obs, act, rew, nxt, term, trunc, extras) in enumerate(run, 1):
+        rb_local.add(obs, act, rew, nxt, term, trunc, **extras)
+        sender.add(obs, act, rew, nxt, term, trunc, **extras)
+        if rng.random() < 0.2 or t == len(run):
+            msgs.append(sender.flush())
+            receiver.ingest(copy.deepcopy(msgs[-1]))  # nothing shared with the sender
+    return msgs
+
+
+def assert_same_buffers(a, b):
+    assert len(a) == len(b)
+    assert a.memory()["unique_frames"] == b.memory()["unique_frames"]
+    for _ in range(3):
+        sa, sb = a.sample(64), b.sample(64)
+        for x, y in zip(sa, sb, strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("buffer", BUFFERS)
+@pytest.mark.parametrize("same_step", [False, True])
+@pytest.mark.parametrize("compress", [False, True])
+def test_sender_receiver_equal_local_adds(compress, same_step, buffer):
+    num_envs, n_step = 3, 3
+    run = vector_run(60, num_envs, 1, same_step=same_step)
+    local = buffer(120, num_envs=num_envs, n_step=n_step, seed=5, compress=compress)
+    pool = core.FramePool(SHAPE, np.uint8)
+    remote = buffer(120, num_envs=num_envs, n_step=n_step, seed=5, compress=compress, pool=pool)
+    receiver = Receiver(remote)
+    sender = Sender(num_envs=num_envs, stream=receiver.open(num_envs), compress=compress)
+    msgs = feed(run, local, sender, receiver, np.random.default_rng(2))
+    assert_same_buffers(local, remote)
+    # each frame crossed once: the new frames of all messages are the distinct frames
+    distinct = {s for step in run for o in (step[0], step[3]) for s in o.slots.ravel().tolist()}
+    for step in run:
+        for fo in step[6].get("final_obs", []) or []:
+            distinct.update(fo.slots)
+    assert sum(len(m["sizes"]) for m in msgs) == len(distinct)
+
+
+def test_ndarray_observations_send_one_frame_per_step():
+    run = vector_run(30, 2, 3)
+    local = ReplayBuffer(100, num_envs=2, seed=1)
+    remote = ReplayBuffer(100, num_envs=2, seed=1, pool=core.FramePool(SHAPE, np.uint8))
+    receiver = Receiver(remote)
+    sender = Sender(num_envs=2, stream=receiver.open(2), compress=False)
+    for obs, act, rew, nxt, term, trunc, extras in run:
+        o, n = np.asarray(obs), np.asarray(nxt)  # (E, k, *S) stacked, as EnvPool gives
+        local.add(o, act, rew, n, term, trunc, **extras)
+        sender.add(o, act, rew, n, term, trunc, **extras)
+    msg = sender.flush()
+    assert receiver.ingest(msg) == 60
+    assert_same_buffers(local, remote)
+    assert len(msg["sizes"]) == local.memory()["unique_frames"] < 2 * 30 + 2 * K
+
+
+def test_env_ids_subsets_as_async_vector_envs_give():
+    """Each add carries some of the envs (EnvPool's async mode): streams stay exact."""
+    run = vector_run(30, 3, 12)
+    rng = np.random.default_rng(0)
+    local = ReplayBuffer(200, num_envs=3, n_step=2, seed=4)
+    remote = ReplayBuffer(200, num_envs=3, n_step=2, seed=4, pool=core.FramePool(SHAPE, np.uint8))
+    receiver = Receiver(remote)
+    sender = Sender(num_envs=3, stream=receiver.open(3))
+    for obs, act, rew, nxt, term, trunc, extras in run:
+        ids = np.flatnonzero(rng.random(3) < 0.7)
+        if ids.size == 0:
+            continue
+        args = ([obs[i] for i in ids], act[ids], rew[ids], [nxt[i] for i in ids])
+        flags = (term[ids], trunc[ids])
+        auto = {"autoreset": extras["autoreset"][ids], "env_ids": ids}
+        local.add(*args, *flags, **auto)
+        sender.add(*args, *flags, **auto)
+    receiver.ingest(sender.flush())
+    assert_same_buffers(local, remote)
+
+
+def test_two_senders_share_one_buffer_in_their_own_env_streams():
+    rb = ReplayBuffer(200, num_envs=3, n_step=3, seed=0, pool=core.FramePool(SHAPE, np.uint8))
+    receiver = Receiver(rb)
+    a = Sender(num_envs=2, stream=receiver.open(2))
+    b = Sender(num_envs=1, stream=receiver.open(1))
+    with pytest.raises(ValueError, match="no room"):
+        receiver.open(1)
+    # the same transitions added locally, each sender's in the env streams it was given
+    local = ReplayBuffer(200, num_envs=3, n_step=3, seed=0)
+    ra, rb_run = vector_run(10, 2, 4), vector_run(10, 1, 5)
+    for (o, x, r, n, t, u, e), (o1, x1, r1, n1, t1, u1, e1) in zip(ra, rb_run, strict=True):
+        a.add(o, x, r, n, t, u, **e)
+        b.add(o1, x1, r1, n1, t1, u1, **e1)
+    for run, ids in ((rb_run, [2]), (ra, [0, 1])):  # ingested b first, then a
+        for o, x, r, n, t, u, e in run:
+            local.add(o, x, r, n, t, u, env_ids=ids, **e)
+    assert receiver.ingest(b.flush()) == 10
+    assert receiver.ingest(a.flush()) == 20
+    assert len(rb) == 30
+    assert_same_buffers(local, rb)
+
+
+def test_messages_are_much_smaller_than_stacked_observations():
+    run = vector_run(64, 1, 6, shape=(84, 84))
+    sender = Sender(compress=True)
+    for obs, act, rew, nxt, term, trunc, extras in run:
+        sender.add(obs, act, rew, nxt, term, trunc, **extras)
+    msg = sender.flush()
+    naive = wire_bytes([(np.asarray(s[0]), s[1], s[2], np.asarray(s[3])) for s in run])
+    assert wire_bytes(msg) * 6 < naive
+
+
+def _message(steps=12, num_envs=2, compress=True):
+    rb = ReplayBuffer(100, num_envs=num_envs, seed=0, pool=core.FramePool(SHAPE, np.uint8))
+    receiver = Receiver(rb)
+    sender = Sender(num_envs=num_envs, stream=receiver.open(num_envs), compress=compress)
+    for obs, act, rew, nxt, term, trunc, extras in vector_run(steps, num_envs, 7):
+        sender.add(obs, act, rew, nxt, term, trunc, **extras)
+    return rb, receiver, sender, sender.flush()
+
+
+def _forge(msg, key, value):
+    bad = copy.deepcopy(msg)
+    bad[key] = value
+    return bad
+
+
+FORGERIES = [("format", "other", ValueError, "not a lazyframes.transport message"),
+             ("version", 2, ValueError, "version"),
+             ("stream", 5, ValueError, "unknown stream"),
+             ("stream", -1, ValueError, "non-negative"),
+             ("stream", 0.0, TypeError, "must be an integer"),
+             ("carry", 4, ValueError, "out of order"),
+             ("frame_shape", (10, 12), ValueError, "shape"),
+             ("dtype", "<u2", ValueError, "dtype"),
+             ("stack_size", 3, ValueError, "shape"),
+             ("stack_size", 0, ValueError, "stack_size|positive|at least"),
+             ("layout", "diagonal", ValueError, "layout"),
+             ("transitions", 13, ValueError, "shape"),
+             ("obs", "ids", TypeError, "unsigned integers"),
+             ("payload", b"\x00" * 10, ValueError, "offsets|raw blob"),
+             ("payload", 17, TypeError, "bytes-like")]  # fmt: skip
+
+
+@pytest.mark.parametrize("key,value,exc,match", FORGERIES)
+def test_forged_messages_raise_before_writing(key, value, exc, match):
+    rb, receiver, _, msg = _message()
+    pool = rb.pool
+    live = pool.live_frames
+    with pytest.raises(exc, match=match):
+        receiver.ingest(_forge(msg, key, value))
+    gc.collect()
+    assert len(rb) == 0
+    assert pool.live_frames == live
+    assert receiver.ingest(msg) == 24  # the genuine message still goes in
+
+
+def _forged_arrays(msg):
+    """Array fields tampered with: ids out of range, wrong dtypes and shapes."""
+    m = len(msg["sizes"])
+    T = msg["transitions"]
+    out = []
+    for key in ("obs", "next_obs"):
+        a = msg[key].copy()
+        a[T // 2, 1] = m  # one past the frame table
+        out.append((key, a, ValueError, "out of range"))
+        out.append((key, msg[key].astype(np.int64), TypeError, "unsigned"))
+        out.append((key, msg[key][:, :2].copy(), ValueError, "shape"))
+    env = msg["env"].copy()
+    env[0] = 2
+    out.append(("env", env, ValueError, "out of range"))
+    retain = msg["retain"].copy()
+    retain[0] = m + 3
+    out.append(("retain", retain, ValueError, "out of range"))
+    out.append(("retain", np.zeros(100, np.uint16), ValueError, "more than k x num_envs"))
+    flags = msg["flags"].copy()
+    flags[1] = 8
+    out.append(("flags", flags, ValueError, "out of range"))
+    sizes = msg["sizes"].copy()
+    sizes[0] += 1
+    out.append(("sizes", sizes, ValueError, "offsets"))
+    out.append(("sizes", np.ones(10**6, np.uint32), ValueError, "new frames"))
+    out.append(("sizes", msg["sizes"].astype(np.uint64), TypeError, "uint32"))
+    kinds = msg["kinds"].copy()
+    kinds[0] = 1  # a delta first
+    out.append(("kinds", kinds, ValueError, "delta"))
+    action = msg["action"].astype(np.float64)
+    out.append(("action", action, TypeError, "action"))
+    reward = msg["reward"].copy()
+    reward[3] = np.inf
+    out.append(("reward", reward, ValueError, "reward"))
+    out.append(("reward", msg["reward"][:-1].copy(), ValueError, "reward"))
+    return out
+
+
+def test_forged_arrays_raise_before_writing():
+    rb, receiver, _, msg = _message()
+    live = rb.pool.live_frames
+    for key, value, exc, match in _forged_arrays(msg):
+        with pytest.raises(exc, match=match):
+            receiver.ingest(_forge(msg, key, value))
+        gc.collect()
+        assert (len(rb), rb.pool.live_frames) == (0, live), key
+    with pytest.raises(TypeError, match="a dict"):
+        receiver.ingest([msg])
+    extra = dict(msg, extra=1)
+    with pytest.raises(ValueError, match="keys"):
+        receiver.ingest(extra)
+    assert receiver.ingest(msg) == 24
+
+
+def test_a_blob_that_does_not_decode_is_refused():
+    rb, receiver, _, msg = _message(compress=True)
+    payload = bytearray(msg["payload"])
+    payload[:40] = b"\xff" * 40  # not a Blosc2 chunk (say KEY)
+    bad = _forge(msg, "payload", bytes(payload))
+    bad["kinds"] = np.zeros_like(msg["kinds"])
+    with pytest.raises(ValueError, match="blob 0 of the container does not decode"):
+        receiver.ingest(bad)
+    assert len(rb) == 0
+    assert receiver.ingest(msg) == 24
+
+
+def test_messages_in_order_then_resync():
+    rb, receiver, sender, _ = _message(steps=4)
+    run = vector_run(8, 2, 8)
+    for obs, act, rew, nxt, term, trunc, extras in run[4:6]:
+        sender.add(obs, act, rew, nxt, term, trunc, **extras)
+    second = sender.flush()
+    assert second["carry"] > 0
+    with pytest.raises(ValueError, match="out of order"):
+        receiver.ingest(second)  # the first one was lost
+    sender.resync()
+    for obs, act, rew, nxt, term, trunc, extras in run[6:]:
+        sender.add(obs, act, rew, nxt, term, trunc, **extras)
+    third = sender.flush()
+    assert third["carry"] == 0
+    assert receiver.ingest(third) == 4
+    assert len(rb) == 4
+
+
+def test_a_message_without_new_frames():
+    pool = core.FramePool(SHAPE, np.uint8)
+    refs = [pool.push(np.full(SHAPE, v, np.uint8)) for v in range(5)]
+    obs, nxt = pool.lazy(refs[:4], layout="stack"), pool.lazy(refs[1:], layout="stack")
+    rb = ReplayBuffer(10, seed=0)
+    receiver = Receiver(rb)
+    sender = Sender(stream=receiver.open(), compress=True)
+    sender.add(obs, 0, 1.0, nxt, False, False)
+    assert receiver.ingest(sender.flush()) == 1
+    sender.add(nxt, 1, 0.0, nxt, True, False)  # a no-op step: every frame already kept
+    msg = sender.flush()
+    assert (msg["carry"], len(msg["sizes"])) == (4, 0)
+    assert receiver.ingest(msg) == 1
+    s = rb.sample(8)
+    ended = s.next_observations[s.dones == 1]
+    assert len(ended) > 0
+    np.testing.assert_array_equal(ended, np.broadcast_to(np.asarray(nxt), ended.shape))
+
+
+def _child_sender(queue, steps, num_envs, seed, stream, flush, stop_after):
+    """A sender in another process: its messages go through ``queue``.
+
+    After ``stop_after`` messages it puts ``"stalled"`` and blocks: the parent kills it.
+    """
+    sender = Sender(num_envs=num_envs, stream=stream, compress=True)
+    sent = 0
+    for t, (obs, act, rew, nxt, term, trunc, extras) in enumerate(
+        vector_run(steps, num_envs, seed), 1
+    ):
+        sender.add(obs, act, rew, nxt, term, trunc, **extras)
+        if t % flush == 0 or t == steps:
+            queue.put(sender.flush())
+            sent += 1
+            if sent == stop_after:
+                queue.put("stalled")
+                multiprocessing.Event().wait()  # never set
+    queue.put(None)
+
+
+@pytest.mark.parametrize("stop_after", [None, 2])
+def test_a_sender_in_another_process(stop_after):
+    """Messages cross a process boundary; a sender killed mid-stream leaves whole messages."""
+    steps, num_envs, flush = 40, 2, 10
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    remote = ReplayBuffer(200, num_envs=num_envs, seed=3, pool=core.FramePool(SHAPE, np.uint8))
+    receiver = Receiver(remote)
+    stream = receiver.open(num_envs)
+    args = (queue, steps, num_envs, 9, stream, flush, stop_after)
+    child = ctx.Process(target=_child_sender, args=args, daemon=True)
+    child.start()
+    try:
+        while (msg := queue.get(timeout=120)) not in (None, "stalled"):
+            receiver.ingest(msg)
+        if msg == "stalled":
+            child.kill()  # a dead sender: its stream just stops
+    finally:
+        child.join(timeout=60)
+    done = steps if stop_after is None else stop_after * flush
+    local = ReplayBuffer(200, num_envs=num_envs, seed=3)
+    for obs, act, rew, nxt, term, trunc, extras in vector_run(steps, num_envs, 9)[:done]:
+        local.add(obs, act, rew, nxt, term, trunc, **extras)
+    assert len(remote) == done * num_envs
+    assert_same_buffers(local, remote)
+
+
+def test_pickle_protocol_5_keeps_shared_frames_shared():
+    pool = core.FramePool((84, 84), np.uint8)
+    refs = [pool.push(np.full((84, 84), v, np.uint8)) for v in range(35)]
+    obs = [pool.lazy(refs[i : i + 4], layout="stack") for i in range(32)]
+    batch = pool.lazy_batch([o.slots for o in obs])
+    frame = 84 * 84
+    for x in (obs, batch):
+        inband = pickle.dumps(x, protocol=5)
+        assert 35 * frame < len(inband) < 36 * frame  # 35 frames, not 128
+        buffers = []
+        head = pickle.dumps(x, protocol=5, buffer_callback=buffers.append)
+        assert len(buffers) == 35  # one out-of-band buffer per frame
+        assert len(head) < frame // 2  # the frames are not in the stream
+        back = pickle.loads(head, buffers=buffers)
+        np.testing.assert_array_equal(np.asarray(back if x is batch else back[31]),
+                                      np.asarray(batch if x is batch else obs[31]))  # fmt: skip
+        slots = np.asarray([o.slots for o in back]) if x is obs else back.slots
+        assert np.unique(slots).size == 35

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The sanitizer step of .ci/run: the C code under AddressSanitizer and UBSan.
+#
+# 1. csrc/test_kernels.c (the plain-C kernels, pool, codec and sum tree, no Python) built
+#    with -fsanitize=address,undefined and run, leak checks on;
+# 2. the extension rebuilt with the same flags in a scratch copy of the checkout (this
+#    one's build is left alone), then the core tests and the fuzzer run against it, with
+#    gcc's libasan preloaded into the interpreter. CPython frees little at exit by design,
+#    so leaks are not checked there; any ASan or UBSan report fails the step.
+#
+# Needs gcc with its sanitizer runtimes (libasan, libubsan) and the build requirements
+# (setuptools, Cython, numpy, blosc2: the test extra has them). Usage: bash tests/sanitize.sh
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TESTS=(tests/core/test_core.py tests/core/test_compress.py tests/core/test_module.py tests/core/test_sumtree.py
+       tests/hardening/test_misuse.py tests/hardening/test_fuzz.py tests/replay/test_model_fuzz.py tests/replay/test_buffer.py)
+FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g"
+REPORT='ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer'
+
+command -v gcc >/dev/null || { echo "sanitize.sh: needs gcc (and libasan, libubsan)" >&2; exit 1; }
+LIBASAN="$(gcc -print-file-name=libasan.so)"
+[[ "$LIBASAN" = /* ]] || { echo "sanitize.sh: gcc has no libasan.so" >&2; exit 1; }
+BLOSC2="$(python -c 'import blosc2, os; print(os.path.dirname(blosc2.__file__))')"
+SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/lazyframes-asan.XXXXXX")"
+trap 'rm -rf "$SCRATCH"' EXIT
+
+echo "-- csrc/test_kernels.c"
+gcc -std=c99 -O1 -Wall -Wextra $FLAGS -I"$ROOT/csrc" -I"$BLOSC2/include" \
+    "$ROOT"/csrc/{test_kernels,kernels,pool,codec,sumtree}.c "$BLOSC2/lib/libblosc2.a" \
+    -o "$SCRATCH/test_kernels" -lpthread -ldl -lm
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 "$SCRATCH/test_kernels" \
+    > "$SCRATCH/kernels.log" 2>&1 || { cat "$SCRATCH/kernels.log"; exit 1; }
+tail -n 1 "$SCRATCH/kernels.log"
+if grep -Eq "$REPORT|FAIL" "$SCRATCH/kernels.log"; then cat "$SCRATCH/kernels.log"; exit 1; fi
+
+echo "-- the extension, built with the sanitizers in $SCRATCH/src"
+mkdir "$SCRATCH/src"
+tar -C "$ROOT" -cf - --exclude=.git --exclude=build --exclude='*.egg-info' \
+    --exclude=__pycache__ --exclude='.*_cache' --exclude=.hypothesis --exclude='*.so' \
+    --exclude=csrc/_core.c . | tar -C "$SCRATCH/src" -xf -
+cd "$SCRATCH/src"
+CFLAGS="$FLAGS" LDFLAGS="-fsanitize=address,undefined" \
+    python setup.py -q build_ext --inplace > "$SCRATCH/build.log" 2>&1 \
+    || { cat "$SCRATCH/build.log"; exit 1; }
+export LD_PRELOAD="$LIBASAN" PYTHONDONTWRITEBYTECODE=1
+# handle_segv=0: a segfault stays a signal, as the tests that provoke one expect
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:handle_segv=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+SO="$(python -c 'import lazyframes._core as c; print(c.__file__)' | tail -n 1)"
+[[ "$SO" = "$SCRATCH/src/"* ]] || { echo "sanitize.sh: the tests would import $SO" >&2; exit 1; }
+grep -q __asan_init "$SO" || { echo "sanitize.sh: $SO is not instrumented" >&2; exit 1; }
+
+echo "-- ${TESTS[*]} against it"
+status=0
+python -m pytest -q -p no:cacheprovider "${TESTS[@]}" 2>&1 | tee "$SCRATCH/tests.log" || status=$?
+if grep -Eq "$REPORT" "$SCRATCH/tests.log"; then echo "sanitize.sh: a sanitizer report" >&2; exit 1; fi
+exit "$status"

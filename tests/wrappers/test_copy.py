@@ -1,0 +1,204 @@
+"""copy.deepcopy of the stackers, padding after close(), and asynchronous vector envs.
+
+A deep copy goes on from the same state as Gymnasium's wrapper deep-copied (the env is
+copied too), leaves the original unaffected, and shares the pool: no frame is pushed or
+copied by the copy itself.
+"""
+
+import copy
+import gc
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from conftest import f
+from counter_env import CounterEnv, mk
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector.utils import batch_space
+from gymnasium.wrappers import FrameStackObservation as GymFSO
+from test_spaces import SpaceEnv, assert_same, image_vector_space, pools_of
+
+from lazyframes import vector
+from lazyframes.wrappers import FrameStack, FrameStackObservation
+
+
+def vals(obs):
+    """The counter value of each frame of a LazyFrames (any layout) or stacked ndarray."""
+    if hasattr(obs, "get_frame"):
+        return [int(obs.get_frame(i).flat[0]) for i in range(obs.stack_size)]
+    a = np.asarray(obs)
+    return [int(x) for x in a.reshape(a.shape[0], -1)[:, 0]]
+
+
+def run(env, steps=3):
+    """Observations of ``steps`` steps, then of a reset and a step (the padding)."""
+    out = [vals(env.step(0)[0]) for _ in range(steps)]
+    out.append(vals(env.reset()[0]))
+    out.append(vals(env.step(0)[0]))
+    return out
+
+
+@pytest.mark.parametrize("padding", ["reset", "zero", "custom"])
+def test_deepcopy_goes_on_as_gymnasiums(padding):
+    pad = f(7) if padding == "custom" else padding
+    ours = mk(FrameStackObservation, CounterEnv(length=50), 4, padding_type=pad)
+    ref = GymFSO(CounterEnv(length=50), 4, padding_type=pad)
+    for env in (ours, ref):
+        env.reset()
+        env.step(0)
+    live = ours.pool.live_frames
+    twin, ref_twin = copy.deepcopy(ours), copy.deepcopy(ref)
+    assert twin.pool is ours.pool and ours.pool.live_frames == live  # no frame copied
+    assert twin.env is not ours.env and twin.padding_type == ours.padding_type
+    expected = run(ref_twin)
+    assert run(twin) == expected
+    first = {"reset": 20, "zero": 0, "custom": 7}[padding]  # padding of episode 2
+    assert expected == [[10 if padding == "reset" else first, 10, 11, 12],
+                        [10, 11, 12, 13], [11, 12, 13, 14], [first] * 3 + [20],
+                        [first] * 2 + [20, 21]]  # fmt: skip
+    # the original is where it was: it goes on exactly as the copy did
+    assert run(ours) == run(ref) == expected
+
+
+def test_deepcopy_of_framestack():
+    env = mk(FrameStack, CounterEnv(length=50), 3)
+    env.reset()
+    env.step(0)
+    twin = copy.deepcopy(env)
+    assert twin.pool is env.pool
+    expected = [[10, 11, 12], [11, 12, 13], [12, 13, 14], [20, 20, 20], [20, 20, 21]]
+    assert run(twin) == run(env) == expected
+
+
+def test_deepcopy_before_reset_and_refcounts():
+    env = mk(FrameStackObservation, CounterEnv(length=50), 3, padding_type="zero")
+    twin = copy.deepcopy(env)  # nothing stacked yet
+    assert vals(twin.reset()[0]) == [0, 0, 10]
+    assert env.pool.live_frames == 2  # the zero frame, shared, and the twin's reset frame
+    assert vals(env.reset()[0]) == [0, 0, 10]
+    pool = env.pool
+    del env, twin
+    gc.collect()
+    assert pool.live_frames == 0
+
+
+def test_deepcopy_of_a_dict_space():
+    space = image_vector_space()
+    ours = FrameStackObservation(SpaceEnv(space), 3, pool=pools_of(space))
+    ref = GymFSO(SpaceEnv(space), 3)
+    for env in (ours, ref):
+        env.reset(seed=0)
+        env.step(0)
+    twin, ref_twin = copy.deepcopy(ours), copy.deepcopy(ref)
+    assert twin.pool == ours.pool
+    for _ in range(8):
+        o, *_ = twin.step(0)
+        r, *_ = ref_twin.step(0)
+        assert_same(o, r, space)
+    assert_same(ours.step(0)[0], ref.step(0)[0], space)
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_deepcopy_of_the_vector_stacker(mode):
+    fns = [lambda: CounterEnv(length=3)] * 2
+    envs = mk(vector.FrameStackObservation, SyncVectorEnv(fns, autoreset_mode=mode), 3)
+    envs.reset()
+    envs.step(np.zeros(2, np.int64))
+    live = envs.pool.live_frames
+    twin = copy.deepcopy(envs)
+    assert twin.pool is envs.pool and envs.pool.live_frames == live
+    steps = [[vals(x) for x in twin.step(np.zeros(2, np.int64))[0]] for _ in range(3)]
+    if mode == AutoresetMode.NEXT_STEP:
+        assert steps == [[[10, 11, 12]] * 2, [[11, 12, 13]] * 2, [[20, 20, 20]] * 2]
+    else:
+        assert steps == [[[10, 11, 12]] * 2, [[20, 20, 20]] * 2, [[20, 20, 21]] * 2]
+    assert [[vals(x) for x in envs.step(np.zeros(2, np.int64))[0]] for _ in range(3)] == steps
+
+
+# -- close() keeps the padding -----------------------------------------------------------
+@pytest.mark.parametrize("padding", ["zero", "custom"])
+def test_reset_after_close_keeps_the_padding(padding):
+    pad = f(7) if padding == "custom" else padding
+    first = 0 if padding == "zero" else 7
+    env = mk(FrameStackObservation, CounterEnv(), 3, padding_type=pad)
+    env.reset()
+    env.close()
+    assert env.pool.live_frames == 0
+    assert vals(env.reset()[0]) == [first, first, 20]
+    envs = mk(vector.FrameStackObservation, SyncVectorEnv([CounterEnv] * 2), 3, padding_type=pad)
+    envs.reset()
+    envs.close()
+    assert envs.pool.live_frames == 0
+    assert [vals(x) for x in envs.reset()[0]] == [[first, first, 20]] * 2
+
+
+# -- asynchronous vector envs --------------------------------------------------------------
+class AsyncBatches(VectorEnv):
+    """Returns ``batch`` of its ``num_envs`` envs per call with ``info["env_id"]``, as EnvPool.
+
+    ``advertise`` says how: ``"attribute"`` (ale-py's ``batch_size``), ``"config"``
+    (EnvPool's ``config["batch_size"]``) or ``None`` (only the returned batches show it).
+    """
+
+    def __init__(self, num_envs=4, batch=2, advertise=None):
+        self.num_envs = num_envs
+        self.single_observation_space = gym.spaces.Box(0, 255, (2, 2), np.uint8)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+        if advertise == "attribute":
+            self.batch_size = batch
+        elif advertise == "config":
+            self.config = {"batch_size": batch, "num_envs": num_envs}
+        self.batch = batch
+        self.next = 0
+
+    def _batch(self):
+        ids = (self.next + np.arange(self.batch)) % self.num_envs
+        self.next += self.batch
+        return np.zeros((self.batch, 2, 2), np.uint8), {"env_id": ids}
+
+    def reset(self, *, seed=None, options=None):
+        return self._batch()
+
+    def step(self, actions):
+        obs, info = self._batch()
+        no = np.zeros(self.batch, np.bool_)
+        return obs, np.zeros(self.batch), no, no, info
+
+
+@pytest.mark.parametrize("advertise", ["attribute", "config"])
+def test_async_batch_size_is_refused(advertise):
+    with pytest.raises(ValueError, match="batches of 2 of its 4 envs"):
+        mk(vector.FrameStackObservation, AsyncBatches(advertise=advertise), 3)
+
+
+def test_async_batches_are_refused_when_they_arrive():
+    envs = mk(vector.FrameStackObservation, AsyncBatches(), 3)
+    with pytest.raises(ValueError, match="asynchronous vector envs are not supported"):
+        envs.reset()
+    # a full batch with the env ids out of order is refused too
+    envs = mk(vector.FrameStackObservation, AsyncBatches(batch=4), 3)
+    envs.reset()  # ids 0..3
+    envs.env.next = 1
+    with pytest.raises(ValueError, match=r"env ids \[1, 2, 3, 0\]"):
+        envs.step(np.zeros(4, np.int64))
+    assert envs.pool.live_frames == 4  # the rings of the reset, as they were
+
+
+def test_envpool_batch_size_zero_means_all_envs():
+    envs = AsyncBatches(batch=4, advertise="config")
+    envs.config["batch_size"] = 0
+    stacked = mk(vector.FrameStackObservation, envs, 3)
+    obs, info = stacked.reset()
+    assert obs.shape == (4, 3, 2, 2) and info["env_id"].tolist() == [0, 1, 2, 3]
+
+
+def test_custom_padding_is_copied_when_given():
+    # the padding frame is pushed at the first reset (and again after close): changing the
+    # caller's array in between changes nothing
+    pad = f(7)
+    env = mk(FrameStackObservation, CounterEnv(), 3, padding_type=pad)
+    pad[...] = 99
+    assert vals(env.reset()[0]) == [7, 7, 10]

@@ -1,0 +1,269 @@
+"""lazyframes.sb3 against Stable-Baselines3 itself: same samples, same stacks, DQN trains."""
+
+import io
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from stable_baselines3.common import buffers as sb3_buffers
+from stable_baselines3.common.save_util import load_from_pkl, save_to_pkl
+from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env import VecFrameStack as SB3VecFrameStack
+
+from lazyframes import sb3
+
+K = 4
+
+
+def stream(n_envs, steps, shape=(K, 84, 84), seed=0):
+    """SB3-style add() arguments of frame-stacked observations with dones and timeouts."""
+    rng = np.random.default_rng(seed)
+    stacks = rng.integers(0, 255, (n_envs,) + shape, np.uint8)
+    for _ in range(steps):
+        frame = rng.integers(0, 255, (n_envs, 1) + shape[1:], np.uint8)
+        nxt = np.concatenate([stacks[:, 1:], frame], axis=1)
+        done = rng.random(n_envs) < 0.1
+        timeout = done & (rng.random(n_envs) < 0.5)
+        infos = [{"TimeLimit.truncated": bool(t)} if d else {}
+                 for d, t in zip(done, timeout, strict=True)]  # fmt: skip
+        action = rng.integers(0, 6, n_envs)
+        reward = rng.standard_normal(n_envs).astype(np.float32)
+        yield stacks, nxt, action, reward, done, infos
+        # an env that is done starts again from a fresh stack
+        reset = rng.integers(0, 255, (n_envs,) + shape, np.uint8)
+        stacks = np.where(done[:, None, None, None], reset, nxt)
+
+
+def both(cls_sb3, cls_ours, n_envs, steps, ours_kw=(), **kw):
+    """SB3's buffer and ours (with ``ours_kw`` too) filled with the same transitions."""
+    obs_space = spaces.Box(0, 255, (K, 84, 84), np.uint8)
+    act_space = spaces.Discrete(6)
+    theirs = cls_sb3(50, obs_space, act_space, device="cpu", n_envs=n_envs, **kw)
+    ours = cls_ours(50, obs_space, act_space, device="cpu", n_envs=n_envs, **kw, **dict(ours_kw))
+    for args in stream(n_envs, steps):
+        theirs.add(*args)
+        ours.add(*args)
+    return theirs, ours
+
+
+def drawn(seed, fn, *args):
+    """``fn(*args)`` after seeding NumPy's global generator, the one SB3's buffers draw from."""
+    np.random.seed(seed)  # noqa: NPY002
+    return fn(*args)
+
+
+def assert_same_samples(a, b, exact=True):
+    assert a._fields == b._fields
+    for name in a._fields:
+        x, y = getattr(a, name), getattr(b, name)
+        if x is None:
+            assert y is None, name
+            continue
+        assert x.shape == y.shape and x.dtype == y.dtype, name
+        if exact or x.dtype == torch.uint8:
+            assert torch.equal(x, y), name
+        else:
+            torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+@pytest.mark.parametrize("steps", [20, 73])  # not full, and wrapped around
+def test_replay_samples_equal_sb3s_for_the_same_draws(n_envs, steps):
+    theirs, ours = both(sb3_buffers.ReplayBuffer, sb3.ReplayBuffer, n_envs, steps)
+    assert (ours.pos, ours.full, ours.size()) == (theirs.pos, theirs.full, theirs.size())
+    for seed in range(5):
+        assert_same_samples(drawn(seed, theirs.sample, 32), drawn(seed, ours.sample, 32))
+    inds = np.arange(ours.size())
+    assert_same_samples(drawn(7, theirs._get_samples, inds), drawn(7, ours._get_samples, inds))
+
+
+@pytest.mark.parametrize("steps", [20, 73])
+def test_nstep_samples_equal_sb3s(steps):
+    theirs, ours = both(
+        sb3_buffers.NStepReplayBuffer, sb3.NStepReplayBuffer, 2, steps, n_steps=3, gamma=0.9
+    )
+    for seed in range(5):
+        a, b = drawn(seed, theirs.sample, 64), drawn(seed, ours.sample, 64)
+        assert_same_samples(a, b, exact=False)
+
+
+def test_replay_stores_each_frame_once_and_pickles():
+    _, ours = both(sb3_buffers.ReplayBuffer, sb3.ReplayBuffer, 1, 40)
+    mem = ours.memory()
+    assert mem["transitions"] == 40
+    assert mem["unique_frames"] < 2 * 40 + 4 * 8  # ~1 new frame per step, 4 per reset
+    copy = pickle.loads(pickle.dumps(ours))
+    assert (copy.pos, copy.full, copy.size(), copy.n_envs) == (ours.pos, ours.full, 40, 1)
+    assert_same_samples(drawn(3, ours.sample, 16), drawn(3, copy.sample, 16))
+
+
+@pytest.mark.parametrize(
+    "cls_sb3, cls_ours, kw",
+    [
+        (sb3_buffers.ReplayBuffer, sb3.ReplayBuffer, {}),
+        (sb3_buffers.NStepReplayBuffer, sb3.NStepReplayBuffer, {"n_steps": 3, "gamma": 0.9}),
+    ],
+)
+def test_compressed_samples_equal_uncompressed_and_survive_save_replay_buffer(
+    tmp_path, cls_sb3, cls_ours, kw
+):
+    _, plain = both(cls_sb3, cls_ours, 2, 73, **kw)
+    _, packed = both(cls_sb3, cls_ours, 2, 73, {"compress": {"group": 4}}, **kw)
+    for seed in range(3):
+        assert_same_samples(drawn(seed, plain.sample, 32), drawn(seed, packed.sample, 32))
+    mem = packed.memory()
+    assert mem["compression"]["group"] == 4 and plain.memory()["compression"] is None
+    assert mem["cold_frames"] > 0 and mem["cold_bytes"] > 0
+    # what model.save_replay_buffer / load_replay_buffer do
+    save_to_pkl(tmp_path / "rb", packed)
+    back = load_from_pkl(tmp_path / "rb")
+    assert isinstance(back, cls_ours) and back.memory()["compression"] == mem["compression"]
+    assert (back.pos, back.full, back.size()) == (packed.pos, packed.full, packed.size())
+    assert_same_samples(drawn(5, packed.sample, 32), drawn(5, back.sample, 32))
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+def test_final_obs_replaces_only_the_masked_rows(n_envs):
+    """add(..., final_obs=, final_mask=) stores what CleanRL's copied batch stores."""
+    space = spaces.Box(0, 255, (K, 84, 84), np.uint8)
+    copied, masked = (
+        sb3.ReplayBuffer(60, space, spaces.Discrete(6), "cpu", n_envs=n_envs) for _ in range(2)
+    )
+    rng = np.random.default_rng(1)
+    for obs, last, action, reward, done, infos in stream(n_envs, 50):
+        # same-step autoreset: the reset observation in next_obs, the last one in infos
+        next_obs = np.where(
+            done[:, None, None, None], rng.integers(0, 255, obs.shape, np.uint8), last
+        )
+        final_obs = np.full(n_envs, None, object)  # Gymnasium's infos["final_obs"]
+        for i in np.flatnonzero(done):
+            final_obs[i] = last[i]
+        real_next_obs = next_obs.copy()
+        for idx, d in enumerate(done):
+            if d:
+                real_next_obs[idx] = final_obs[idx]
+        copied.add(obs, real_next_obs, action, reward, done, infos)
+        masked.add(obs, next_obs, action, reward, done, infos, final_obs=final_obs, final_mask=done)
+    for seed in range(3):
+        assert_same_samples(drawn(seed, copied.sample, 32), drawn(seed, masked.sample, 32))
+
+
+def test_replay_refuses_what_it_cannot_store():
+    act = spaces.Discrete(2)
+    with pytest.raises(ValueError, match="image observations"):
+        sb3.ReplayBuffer(10, spaces.Box(0, 1, (8,), np.float32), act)
+    with pytest.raises(ValueError, match="optimize_memory_usage"):
+        sb3.ReplayBuffer(10, spaces.Box(0, 255, (4, 84, 84), np.uint8), act, "cpu", 1, True)
+
+
+class Frames(gym.Env):
+    """Random frames of ``shape`` (Box) or a Dict of two; episodes of random length."""
+
+    def __init__(self, shape, dict_obs=False, seed=0):
+        box = spaces.Box(0, 255, shape, np.uint8)
+        self.observation_space = spaces.Dict({"a": box, "b": box}) if dict_obs else box
+        self.action_space = spaces.Discrete(2)
+        self._rng = np.random.default_rng(seed)
+        self._t = 0
+
+    def _obs(self):
+        return self.observation_space.sample()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.observation_space.seed(int(self._rng.integers(1 << 30)))
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self._t += 1
+        end = self._rng.random() < 0.15
+        return self._obs(), 1.0, end, self._t >= 12, {}
+
+
+def assert_same_obs(a, b):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert_same_obs(a[key], b[key])
+        return
+    assert isinstance(b, np.ndarray) and a.dtype == b.dtype
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "shape, order, dict_obs",
+    [
+        ((84, 84, 1), None, False), ((1, 84, 84), None, False), ((84, 84, 3), "last", False),
+        ((2, 10, 10), "first", False), ((10, 10, 1), None, True),
+    ],
+)  # fmt: skip
+def test_vec_frame_stack_equals_sb3s(shape, order, dict_obs):
+    def make(cls):
+        venv = DummyVecEnv([lambda i=i: Frames(shape, dict_obs, seed=i) for i in range(3)])
+        venv.seed(0)
+        return cls(venv, 4, channels_order=order)
+
+    theirs, ours = make(SB3VecFrameStack), make(sb3.VecFrameStack)
+    assert ours.observation_space == theirs.observation_space
+    assert_same_obs(theirs.reset(), ours.reset())
+    ended = 0
+    for _ in range(60):
+        a = theirs.step(np.zeros(3, np.int64))
+        b = ours.step(np.zeros(3, np.int64))
+        assert_same_obs(a[0], b[0])
+        for ia, ib in zip(a[3], b[3], strict=True):
+            assert ia.keys() == ib.keys()
+            if "terminal_observation" in ia:
+                ended += 1
+                assert_same_obs(ia["terminal_observation"], ib["terminal_observation"])
+    assert ended > 5
+
+
+def atari_env(stacker):
+    import ale_py
+    from stable_baselines3.common.env_util import make_atari_env
+
+    gym.register_envs(ale_py)
+    return stacker(make_atari_env("BreakoutNoFrameskip-v4", n_envs=1, seed=0), 4)
+
+
+def test_sb3_dqn_trains_on_breakout_with_the_lazyframes_buffer(tmp_path):
+    from stable_baselines3 import DQN
+
+    torch.set_num_threads(1)
+    model = DQN("CnnPolicy", atari_env(sb3.VecFrameStack), buffer_size=5_000,
+                learning_starts=1_000, train_freq=4, batch_size=32,
+                target_update_interval=500, replay_buffer_class=sb3.ReplayBuffer,
+                seed=0, device="cpu")  # fmt: skip
+    before = [p.detach().clone() for p in model.q_net.parameters()]
+    model.learn(2_000)
+    rb = model.replay_buffer
+    assert isinstance(rb, sb3.ReplayBuffer) and rb.size() == 2_000
+    assert rb.memory()["bytes_per_transition"] < 2 * 84 * 84  # one 7 KB frame per step
+    assert any(not torch.equal(p, q) for p, q in zip(before, model.q_net.parameters(), strict=True))
+    path = tmp_path / "rb.pkl"
+    model.save_replay_buffer(path)
+    model.load_replay_buffer(path)
+    assert isinstance(model.replay_buffer, sb3.ReplayBuffer)
+    assert model.replay_buffer.size() == 2_000
+    model.learn(100, reset_num_timesteps=False)
+
+
+def test_qrdqn_takes_the_nstep_buffer():
+    from sb3_contrib import QRDQN
+
+    torch.set_num_threads(1)
+    model = QRDQN("CnnPolicy", atari_env(sb3.VecFrameStack), buffer_size=1_000,
+                  learning_starts=200, train_freq=4, batch_size=16,
+                  replay_buffer_class=sb3.NStepReplayBuffer,
+                  replay_buffer_kwargs={"n_steps": 3, "gamma": 0.99}, seed=0,
+                  device="cpu")  # fmt: skip
+    model.learn(400)
+    assert model.replay_buffer.size() == 400
+    buf = io.BytesIO()
+    model.save_replay_buffer(buf)
+    assert buf.tell() > 0
