@@ -53,8 +53,8 @@ cdef bint _exact_rows(object v, int type_num, Py_ssize_t e, int nd,
     if not cnp.PyArray_CheckExact(v):
         return False
     a = <cnp.ndarray>v
-    if not ((cnp.PyArray_TYPE(a) == type_num or cnp.PyArray_EquivTypenums(cnp.PyArray_TYPE(a),
-                                                                        type_num))
+    cdef int t = cnp.PyArray_TYPE(a)
+    if not ((t == type_num or cnp.PyArray_EquivTypenums(t, type_num))
             and cnp.PyArray_ISNOTSWAPPED(a)
             and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
             and cnp.PyArray_NDIM(a) == 1 + nd and cnp.PyArray_DIMS(a)[0] == e):
@@ -136,6 +136,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
     cdef Py_ssize_t _counted_col  # -1: no count
     cdef uint8_t _counted_mask
     cdef Py_ssize_t _counted
+
     def __cinit__(self):
         self._kinds = NULL
         self._types = NULL
@@ -174,7 +175,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                                  f"more than {_MAX_COL_DIMS}")
             dt = np.dtype(dtype)
             if dt.kind not in "biuf" or not dt.isnative:
-                raise TypeError(f"column {name!r} must have a bool, integer or float dtype, got {dt}")
+                raise TypeError(
+                    f"column {name!r} must have a bool, integer or float dtype, got {dt}")
             names.append(str(name))
             shapes.append(shape)
             dtypes.append(dt)
@@ -312,7 +314,10 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         return sum(a.nbytes for a in [self._env, self._next, self._last] + self._cols)
 
     def rows_for(self, n):
-        """The rows the arrays need for ``n`` more rows: doubling, at least 64, up to the capacity."""
+        """The rows the arrays need for ``n`` more rows.
+
+        Doubling, at least 64, up to the capacity.
+        """
         self._ready()
         cdef Py_ssize_t m = operator.index(n)
         if self._rows < self._capacity and self._pos + m > self._rows:
@@ -724,7 +729,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             TypeError: ``rows`` not a 1-D int64 ndarray. IndexError: a position out of range.
         """
         self._ready()
-        if not (cnp.PyArray_CheckExact(rows) and cnp.PyArray_TYPE(<cnp.ndarray>rows) == cnp.NPY_INT64
+        if not (cnp.PyArray_CheckExact(rows)
+                and cnp.PyArray_TYPE(<cnp.ndarray>rows) == cnp.NPY_INT64
                 and cnp.PyArray_NDIM(<cnp.ndarray>rows) == 1):
             raise TypeError("rows must be a 1-D int64 ndarray")
         cdef cnp.ndarray r = cnp.PyArray_GETCONTIGUOUS(<cnp.ndarray>rows)
@@ -807,7 +813,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             if v.dtype != self._dtypes[j]:
                 raise TypeError(f"{self._names[j]} has dtype {v.dtype}, expected {self._dtypes[j]}")
             if self._check_value(j, v, n, &unused) == 0:
-                raise TypeError(f"{self._names[j]} has shape {v.shape}, expected {(n,) + self._shapes[j]}")
+                raise TypeError(f"{self._names[j]} has shape {v.shape}, "
+                                f"expected {(n,) + self._shapes[j]}")
             vals.append(v)
         self.grow(n)
         self._pos, self._full = 0, False

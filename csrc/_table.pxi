@@ -542,16 +542,6 @@ cdef void _table_write(SlotTable t, const int64_t *r, Py_ssize_t e, const int64_
             col += ks[q]
 
 
-cdef bint _flat(object x, int typenum, Py_ssize_t n) noexcept:
-    """Whether ``x`` is a plain aligned C-contiguous 1-D ndarray of ``typenum``, >= n entries."""
-    if not cnp.PyArray_CheckExact(x):
-        return False
-    cdef cnp.ndarray a = <cnp.ndarray>x
-    return (cnp.PyArray_TYPE(a) == typenum and cnp.PyArray_NDIM(a) == 1
-            and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
-            and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_DIMS(a)[0] >= n)
-
-
 cdef Py_ssize_t _first_over_int32(const int64_t *ids, Py_ssize_t n) noexcept:
     """The index of the first id above ``2**31 - 1``, or -1."""
     cdef Py_ssize_t i

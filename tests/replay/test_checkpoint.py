@@ -324,7 +324,7 @@ def test_bad_meta_is_refused(valid, tmp_path, changes, match):
         ("actions.npy", npy_header((6,), np.int64) + bytes(8), "size its header"),
         ("rewards.npy", npy(np.full(6, np.inf, np.float32)), "reward must be finite"),
         ("flags.npy", npy(np.full(6, 8, np.uint8)), "bad flags"),
-        ("env_ids.npy", npy(np.full(6, 3, np.int32)), r"streams in \[0, 3\)"),
+        ("env_ids.npy", npy(np.full(6, 3, np.int32)), r"stream id outside \[0, 3\)"),
         ("obs_index.npy", npy(np.full((6, 2), 99, np.int32)), "not in the file"),
         ("frames.npy", npy_header((10**9, 4, 4), np.uint8) + bytes(64), "size its header"),
         ("frames.npy", npy(np.zeros((3, 4, 5), np.uint8)), "frames entry has shape"),
