@@ -292,7 +292,9 @@ class ReplayBuffer:
             transitions``; 0.0 when empty), ``frame_bytes`` (bytes of one frame),
             ``compression`` (the pool's options, None when it does not compress),
             ``hot_frames`` and ``cold_frames`` (the pool's frames held uncompressed and
-            compressed), ``cold_bytes`` (the compressed frames' bytes) and ``ratio``
+            compressed), ``pending_frames`` (of the hot ones, those only stored
+            transitions hold, waiting to be compressed: see :meth:`flush`),
+            ``cold_bytes`` (the compressed frames' bytes) and ``ratio``
             (the uncompressed size of the pool's frames over ``bytes_held``; 0.0 when
             it holds none). For Dict observations the figures are summed over the frame
             leaves' pools (``compression``: the first frame leaf's).
@@ -420,6 +422,9 @@ class ReplayBuffer:
             for i in frames:
                 stores[i].adopt()
             self._keep(stores, keys)
+        for i in frames:  # frames the stores pushed: the newest stay hot while compressing
+            if parts[i][1] is not next_obs[i]:
+                stores[i].hold(envs, E, parts[i][1])
         if self._ON_ADD:
             self._on_add(pos, E)
 
@@ -495,6 +500,25 @@ class ReplayBuffer:
         return B
 
     # -- whole-buffer operations ------------------------------------------------------
+    def flush(self) -> None:
+        """Compress now every frame of a compressing buffer that only the buffer holds.
+
+        A frame is compressed once only stored transitions refer to it, at the next
+        :meth:`add`, :meth:`sample`, :meth:`gather` or :meth:`save` after the last
+        observation outside the buffer that held it went (``memory()["pending_frames"]``
+        counts the frames waiting). The newest observation of each env stream given as
+        an ndarray stays uncompressed (at most ``k`` frames a stream) for the stream's
+        next add to share its frames with; this call compresses those too, after which
+        each stream's next add stores its stack's frames anew. Nothing to do for a
+        buffer that does not compress.
+
+        Raises:
+            MemoryError: no memory to compress (the frames wait, uncompressed).
+        """
+        for i in self._frames:
+            self._stores[i].release()
+            self._stores[i].pool.flush()
+
     def clear(self) -> None:
         """Drop every transition (releasing their frames); keeps geometry, pool and RNG."""
         self._ring.clear()
@@ -573,7 +597,9 @@ class ReplayBuffer:
         return _from_bytes, (type(self), _archive.to_bytes(self._checkpoint()))
 
     def _checkpoint(self) -> _archive.State:
-        """What a checkpoint holds of this buffer."""
+        """What a checkpoint holds of this buffer (its waiting frames compressed first)."""
+        for i in self._frames:
+            self._stores[i].pool.flush()
         bg = self._rng.bit_generator
         meta = {
             "capacity": self.capacity,

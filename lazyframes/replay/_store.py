@@ -188,6 +188,8 @@ class FrameStore:
         self._staged: Any = None  # (geometry, pool, table) of a first add not yet adopted
         self._table: Any = None  # SlotTable (rows, 2k): obs frames then next obs frames
         self._outs: dict = {}  # (B, dtype) -> the output pair sample() reuses
+        # a compressing pool: stream -> the owner of its newest next observation (hold)
+        self._newest: dict = {}
 
     @property
     def pool(self):
@@ -309,6 +311,27 @@ class FrameStore:
             self._geom, self._pool, self._table = self._staged
             self._staged = None
             self._owners = (_LazyFrames, _LazyBatch)
+
+    def hold(self, envs, E: int, nxt) -> None:
+        """Keep the newest next observation ``nxt`` of each stream of an add uncompressed.
+
+        In a compressing pool only: it is what the agent acts on now, and what the
+        stream's next add de-duplicates its stacks against, byte for byte, which needs
+        them uncompressed (a wrapper's ring holds them just the same for its
+        LazyFrames). At most ``k`` frames a stream stay so; :meth:`release` lets them go.
+        ``envs``: the add's env ids (None: ``range(E)``); ``nxt``: its next observations'
+        owner, ``E`` rows (a LazyFrames for one unbatched transition).
+        """
+        if self._pool.compression is None:
+            return
+        if type(nxt) is _LazyFrames:
+            self._newest[0 if envs is None else int(envs[0])] = nxt
+        else:
+            self._newest.update(zip(range(E) if envs is None else envs.tolist(), nxt))
+
+    def release(self) -> None:
+        """Let the frames :meth:`hold` keeps go (they are compressed at the next flush)."""
+        self._newest.clear()
 
     def put(self, rows: list, obs, nxt) -> None:
         """Store owners at table rows ``rows``, growing the table.
@@ -436,8 +459,12 @@ class FrameStore:
         return o0, o1, dst
 
     def gather(self, idx, last, obs_out, next_out, dst, scale) -> tuple:
-        """The observations of ``idx`` and the next observations of ``last``, copied out."""
+        """The observations of ``idx`` and the next observations of ``last``, copied out.
+
+        Frames waiting to be compressed are compressed first (``FramePool.flush``).
+        """
         g = self._geom
+        self._pool.flush()
         return self._table.gather_pairs(
             idx, (0, g.k), last, (g.k, 2 * g.k), out=(obs_out, next_out),
             layout=g.layout, dtype=dst, scale=scale,
@@ -640,7 +667,7 @@ def pool_memory(stores: list, n: int) -> dict:
     live = sum(st["live_bytes"] for st in stats)
     figures = {
         key: sum(int(st[key]) for st in stats)
-        for key in ("frame_bytes", "hot_frames", "cold_frames", "cold_bytes")
+        for key in ("frame_bytes", "hot_frames", "cold_frames", "cold_bytes", "pending_frames")
     }
     return {
         "bytes_held": held,

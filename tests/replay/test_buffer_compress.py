@@ -299,3 +299,95 @@ def test_checkpoint_is_about_as_large_as_memory(tmp_path):
         assert back.memory()["bytes_held"] <= 1.2 * m["bytes_held"]
         assert back.memory()["unique_frames"] == m["unique_frames"] > 1200
         assert_same_samples(rb, back, draws=2)
+
+
+# -- compression always happens (frames released after their add; partial adds) ---------
+def lazy_filled(n=24):
+    """A compressing buffer fed a wrapper's LazyFrames, and the wrapper (its ring holds k)."""
+    frames = recorded("pong")[0][:n]
+    pool = FramePool(SHAPE, np.uint8)
+    w = Wrapper(pool)
+    rb = ReplayBuffer(100, compress=True, seed=0)
+    obs = w.reset(0, frames[0])
+    for f in frames[1:]:
+        nxt = w.step(0, f)
+        rb.add(obs, 0, 0.0, nxt, False, False)
+        obs = nxt
+    return rb, w
+
+
+@pytest.mark.parametrize("how", ["sample", "gather", "save", "flush", "pickle"])
+def test_frames_released_after_the_last_add_are_compressed(how, tmp_path):
+    rb, w = lazy_filled()
+    m = rb.memory()  # the ring's frames, and the frame the last obs let go: waiting
+    assert (m["pending_frames"], m["hot_frames"]) == (1, K + 1)
+    del w  # the ring's frames are now held by the stored transitions only
+    m = rb.memory()
+    assert (m["pending_frames"], m["hot_frames"]) == (K + 1, K + 1)
+    {
+        "sample": lambda: rb.sample(2),
+        "gather": lambda: rb.gather([0, 1]),
+        "save": lambda: rb.save(tmp_path / "rb.npz"),
+        "flush": rb.flush,
+        "pickle": lambda: pickle.dumps(rb),
+    }[how]()
+    m = rb.memory()
+    assert (m["pending_frames"], m["hot_frames"]) == (0, 0)
+    assert m["cold_frames"] == rb.pool.live_frames == m["unique_frames"]
+
+
+def test_flush_compresses_the_frames_kept_for_the_next_add():
+    frames = recorded("pong")[0][:20]
+    rb = ReplayBuffer(100, compress=True)
+    for t in range(K, len(frames) - 1):
+        rb.add(frames[t - K : t], 0, 0.0, frames[t - K + 1 : t + 1], False, False)
+    m = rb.memory()  # the stream's newest observation stays hot for its next add
+    assert (m["hot_frames"], m["pending_frames"]) == (K + 1, 1)
+    rb.flush()
+    assert rb.memory()["hot_frames"] == 0 == rb.memory()["pending_frames"]
+    before = rb.memory()["unique_frames"]
+    t = len(frames) - 1
+    rb.add(frames[t - K : t], 0, 0.0, frames[t - K + 1 : t + 1], False, False)
+    assert rb.memory()["unique_frames"] == before + K + 1  # nothing hot to share with
+
+
+def feed_streams(rb, eps, groups):
+    """Each of ``len(eps)`` env streams steps through its episode; adds by ``groups``.
+
+    Every round each group of env ids adds its next transition (stacked ndarrays, reset
+    padding), so ``[[0, 1, ...]]`` is a synchronous vector env and ``[[0], [1], ...]``
+    actors adding one env at a time.
+    """
+    steps = [transitions([ep], np.random.default_rng(e)) for e, ep in enumerate(eps)]
+    for t in range(min(map(len, steps))):
+        for ids in groups:
+            rows = [steps[e][t] for e in ids]
+            rb.add(
+                np.stack([np.stack(r[0]) for r in rows]),
+                np.array([r[2] for r in rows]),
+                np.array([r[3] for r in rows], np.float32),
+                np.stack([np.stack(r[1]) for r in rows]),
+                np.array([r[4] for r in rows]),
+                np.array([r[5] for r in rows]),
+                env_ids=np.array(ids),
+            )
+
+
+def test_partial_adds_compress_as_synchronous_adds():
+    frames, _ = recorded("pong")
+    eps = [frames[e * 40 : (e + 1) * 40] for e in range(4)]  # 4 streams of 40 frames
+    memory = {}
+    for name, groups in {
+        "sync": [[0, 1, 2, 3]],
+        "halves": [[0, 1], [2, 3]],
+        "actors": [[2], [0], [3], [1]],
+    }.items():
+        rb = ReplayBuffer(1000, num_envs=4, compress=True, seed=0)
+        feed_streams(rb, eps, groups)
+        rb.flush()
+        memory[name] = rb.memory()
+    sync = memory.pop("sync")
+    assert sync["cold_frames"] == sync["unique_frames"] > 4 * 35
+    for m in memory.values():  # each frame stored once, and its delta as small
+        assert m["unique_frames"] == sync["unique_frames"]
+        assert m["cold_bytes"] <= 1.1 * sync["cold_bytes"]

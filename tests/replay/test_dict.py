@@ -340,3 +340,36 @@ def test_dict_memory_and_clear():
     rb.add(obs, 0, 2.0, obs, True, False)
     s = rb.sample(2)
     assert s.rewards.tolist() == [2.0, 2.0] and (s.observations["b"] == 3).all()
+
+
+@pytest.mark.parametrize("restore", ["load", "pickle"])
+def test_compressed_dict_buffers_stay_compressed(restore, tmp_path):
+    """Checkpoints hold the frame leaf compressed; a restored buffer keeps compressing."""
+    frames = np.load("tests/data/pong.npz")["frames"]  # real frames: they compress
+
+    def add(rb, t):
+        obs = {"pixels": frames[t : t + 4], "state": np.float32([t, -t])}
+        nxt = {"pixels": frames[t + 1 : t + 5], "state": np.float32([t + 1, -t - 1])}
+        rb.add(obs, t % 3, 1.0, nxt, False, False)
+
+    rb = ReplayBuffer(200, compress={"group": 8}, seed=0)
+    for t in range(60):
+        add(rb, t)
+    rb.save(tmp_path / "rb.npz")
+    raw = 63 * frames[0].nbytes  # the frames of the file, uncompressed
+    assert (tmp_path / "rb.npz").stat().st_size < raw / 4
+    if restore == "load":
+        back = ReplayBuffer.load(tmp_path / "rb.npz")
+    else:
+        back = pickle.loads(pickle.dumps(rb))
+    rb.flush()
+    assert back.memory()["compression"] == rb.memory()["compression"]
+    assert back.memory()["cold_frames"] == rb.memory()["cold_frames"] == 63
+    for t in range(60, 100):
+        add(back, t)
+    back.flush()
+    m = back.memory()
+    # 40 new frames; the stream's first add after the restore stores its k - 1 old ones
+    # anew (the restored frames are all compressed: see ReplayBuffer.flush)
+    assert m["hot_frames"] == 0 and m["cold_frames"] == m["unique_frames"] == 63 + 40 + 3
+    assert m["cold_bytes"] < m["unique_frames"] * frames[0].nbytes / 4
