@@ -10,6 +10,11 @@ Episode boundaries follow the vector env's autoreset mode
 (``envs.metadata["autoreset_mode"]``, Gymnasium's ``AutoresetMode``), so an observation
 never mixes frames of two episodes (case C14 of docs/CASES.md).
 
+Asynchronous vector envs (ale-py's ``batch_size < num_envs``, EnvPool's async mode)
+return some envs per step, keyed by ``info["env_id"]``: the stacker shifts those envs'
+rings only, and puts in ``info`` each row's previous observation and action, so a step is
+stored in a replay buffer in one ``add`` (case C16 of docs/CASES.md).
+
 Needs Gymnasium >= 1.1 (``AutoresetMode``); the rest of lazyframes works with 0.29.1.
 """
 
@@ -111,6 +116,10 @@ class _LazyBatchLeaf(_LazyLeaf):
         """``ring`` with the rows ``idx`` replaced by ``new`` (a new LazyBatch)."""
         return ring.replace(idx, new)
 
+    def take(self, ring, idx: np.ndarray):
+        """The rows ``idx`` of ``ring``, in that order (a new LazyBatch; no frame copied)."""
+        return self.pool.lazy_batch(ring.slots[idx], layout=self.layout)
+
     def final(self, ring, i: int, frame, lazy: bool):
         """Env ``i``'s final observation: its ring with the episode's last frame."""
         obs = ring[i].shift(as_frames(frame, self.dtype))
@@ -160,6 +169,10 @@ class _ArrayBatchLeaf:
         ring = ring.copy()
         ring[idx] = new
         return ring
+
+    def take(self, ring: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """The rows ``idx`` of ``ring``, in that order (a copy)."""
+        return ring[idx]
 
     def final(self, ring: np.ndarray, i: int, value, lazy: bool) -> np.ndarray:
         """Env ``i``'s final observation: its ring with the episode's last value."""
@@ -237,10 +250,36 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
 
     Works with ``SyncVectorEnv``, ``AsyncVectorEnv`` and ale-py's ``AtariVectorEnv``
     (with ``stack_num=1``, frames ``(1, 84, 84)``: use ``layout="first"`` for
-    ``(k, 84, 84)``). Vector envs that return a batch of some of their envs at each step
-    (ale-py's ``batch_size < num_envs``, EnvPool's asynchronous mode) are refused:
-    their rings would follow batch positions instead of envs. ``copy.deepcopy`` copies
-    the vector env and the rings, and shares the pools (frames never change).
+    ``(k, 84, 84)``). ``copy.deepcopy`` copies the vector env and the rings, and shares
+    the pools (frames never change).
+
+    **Asynchronous vector envs** return at each ``reset`` and ``step`` a batch of some of
+    their envs, each row's env in ``info["env_id"]`` (ale-py's ``AtariVectorEnv`` with
+    ``batch_size < num_envs``, EnvPool's asynchronous mode), and ``step(actions)`` takes
+    one action per row of the batch returned last (``actions[i]`` goes to that batch's
+    env ``i``, as ale-py sends them). The stacker keeps one ring per env id, shifts only
+    the rings of the envs returned, and returns their new observations in the order of
+    ``info["env_id"]``. It is asynchronous (``asynchronous`` is True) when the vector env
+    says so (ale-py's ``batch_size``, EnvPool's ``config["batch_size"]``) or from the first
+    batch that is not every env in order. Each step's ``info`` then also holds what pairs
+    the step into one transition per row, so storing them is one line
+    (``rb.add(info["prev_obs"], info["prev_action"], rewards, obs, terminations,
+    truncations, env_ids=info["env_id"], autoreset=info["autoreset"])``):
+
+    - ``info["prev_obs"]``: each row's env's observation before this step (the one its
+      action was taken in), a :class:`LazyBatch` (an ndarray with ``lazy=False``).
+    - ``info["prev_action"]``: the action each row's env was last sent (present when
+      ``step`` takes an array of one action per row).
+    - ``info["autoreset"]``: bool per row, True where the row is no transition: the reset
+      frame of an env whose episode ended at its previous step (``NEXT_STEP``), or an
+      env's first frame since a ``reset`` (async envs return envs' reset frames as they
+      come; such a row's ``prev_obs`` is the frame itself). The buffer stores those rows
+      as placeholders it never samples.
+
+    Autoreset follows each env's own steps in every mode (``SAME_STEP``: pass
+    ``final_obs=info["final_obs"], final_mask=info["_final_obs"]`` too, whose rows are the
+    batch's). ``reset`` restarts the envs it returns and marks the others, which restart
+    when they next appear. :meth:`observations` returns any envs' current observations.
 
     Args:
         envs: a ``gymnasium.vector.VectorEnv``.
@@ -260,9 +299,9 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
         TypeError: ``envs`` not a VectorEnv, a leaf space other than those above, a bad
             ``stack_size`` type (Gymnasium's message), or ``pool`` not a FramePool.
         ValueError: ``stack_size < 1``, an unknown ``padding_type``, a layout that does not
-            fit the frames, a vector env that returns batches of some of its envs
-            (``batch_size < num_envs``, or a step whose ``info["env_id"]`` is not every
-            env in order), or a ``pool`` of another frame shape or dtype.
+            fit the frames, a ``pool`` of another frame shape or dtype; a batch of some of
+            the envs without ``info["env_id"]``, or whose env ids are not integers, one per
+            row, distinct and in ``[0, num_envs)`` (raised before any ring changes).
         gymnasium.error.ResetNeeded: ``step`` (or a partial reset) before a full reset.
 
     Example:
@@ -271,6 +310,23 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
         >>> obs, info = envs.reset(seed=0)
         >>> np.asarray(obs).shape
         (8, 4, 4)
+
+        Asynchronously, 4 of ale-py's 8 envs per step, into a replay buffer:
+
+        >>> import lazyframes
+        >>> from ale_py.vector_env import AtariVectorEnv
+        >>> atari = AtariVectorEnv("pong", num_envs=8, batch_size=4, stack_num=1, num_threads=1)
+        >>> envs = FrameStackObservation(atari, 4, layout="first")
+        >>> rb = lazyframes.ReplayBuffer(10_000, num_envs=8)
+        >>> obs, info = envs.reset(seed=0)
+        >>> for _ in range(10):
+        ...     actions = np.zeros(len(obs), np.int64)  # your policy(obs): one per row
+        ...     obs, rew, term, trunc, info = envs.step(actions)
+        ...     prev, acts, ids = info["prev_obs"], info["prev_action"], info["env_id"]
+        ...     rb.add(prev, acts, rew, obs, term, trunc, env_ids=ids, autoreset=info["autoreset"])
+        >>> obs.shape, len(rb), envs.observations([5, 0]).shape
+        ((4, 4, 84, 84), 40, (2, 4, 84, 84))
+        >>> envs.close()
     """
 
     def __init__(
@@ -292,12 +348,6 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
         space = envs.single_observation_space
         padding_type, padding_value = check_padding(padding_type, space)
         batch_size = _batch_size(envs)
-        if batch_size != envs.num_envs:
-            raise ValueError(
-                f"the vector env returns batches of {batch_size} of its {envs.num_envs} envs "
-                f"(asynchronous batch_size): stacks would follow batch positions, not envs; "
-                f"use batch_size=num_envs"
-            )
         stackers = _leaf_stackers(
             space, k, layout, pool, None if padding_type == "reset" else padding_value, who
         )
@@ -312,13 +362,22 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
         self.padding_value = padding_value
         self.layout = layout
         self.lazy = bool(lazy)
+        #: whether batches are keyed by ``info["env_id"]`` (some envs per step)
+        self.asynchronous = batch_size != envs.num_envs
         self._n = envs.num_envs
         self._ring: list | None = None  # each leaf's rings (num_envs, k): the current observations
         self._autoreset = np.zeros(self._n, np.bool_)  # NEXT_STEP: reset frame comes next
         self._next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
         self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        # asynchronous: envs reset whose reset frame has not come yet (their rows are
+        # stale), the envs of the batch returned last (step's actions are theirs, None:
+        # every env in order) and each env's latest action (None until one is recorded)
+        self._pending = np.zeros(self._n, np.bool_)
+        self._last_ids: np.ndarray | None = None
+        self._actions: np.ndarray | None = None
         self.single_observation_space = stacked_space(space, k, layout)
-        self.observation_space = batch_space(self.single_observation_space, self._n)
+        rows = batch_size if self.asynchronous else self._n
+        self.observation_space = batch_space(self.single_observation_space, rows)
 
     def _observe(self, rings: list):
         """The observation of ``rings`` (one per leaf) as returned."""
@@ -327,16 +386,100 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
         )
         return self._assembled(parts)
 
-    def _check_batch(self, obs, info: dict) -> None:
-        """Refuse a step that returned some of the envs (an asynchronous vector env)."""
+    def _in_order(self, info: dict, rows: int) -> bool:
+        """Whether a batch of ``rows`` observations is every env in order (synchronous)."""
         ids = info.get("env_id")
-        rows = len(at(obs, self._paths[0]))
-        if rows != self._n or (ids is not None and not np.array_equal(ids, np.arange(self._n))):
+        if rows != self._n:
+            return False
+        return ids is None or np.array_equal(ids, np.arange(self._n))
+
+    def _env_ids(self, ids, rows: int | None, what: str = "info['env_id']") -> np.ndarray:
+        """``ids`` as checked env ids (intp): integers in ``[0, num_envs)``, distinct.
+
+        ``rows``: how many a batch has (None: any number).
+
+        Raises:
+            ValueError: no ids, ids that are not a 1-D integer array of ``rows`` ids, an
+                id out of range or given twice.
+        """
+        if ids is None:
             raise ValueError(
-                f"the vector env returned a batch of {rows} observations (env ids "
-                f"{'not given' if ids is None else np.asarray(ids).tolist()}), not one for each of "
-                f"its {self._n} envs in order: asynchronous vector envs are not supported"
+                f"the vector env returned a batch of {rows} observations, not one for each of "
+                f"its {self._n} envs in order, without info['env_id']: the stacker keys "
+                f"each row's ring by its env id"
             )
+        arr = np.asarray(ids)
+        if arr.ndim != 1 or arr.dtype.kind not in "iu" or (rows is not None and arr.size != rows):
+            raise ValueError(
+                f"{what} must be a 1-D integer array of {'the' if rows is None else rows} env "
+                f"ids of the batch's rows, got {arr.dtype} of shape {arr.shape}"
+            )
+        bad = (arr < 0) | (arr >= self._n)
+        if bad.any():
+            raise ValueError(
+                f"{what} {arr.tolist()}: env id {arr[bad][0]} is out of range "
+                f"[0, num_envs={self._n})"
+            )
+        uniq, counts = np.unique(arr, return_counts=True)
+        if uniq.size != arr.size:
+            raise ValueError(
+                f"{what} {arr.tolist()}: env id {uniq[counts > 1][0]} appears more than once "
+                f"(one row per env)"
+            )
+        return arr.astype(np.intp)
+
+    def _recorded(self, actions) -> np.ndarray | None:
+        """Each env's latest action once ``actions`` went to the batch returned last.
+
+        None when ``actions`` is not a numeric array with one row per env of that batch
+        (then no action is recorded). A new array: the caller commits it.
+        """
+        try:
+            a = np.asarray(actions)
+        except (TypeError, ValueError):  # a ragged tuple, say
+            return None
+        rows = np.arange(self._n) if self._last_ids is None else self._last_ids
+        if a.ndim == 0 or a.shape[0] != rows.size or a.dtype.kind not in "biuf":
+            return None
+        cur = self._actions
+        if cur is None or cur.shape[1:] != a.shape[1:]:
+            cur = np.zeros((self._n,) + a.shape[1:], a.dtype)
+        else:
+            cur = cur.astype(np.result_type(cur.dtype, a.dtype), copy=True)
+        cur[rows] = a
+        return cur
+
+    def observations(self, env_ids=None):
+        """The current stacked observations of the envs ``env_ids`` (default: all, in order).
+
+        A :class:`LazyBatch` (an ndarray with ``lazy=False``; dicts or tuples of them for
+        ``Dict``/``Tuple`` spaces) with one row per id, in the order given; no frame is
+        copied. Without ``env_ids`` and synchronously, the observation ``step`` returned.
+
+        Raises:
+            gymnasium.error.ResetNeeded: before the first reset.
+            ValueError: ids that are not integers in ``[0, num_envs)``, or of an env that
+                has returned no frame since it was reset (asynchronous envs).
+        """
+        if self._ring is None:
+            raise gym.error.ResetNeeded(
+                "lazyframes.vector.FrameStackObservation: call reset() before observations()"
+            )
+        if env_ids is None:
+            if not self._pending.any():
+                return self._observe(self._ring)
+            ids = np.arange(self._n)
+        else:
+            ids = np.asarray(env_ids)
+            ids = self._env_ids(ids.reshape(-1) if ids.ndim == 0 else ids, None, "env_ids")
+        if self._pending[ids].any():
+            raise ValueError(
+                f"env {ids[self._pending[ids]][0]} has returned no observation since it was "
+                f"reset (asynchronous envs return reset frames as they come)"
+            )
+        return self._observe(
+            [leaf.take(ring, ids) for leaf, ring in zip(self._leaves, self._ring, strict=True)]
+        )
 
     # -- Gymnasium API -----------------------------------------------------------------
     def reset(self, *, seed=None, options: dict[str, Any] | None = None):
@@ -354,8 +497,9 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
                     "sub-environments have no frames yet"
                 )
         obs, info = self.env.reset(seed=seed, options=options)
-        self._check_batch(obs, info)
         parts = [at(obs, path) for path in self._paths]
+        if self.asynchronous or not self._in_order(info, len(parts[0])):
+            return self._reset_async(parts, info, mask)
         if mask is None or self._ring is None:
             self._ring = [leaf.start_batch(p) for leaf, p in zip(self._leaves, parts, strict=True)]
             self._autoreset[:] = False
@@ -369,6 +513,29 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
                 self._autoreset[idx] = False
         return self._observe(self._ring), info
 
+    def _reset_async(self, parts: list, info: dict, mask: np.ndarray | None):
+        """A reset that returned some envs: restart theirs; the others restart when they come."""
+        ids = self._env_ids(info.get("env_id"), len(parts[0]))
+        starts = [leaf.start_batch(p) for leaf, p in zip(self._leaves, parts, strict=True)]
+        if self._ring is None:  # every row needs frames: the others hold a returned env's
+            fill = np.zeros(self._n, np.intp)
+            fill[ids] = np.arange(ids.size)
+            rings = [leaf.take(s, fill) for leaf, s in zip(self._leaves, starts, strict=True)]
+        else:
+            rings = [
+                leaf.replace(ring, ids, s)
+                for leaf, ring, s in zip(self._leaves, self._ring, starts, strict=True)
+            ]
+        self.asynchronous = True
+        reset = slice(None) if mask is None else mask
+        self._pending[reset] = True
+        self._autoreset[reset] = False
+        self._pending[ids] = False
+        self._autoreset[ids] = False
+        self._ring = rings
+        self._last_ids = ids
+        return self._observe(starts), info
+
     def step(self, actions):
         """Step all sub-envs; returns (obs, rewards, terminations, truncations, info)."""
         rings = self._ring
@@ -377,44 +544,103 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
                 "lazyframes.vector.FrameStackObservation: call reset() before step()"
             )
         obs, rewards, terminations, truncations, info = self.env.step(actions)
-        self._check_batch(obs, info)
+        parts = [at(obs, path) for path in self._paths]
+        if self.asynchronous or not self._in_order(info, len(parts[0])):
+            return self._step_async(actions, parts, rewards, terminations, truncations, info)
         done = np.logical_or(terminations, truncations)
         if self._next_step:
             restart = self._autoreset  # the reset frames of the envs that ended last step
         elif self._same_step:
             restart = done
             if done.any():
-                info = self._final_obs(info, np.flatnonzero(done))
+                info = self._final_obs(info, np.flatnonzero(done), rings, self._n)
         else:
             restart = None
         # per Box leaf, one core call: push the frames, shift the rings, restart new episodes
         self._ring = [
-            leaf.shift_batch(ring, at(obs, path), restart)
-            for leaf, ring, path in zip(self._leaves, rings, self._paths, strict=True)
+            leaf.shift_batch(ring, part, restart)
+            for leaf, ring, part in zip(self._leaves, rings, parts, strict=True)
         ]
         if self._next_step:
             self._autoreset = done  # only once the step has been taken
         return self._observe(self._ring), rewards, terminations, truncations, info
 
-    def _final_obs(self, info: dict, idx: np.ndarray) -> dict:
-        """SAME_STEP: stack each ending env's final frame onto its ring, in info["final_obs"]."""
+    def _step_async(self, actions, parts, rewards, terminations, truncations, info):
+        """A step that returned some envs: shift their rings only, keyed by ``info["env_id"]``.
+
+        Everything is computed (and checked) before the stacker's state changes.
+        """
+        assert self._ring is not None
+        rows = len(parts[0])
+        ids = self._env_ids(info.get("env_id"), rows)
+        done = np.logical_or(terminations, truncations)
+        if done.shape != (rows,):
+            raise ValueError(
+                f"terminations and truncations have shape {done.shape}, expected ({rows},): "
+                f"one per row of the batch"
+            )
+        fresh = self._pending[ids]  # first frames since a reset: restart, no transition
+        if self._next_step:
+            skip = fresh | self._autoreset[ids]
+            restart = skip
+        else:
+            skip = fresh
+            restart = fresh | done if self._same_step else fresh
+        leaves_ = self._leaves
+        prev = [leaf.take(ring, ids) for leaf, ring in zip(leaves_, self._ring, strict=True)]
+        new = [
+            leaf.shift_batch(p, part, restart)
+            for leaf, p, part in zip(leaves_, prev, parts, strict=True)
+        ]
+        if self._same_step and done.any():
+            info = self._final_obs(info, np.flatnonzero(done), prev, rows)
+        rings = [
+            leaf.replace(ring, ids, nw)
+            for leaf, ring, nw in zip(leaves_, self._ring, new, strict=True)
+        ]
+        idx = np.flatnonzero(fresh)
+        if idx.size:  # a first frame's transition is a placeholder from the frame to itself
+            prev = [
+                leaf.replace(p, idx, leaf.take(nw, idx))
+                for leaf, p, nw in zip(leaves_, prev, new, strict=True)
+            ]
+        acts = self._recorded(actions)
+        # commit
+        self.asynchronous = True
+        self._ring = rings
+        self._pending[ids] = False
+        if self._next_step:
+            self._autoreset[ids] = done
+        self._last_ids = ids
+        info = dict(info)
+        info["prev_obs"] = self._observe(prev)
+        if acts is not None:
+            self._actions = acts
+            info["prev_action"] = acts[ids]
+        info["autoreset"] = skip
+        return self._observe(new), rewards, terminations, truncations, info
+
+    def _final_obs(self, info: dict, idx: np.ndarray, rings: list, rows: int) -> dict:
+        """SAME_STEP: stack each ending row's final frame onto its ring, in info["final_obs"].
+
+        ``rings``: each leaf's rings before the step, one row per row of the batch.
+        """
         final = info.get("final_obs")
         if final is None:
             raise KeyError(
                 "the vector env ended an episode in SAME_STEP autoreset mode without "
                 "info['final_obs']"
             )
-        assert self._ring is not None
-        out = np.full(self._n, None, dtype=object)
+        out = np.full(rows, None, dtype=object)
         for i in idx:
             parts = (
                 leaf.final(ring, i, at(final[i], path), self.lazy)
-                for leaf, ring, path in zip(self._leaves, self._ring, self._paths, strict=True)
+                for leaf, ring, path in zip(self._leaves, rings, self._paths, strict=True)
             )
             out[i] = self._assembled(parts)
         info = dict(info)
         info["final_obs"] = out
-        mask = np.zeros(self._n, np.bool_)
+        mask = np.zeros(rows, np.bool_)
         mask[idx] = True
         info["_final_obs"] = mask
         return info
@@ -425,5 +651,8 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
         A later ``reset`` starts again with the same padding.
         """
         self._ring = None
+        self._last_ids = None
+        self._actions = None
+        self._pending[:] = False
         self._release()
         return self.env.close(**kwargs)

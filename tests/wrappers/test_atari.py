@@ -60,10 +60,61 @@ def test_vector_equals_ale_native_stacking(mode):
         ours.close()
 
 
-def test_vector_rejects_asynchronous_batches():
-    envs = AtariVectorEnv("pong", num_envs=2, batch_size=1, stack_num=1, num_threads=1)
+class Recorder(gym.vector.VectorWrapper):
+    """Keeps each batch the vector env returns: its env ids and frames."""
+
+    def __init__(self, envs):
+        super().__init__(envs)
+        self.batches: list = []
+
+    def reset(self, **kw):
+        obs, info = self.env.reset(**kw)
+        self.batches.append((info["env_id"].copy(), obs[:, 0].copy(), None))
+        return obs, info
+
+    def step(self, actions):
+        obs, rew, te, tr, info = self.env.step(actions)
+        self.batches.append((info["env_id"].copy(), obs[:, 0].copy(), te | tr))
+        return obs, rew, te, tr, info
+
+
+def test_vector_stacks_asynchronous_batches_by_env_id():
+    """ale-py with batch_size < num_envs: each row stacks the frames its own env returned."""
+    k, n = 4, 4
+    atari = AtariVectorEnv("pong", num_envs=n, batch_size=2, stack_num=1, num_threads=1,
+                           max_num_frames_per_episode=60)  # fmt: skip
+    rec = Recorder(atari)
+    ours = mk(vector.FrameStackObservation, rec, k, layout="first")
     try:
-        with pytest.raises(ValueError, match="batch_size"):
-            mk(vector.FrameStackObservation, envs, 4, layout="first")
+        assert ours.asynchronous
+        obs, info = ours.reset(seed=0)
+        got = [(info["env_id"], np.asarray(obs), None)]
+        rng = np.random.default_rng(0)
+        for _ in range(48):
+            obs, _, _, _, info = ours.step(rng.integers(ours.single_action_space.n, size=2))
+            got.append((info["env_id"], np.asarray(obs), info))
+        # rebuild each env's stacks from its own frames, episode by episode (reset padding)
+        episode: dict = {}
+        stack: dict = {}  # each env's latest stack, rebuilt
+        ended = np.zeros(n, np.bool_)
+        checked, ends = 0, 0
+        for (ids, frames, done), (ids2, stacks, info) in zip(rec.batches, got, strict=True):
+            np.testing.assert_array_equal(ids, ids2)
+            for j, i in enumerate(ids):
+                fresh = i not in episode or ended[i]  # NEXT_STEP: a reset frame after an end
+                if info is not None:
+                    assert info["autoreset"][j] == (fresh and done is not None)
+                    if not fresh:  # the observation this env's last action was taken in
+                        np.testing.assert_array_equal(np.asarray(info["prev_obs"][j]), stack[i])
+                episode[i] = [frames[j]] if fresh else episode[i] + [frames[j]]
+                last = episode[i][-k:]
+                stack[i] = np.stack([last[0]] * (k - len(last)) + last)
+                np.testing.assert_array_equal(stacks[j], stack[i], err_msg=f"env {i}")
+                checked += 1
+                if done is not None:
+                    ended[i] = done[j]
+                    ends += int(done[j])
+        assert checked == 2 * 49 and ends >= 2
+        assert len({int(i) for ids, _, _ in rec.batches for i in ids}) == n
     finally:
-        envs.close()
+        ours.close()

@@ -169,22 +169,30 @@ class AsyncBatches(VectorEnv):
 
 
 @pytest.mark.parametrize("advertise", ["attribute", "config"])
-def test_async_batch_size_is_refused(advertise):
-    with pytest.raises(ValueError, match="batches of 2 of its 4 envs"):
-        mk(vector.FrameStackObservation, AsyncBatches(advertise=advertise), 3)
+def test_async_batch_size_makes_the_stacker_asynchronous(advertise):
+    envs = mk(vector.FrameStackObservation, AsyncBatches(advertise=advertise), 3)
+    assert envs.asynchronous
+    assert envs.observation_space.shape == (2, 3, 2, 2)  # a batch, as the env's (ale-py)
+    obs, info = envs.reset()
+    assert obs.shape == (2, 3, 2, 2) and info["env_id"].tolist() == [0, 1]
 
 
-def test_async_batches_are_refused_when_they_arrive():
+def test_async_batches_are_keyed_by_env_id_when_they_arrive():
+    # tests/wrappers/test_vector_async.py checks the values; here, that they are taken
     envs = mk(vector.FrameStackObservation, AsyncBatches(), 3)
-    with pytest.raises(ValueError, match="asynchronous vector envs are not supported"):
-        envs.reset()
-    # a full batch with the env ids out of order is refused too
+    assert not envs.asynchronous
+    obs, _ = envs.reset()  # ids [0, 1] of 4
+    assert envs.asynchronous and obs.shape == (2, 3, 2, 2)
+    # a full batch with the env ids out of order is taken as one too
     envs = mk(vector.FrameStackObservation, AsyncBatches(batch=4), 3)
-    envs.reset()  # ids 0..3
+    envs.reset()  # ids 0..3: synchronous so far
+    assert not envs.asynchronous
     envs.env.next = 1
-    with pytest.raises(ValueError, match=r"env ids \[1, 2, 3, 0\]"):
-        envs.step(np.zeros(4, np.int64))
-    assert envs.pool.live_frames == 4  # the rings of the reset, as they were
+    obs, *_, info = envs.step(np.zeros(4, np.int64))
+    assert envs.asynchronous and obs.shape == (4, 3, 2, 2)
+    assert info["env_id"].tolist() == [1, 2, 3, 0] and info["prev_obs"].shape == (4, 3, 2, 2)
+    assert info["prev_action"].tolist() == [0] * 4 and not info["autoreset"].any()
+    assert envs.pool.live_frames == 8  # the reset frames and those of the step
 
 
 def test_envpool_batch_size_zero_means_all_envs():
