@@ -327,7 +327,7 @@ class FrameStore:
         if type(nxt) is _LazyFrames:
             self._newest[0 if envs is None else int(envs[0])] = nxt
         else:
-            self._newest.update(zip(range(E) if envs is None else envs.tolist(), nxt))
+            self._newest.update(zip(range(E) if envs is None else envs.tolist(), nxt, strict=True))
 
     def release(self) -> None:
         """Let the frames :meth:`hold` keeps go (they are compressed at the next flush)."""

@@ -254,7 +254,8 @@ def test_stats_and_repr():
     pool, refs = pool_with(rand_frames(3))
     st = pool.stats()
     assert set(st) == {"live_frames", "live_bytes", "capacity", "frame_bytes", "bytes_held",
-                       "peak_bytes", "hot_frames", "cold_frames", "cold_bytes", "pending_frames"}  # fmt: skip
+                       "peak_bytes", "hot_frames", "cold_frames", "cold_bytes",
+                       "pending_frames"}  # fmt: skip
     assert (st["live_frames"], st["live_bytes"], st["frame_bytes"]) == (3, 3 * FB, FB)
     assert (st["hot_frames"], st["cold_frames"], st["cold_bytes"]) == (3, 0, 0)
     assert (st["capacity"], st["bytes_held"], st["peak_bytes"]) == (
