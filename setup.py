@@ -32,7 +32,9 @@ def blosc2_dirs():
 BLOSC2_INCLUDE, BLOSC2_STATIC = blosc2_dirs()
 
 # Portable by default: no CPU-specific tuning flags, so wheels run on any x86-64 / aarch64.
-extra = ["-O3", "-std=c99"] if os.name != "nt" else ["/O2"]
+# LAZYFRAMES_OPT overrides -O3 (tests/sanitize.sh builds with -O1: a sanitized -O3 build of
+# the generated C takes minutes and finds nothing more).
+extra = [os.environ.get("LAZYFRAMES_OPT", "-O3"), "-std=c99"] if os.name != "nt" else ["/O2"]
 
 ext = Extension(
     "lazyframes._core",

@@ -52,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lazyframes import _core
 from lazyframes.replay import ReplayBuffer
 
 from ._util import format_table, header, round_robin_us
@@ -65,8 +66,17 @@ TARGET_BPT = {"Pong": 250, "Breakout": 250, "MsPacman": 500, "Seaquest": 500}
 TARGET_SAMPLE_VS_OURS = 3.0  # compressed sample(32) at most this times our uncompressed one
 TARGET_SAMPLE_VS_PEER = 3.0  # and at least this times faster than sb3-extra-buffers
 TARGET_ADD_US = 20.0  # add, amortised, per new frame
+TARGET_PARTIAL = 1.10  # partial adds' bytes at most this times synchronous adds' (8 envs)
+TARGET_CODEC = 1.10  # compression's cost in add at most this times the codec floor's time
 PEER = "sb3-extra zstd-3"
 ROWS = ("ours", "ours compress", PEER)
+#: rows of the recording split into ENVS streams, added by groups of env ids each round
+ENVS = 8
+GROUPED = {
+    "compress 8 envs sync": [list(range(ENVS))],
+    "compress 8 envs by 4": [[0, 1, 2, 3], [4, 5, 6, 7]],
+    "compress 8 actors by 1": [[e] for e in (3, 0, 6, 1, 7, 2, 5, 4)],
+}
 #: transitions added to one buffer, then to the other, when the two are filled by turns
 BLOCK_ADDS = 500
 #: sample calls of one row before the next row's, when rows are timed round-robin
@@ -188,12 +198,33 @@ def measure(row: str, game: str, path: str, n: int | None, seed: int):
         return _row(row, game, stream, held, own)
     gc.collect()
     r0 = rss_anon()
-    rb = ReplayBuffer(stream.n, seed=seed, compress=row == "ours compress")
-    for item in stream:
-        rb.add(*item)
+    if row in GROUPED:
+        rb = ReplayBuffer(stream.n, num_envs=ENVS, seed=seed, compress=True)
+        add_grouped(rb, stream, GROUPED[row])
+    else:
+        rb = ReplayBuffer(stream.n, seed=seed, compress=row == "ours compress")
+        for item in stream:
+            rb.add(*item)
     gc.collect()
     held = rss_anon() - r0
     return _row(row, game, stream, held, rb.memory()["bytes_per_transition"])
+
+
+def add_grouped(rb, stream: Stream, groups: list) -> None:
+    """The stream cut into ENVS consecutive streams of env ids, added group by group.
+
+    Each round, each group of env ids adds its streams' next transitions in one call
+    (``env_ids``): one group of every env is a synchronous vector env, several groups an
+    asynchronous one (EnvPool, ale-py ``batch_size < num_envs``), one env a group actors
+    adding in turn. The same transitions, frames and order within each stream.
+    """
+    items = list(stream)
+    per = len(items) // ENVS
+    for t in range(per):
+        for ids in groups:
+            rows = [items[e * per + t] for e in ids]
+            obs, a, r, nxt, te, tr = (np.stack(x) for x in zip(*rows, strict=True))
+            rb.add(obs, a, r.astype(np.float32), nxt, te, tr, env_ids=np.array(ids))
 
 
 # -- timings: every row of a game in one child process, timed round-robin -----------------
@@ -215,6 +246,14 @@ def measure_timing(game: str, path: str, n: int | None, n_peer: int | None, repe
                 rb.add(*item)
                 t_add[name] += time.perf_counter() - t0
     out = {name: {"add_us": t / stream.new_frames * 1e6} for name, t in t_add.items()}
+    # the codec floor on the same frames, in the same process (median of 5 passes)
+    frames = np.ascontiguousarray(stream.frames)
+    passes = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        _core._codec_floor(frames)
+        passes.append((time.perf_counter() - t0) / len(frames) * 1e6)
+    out["ours compress"]["codec_us"] = sorted(passes)[2]
     fns = {}
     for name, rb in bufs.items():
         fns[name, "sample_u8"] = functools.partial(rb.sample, BATCH)
@@ -305,6 +344,9 @@ COLUMNS = [
     ("sample_f32", "s32 f32 us", "{:,.0f}"),
     ("add_us", "add us/frame", "{:.1f}"),
     ("add_vs_ours", "add-ours us", "{:+.1f}"),
+    ("codec_us", "codec us/frame", "{:.1f}"),
+    ("cost_vs_codec", "(add-ours)/codec", "{:.2f}x"),
+    ("bytes_vs_sync", "bytes/sync", "{:.3f}"),
     ("bytes_vs_ours", "bytes/ours", "{:.3f}"),
     ("u8_vs_ours", "u8/ours", "{:.2f}x"),
     ("f32_vs_ours", "f32/ours", "{:.2f}x"),
@@ -322,9 +364,16 @@ def add_ratios(rows: list[dict]) -> None:
         ours, peer = by.get((r["game"], "ours")), by.get((r["game"], "sb3-extra zstd-3"))
         if ours is not None:
             r["bytes_vs_ours"] = r["bpt_rss"] / ours["bpt_rss"]
-            r["u8_vs_ours"] = r["sample_u8"] / ours["sample_u8"]
-            r["f32_vs_ours"] = r["sample_f32"] / ours["sample_f32"]
-            r["add_vs_ours"] = r["add_us"] - ours["add_us"]
+            if "sample_u8" in r:
+                r["u8_vs_ours"] = r["sample_u8"] / ours["sample_u8"]
+                r["f32_vs_ours"] = r["sample_f32"] / ours["sample_f32"]
+            if "add_us" in r:
+                r["add_vs_ours"] = r["add_us"] - ours["add_us"]
+            if "codec_us" in r:
+                r["cost_vs_codec"] = r["add_vs_ours"] / r["codec_us"]
+        sync = by.get((r["game"], "compress 8 envs sync"))
+        if sync is not None and r["buffer"] in GROUPED:
+            r["bytes_vs_sync"] = r["bpt_own"] / sync["bpt_own"]
         if peer is not None:
             r["rss_vs_peer"] = r["bpt_rss"] / peer["bpt_rss"]
             r["own_vs_peer"] = r["bpt_own"] / peer["bpt_own"]
@@ -343,8 +392,22 @@ def check(rows: list[dict]) -> bool:
 
     print("targets (--check, bench/README.md):")
     for r in rows:
+        if "bytes_vs_sync" in r and r["buffer"] != "compress 8 envs sync":
+            v = r["bytes_vs_sync"]
+            line(
+                f"{r['game']} {r['buffer']}: bytes / 8 envs sync",
+                f"{v:.3f}",
+                f"<= {TARGET_PARTIAL}",
+                v <= TARGET_PARTIAL,
+            )
         if r["buffer"] != "ours compress":
             continue
+        line(
+            f"{r['game']} compression's cost in add / codec floor",
+            f"{r['cost_vs_codec']:.2f}x",
+            f"<= {TARGET_CODEC}x",
+            r["cost_vs_codec"] <= TARGET_CODEC,
+        )
         g, top = r["game"], TARGET_BPT[r["game"]]
         for key, how in (("bpt_rss", "RSS"), ("bpt_own", "memory()")):
             line(f"{g} B/transition by {how}", f"{r[key]:,.0f}", f"<= {top}", r[key] <= top)
@@ -448,7 +511,7 @@ def main(argv=None) -> list[dict]:
     rows, missing = [], False
     for g in args.games:
         game_rows = {}
-        for name in ROWS:
+        for name in (*ROWS, *GROUPED):
             if missing and name == PEER:
                 continue
             size = n_peer if name == PEER else n

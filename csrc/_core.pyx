@@ -87,6 +87,8 @@ cdef extern from "codec.h" nogil:
     int lf_decompress(void *dctx, const void *blob, size_t blob_bytes, void *dst, size_t n)
     void lf_xor_of(unsigned char *out, const unsigned char *a, const unsigned char *b, size_t n)
     void lf_xor_into(unsigned char *out, const unsigned char *b, size_t n)
+    size_t lf_patch_encode(const unsigned char *frame, const unsigned char *base, size_t n,
+                           unsigned char *out, size_t cap)
 
 
 cdef extern from "pool.h" nogil:

@@ -151,3 +151,66 @@ def _ingest_floor(stacks, previous, arena, position=0):
     finally:
         free(src)
     return pos
+
+
+def _codec_floor(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
+                 level=C.DEFAULT_COMPRESSION["level"], group=C.DEFAULT_COMPRESSION["group"]):
+    """The floor of compressing a stream's frames, for benchmarks: the codec calls alone.
+
+    What a compressing pool must at least do for each frame of one stream, in order:
+    frame i at position ``p = i % group`` of its group is a keyframe (the codec, ``p ==
+    0``) or the patch against frame ``i - lowbit(p)`` (the pool's binary tree of
+    references; docs/COMPRESSION.md). No slots, no queue, no copies of the blobs, no
+    decoding of a reference (every frame is at hand, uncompressed), and not the pool's
+    occasional trial of the codec on a large patch: a plain C loop with the GIL released.
+
+    Args:
+        frames: uint8 ``(n, *frame)`` ndarray, C-contiguous, ``n >= 1``: one stream's
+            frames in order.
+        codec, level, group: as :meth:`FramePool.enable_compression`.
+
+    Returns:
+        The bytes of the blobs and patches written (a keyframe counted whole).
+
+    Raises:
+        TypeError: not a plain uint8 ndarray. ValueError: no frame, bad options.
+    """
+    _check_plain(frames, "frames", b"u", 1, "uint8", False)
+    cdef cnp.ndarray a = <cnp.ndarray>frames
+    if cnp.PyArray_NDIM(a) < 2 or a.shape[0] < 1 or cnp.PyArray_NBYTES(a) == 0:
+        raise ValueError(f"frames must have shape (n, *frame) with n >= 1, got {frames.shape}")
+    opts = C.compression({"codec": codec, "level": level, "group": group})
+    cdef lf_codec c
+    c.codec = _CODEC_CODES[opts["codec"]]
+    c.level = opts["level"]
+    c.group = opts["group"]
+    cdef Py_ssize_t n = a.shape[0], i
+    cdef size_t fb = <size_t>cnp.PyArray_NBYTES(a) // <size_t>n, total = 0, r
+    if not lf_codec_valid(c, fb):
+        raise ValueError(f"frames of {fb} bytes are too large to compress")
+    cdef const unsigned char *src = <const unsigned char *>cnp.PyArray_DATA(a)
+    cdef unsigned char *out = <unsigned char *>malloc(fb + LF_BLOB_OVERHEAD)
+    cdef void *cctx = lf_cctx_new(c)
+    cdef unsigned p
+    cdef long k = 0
+    try:
+        if out == NULL or cctx == NULL:
+            raise MemoryError()
+        with nogil:
+            for i in range(n):
+                p = <unsigned>(i % c.group)
+                if p == 0:
+                    k = lf_compress(cctx, src + i * fb, fb, out)
+                    if k < 0:
+                        break
+                    total += <size_t>k
+                else:
+                    r = lf_patch_encode(src + i * fb, src + (i - (p & -p)) * fb, fb, out,
+                                        fb + LF_BLOB_OVERHEAD)
+                    total += r if r != <size_t>-1 else fb
+        if k < 0:
+            raise MemoryError("the codec failed to compress a frame")
+    finally:
+        free(out)
+        lf_ctx_free(cctx)
+    return total

@@ -39,7 +39,7 @@ tar -C "$ROOT" -cf - --exclude=.git --exclude=build --exclude='*.egg-info' \
     --exclude=__pycache__ --exclude='.*_cache' --exclude=.hypothesis --exclude='*.so' \
     --exclude=csrc/_core.c . | tar -C "$SCRATCH/src" -xf -
 cd "$SCRATCH/src"
-CFLAGS="$FLAGS" LDFLAGS="-fsanitize=address,undefined" \
+LAZYFRAMES_OPT=-O1 CFLAGS="$FLAGS" LDFLAGS="-fsanitize=address,undefined" \
     python setup.py -q build_ext --inplace > "$SCRATCH/build.log" 2>&1 \
     || { cat "$SCRATCH/build.log"; exit 1; }
 export LD_PRELOAD="$LIBASAN" PYTHONDONTWRITEBYTECODE=1
