@@ -87,8 +87,12 @@ cdef extern from "codec.h" nogil:
     int lf_decompress(void *dctx, const void *blob, size_t blob_bytes, void *dst, size_t n)
     void lf_xor_of(unsigned char *out, const unsigned char *a, const unsigned char *b, size_t n)
     void lf_xor_into(unsigned char *out, const unsigned char *b, size_t n)
-    size_t lf_patch_encode(const unsigned char *frame, const unsigned char *base, size_t n,
-                           unsigned char *out, size_t cap)
+    ctypedef struct lf_coder:
+        size_t n
+    int lf_coder_init(lf_coder *c, lf_codec codec, size_t n)
+    void lf_coder_free(lf_coder *c)
+    long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned char *base,
+                         const unsigned char **out, unsigned char *kind)
 
 
 cdef extern from "pool.h" nogil:

@@ -155,14 +155,15 @@ def _ingest_floor(stacks, previous, arena, position=0):
 
 def _codec_floor(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
                  level=C.DEFAULT_COMPRESSION["level"], group=C.DEFAULT_COMPRESSION["group"]):
-    """The floor of compressing a stream's frames, for benchmarks: the codec calls alone.
+    """The floor of compressing a stream's frames, for benchmarks: the coder alone.
 
-    What a compressing pool must at least do for each frame of one stream, in order:
-    frame i at position ``p = i % group`` of its group is a keyframe (the codec, ``p ==
-    0``) or the patch against frame ``i - lowbit(p)`` (the pool's binary tree of
-    references; docs/COMPRESSION.md). No slots, no queue, no copies of the blobs, no
-    decoding of a reference (every frame is at hand, uncompressed), and not the pool's
-    occasional trial of the codec on a large patch: a plain C loop with the GIL released.
+    What a compressing pool must at least do for each frame of one stream, in order: the
+    pool's coder (``lf_coder_encode`` in ``csrc/codec.c``) codes frame i at position ``p =
+    i % group`` of its group as a keyframe (``p == 0``) or as a delta against frame ``i -
+    lowbit(p)`` (the pool's binary tree of references; docs/COMPRESSION.md): a patch, or
+    the codec on the XOR when it wins. No slots, no queue, no copies of the blobs, no
+    decoding of a reference (every frame is at hand, uncompressed): a plain C loop with
+    the GIL released.
 
     Args:
         frames: uint8 ``(n, *frame)`` ndarray, C-contiguous, ``n >= 1``: one stream's
@@ -170,7 +171,7 @@ def _codec_floor(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
         codec, level, group: as :meth:`FramePool.enable_compression`.
 
     Returns:
-        The bytes of the blobs and patches written (a keyframe counted whole).
+        The bytes of the coded frames.
 
     Raises:
         TypeError: not a plain uint8 ndarray. ValueError: no frame, bad options.
@@ -185,32 +186,28 @@ def _codec_floor(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
     c.level = opts["level"]
     c.group = opts["group"]
     cdef Py_ssize_t n = a.shape[0], i
-    cdef size_t fb = <size_t>cnp.PyArray_NBYTES(a) // <size_t>n, total = 0, r
+    cdef size_t fb = <size_t>cnp.PyArray_NBYTES(a) // <size_t>n, total = 0
     if not lf_codec_valid(c, fb):
         raise ValueError(f"frames of {fb} bytes are too large to compress")
     cdef const unsigned char *src = <const unsigned char *>cnp.PyArray_DATA(a)
-    cdef unsigned char *out = <unsigned char *>malloc(fb + LF_BLOB_OVERHEAD)
-    cdef void *cctx = lf_cctx_new(c)
+    cdef const unsigned char *out
+    cdef unsigned char kind
     cdef unsigned p
-    cdef long k = 0
+    cdef long r = 0
+    cdef lf_coder coder
     try:
-        if out == NULL or cctx == NULL:
+        if lf_coder_init(&coder, c, fb) != 0:
             raise MemoryError()
         with nogil:
             for i in range(n):
                 p = <unsigned>(i % c.group)
-                if p == 0:
-                    k = lf_compress(cctx, src + i * fb, fb, out)
-                    if k < 0:
-                        break
-                    total += <size_t>k
-                else:
-                    r = lf_patch_encode(src + i * fb, src + (i - (p & -p)) * fb, fb, out,
-                                        fb + LF_BLOB_OVERHEAD)
-                    total += r if r != <size_t>-1 else fb
-        if k < 0:
+                r = lf_coder_encode(&coder, src + i * fb,
+                                    NULL if p == 0 else src + (i - (p & -p)) * fb, &out, &kind)
+                if r < 0:
+                    break
+                total += <size_t>r
+        if r < 0:
             raise MemoryError("the codec failed to compress a frame")
     finally:
-        free(out)
-        lf_ctx_free(cctx)
+        lf_coder_free(&coder)
     return total

@@ -3,6 +3,7 @@
 
 #include <blosc2.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* compile-time checks (C99): the codec codes and a blob's overhead are Blosc2's */
@@ -214,4 +215,63 @@ void lf_xor_of(unsigned char *restrict out, const unsigned char *restrict a,
 
 void lf_xor_into(unsigned char *restrict out, const unsigned char *restrict b, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] ^= b[i];
+}
+
+/* -- the coder of a pool's frames ------------------------------------------------------- */
+
+int lf_coder_init(lf_coder *c, lf_codec codec, size_t n) {
+    memset(c, 0, sizeof(*c));
+    c->n = n;
+    c->codec_score = LF_CODEC_TRIES;
+    c->cctx = lf_cctx_new(codec);
+    c->blob = malloc(2 * n + LF_BLOB_OVERHEAD);
+    c->patch = malloc(n + LF_BLOB_OVERHEAD);
+    c->delta = malloc(n);
+    return c->cctx && c->blob && c->patch && c->delta ? 0 : -1;
+}
+
+void lf_coder_free(lf_coder *c) {
+    lf_ctx_free(c->cctx);
+    free(c->blob);
+    free(c->patch);
+    free(c->delta);
+    memset(c, 0, sizeof(*c));
+}
+
+/* The codec's blob of n bytes of src in c->blob, made lean if it can be: its size. */
+static long codec_blob(lf_coder *c, const unsigned char *src, unsigned char *kind) {
+    long whole = lf_compress(c->cctx, src, c->n, c->blob);
+    if (whole < 0) return -1;
+    size_t l = lf_lean(&c->header, c->blob, (size_t)whole);
+    *kind = l < (size_t)whole ? LF_BLOB_LEAN : 0;
+    return (long)l;
+}
+
+long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned char *base,
+                     const unsigned char **out, unsigned char *kind) {
+    size_t n = c->n;
+    if (base) {
+        size_t pn = lf_patch_encode(frame, base, n, c->patch, n + LF_BLOB_OVERHEAD);
+        if (pn != (size_t)-1) {
+            *out = c->patch;
+            *kind = LF_BLOB_PATCH;
+            if (pn > LF_PATCH_TRY_CODEC &&
+                (c->codec_score > 0 || c->n_large++ % LF_CODEC_PROBE == 0)) {
+                unsigned char lean;
+                lf_xor_of(c->delta, frame, base, n);
+                long x = codec_blob(c, c->delta, &lean);
+                if (x < 0) return -1;
+                if ((size_t)x < pn - pn / 8) {
+                    *out = c->blob;
+                    *kind = (unsigned char)(LF_BLOB_XOR | lean);
+                    c->codec_score = LF_CODEC_TRIES;
+                    return x;
+                }
+                if (c->codec_score > 0) c->codec_score--;
+            }
+            return (long)pn;
+        }
+    }
+    *out = c->blob;
+    return codec_blob(c, frame, kind);
 }

@@ -90,6 +90,45 @@ int lf_patch_apply(const unsigned char *patch, size_t pn, const unsigned char *b
 void lf_xor_of(unsigned char *out, const unsigned char *a, const unsigned char *b, size_t n);
 void lf_xor_into(unsigned char *out, const unsigned char *b, size_t n);
 
+/* What a coded frame is (the blob flags of a pool's slot, pool.h, share these bits). */
+#define LF_BLOB_LEAN 1     /* a lean codec blob (above) */
+#define LF_BLOB_PATCH 4    /* a patch against the reference frame, not a codec blob */
+#define LF_BLOB_XOR 8      /* a codec blob of the XOR of the frame and the reference frame */
+
+/* A patch longer than LF_PATCH_TRY_CODEC bytes also tries the codec on the XOR delta, on
+ * the next LF_CODEC_TRIES such patches after the codec last won, else on one in
+ * LF_CODEC_PROBE: it wins on some games (Seaquest) and never on others, where trying it
+ * on every large patch would cost ~4 us per frame (docs/COMPRESSION.md). */
+#define LF_PATCH_TRY_CODEC 128
+#define LF_CODEC_TRIES 32
+#define LF_CODEC_PROBE 16
+
+/* The coder of a compressing pool's frames of n bytes: a keyframe is the codec's blob, made
+ * lean; a delta against its reference frame is a patch, or the codec's blob of their XOR
+ * when that is an eighth smaller than a large patch (a patch decodes faster). One coder per
+ * pool (its buffers are the pool's scratch too); the benchmarks' codec floor runs one alone. */
+typedef struct {
+    size_t n;
+    void *cctx;
+    lf_header header;      /* the template of lean blobs */
+    unsigned char *blob;   /* 2 n + LF_BLOB_OVERHEAD: a codec blob (and a pool's decoding chunk) */
+    unsigned char *patch;  /* n + LF_BLOB_OVERHEAD: a patch */
+    unsigned char *delta;  /* n: the XOR of a frame and its reference */
+    int codec_score;       /* large patches left to try the codec on */
+    size_t n_large;        /* large patches seen while codec_score was 0 */
+} lf_coder;
+
+/* 0, or -1 on out of memory (then lf_coder_free it); lf_coder_free accepts a zeroed coder. */
+int lf_coder_init(lf_coder *c, lf_codec codec, size_t n);
+void lf_coder_free(lf_coder *c);
+
+/* Code frame (n bytes) as a keyframe (base NULL) or as a delta against base: the coded
+ * bytes' size, *out pointing at them in the coder's buffers (valid until the next call),
+ * and *kind the LF_BLOB_* bits (0 or LF_BLOB_LEAN: a keyframe, also when a patch would not
+ * fit); -1 if the codec failed (cannot happen: the buffers hold any frame). */
+long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned char *base,
+                     const unsigned char **out, unsigned char *kind);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,13 +10,6 @@
  * order it stored them, so few slabs stay partly dead. */
 #define LF_SLAB_BYTES ((size_t)64 << 10)
 #define LF_SLAB_MAX_BLOB (LF_SLAB_BYTES / 8) /* larger blobs get their own malloc */
-/* A patch longer than this also tries the codec on the XOR delta, on the next
- * LF_CODEC_TRIES such patches after the codec last won, else on one in LF_CODEC_PROBE:
- * it wins on some games (Seaquest) and never on others, where trying it would cost ~4 us
- * per frame (docs/COMPRESSION.md). */
-#define LF_PATCH_TRY_CODEC 128
-#define LF_CODEC_TRIES 32
-#define LF_CODEC_PROBE 16
 
 typedef struct {
     unsigned char *mem;       /* LF_SLAB_BYTES, or NULL */
@@ -28,17 +21,12 @@ typedef struct {
  * compression runs with the GIL held, one pool at a time. */
 struct lf_compressor {
     lf_codec codec;
-    void *cctx, *dctx;
-    unsigned char *blob;      /* 2 frame_bytes + LF_BLOB_OVERHEAD: a codec blob; as the
-                               * chunk of lf_pool_decode_blob, a blob made whole + a delta */
-    unsigned char *patch;     /* frame_bytes + LF_BLOB_OVERHEAD: a patch */
-    unsigned char *delta;     /* frame_bytes: the XOR of a frame and its reference */
-    int codec_score;          /* large patches left to try the codec on (LF_CODEC_TRIES) */
-    size_t n_large;           /* large patches seen while codec_score was 0 */
+    lf_coder coder;           /* its blob buffer is also the chunk of lf_pool_decode_blob
+                               * (a blob made whole + a delta) */
+    void *dctx;
     unsigned char *base;      /* frame_bytes: a decoded reference */
     int64_t *queue;           /* pending slots, in the order they became eligible */
     size_t n_queue, cap_queue;
-    lf_header header;         /* the template of lean blobs */
     unsigned char *spare;     /* a reader's scratch kept for the next reader (page faults) */
     size_t spare_bytes;
     lf_slab *slabs;           /* blobs packed in slabs (below); NULL mem: a free entry */
@@ -267,14 +255,11 @@ size_t lf_pool_bytes_held(const lf_pool *p) {
 
 static void compressor_free(lf_compressor *z) {
     if (!z) return;
-    lf_ctx_free(z->cctx);
+    lf_coder_free(&z->coder);
     lf_ctx_free(z->dctx);
     for (size_t i = 0; i < LF_WARM; i++) free(z->warm_buf[i]);
     for (size_t i = 0; i < z->n_slabs; i++) free(z->slabs[i].mem);
     free(z->slabs);
-    free(z->blob);
-    free(z->patch);
-    free(z->delta);
     free(z->base);
     free(z->spare);
     free(z->queue);
@@ -285,15 +270,11 @@ static lf_compressor *compressor_new(size_t fb, lf_codec c) {
     lf_compressor *z = calloc(1, sizeof(*z));
     if (!z) return NULL;
     z->codec = c;
-    z->codec_score = LF_CODEC_TRIES;
     for (size_t i = 0; i < LF_WARM; i++) z->warm_slot[i] = -1;
-    z->cctx = lf_cctx_new(c);
+    int ok = lf_coder_init(&z->coder, c, fb) == 0;
     z->dctx = lf_dctx_new();
-    z->blob = malloc(2 * fb + LF_BLOB_OVERHEAD); /* also lf_pool_decode's chunk */
-    z->patch = malloc(fb + LF_BLOB_OVERHEAD);
-    z->delta = malloc(fb);
     z->base = malloc(fb);
-    if (!z->cctx || !z->dctx || !z->blob || !z->patch || !z->delta || !z->base) {
+    if (!ok || !z->dctx || !z->base) {
         compressor_free(z);
         return NULL;
     }
@@ -481,7 +462,7 @@ int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsign
     size_t n = m->blob_bytes, fb = p->frame_bytes;
     if (m->blob_flags & LF_BLOB_PATCH) return base ? lf_patch_apply(blob, n, base, out, fb) : -1;
     if (m->blob_flags & LF_BLOB_LEAN) {
-        n = lf_unlean(&p->z->header, blob, n, chunk);
+        n = lf_unlean(&p->z->coder.header, blob, n, chunk);
         blob = chunk;
     }
     if (!(m->blob_flags & LF_BLOB_XOR)) return lf_decompress(dctx, blob, n, out, fb);
@@ -499,7 +480,7 @@ int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *ou
     int64_t chain[LF_MAX_GROUP];
     int n = lf_pool_chain(p, slot, chain);
     for (int i = n - 1; i >= 0; i--) /* the keyframe, then each patch in place */
-        if (lf_pool_decode_blob(p, dctx, chain[i], i == n - 1 ? NULL : out, out, p->z->blob))
+        if (lf_pool_decode_blob(p, dctx, chain[i], i == n - 1 ? NULL : out, out, p->z->coder.blob))
             return -1;
     return 0;
 }
@@ -521,23 +502,12 @@ static int64_t tree_ref(const lf_pool *p, int64_t prev, unsigned pos) {
     return prev >= 0 && lf_pool_meta(p, prev)->pos == want ? prev : -1;
 }
 
-/* Compress n bytes into z->blob and make the blob lean if it can be: its size (*lean:
- * LF_BLOB_LEAN or 0), or -1 (cannot happen: the destination holds any frame). */
-static long codec_blob(lf_compressor *z, const unsigned char *src, size_t n, int *lean) {
-    long whole = lf_compress(z->cctx, src, n, z->blob);
-    if (whole < 0) return -1;
-    size_t l = lf_lean(&z->header, z->blob, (size_t)whole);
-    *lean = l < (size_t)whole ? LF_BLOB_LEAN : 0;
-    return (long)l;
-}
-
 /* Compress one eligible slot: a delta (a patch, or the codec on the XOR) against a frame
  * of its group (tree_ref) when its recorded previous frame is cold and its group has room,
  * else a keyframe. 0, or -1 on out of memory. */
 static int compress_one(lf_pool *p, int64_t slot) {
     lf_compressor *z = p->z;
     lf_meta *m = lf_pool_meta(p, slot);
-    size_t fb = p->frame_bytes;
     int64_t ref = -1, prev = m->prev;
     unsigned pos = 0;
     if (prev >= 0 && lf_pool_is_live(p, prev) && lf_pool_meta(p, prev)->cold_state &&
@@ -545,46 +515,22 @@ static int compress_one(lf_pool *p, int64_t slot) {
         pos = lf_pool_meta(p, prev)->pos + 1u;
         ref = tree_ref(p, prev, pos);
     }
-    size_t n = (size_t)-1;
-    uint8_t kind = 0;
-    const unsigned char *out = z->blob;
+    const unsigned char *base = NULL;
     if (ref >= 0) {
-        const unsigned char *base = warm_get(z, ref);
+        base = warm_get(z, ref);
         if (!base) {
             if (lf_pool_decode(p, z->dctx, ref, z->base)) return -1;
             base = z->base;
         }
-        n = lf_patch_encode(m->buf, base, fb, z->patch, fb + LF_BLOB_OVERHEAD);
-        kind = LF_BLOB_PATCH;
-        out = z->patch;
-        if (n != (size_t)-1 && n > LF_PATCH_TRY_CODEC &&
-            (z->codec_score > 0 || z->n_large++ % LF_CODEC_PROBE == 0)) {
-            /* a large patch: the codec on the XOR delta may do better (busy scenes); it
-             * must save an eighth, as a patch decodes faster. It is tried while it wins
-             * now and then (codec_score), else on one large patch in LF_CODEC_PROBE. */
-            lf_xor_of(z->delta, m->buf, base, fb);
-            int lean;
-            long c = codec_blob(z, z->delta, fb, &lean);
-            if (c < 0) return -1;
-            if ((size_t)c < n - n / 8) {
-                n = (size_t)c;
-                kind = (uint8_t)(LF_BLOB_XOR | lean);
-                out = z->blob;
-                z->codec_score = LF_CODEC_TRIES;
-            } else if (z->codec_score > 0) {
-                z->codec_score--;
-            }
-        }
     }
-    if (n == (size_t)-1) { /* a keyframe (a patch longer than any blob cannot happen) */
-        int lean;
-        long c = codec_blob(z, m->buf, fb, &lean);
-        if (c < 0) return -1;
+    const unsigned char *out;
+    unsigned char kind;
+    long coded = lf_coder_encode(&z->coder, m->buf, base, &out, &kind);
+    if (coded < 0) return -1;
+    size_t n = (size_t)coded;
+    if (!(kind & (LF_BLOB_PATCH | LF_BLOB_XOR))) { /* a keyframe */
         ref = -1;
         pos = 0;
-        n = (size_t)c;
-        kind = (uint8_t)lean;
-        out = z->blob;
     }
     uint8_t flags;
     unsigned char *blob = blob_alloc(p, n, &flags);

@@ -52,10 +52,8 @@ typedef struct {
     uint8_t blob_flags;    /* COLD: LF_BLOB_PATCH, or LF_BLOB_LEAN | LF_BLOB_XOR; | LF_BLOB_SLAB */
 } lf_meta;
 
-#define LF_BLOB_LEAN 1     /* the blob is lean (codec.h) */
+/* LF_BLOB_LEAN, LF_BLOB_PATCH, LF_BLOB_XOR (codec.h: what the coder made), and: */
 #define LF_BLOB_SLAB 2     /* the blob lives in a slab of the pool (pool.c), not its own malloc */
-#define LF_BLOB_PATCH 4    /* the blob is a patch against `ref` (codec.h), not a codec blob */
-#define LF_BLOB_XOR 8      /* the codec blob holds the XOR of the frame and `ref`'s frame */
 
 #define LF_WARM 32         /* raw copies of recently compressed frames kept for the next delta */
 
