@@ -279,7 +279,6 @@ def _int_likes_refused(fn, *args, pattern=None):
         assert pattern is None if error is None else re.search(pattern, error[1]), error
         return False
     assert "rows must be integers" in error[1], error
-
     return True
 
 
