@@ -160,8 +160,8 @@ def test_c06_layout_is_explicit():
     # the baselines default on channels-first frames would glue along the width: rejected
     with pytest.raises(ValueError, match=r"\(1, 84, 84\).*channels-first.*layout='first'"):
         core.LazyFrames(first)
-    assert core.LazyFrames(first, layout="first").shape == (4, 84, 84)
-    assert np.asarray(core.LazyFrames(first, layout="first")).shape == (4, 84, 84)
+    stacked_first = core.LazyFrames(first, layout="first")
+    assert stacked_first.shape == np.asarray(stacked_first).shape == (4, 84, 84)
     assert core.LazyFrames(last).shape == (84, 84, 4)
     with pytest.raises(ValueError, match=r"channels-last.*layout='last'"):
         core.LazyFrames(last, layout="first")
@@ -169,9 +169,7 @@ def test_c06_layout_is_explicit():
         with pytest.raises(ValueError, match="no channel axis"):
             core.LazyFrames(flat, layout=layout)
     np.testing.assert_array_equal(np.asarray(core.LazyFrames(flat, layout="stack")), np.stack(flat))
-    np.testing.assert_array_equal(
-        np.asarray(core.LazyFrames(first, layout="first")), np.concatenate(first, axis=0)
-    )
+    np.testing.assert_array_equal(np.asarray(stacked_first), np.concatenate(first, axis=0))
     np.testing.assert_array_equal(
         np.asarray(core.LazyFrames(first, layout="stack")), np.stack(first)
     )

@@ -323,8 +323,7 @@ def test_dedup_and_get_with_cold_frames():
 @pytest.mark.parametrize("group", [1, 4, 16])
 def test_take_loads_and_compresses(group):
     """A checkpoint's load: take() from one LazyBatch of frames, then the frames go cold."""
-    frames = recorded("breakout")[0]
-    frames = frames[:60]
+    frames = recorded("breakout")[0][:60]
     n = len(frames) - K
     pool = core.FramePool((84, 84), np.uint8, compress={"group": group})
     table = core.SlotTable(pool, n, K + 1)
@@ -365,32 +364,27 @@ def test_container_roundtrip(group):
     assert core.decode_frames(*empty, (3,), np.uint8).shape == (0, 3)
 
 
+def _with(a, i, value):
+    """A copy of array ``a`` with ``a[i] = value``."""
+    a = a.copy()
+    a[i] = value
+    return a
+
+
 def _corruptions(payload, offsets, kinds):
     n = len(kinds)
-    p = bytearray(payload)
-    yield bytes(p[:-1]), offsets, kinds  # truncated
+    yield payload[:-1], offsets, kinds  # truncated
     yield payload, offsets[:-1], kinds  # offsets too short
     yield payload, offsets[::-1], kinds  # decreasing
-    o = offsets.copy()
-    o[1] = o[2]
-    yield payload, o, kinds  # an empty blob
-    o = offsets.astype(np.uint64)
-    o[1] = np.uint64(2**64 - 1)
-    yield payload, o, kinds  # wraps if converted carelessly
-    k = kinds.copy()
-    k[0] = 1
-    yield payload, offsets, k  # a delta first
-    k = kinds.copy()
-    k[3] = 7
-    yield payload, offsets, k  # an unknown kind
-    k = kinds.copy()
-    k[2] = 2
-    yield payload, offsets, k  # raw, of the wrong size
+    yield payload, _with(offsets, 1, offsets[2]), kinds  # an empty blob
+    wraps = _with(offsets.astype(np.uint64), 1, np.uint64(2**64 - 1))
+    yield payload, wraps, kinds  # wraps if converted carelessly
+    yield payload, offsets, _with(kinds, 0, 1)  # a delta first
+    yield payload, offsets, _with(kinds, 3, 7)  # an unknown kind
+    yield payload, offsets, _with(kinds, 2, 2)  # raw, of the wrong size
     yield payload, offsets.astype(np.float64), kinds  # not integers
     yield "not bytes", offsets, kinds
-    o = offsets.copy()
-    o[n // 2] += 1
-    yield payload, o, kinds  # blobs split in the wrong places
+    yield payload, _with(offsets, n // 2, offsets[n // 2] + 1), kinds  # blobs split wrongly
     for at in range(40):  # each header byte of the first blob, and some payload
         q = bytearray(payload)
         q[at] ^= 0xFF
@@ -400,18 +394,13 @@ def _corruptions(payload, offsets, kinds):
 def test_corrupted_containers_raise():
     frames = noise(12, shape=(10, 10))
     frames[6:] = frames[5]  # deltas of zeros: the shortest blobs
-    payload, offsets, kinds = core_encode(frames)
+    payload, offsets, kinds = core.encode_frames(frames, group=4)  # compressed blobs
     for p, o, k in _corruptions(payload, offsets, kinds):
         try:
             out = core.decode_frames(p, o, k, (10, 10), np.uint8)
         except (ValueError, TypeError):
             continue
         assert out.shape == frames.shape  # a payload byte flipped: other values, no crash
-
-
-def core_encode(frames):
-    """A container with compressed blobs."""
-    return core.encode_frames(frames, group=4)
 
 
 def test_container_bad_frames():

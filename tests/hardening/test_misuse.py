@@ -9,6 +9,7 @@ interpreter (``_isolated``): a crash fails the test instead of ending the sessio
 """
 
 import contextlib
+import functools
 import gc
 import inspect
 import os
@@ -39,8 +40,8 @@ def _isolated(attack):
     code = textwrap.dedent(f"""
         import sys
         sys.path[:0] = [{TESTS!r}, {os.path.dirname(TESTS)!r}, {ROOT!r}]
-        import test_misuse
-        test_misuse.{attack.__name__}()
+        from test_misuse import {attack.__name__} as attack
+        getattr(attack, "__wrapped__", attack)()
         print("attack done")
     """)
     env = dict(os.environ, PYTHONFAULTHANDLER="1")
@@ -50,6 +51,16 @@ def _isolated(attack):
     assert r.returncode == 0 and "attack done" in r.stdout, (
         f"{attack.__name__} exited with {r.returncode}\n{r.stdout}\n{r.stderr}"
     )
+
+
+def isolated(attack):
+    """The test that runs ``attack()`` (of the same name) in a child interpreter."""
+
+    @functools.wraps(attack)
+    def test():
+        _isolated(attack)
+
+    return test
 
 
 class Witness:
@@ -73,13 +84,18 @@ class Witness:
         assert after == want, f"state changed: {want[:2]} -> {after[:2]}"
 
 
-def _refused(exc, pattern, fn, *args, **kw):
-    """``fn(*args, **kw)`` raises ``exc`` with a message matching ``pattern``."""
-    message = None
+def _raised(exc, fn, *args, **kw):
+    """The message of the ``exc`` that ``fn(*args, **kw)`` raises, or None if it returns."""
     try:
         fn(*args, **kw)
     except exc as e:  # not kept: its traceback would keep the call's arguments alive
-        message = str(e)
+        return str(e)
+    return None
+
+
+def _refused(exc, pattern, fn, *args, **kw):
+    """``fn(*args, **kw)`` raises ``exc`` with a message matching ``pattern``."""
+    message = _raised(exc, fn, *args, **kw)
     assert message is not None, f"{getattr(fn, '__name__', fn)} did not raise {exc.__name__}"
     assert re.search(pattern, message), f"{exc.__name__}: {message} (wanted /{pattern}/)"
 
@@ -94,7 +110,8 @@ def _setup(n=4, k=2):
 # -- out= that aliases an input ------------------------------------------------------------
 
 
-def _attack_out_aliases_ids():
+@isolated
+def test_out_aliasing_an_input_is_refused():
     pool = make_pool((1,), np.int64)
     refs = [pool.push(np.array([7 + i], np.int64)) for i in range(3)]
     ids = np.array([[r.slot] for r in refs], np.int64)  # (3, 1)
@@ -128,17 +145,14 @@ def _attack_out_aliases_ids():
     w.check()
 
 
-def test_out_aliasing_an_input_is_refused():
-    _isolated(_attack_out_aliases_ids)
-
-
 # -- row indices near 2**63, negative, or wrapping ------------------------------------------
 
 
 BAD_ROWS = [4, -1, -(2**63), 2**63 - 1, 2**62, -(2**62)]
 
 
-def _attack_huge_rows():
+@isolated
+def test_row_indices_near_2_63_and_negative_are_refused():
     pool, batch, w = _setup(n=2, k=2)
     table = core.SlotTable(pool, 4, 2)
     table.set([0, 1], (batch,))
@@ -161,25 +175,20 @@ def _attack_huge_rows():
     for bad in (4, -2, -(2**63), 2**63 - 1, 2**62, -(2**62)):  # -1 is an empty entry
         _refused(IndexError, "out of range", table.take, [2], batch, np.array([[0, bad]]))
     wrapping = np.array([0, 2**64 - 1], np.uint64)  # -1 if cast to int64 unchecked
-    with pytest.raises((IndexError, OverflowError, TypeError)):
-        table.set(wrapping, (batch,))
-    with pytest.raises((IndexError, OverflowError, TypeError)):
-        table.clear(wrapping)
+    for call in (lambda: table.set(wrapping, (batch,)), lambda: table.clear(wrapping)):
+        with pytest.raises((IndexError, OverflowError, TypeError)):
+            call()
     for start, stop in ((0, 2**63 - 1), (-(2**63), 2), (2**63 - 1, 2**63 - 1), (1, 0)):
-        with pytest.raises((IndexError, ValueError)):
-            table.batch([0], start, stop)
-        with pytest.raises((IndexError, ValueError)):
-            table.gather([0], start, stop)
+        for method in (table.batch, table.gather):
+            with pytest.raises((IndexError, ValueError)):
+                method([0], start, stop)
     assert table.ids().tolist() == before
     w.check()
     table.clear()
 
 
-def test_row_indices_near_2_63_and_negative_are_refused():
-    _isolated(_attack_huge_rows)
-
-
-def _attack_huge_sizes():
+@isolated
+def test_sizes_that_overflow_are_refused():
     pool = make_pool()
     for rows, width in ((2**62, 2**62), (2**63 - 1, 1), (1, 2**63 - 1), (-1, 4), (4, -1)):
         with pytest.raises((ValueError, OverflowError, MemoryError)):
@@ -188,10 +197,6 @@ def _attack_huge_sizes():
         with pytest.raises((ValueError, OverflowError, MemoryError)):
             pool.push_batch(np.stack([f(1)]), k=k)
     assert pool.live_frames == 0
-
-
-def test_sizes_that_overflow_are_refused():
-    _isolated(_attack_huge_sizes)
 
 
 # -- Python callbacks that free or change things mid-call -------------------------------------
@@ -210,7 +215,8 @@ class _DropsOnIndex:
         return self.slot
 
 
-def _attack_index_frees_slot():
+@isolated
+def test_index_callback_that_frees_the_slot_is_refused():
     pool = make_pool()
     keep = pool.push(f(1))
     out = np.full((1, 84, 84, 2), 3, np.uint8)
@@ -231,11 +237,8 @@ def _attack_index_frees_slot():
     assert pool.refcount(_DropsOnIndex(holder, holder[0].slot)) == 0
 
 
-def test_index_callback_that_frees_the_slot_is_refused():
-    _isolated(_attack_index_frees_slot)
-
-
-def _attack_index_rewrites_table():
+@isolated
+def test_index_callback_that_rewrites_the_table():
     pool, batch, w = _setup(n=2, k=2)
     table = core.SlotTable(pool, 3, 2)
     table.set([0, 1], (batch,))
@@ -276,12 +279,7 @@ def _int_likes_refused(fn, *args, pattern=None):
         assert pattern is None if error is None else re.search(pattern, error[1]), error
         return False
     assert "rows must be integers" in error[1], error
-
     return True
-
-
-def test_index_callback_that_rewrites_the_table():
-    _isolated(_attack_index_rewrites_table)
 
 
 class _Frames:
@@ -295,7 +293,8 @@ class _Frames:
         return self.arr if dtype is None else self.arr.astype(dtype)
 
 
-def _attack_array_deletes_batch():
+@isolated
+def test_array_callback_that_deletes_the_batch_being_shifted():
     pool = make_pool()
     holder = {}
     holder["pad"] = pool.push(f(0))
@@ -320,11 +319,8 @@ def _attack_array_deletes_batch():
     assert pool.live_frames == 0
 
 
-def test_array_callback_that_deletes_the_batch_being_shifted():
-    _isolated(_attack_array_deletes_batch)
-
-
-def _attack_array_callbacks_elsewhere():
+@isolated
+def test_array_and_float_callbacks_that_free_owners():
     pool = make_pool()
     target = [pool.push(f(7))]
     s = target[0].slot
@@ -360,11 +356,8 @@ def _attack_array_callbacks_elsewhere():
             return 0.5
 
     out = np.zeros((1, 84, 84, 2), np.float32)
-    message = None
-    try:
-        pool.gather([[keep.slot, s]], out, dtype=np.float32, scale=Scale(0.5))
-    except ValueError as e:
-        message = str(e)
+    message = _raised(ValueError, pool.gather, [[keep.slot, s]], out, dtype=np.float32,
+                      scale=Scale(0.5))  # fmt: skip
     if message is None:  # the core read the float value without calling __float__
         assert out[0, 0, 0].tolist() == [4.0, 3.5]
     else:  # __float__ ran first: the id check after it found the slot free
@@ -375,14 +368,11 @@ def _attack_array_callbacks_elsewhere():
     np.testing.assert_array_equal(pool.get(keep), f(8))
 
 
-def test_array_and_float_callbacks_that_free_owners():
-    _isolated(_attack_array_callbacks_elsewhere)
-
-
 # -- pad: an owner, never an int; freed by another row ---------------------------------------
 
 
-def _attack_pad():
+@isolated
+def test_pad_is_an_owner_and_outlives_the_rows_that_free_it():
     pool = make_pool()
     pad = pool.push(f(0))
     # the batch's rows are the pad's only other owners: row 0 is all pad
@@ -402,14 +392,11 @@ def _attack_pad():
     assert pool.live_frames == 0
 
 
-def test_pad_is_an_owner_and_outlives_the_rows_that_free_it():
-    _isolated(_attack_pad)
-
-
 # -- parts that overlap the table -------------------------------------------------------------
 
 
-def _attack_overlapping_parts():
+@isolated
+def test_overlapping_parts_are_read_before_anything_is_written():
     pool, batch, w = _setup(n=3, k=2)
     table = core.SlotTable(pool, 3, 4)
     table.set([0, 1, 2], (batch, pool.lazy_batch(batch.slots[::-1])))
@@ -428,10 +415,6 @@ def _attack_overlapping_parts():
     del replaced
     table.clear()
     w.check()
-
-
-def test_overlapping_parts_are_read_before_anything_is_written():
-    _isolated(_attack_overlapping_parts)
 
 
 # -- uninitialised objects ----------------------------------------------------------------------
@@ -487,7 +470,8 @@ def _as_argument(pool, lz, batch):
     }  # fmt: skip
 
 
-def _attack_uninitialised():
+@isolated
+def test_uninitialised_objects_raise_everywhere():
     pool = make_pool()
     ref = pool.push(f(1))
     lz = pool.lazy([ref, ref])
@@ -519,14 +503,11 @@ def _attack_uninitialised():
     w.check()
 
 
-def test_uninitialised_objects_raise_everywhere():
-    _isolated(_attack_uninitialised)
-
-
 # -- freed ids, other pools --------------------------------------------------------------------
 
 
-def _attack_other_pool():
+@isolated
+def test_owners_of_another_pool_are_refused():
     pool, batch, w = _setup(n=2, k=2)
     other = make_pool()
     oref = other.push(f(200))
@@ -552,10 +533,6 @@ def _attack_other_pool():
     assert (table.ids() == -1).all()
     w.check()
     wo.check()
-
-
-def test_owners_of_another_pool_are_refused():
-    _isolated(_attack_other_pool)
 
 
 # -- crafted pickles -----------------------------------------------------------------------------
@@ -624,7 +601,8 @@ def _forged_states(victim):
 PICKLE_ERRORS = (TypeError, ValueError, AttributeError, pickle.UnpicklingError)
 
 
-def _attack_crafted_pickles():
+@isolated
+def test_crafted_pickles_are_refused():
     shape = (84, 84, 1)
     pool = core.default_pool(shape, np.uint8)
     victim = core.LazyFrames([f(41), f(42)])  # another observation's frames, default pool
@@ -674,10 +652,6 @@ def _attack_crafted_pickles():
     w.check()
 
 
-def test_crafted_pickles_are_refused():
-    _isolated(_attack_crafted_pickles)
-
-
 # -- the v2 review: out=, phases, layouts, k, reentrant __init__, ABA, ids -----------------
 
 
@@ -699,7 +673,8 @@ class _LiesFlags(np.ndarray):
         return type("Flags", (), {"c_contiguous": True, "writeable": True, "aligned": True})()
 
 
-def _attack_out_subclasses():
+@isolated
+def test_out_subclasses_are_refused():
     pool, batch, _ = _setup(n=2, k=2)
     table = core.SlotTable(pool, 2, 2)
     table.set([0, 1], (batch,))
@@ -727,11 +702,8 @@ def _attack_out_subclasses():
     w.check()
 
 
-def test_out_subclasses_are_refused():
-    _isolated(_attack_out_subclasses)
-
-
-def _attack_out_resized_by_a_callback():
+@isolated
+def test_out_resized_by_a_callback_is_refused():
     pool, batch, _ = _setup(n=16, k=2)
     table = core.SlotTable(pool, 16, 2)
     table.set(list(range(16)), (batch,))
@@ -768,11 +740,8 @@ def _attack_out_resized_by_a_callback():
     for attack in attacks:
         o1.resize((16, 84, 84, 2), refcheck=False)
         o1[...] = 0
-        message = None
-        try:
-            attack()
-        except (ValueError, RuntimeError) as e:  # refused: "out has shape", "out changed"
-            message = str(e)
+        # refused: "out has shape", "out changed"
+        message = _raised((ValueError, RuntimeError), attack)
         if message is None:  # a core that never ran the callback, or ran it before checking out
             assert o1.shape == (16, 84, 84, 2)
         else:
@@ -780,11 +749,8 @@ def _attack_out_resized_by_a_callback():
     w.check()
 
 
-def test_out_resized_by_a_callback_is_refused():
-    _isolated(_attack_out_resized_by_a_callback)
-
-
-def _attack_zero_frames_per_observation():
+@isolated
+def test_owners_of_zero_frames_are_refused():
     pool = make_pool((2, 2))
     for frames in (np.zeros((3, 0, 2, 2), np.uint8), np.zeros((64, 0, 2, 2), np.uint8)):
         _refused(ValueError, "k must be at least 1, got 0", pool._push_dedup, frames)
@@ -792,11 +758,8 @@ def _attack_zero_frames_per_observation():
     assert pool.live_frames == 0
 
 
-def test_owners_of_zero_frames_are_refused():
-    _isolated(_attack_zero_frames_per_observation)
-
-
-def _attack_reentrant_init():
+@isolated
+def test_reentrant_init_is_refused_without_leak_or_reset():
     pool = core.FramePool.__new__(core.FramePool)
     keep = []
 
@@ -864,10 +827,6 @@ def _attack_reentrant_init():
     assert pool.live_frames == 0
 
 
-def test_reentrant_init_is_refused_without_leak_or_reset():
-    _isolated(_attack_reentrant_init)
-
-
 class _Layout(str):
     """A layout whose ``==`` always answers True, and that runs ``hook`` when compared."""
 
@@ -882,7 +841,8 @@ class _Layout(str):
     __hash__ = str.__hash__
 
 
-def _attack_layout_str_subclass():
+@isolated
+def test_layouts_are_compared_as_plain_strings():
     pool = make_pool(())  # scalar frames: only "stack" fits
     r = pool.push(np.uint8(5))
     _refused(ValueError, "layout must be one of", pool.gather, [[r] * 1000], layout=_Layout("x"))
@@ -894,7 +854,8 @@ def _attack_layout_str_subclass():
     assert _Layout.hook is None
 
 
-def _attack_frameref_aba():
+@isolated
+def test_frameref_owners_outlive_callbacks_that_drop_them():
     pool = make_pool((2,))
     refs = [pool.push(np.array([1, 1], np.uint8)), pool.push(np.array([2, 2], np.uint8))]
     keep = []
@@ -912,15 +873,8 @@ def _attack_frameref_aba():
     assert pool.live_frames == 0
 
 
-def test_frameref_owners_outlive_callbacks_that_drop_them():
-    _isolated(_attack_frameref_aba)
-
-
-def test_layouts_are_compared_as_plain_strings():
-    _isolated(_attack_layout_str_subclass)
-
-
-def _attack_restart_resizes_frames():
+@isolated
+def test_restart_callback_that_resizes_the_frames():
     pool = make_pool((2, 2))
     batch = pool.push_batch(np.zeros((2, 2, 2), np.uint8), k=4)
     frames = np.ones((2, 2, 2), np.uint8)
@@ -936,11 +890,8 @@ def _attack_restart_resizes_frames():
     assert pool.live_frames == 0
 
 
-def test_restart_callback_that_resizes_the_frames():
-    _isolated(_attack_restart_resizes_frames)
-
-
-def _attack_table_threads():
+@isolated
+def test_table_reads_racing_writes_in_threads():
     import threading
 
     pool = make_pool()
@@ -978,11 +929,8 @@ def _attack_table_threads():
     assert pool.live_frames == 0
 
 
-def test_table_reads_racing_writes_in_threads():
-    _isolated(_attack_table_threads)
-
-
-def _attack_sumtree_indices_raced():
+@isolated
+def test_sumtree_indices_written_by_another_thread_mid_call():
     """The tree checks private copies: a racing writer cannot slip an index past the check.
 
     ``set`` and ``update`` once used the caller's int64 array as it was: checked, then
@@ -1014,11 +962,8 @@ def _attack_sumtree_indices_raced():
     assert tree.get(np.arange(n)).sum() in (0.0, 1.0)  # only leaf 5 was ever written
 
 
-def test_sumtree_indices_written_by_another_thread_mid_call():
-    _isolated(_attack_sumtree_indices_raced)
-
-
-def _attack_small_cases():
+@isolated
+def test_small_disagreements_of_the_review():
     pool, batch, w = _setup()
     with pytest.raises(TypeError, match="unhashable"):
         hash(batch)
@@ -1046,10 +991,6 @@ def _attack_small_cases():
     # the weakref callback of _push_known, on a bare pool
     core.FramePool.__new__(core.FramePool)._forget(0, None)
     w.check()
-
-
-def test_small_disagreements_of_the_review():
-    _isolated(_attack_small_cases)
 
 
 def test_pool_internals_cannot_change_what_pickles():

@@ -155,9 +155,7 @@ class ReplayModel:
         steps = None if t is None else self.window(t)
         if steps is None:
             return None
-        ret = 0.0
-        for i, u in enumerate(steps):
-            ret += self.gamma**i * float(u.reward)
+        ret = sum(self.gamma**i * float(u.reward) for i, u in enumerate(steps))
         last = steps[-1]
         return Expected(
             observations=t.obs,

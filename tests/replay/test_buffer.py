@@ -364,9 +364,8 @@ def test_samples_depend_only_on_seed_and_stored_transitions(tmp_path):
             rb.add(pool.lazy_batch(refs, layout="stack"), action, reward, nxt, term, trunc)
             return
         for e in range(3):  # one transition at a time, scalar env ids, in env order
-            o, n = (
-                (lazy(e, t), lazy(e, t + 1)) if how == "lazy" else (obs_at(e, t), obs_at(e, t + 1))
-            )
+            ob = lazy if how == "lazy" else obs_at
+            o, n = ob(e, t), ob(e, t + 1)
             if how == "axis":  # a leading axis of 1 with a list of one id
                 o, n = o[None], n[None]
                 rb.add(o, action[[e]], reward[[e]], n, term[[e]], trunc[[e]], env_ids=[e])

@@ -1,8 +1,7 @@
 """lazyframes.transport: frames cross processes once; messages are checked before any write.
 
-A buffer filled through Sender -> Receiver must
-equal a buffer filled by local adds of the same transitions: same samples from the same
-seed, same unique frames.
+A buffer filled through Sender -> Receiver must equal a buffer filled by local adds of the
+same transitions: same samples from the same seed, same unique frames.
 """
 
 import copy
@@ -165,8 +164,8 @@ def test_two_senders_share_one_buffer_in_their_own_env_streams():
 def test_messages_are_much_smaller_than_stacked_observations():
     run = vector_run(64, 1, 6, shape=(84, 84))
     sender = Sender(compress=True)
-    for obs, act, rew, nxt, term, trunc, extras in run:
-        sender.add(obs, act, rew, nxt, term, trunc, **extras)
+    for *step, extras in run:
+        sender.add(*step, **extras)
     msg = sender.flush()
     naive = wire_bytes([(np.asarray(s[0]), s[1], s[2], np.asarray(s[3])) for s in run])
     assert wire_bytes(msg) * 6 < naive
@@ -176,8 +175,8 @@ def _message(steps=12, num_envs=2, compress=True):
     rb = ReplayBuffer(100, num_envs=num_envs, seed=0, pool=core.FramePool(SHAPE, np.uint8))
     receiver = Receiver(rb)
     sender = Sender(num_envs=num_envs, stream=receiver.open(num_envs), compress=compress)
-    for obs, act, rew, nxt, term, trunc, extras in vector_run(steps, num_envs, 7):
-        sender.add(obs, act, rew, nxt, term, trunc, **extras)
+    for *step, extras in vector_run(steps, num_envs, 7):
+        sender.add(*step, **extras)
     return rb, receiver, sender, sender.flush()
 
 
@@ -219,39 +218,33 @@ def test_forged_messages_raise_before_writing(key, value, exc, match):
 
 def _forged_arrays(msg):
     """Array fields tampered with: ids out of range, wrong dtypes and shapes."""
-    m = len(msg["sizes"])
-    T = msg["transitions"]
+    m, T = len(msg["sizes"]), msg["transitions"]
+
+    def changed(key, i, value):
+        """``key`` and a copy of ``msg[key]`` with entry ``i`` set to ``value``."""
+        a = msg[key].copy()
+        a[i] = value
+        return key, a
+
     out = []
     for key in ("obs", "next_obs"):
-        a = msg[key].copy()
-        a[T // 2, 1] = m  # one past the frame table
-        out.append((key, a, ValueError, "out of range"))
+        # m: one past the frames of the message
+        out.append((*changed(key, (T // 2, 1), m), ValueError, "out of range"))
         out.append((key, msg[key].astype(np.int64), TypeError, "unsigned"))
         out.append((key, msg[key][:, :2].copy(), ValueError, "shape"))
-    env = msg["env"].copy()
-    env[0] = 2
-    out.append(("env", env, ValueError, "out of range"))
-    retain = msg["retain"].copy()
-    retain[0] = m + 3
-    out.append(("retain", retain, ValueError, "out of range"))
-    out.append(("retain", np.zeros(100, np.uint16), ValueError, "more than k x num_envs"))
-    flags = msg["flags"].copy()
-    flags[1] = 8
-    out.append(("flags", flags, ValueError, "out of range"))
-    sizes = msg["sizes"].copy()
-    sizes[0] += 1
-    out.append(("sizes", sizes, ValueError, "offsets"))
-    out.append(("sizes", np.ones(10**6, np.uint32), ValueError, "new frames"))
-    out.append(("sizes", msg["sizes"].astype(np.uint64), TypeError, "uint32"))
-    kinds = msg["kinds"].copy()
-    kinds[0] = 1  # a delta first
-    out.append(("kinds", kinds, ValueError, "delta"))
-    action = msg["action"].astype(np.float64)
-    out.append(("action", action, TypeError, "action"))
-    reward = msg["reward"].copy()
-    reward[3] = np.inf
-    out.append(("reward", reward, ValueError, "reward"))
-    out.append(("reward", msg["reward"][:-1].copy(), ValueError, "reward"))
+    out += [
+        (*changed("env", 0, 2), ValueError, "out of range"),
+        (*changed("retain", 0, m + 3), ValueError, "out of range"),
+        ("retain", np.zeros(100, np.uint16), ValueError, "more than k x num_envs"),
+        (*changed("flags", 1, 8), ValueError, "out of range"),
+        (*changed("sizes", 0, msg["sizes"][0] + 1), ValueError, "offsets"),
+        ("sizes", np.ones(10**6, np.uint32), ValueError, "new frames"),
+        ("sizes", msg["sizes"].astype(np.uint64), TypeError, "uint32"),
+        (*changed("kinds", 0, 1), ValueError, "delta"),  # a delta first
+        ("action", msg["action"].astype(np.float64), TypeError, "action"),
+        (*changed("reward", 3, np.inf), ValueError, "reward"),
+        ("reward", msg["reward"][:-1].copy(), ValueError, "reward"),
+    ]
     return out
 
 
@@ -286,15 +279,15 @@ def test_a_blob_that_does_not_decode_is_refused():
 def test_messages_in_order_then_resync():
     rb, receiver, sender, _ = _message(steps=4)
     run = vector_run(8, 2, 8)
-    for obs, act, rew, nxt, term, trunc, extras in run[4:6]:
-        sender.add(obs, act, rew, nxt, term, trunc, **extras)
+    for *step, extras in run[4:6]:
+        sender.add(*step, **extras)
     second = sender.flush()
     assert second["carry"] > 0
     with pytest.raises(ValueError, match="out of order"):
         receiver.ingest(second)  # the first one was lost
     sender.resync()
-    for obs, act, rew, nxt, term, trunc, extras in run[6:]:
-        sender.add(obs, act, rew, nxt, term, trunc, **extras)
+    for *step, extras in run[6:]:
+        sender.add(*step, **extras)
     third = sender.flush()
     assert third["carry"] == 0
     assert receiver.ingest(third) == 4
@@ -327,10 +320,8 @@ def _child_sender(queue, steps, num_envs, seed, stream, flush, stop_after):
     """
     sender = Sender(num_envs=num_envs, stream=stream, compress=True)
     sent = 0
-    for t, (obs, act, rew, nxt, term, trunc, extras) in enumerate(
-        vector_run(steps, num_envs, seed), 1
-    ):
-        sender.add(obs, act, rew, nxt, term, trunc, **extras)
+    for t, (*step, extras) in enumerate(vector_run(steps, num_envs, seed), 1):
+        sender.add(*step, **extras)
         if t % flush == 0 or t == steps:
             queue.put(sender.flush())
             sent += 1
@@ -361,8 +352,8 @@ def test_a_sender_in_another_process(stop_after):
         child.join(timeout=60)
     done = steps if stop_after is None else stop_after * flush
     local = ReplayBuffer(200, num_envs=num_envs, seed=3)
-    for obs, act, rew, nxt, term, trunc, extras in vector_run(steps, num_envs, 9)[:done]:
-        local.add(obs, act, rew, nxt, term, trunc, **extras)
+    for *step, extras in vector_run(steps, num_envs, 9)[:done]:
+        local.add(*step, **extras)
     assert len(remote) == done * num_envs
     assert_same_buffers(local, remote)
 

@@ -38,7 +38,7 @@ def test_single_env_wrapper(padding, first):
     twin = copy.deepcopy(env)
     assert values(twin.step(0)[0]) == values(env.step(0)[0]) == first[2:] + [11, 12]
     env.close()
-    assert values(env.reset()[0]) == [20, 20, 20] if first[0] == 10 else first[:2] + [20]
+    assert values(env.reset()[0]) == ([20, 20, 20] if first[0] == 10 else first[:2] + [20])
 
 
 def test_framestack_and_dict_of_boxes():

@@ -38,10 +38,8 @@ def value(space, v):
     if isinstance(space, Tuple):
         return tuple(value(sub, v) for sub in space.spaces)
     if isinstance(space, Box):
-        x = np.full(space.shape, v % 200, np.float64)
-        return np.clip(x / 100 if space.dtype.kind == "f" else x, space.low, space.high).astype(
-            space.dtype
-        )
+        x = np.full(space.shape, v % 200, np.float64) / (100 if space.dtype.kind == "f" else 1)
+        return np.clip(x, space.low, space.high).astype(space.dtype)
     if isinstance(space, Discrete):
         return np.int64(space.start + v % space.n)
     if isinstance(space, MultiDiscrete):

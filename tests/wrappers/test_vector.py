@@ -23,8 +23,7 @@ MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]
 
 
 def counter_fns(n, shape=(3, 2, 1), **kw):
-    kw.setdefault("dtype", np.int32)
-    kw.setdefault("base", 1000)
+    kw = {"dtype": np.int32, "base": 1000, **kw}
     return [lambda i=i: CounterEnv(shape, rng_seed=100 + i, max_len=4, **kw) for i in range(n)]
 
 
@@ -59,9 +58,8 @@ def compare(ours, ref, steps, layout="stack", seed=0, partial=False):
         a = np.zeros(ours.num_envs, np.int64)
         o, rew, te, tr, info = ours.step(a)
         r, rew2, te2, tr2, info2 = ref.step(a)
-        np.testing.assert_array_equal(rew, rew2)
-        np.testing.assert_array_equal(te, te2)
-        np.testing.assert_array_equal(tr, tr2)
+        for got, want in ((rew, rew2), (te, te2), (tr, tr2)):
+            np.testing.assert_array_equal(got, want)
         done = te | tr
         ends += int(done.sum())
         if "final_obs" in info2:
