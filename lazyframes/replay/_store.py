@@ -313,17 +313,16 @@ class FrameStore:
             self._owners = (_LazyFrames, _LazyBatch)
 
     def hold(self, envs, E: int, nxt) -> None:
-        """Keep the newest next observation ``nxt`` of each stream of an add uncompressed.
+        """Hold the newest next observation ``nxt`` of each stream of an add, pushed here.
 
-        In a compressing pool only: it is what the agent acts on now, and what the
-        stream's next add de-duplicates its stacks against, byte for byte, which needs
-        them uncompressed (a wrapper's ring holds them just the same for its
-        LazyFrames). At most ``k`` frames a stream stay so; :meth:`release` lets them go.
+        It is what the agent acts on now, and what the stream's next add de-duplicates
+        its stacks against, byte for byte, which in a compressing pool needs them
+        uncompressed (a wrapper's ring holds them just the same for its LazyFrames).
+        At most ``k`` frames a stream are held (in a pool that does not compress, frames
+        the table holds anyway, until the row is evicted); :meth:`release` lets them go.
         ``envs``: the add's env ids (None: ``range(E)``); ``nxt``: its next observations'
         owner, ``E`` rows (a LazyFrames for one unbatched transition).
         """
-        if self._pool.compression is None:
-            return
         if type(nxt) is _LazyFrames:
             self._newest[0 if envs is None else int(envs[0])] = nxt
         else:
@@ -431,6 +430,7 @@ class FrameStore:
     def clear(self) -> None:
         if self._table is not None:
             self._table.clear()
+        self._newest.clear()
 
     # -- sampling ---------------------------------------------------------------------
     def outputs(self, B: int, out, dtype, scale) -> tuple:

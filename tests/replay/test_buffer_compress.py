@@ -349,6 +349,8 @@ def test_flush_compresses_the_frames_kept_for_the_next_add():
     t = len(frames) - 1
     rb.add(frames[t - K : t], 0, 0.0, frames[t - K + 1 : t + 1], False, False)
     assert rb.memory()["unique_frames"] == before + K + 1  # nothing hot to share with
+    rb.clear()  # the frames kept for the next add go too
+    assert rb.pool.live_frames == 0
 
 
 def feed_streams(rb, eps, groups):
