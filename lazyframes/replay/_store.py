@@ -321,12 +321,10 @@ class FrameStore:
         At most ``k`` frames a stream are held (in a pool that does not compress, frames
         the table holds anyway, until the row is evicted); :meth:`release` lets them go.
         ``envs``: the add's env ids (None: ``range(E)``); ``nxt``: its next observations'
-        owner, ``E`` rows (a LazyFrames for one unbatched transition).
+        owner, ``E`` rows. Each stream maps to the whole owner (no per-row objects made):
+        an owner goes once every stream of its add has added again.
         """
-        if type(nxt) is _LazyFrames:
-            self._newest[0 if envs is None else int(envs[0])] = nxt
-        else:
-            self._newest.update(zip(range(E) if envs is None else envs.tolist(), nxt, strict=True))
+        self._newest.update(dict.fromkeys(range(E) if envs is None else envs.tolist(), nxt))
 
     def release(self) -> None:
         """Let the frames :meth:`hold` keeps go (they are compressed at the next flush)."""
