@@ -26,11 +26,18 @@ from .._checks import LAYOUTS
 #: What the leading axis of a batched add counts, for error messages.
 PER_ADD = "(num_envs, or one per id of env_ids)"
 _SCALARS = (bool, int, float)
-_NUMBERS = frozenset((int, float))
 _LazyBatch = _core.LazyBatch
 #: Types of batched observation arguments, and of Dict ones (or lists of them).
 _BATCHES = frozenset((_LazyBatch, list, tuple))
 _CONTAINERS = frozenset((dict, list, tuple))
+#: NumPy's integer and float scalar types (an action from ``argmax``, a reward from a
+#: NumPy env), taken for one transition as the same number in Python (``int``, ``float``)
+_NP_INTS = frozenset(
+    (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+)
+_NP_FLOATS = frozenset((np.float16, np.float32, np.float64))
+#: Types of a reward that is one transition's (no leading axis to look for)
+_ONE_REWARD = frozenset((int, float)) | _NP_INTS | _NP_FLOATS
 _F32 = np.dtype(np.float32)
 _BOOL = np.dtype(np.bool_)
 #: Kinds of the values :func:`exact_cast` stores into a dtype, by the dtype's kind.
@@ -115,12 +122,16 @@ class Parser:
         else:
             envs = None
             batched = E > 1 or to in _BATCHES
-            if not batched and tr not in _NUMBERS:
+            if not batched and tr not in _ONE_REWARD:
                 batched = isinstance(obs, (list, tuple, _LazyBatch)) or np.ndim(reward) == 1
         # the values go to the ring, which checks them: for one transition, Python scalars
         # as they are, anything else converted here; for a batch, as given (the ring takes
         # ndarrays of the stored dtype and shape, and has ``convert`` convert the others)
         if not batched:
+            if ta in _NP_INTS:
+                action, ta = int(action), int
+            elif ta in _NP_FLOATS:
+                action, ta = float(action), float
             if not (self._scalar_action and (ta is int or (ta is float and self._float_action))):
                 action = self._action(action, 1, False)
             if tr is not float:
@@ -314,6 +325,10 @@ def _bits(flags: tuple, E: int) -> np.ndarray:
 
 def _reward(x, E: int, batched: bool):
     """The reward argument as the ring's value (its general form)."""
+    if not batched and type(x) in _NP_FLOATS:
+        x = float(x)
+    elif not batched and type(x) in _NP_INTS:
+        x = int(x)
     if not batched and type(x) in _SCALARS and -(2**64) < x < 2**64:
         return x  # finiteness and float32's range: checked by the ring
     lead = (E,) if batched else ()
@@ -325,6 +340,8 @@ def _reward(x, E: int, batched: bool):
 
 def _flag(x, name: str, E: int, batched: bool):
     """A flag as the ring's bit value: a bool (one transition) or a bool ndarray (E,)."""
+    if not batched and type(x) is np.bool_:
+        return bool(x)
     a = flags_array(x, name, (E,) if batched else ())
     return a if batched else bool(a)
 
