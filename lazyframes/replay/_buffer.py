@@ -422,7 +422,7 @@ class ReplayBuffer:
             for i in frames:
                 stores[i].adopt()
             self._keep(stores, keys)
-        for i in frames:  # frames the stores pushed: the newest stay hot while compressing
+        for i in frames:  # frames a store pushed: it holds each stream's newest (FrameStore.hold)
             if parts[i][1] is not next_obs[i]:
                 stores[i].hold(envs, E, parts[i][1])
         if self._ON_ADD:
@@ -509,8 +509,8 @@ class ReplayBuffer:
         counts the frames waiting). The newest observation of each env stream given as
         an ndarray stays uncompressed (at most ``k`` frames a stream) for the stream's
         next add to share its frames with; this call compresses those too, after which
-        each stream's next add stores its stack's frames anew. Nothing to do for a
-        buffer that does not compress.
+        each stream's next add stores its stack's frames anew. A buffer that does not
+        compress only lets those frames go.
 
         Raises:
             MemoryError: no memory to compress (the frames wait, uncompressed).
