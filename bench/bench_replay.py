@@ -42,6 +42,7 @@ import time
 import numpy as np
 
 import lazyframes
+from bench._add_worker import FrameSource
 from bench._util import format_table, header, report_checks, target
 from lazyframes.replay import ReplayBuffer
 
@@ -58,24 +59,6 @@ def rss() -> int:
     """Resident set size of this process in bytes."""
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-class FrameSource:
-    """Frames that change every step: a bank of random frames, each stamped with a counter."""
-
-    def __init__(self, seed, bank=512):
-        rng = np.random.default_rng(seed)
-        self.bank = rng.integers(0, 256, (bank, H, W), dtype=np.uint8)
-        self.t = 0
-
-    def next(self, n=1) -> np.ndarray:
-        idx = (self.t + np.arange(n)) % len(self.bank)
-        out = self.bank[idx]
-        out[:, 0, :8] = np.frombuffer(
-            (self.t + np.arange(n, dtype=np.int64)).tobytes(), np.uint8
-        ).reshape(n, 8)
-        self.t += n
-        return out
 
 
 class Stacker:
