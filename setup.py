@@ -1,4 +1,7 @@
-"""Build the compiled core ``lazyframes._core`` from ``csrc/`` (Cython + plain C)."""
+"""Build the compiled core ``lazyframes._core`` (Cython + plain C, ``csrc/``) and the hot modules.
+
+The hot modules are the replay engine's, compiled from their Python sources.
+"""
 
 import glob
 import importlib.util
@@ -48,9 +51,17 @@ ext = Extension(
     depends=sorted(glob.glob("csrc/*.pxi") + glob.glob("csrc/*.h")),
 )
 
+# The replay engine's hot modules, compiled from their plain Python sources as they are
+# (Cython's pure-Python mode): an add or a sample runs their code without the interpreter's
+# per-bytecode cost. The .py files stay the source (and run as they are if not compiled).
+COMPILED_PY = [
+    Extension(f"lazyframes.replay.{m}", [f"lazyframes/replay/{m}.py"], extra_compile_args=extra)
+    for m in ("_args", "_ring", "_store", "_samples", "_buffer", "_prioritized")
+]
+
 setup(
     ext_modules=cythonize(
-        [ext],
+        [ext, *COMPILED_PY],
         compiler_directives={
             "language_level": 3,
             "binding": True,  # introspectable signatures (inspect.signature works)

@@ -13,6 +13,11 @@ from hypothesis import settings
 
 from lazyframes import _core as core
 
+# The replay engine's modules are compiled from their .py sources (setup.py): pytest's
+# doctest collection of those .py files then imports the compiled module, which it would
+# otherwise refuse as another file than the one collected.
+os.environ.setdefault("PY_IGNORE_IMPORTMISMATCH", "1")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Long property runs behind an environment variable; a small default keeps CI fast.

@@ -424,7 +424,7 @@ class ReplayBuffer:
             self._keep(stores, keys)
         for i in frames:  # frames a store pushed: it holds each stream's newest (FrameStore.hold)
             if parts[i][1] is not next_obs[i]:
-                stores[i].hold(envs, E, parts[i][1])
+                stores[i].hold(envs, parts[i][1])
         if self._ON_ADD:
             self._on_add(pos, E)
 

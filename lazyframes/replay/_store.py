@@ -188,7 +188,9 @@ class FrameStore:
         self._staged: Any = None  # (geometry, pool, table) of a first add not yet adopted
         self._table: Any = None  # SlotTable (rows, 2k): obs frames then next obs frames
         self._outs: dict = {}  # (B, dtype) -> the output pair sample() reuses
-        # a compressing pool: stream -> the owner of its newest next observation (hold)
+        # the owners of the newest next observations pushed here (hold): of an add of
+        # every stream, and stream -> owner for adds of some streams (env_ids) since
+        self._every: Any = None
         self._newest: dict = {}
 
     @property
@@ -219,7 +221,8 @@ class FrameStore:
         ring checks their number of observations and frames against the table's); any
         other observation is checked, then, once ``ring.check(envs, values)`` accepts
         the add's values, split into frames pushed into the pool (de-duplicated against
-        each env's newest stored observation, ``ring.newest(envs)``). Nothing is stored:
+        each env's newest stored observation: the owner :meth:`hold` keeps of an add of
+        every env, else ``ring.newest(envs)``'s rows). Nothing is stored:
         the frames pushed are held by the owners returned. The first add decides the
         geometry and pool, which the store takes only at :meth:`adopt`.
 
@@ -253,7 +256,9 @@ class FrameStore:
         ring.check(envs, values)  # values refused: no frame pushed
         cand = None
         if (o.owner is None or o.pool is not pool) and self._table is not None:
-            cand = self.candidates(ring.newest(envs))
+            cand = self._every if envs is None else None
+            if cand is None:
+                cand = self.candidates(ring.newest(envs))
         op = _as_part(o, pool, geom, cand)
         plain = _as_part(n, pool, geom, op)
         np_ = plain if f is None else _with_final(pool, plain, f[0], f[1], geom, op)
@@ -312,22 +317,28 @@ class FrameStore:
             self._staged = None
             self._owners = (_LazyFrames, _LazyBatch)
 
-    def hold(self, envs, E: int, nxt) -> None:
+    def hold(self, envs, nxt) -> None:
         """Hold the newest next observation ``nxt`` of each stream of an add, pushed here.
 
         It is what the agent acts on now, and what the stream's next add de-duplicates
         its stacks against, byte for byte, which in a compressing pool needs them
         uncompressed (a wrapper's ring holds them just the same for its LazyFrames).
-        At most ``k`` frames a stream are held (in a pool that does not compress, frames
+        At most ``2k`` frames a stream are held (in a pool that does not compress, frames
         the table holds anyway, until the row is evicted); :meth:`release` lets them go.
-        ``envs``: the add's env ids (None: ``range(E)``); ``nxt``: its next observations'
-        owner, ``E`` rows. Each stream maps to the whole owner (no per-row objects made):
-        an owner goes once every stream of its add has added again.
+        ``envs``: the add's env ids (None: every env); ``nxt``: its next observations'
+        owner. An add of every env replaces what is held; an add of some
+        (``env_ids``) maps each of its streams to the whole owner (no per-row objects
+        made): an owner goes once every stream of its add has added again.
         """
-        self._newest.update(dict.fromkeys(range(E) if envs is None else envs.tolist(), nxt))
+        if envs is None:
+            self._every = nxt
+            self._newest.clear()
+        else:
+            self._newest.update(dict.fromkeys(envs.tolist(), nxt))
 
     def release(self) -> None:
         """Let the frames :meth:`hold` keeps go (they are compressed at the next flush)."""
+        self._every = None
         self._newest.clear()
 
     def put(self, rows: list, obs, nxt) -> None:
@@ -428,7 +439,7 @@ class FrameStore:
     def clear(self) -> None:
         if self._table is not None:
             self._table.clear()
-        self._newest.clear()
+        self.release()
 
     # -- sampling ---------------------------------------------------------------------
     def outputs(self, B: int, out, dtype, scale) -> tuple:

@@ -39,3 +39,14 @@ def test_the_readme_test_command_is_ci():
     )
     assert torch in ci and "python -m pip install -e '.[test]'" in ci
     assert "STEPS=(install lint types tests sanitizers)" in ci
+
+
+def test_the_replay_engines_hot_modules_are_compiled():
+    """setup.py compiles them from their .py sources: an install that did not runs them slowly."""
+    import importlib
+    import importlib.machinery
+
+    for name in ("_args", "_ring", "_store", "_samples", "_buffer", "_prioritized"):
+        module = importlib.import_module(f"lazyframes.replay.{name}")
+        assert module.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), name
+        assert (ROOT / "lazyframes" / "replay" / f"{name}.py").is_file()
