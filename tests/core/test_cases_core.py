@@ -23,8 +23,6 @@ FB = 84 * 84  # bytes of f(v)
 
 
 # -- C01 indexing follows the layout --------------------------------------------------------
-
-
 def test_c01_baselines_layout_indexing():
     lz = core.LazyFrames([f(0), f(1), f(2), f(3)])
     a = np.asarray(lz)
@@ -53,8 +51,6 @@ def test_c01_new_axis_layout_indexing():
 
 
 # -- C03 array-likeness ---------------------------------------------------------------------
-
-
 def test_c03_array_like_without_materialising():
     pool = core.FramePool((84, 84, 1), np.uint8)
     refs = [pool.push(f(v)) for v in range(4)]
@@ -97,8 +93,6 @@ def test_c03_eq_is_a_bool_and_observations_are_unhashable():
 
 
 # -- C04 NumPy 2 protocol -------------------------------------------------------------------
-
-
 def test_c04_numpy2_protocol():
     lz = core.LazyFrames([f(0), f(1), f(2), f(3)])
     with warnings.catch_warnings():
@@ -122,8 +116,6 @@ def test_c04_numpy2_protocol():
 
 
 # -- C05 PyTorch ------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("convert", [torch.as_tensor, torch.tensor])
 def test_c05_torch_converts_right(convert):
     lz = core.LazyFrames([f(0), f(1), f(2), f(3)])
@@ -151,8 +143,6 @@ def test_c05_documented_fast_paths():
 
 
 # -- C06 stack axis follows the channel layout -------------------------------------------------
-
-
 def test_c06_layout_is_explicit():
     first = [f(v, shape=(1, 84, 84)) for v in range(4)]
     last = [f(v) for v in range(4)]
@@ -184,8 +174,6 @@ def test_c06_layout_is_explicit():
 
 
 # -- C07 multi-channel frames ---------------------------------------------------------------
-
-
 def test_c07_rgb_frames_stack_by_frame_depth():
     frames = [np.full((210, 160, 3), v, np.uint8) for v in (10, 11, 12)]
     lz = core.LazyFrames(frames)
@@ -204,8 +192,6 @@ def test_c07_rgb_frames_stack_by_frame_depth():
 
 
 # -- C08 observation space (core part) ------------------------------------------------------
-
-
 def test_c08_vector_frames():
     frames = [np.array([-1.0, 0.5, 1.0], np.float32) * (v / 4) for v in range(1, 5)]
     st = core.LazyFrames(frames, layout="stack")
@@ -222,8 +208,6 @@ def test_c08_vector_frames():
 
 
 # -- C09 conversion never retains a copy ----------------------------------------------------
-
-
 def _c09_frames():
     return [f(v % 256) for v in range(103)]
 
@@ -298,8 +282,6 @@ def test_c09_baselines_lazyframes_grow_3_9x():
 
 
 # -- C10 pickling keeps sharing -------------------------------------------------------------
-
-
 @pytest.mark.parametrize(
     "layout,shape", [("last", (84, 84, 1)), ("first", (1, 84, 84)), ("stack", (84, 84))]
 )

@@ -103,8 +103,6 @@ def cold_frames(store):
 
 
 # -- recorded frames --------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("game", ["pong", "breakout"])
 @pytest.mark.parametrize(
     "compress",
@@ -137,8 +135,6 @@ def test_recorded_frames_bit_exact(game, compress, channel):
 
 
 # -- synthetic worst cases --------------------------------------------------------------
-
-
 def noise(n, seed=0, shape=(16, 12)):
     return np.random.default_rng(seed).integers(0, 256, (n, *shape), dtype=np.uint8)
 
@@ -198,8 +194,6 @@ def test_deep_chains_decode_within_a_group():
 
 
 # -- hot and cold -----------------------------------------------------------------------
-
-
 def test_frames_others_hold_stay_hot():
     pool = core.FramePool((8, 8), np.uint8, compress=True)
     table = core.SlotTable(pool, 5, 1)
@@ -348,8 +342,6 @@ def test_table_stores_int32():
 
 
 # -- the checkpoint container -----------------------------------------------------------
-
-
 @pytest.mark.parametrize("group", [1, 5, 16])
 def test_container_roundtrip(group):
     frames, _ = recorded("pong")

@@ -59,8 +59,6 @@ def _expect(exc, pattern, fn, *args, **kw):
 
 
 # -- push: the one copy in ----------------------------------------------------------------
-
-
 def test_push_copies_once_and_source_changes_never_reach_the_pool():
     src = f(7)
     pool = make_pool()
@@ -150,8 +148,6 @@ def test_lazyframes_from_list_stores_the_same_array_once():
 
 
 # -- push_batch: n frames in, one LazyBatch out -----------------------------------------
-
-
 def test_push_batch_layout_and_bad_input_writes_nothing():
     pool = make_pool()
     got = pool.push_batch(np.stack([f(1), f(2)]), k=2, layout="last")
@@ -171,8 +167,6 @@ def test_push_batch_layout_and_bad_input_writes_nothing():
 
 
 # -- refcounts follow owners ------------------------------------------------------------
-
-
 def test_refcounts_follow_owners():
     pool, (r0, r1) = pool_with(rand_frames(2))
     s0, s1 = r0.slot, r1.slot
@@ -277,8 +271,6 @@ def test_default_pool_is_shared():
 
 
 # -- LazyFrames as an array-like --------------------------------------------------------------
-
-
 def test_stack_accepts_observations_from_different_pools():
     fa, fb = rand_frames(4, seed=1), rand_frames(4, seed=2)
     pa, sa = pool_with(fa)
@@ -303,8 +295,6 @@ def test_frameref_pickles_as_its_frame_into_the_default_pool():
 
 
 # -- bad input: right exception, clear message, nothing written -------------------------------
-
-
 def test_pool_construction_errors():
     _expect(TypeError, "numeric dtype", core.FramePool, FRAME, object)
     _expect(TypeError, "numeric dtype", core.FramePool, FRAME, "U3")
@@ -559,8 +549,6 @@ def test_slot_ids_as_lists_tuples_numpy_ints():
 
 
 # -- stacker steps: LazyFrames.shift and LazyBatch.shift ----------------------------------
-
-
 def test_shift_shares_k_minus_1_frames_and_copies_one():
     pool = make_pool()
     r = pool.push(f(0))
@@ -622,8 +610,6 @@ def test_lazybatch_replace_bad_input_writes_nothing():
 
 
 # -- SlotTable: the replay buffer's reference-owning store --------------------------------
-
-
 def _table(pool, rows=4, width=4):
     t = core.SlotTable(pool, rows, width)
     assert t.pool is pool and t.shape == (rows, width) and len(t) == rows
@@ -718,8 +704,6 @@ def test_slot_table_bad_input_writes_nothing():
 
 
 # -- SlotTable.gather_pairs: a replay sample's obs and next_obs, row-interleaved -----------
-
-
 @pytest.mark.parametrize("layout", ["last", "stack"])
 def test_gather_pairs_equals_two_gathers(layout):
     pool = make_pool((84, 84, 1) if layout == "last" else (84, 84))
@@ -762,8 +746,6 @@ def test_gather_pairs_bad_input_writes_nothing():
 
 
 # -- SlotTable.take: a checkpoint's rows from one flat batch of frames -----------------------
-
-
 def test_slot_table_take_bad_input_writes_nothing():
     pool = make_pool()
     source = pool.push_batch(np.stack([f(v) for v in (10, 11)]), k=2)  # (2, 2): flat 0..3
@@ -777,8 +759,6 @@ def test_slot_table_take_bad_input_writes_nothing():
 
 
 # -- _push_dedup: stacked ndarray observations cost one new frame per step ------------------
-
-
 def test_push_dedup_reuses_candidates_and_earlier_frames():
     pool = make_pool()
     prev = pool.lazy_batch([[pool.push(f(v)) for v in (1, 2, 3, 4)]])
@@ -809,8 +789,6 @@ def test_push_dedup_bad_input_writes_nothing():
 
 
 # -- found by a fresh user: each of these crashed the compiled core or misbehaved -------
-
-
 def test_stack_rejects_same_shape_from_other_geometry():
     a = core.LazyFrames([f(i) for i in range(4)])  # (84, 84, 4): 4 frames of (84, 84, 1)
     b = core.LazyFrames([f(9, (84, 84, 4))])  # (84, 84, 4): 1 frame of (84, 84, 4)

@@ -108,8 +108,6 @@ def _setup(n=4, k=2):
 
 
 # -- out= that aliases an input ------------------------------------------------------------
-
-
 @isolated
 def test_out_aliasing_an_input_is_refused():
     pool = make_pool((1,), np.int64)
@@ -146,8 +144,6 @@ def test_out_aliasing_an_input_is_refused():
 
 
 # -- row indices near 2**63, negative, or wrapping ------------------------------------------
-
-
 BAD_ROWS = [4, -1, -(2**63), 2**63 - 1, 2**62, -(2**62)]
 
 
@@ -200,8 +196,6 @@ def test_sizes_that_overflow_are_refused():
 
 
 # -- Python callbacks that free or change things mid-call -------------------------------------
-
-
 class _DropsOnIndex:
     """An int-like whose ``__index__`` first drops the last owner of a slot."""
 
@@ -369,8 +363,6 @@ def test_array_and_float_callbacks_that_free_owners():
 
 
 # -- pad: an owner, never an int; freed by another row ---------------------------------------
-
-
 @isolated
 def test_pad_is_an_owner_and_outlives_the_rows_that_free_it():
     pool = make_pool()
@@ -393,8 +385,6 @@ def test_pad_is_an_owner_and_outlives_the_rows_that_free_it():
 
 
 # -- parts that overlap the table -------------------------------------------------------------
-
-
 @isolated
 def test_overlapping_parts_are_read_before_anything_is_written():
     pool, batch, w = _setup(n=3, k=2)
@@ -418,7 +408,6 @@ def test_overlapping_parts_are_read_before_anything_is_written():
 
 
 # -- uninitialised objects ----------------------------------------------------------------------
-
 #: The dunders of the API (their protocol is their documentation) and the private methods
 #: the Python layer calls.
 _CALLED = {"__array__", "__dlpack__", "__dlpack_device__", "__len__", "__getitem__",
@@ -504,8 +493,6 @@ def test_uninitialised_objects_raise_everywhere():
 
 
 # -- freed ids, other pools --------------------------------------------------------------------
-
-
 @isolated
 def test_owners_of_another_pool_are_refused():
     pool, batch, w = _setup(n=2, k=2)
@@ -536,8 +523,6 @@ def test_owners_of_another_pool_are_refused():
 
 
 # -- crafted pickles -----------------------------------------------------------------------------
-
-
 def _craft(fn_name, args):
     """Pickle bytes that call ``core.<fn_name>(*args)`` on load (a copyreg-style reducer)."""
 
@@ -653,8 +638,6 @@ def test_crafted_pickles_are_refused():
 
 
 # -- the v2 review: out=, phases, layouts, k, reentrant __init__, ABA, ids -----------------
-
-
 class _LiesShape(np.ndarray):
     @property
     def shape(self):
@@ -1005,8 +988,6 @@ def test_pool_internals_cannot_change_what_pickles():
 
 
 # -- the removed API is gone -----------------------------------------------------------------
-
-
 REMOVED_POOL = ["retain", "release", "push_many", "shift_rings", "write_slots", "push_dedup",
                 "gather_pairs"]  # fmt: skip
 
@@ -1023,8 +1004,6 @@ def test_removed_api_is_gone():
 
 
 # -- the harness itself -------------------------------------------------------------------------
-
-
 def _attack_that_crashes():
     import ctypes
 

@@ -47,8 +47,6 @@ def assert_same_samples(a, b, name=""):
 
 
 # -- the constructor and the first add ---------------------------------------------------
-
-
 @pytest.mark.parametrize(
     "kwargs, exc, match",
     [
@@ -106,7 +104,6 @@ def test_a_refused_first_add_stores_nothing(kwargs, obs, match):
 
 
 # -- refused calls change nothing ---------------------------------------------------------
-
 o2 = np.stack([obs_at(0, 20), obs_at(1, 20)])
 GOOD = {"obs": o2, "action": np.array([1, 2]), "reward": np.array([0.5, 1.0]), "next_obs": o2,
         "terminated": np.array([False, True]), "truncated": np.array([False, False])}  # fmt: skip
@@ -270,8 +267,6 @@ def test_refused_samples_change_nothing():
 
 
 # -- values -------------------------------------------------------------------------------
-
-
 def test_edge_values_are_stored_exactly():
     rb = ReplayBuffer(8, action_dtype=np.uint64)
     o = stack(1, 2, 3)
@@ -392,8 +387,6 @@ def test_samples_depend_only_on_seed_and_stored_transitions(tmp_path):
 
 
 # -- frames: stored once, released --------------------------------------------------------
-
-
 def test_frames_are_released_with_the_transitions():
     pool = FramePool((84, 84), np.uint8)
     ring = [pool.push(np.zeros((84, 84), np.uint8))] * 4

@@ -247,8 +247,6 @@ def test_bad_options_raise_before_anything_changes():
 
 
 # -- checkpoints and pickles ------------------------------------------------------------
-
-
 @pytest.mark.parametrize("kind", ["arrays", "lazy", "batch"])
 def test_checkpoints_and_pickles_keep_compression(kind, tmp_path):
     """The same options, the same samples (same seed); the file holds the frames compressed."""

@@ -218,8 +218,6 @@ def test_a_failed_save_leaves_the_old_checkpoint_and_no_temporary_file(tmp_path,
 
 
 # -- crafted files ----------------------------------------------------------------------
-
-
 def entries(path):
     """The members of a checkpoint: name -> bytes."""
     with zipfile.ZipFile(path) as zf:
@@ -346,8 +344,6 @@ def test_missing_entry_and_foreign_members_are_refused(valid, tmp_path):
 
 
 # -- crafted compressed containers (formats 3 and 4) ------------------------------------
-
-
 @pytest.fixture
 def packed():
     """The members of the v3 golden file: 32 frames of 7,056 B as a compressed container."""
@@ -450,8 +446,6 @@ def test_frames_held_at_once_are_bounded(packed, tmp_path):
 
 
 # -- tables sized by what the file holds --------------------------------------------------
-
-
 def _add_steps(rb, steps, start):
     """Add ``steps`` transitions of one env: frames (2, 4, 4) valued t, t + 1."""
     for t in range(start, start + steps):
@@ -505,8 +499,6 @@ def test_loaded_tables_grow_up_to_the_capacity_then_evict(tmp_path):
 
 
 # -- pickles: a buffer pickles as its checkpoint -------------------------------------------
-
-
 def test_pickles_of_0_2_load_and_sample_as_they_did():
     """``{"uniform": ReplayBuffer, "prioritized": PrioritizedReplayBuffer}`` pickled by 0.2."""
     with open(golden("replay_0.2_pickle.pkl"), "rb") as fh:

@@ -89,7 +89,6 @@ def test_ingest_floor_refuses_wrong_calls():
 
 
 # -- bench_add: the table, for this checkout only (no venv), and the ratios ------------------
-
 ADD_CASES = ["add_lazybatch_8", "add_lazyframes_1", "add_ndarray_1", "add_ndarray_8"]
 ALL_CASES = [*ADD_CASES, "sample_32", "prioritized_32"]
 
