@@ -14,6 +14,7 @@ from hypothesis import settings
 from lazyframes import _core as core
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tests", "data")
 
 # Long property runs behind an environment variable; a small default keeps CI fast.
 settings.register_profile(
@@ -44,6 +45,12 @@ def _collect_garbage():
 def f(v, shape=(84, 84, 1), dtype=np.uint8):
     """A frame of the given shape and dtype filled with the value v."""
     return np.full(shape, v, dtype)
+
+
+def recorded(name):
+    """Recorded Atari frames of tests/data, ``(n, 84, 84)`` uint8, and their episode starts."""
+    with np.load(os.path.join(DATA, f"{name}.npz")) as d:
+        return d["frames"], d["starts"]
 
 
 def make_pool(shape=(84, 84, 1), dtype=np.uint8, *, chunk_bytes=1 << 20):

@@ -6,22 +6,14 @@ Gymnasium's AtariPreprocessing, 84x84 gray, frame_skip 4, random policy, across 
 episode boundary) and on synthetic worst cases.
 """
 
-import os
-
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import recorded
 
 from lazyframes import _core as core
 
 LAYOUTS = ("last", "first", "stack")
 K = 4
-
-
-def recorded(name):
-    """Recorded frames ``(n, 84, 84)`` uint8 and their episode starts."""
-    with np.load(os.path.join(ROOT, "tests", "data", f"{name}.npz")) as d:
-        return d["frames"], d["starts"]
 
 
 class Store:

@@ -12,7 +12,7 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import recorded
 
 from lazyframes import FramePool
 from lazyframes._checks import DEFAULT_COMPRESSION
@@ -20,12 +20,6 @@ from lazyframes.replay import ReplayBuffer
 
 K = 4
 SHAPE = (84, 84)
-
-
-def recorded(name):
-    """Recorded frames ``(n, 84, 84)`` uint8 and their episode starts."""
-    with np.load(os.path.join(ROOT, "tests", "data", f"{name}.npz")) as d:
-        return d["frames"], d["starts"]
 
 
 def episodes(frames, starts):

@@ -15,11 +15,9 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import DATA, recorded
 
 from lazyframes import FramePool, ReplayBuffer
-
-DATA = os.path.join(ROOT, "tests", "data")
 
 
 def golden(name):
@@ -71,8 +69,7 @@ def v2_streams():
 
 def v3_compressed():
     """Two envs of recorded Pong frames, compressed in groups of 4, n_step 2, wrapped."""
-    with np.load(golden("pong.npz")) as d:
-        frames = d["frames"]
+    frames = recorded("pong")[0]
     rb = ReplayBuffer(24, num_envs=2, n_step=2, gamma=0.5, seed=5, compress={"group": 4})
     for t in range(15):
         obs = np.stack([frames[80 * e + t : 80 * e + t + 4] for e in range(2)])

@@ -10,7 +10,7 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import buffer_state
+from conftest import buffer_state, recorded
 from gymnasium.spaces import Box, Dict, Discrete
 from oracle.replay import ReplayModel
 from test_checkpoint import assert_refused, craft, entries, meta_of, npy
@@ -345,7 +345,7 @@ def test_dict_memory_and_clear():
 @pytest.mark.parametrize("restore", ["load", "pickle"])
 def test_compressed_dict_buffers_stay_compressed(restore, tmp_path):
     """Checkpoints hold the frame leaf compressed; a restored buffer keeps compressing."""
-    frames = np.load("tests/data/pong.npz")["frames"]  # real frames: they compress
+    frames = recorded("pong")[0]  # real frames: they compress
 
     def add(rb, t):
         obs = {"pixels": frames[t : t + 4], "state": np.float32([t, -t])}

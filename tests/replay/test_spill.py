@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import recorded
 from test_shared import K, _reader, check, write_rows
 from test_transport import SHAPE, vector_run
 
@@ -26,7 +26,7 @@ from lazyframes.shared import (
 )
 from lazyframes.transport import Sender
 
-PONG = np.load(os.path.join(ROOT, "tests", "data", "pong.npz"))["frames"]
+PONG = recorded("pong")[0]
 FB = 84 * 84
 
 
