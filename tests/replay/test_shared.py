@@ -189,25 +189,20 @@ def _reader(path, seconds, queue, report_every):
     queue.put(("done", n))
 
 
-def test_readers_sample_while_the_writer_writes_and_one_is_killed(tmp_path):
-    path = tmp_path / "r.lfr"
-    # Atari-sized frames and small rings: the writer laps the readers during their copies
-    w = SharedReplay.create(
-        path, capacity=64, frame_shape=(84, 84), stack_size=K, frame_capacity=96
-    )
-    write_rows(w, 0, 60)
+def race_two_readers(w, path, t0, seconds):
+    """Write rows flat out while two readers sample: one is killed mid-loop, one finishes."""
     ctx = multiprocessing.get_context("spawn")
     q_live, q_doomed = ctx.Queue(), ctx.Queue()
-    live = ctx.Process(target=_reader, args=(str(path), 4.0, q_live, 10**9), daemon=True)
+    live = ctx.Process(target=_reader, args=(str(path), seconds, q_live, 10**9), daemon=True)
     doomed = ctx.Process(target=_reader, args=(str(path), 60.0, q_doomed, 5), daemon=True)
     live.start()
     doomed.start()
     try:
         assert q_live.get(timeout=120)[0] == "started"
         assert q_doomed.get(timeout=120)[0] == "started"
-        t0, killed, kind, n = 60, False, None, 0
+        killed, kind, n = False, None, 0
         while kind != "done" and (live.is_alive() or not q_live.empty()):
-            write_rows(w, t0, 20)  # flat out: the rings wrap, rows and frames are replaced
+            write_rows(w, t0, 20)  # the rings (or the log) wrap, rows and frames are replaced
             t0 += 20
             if not killed and not q_doomed.empty() and q_doomed.get()[0] == "batches":
                 doomed.kill()  # mid-loop, probably mid-copy: it holds nothing
@@ -216,12 +211,22 @@ def test_readers_sample_while_the_writer_writes_and_one_is_killed(tmp_path):
                 kind, n = q_live.get()
         assert killed
         assert kind == "done" and n > 0  # the other reader saw only whole rows
-        assert w.rows_written > 300  # while the writer wrapped the rings
         check(SharedReplay.attach(path).sample(64, rng=np.random.default_rng(2)))
     finally:
         for p in (live, doomed):
             p.kill()
             p.join(timeout=30)
+
+
+def test_readers_sample_while_the_writer_writes_and_one_is_killed(tmp_path):
+    path = tmp_path / "r.lfr"
+    # Atari-sized frames and small rings: the writer laps the readers during their copies
+    w = SharedReplay.create(
+        path, capacity=64, frame_shape=(84, 84), stack_size=K, frame_capacity=96
+    )
+    write_rows(w, 0, 60)
+    race_two_readers(w, path, 60, 4.0)
+    assert w.rows_written > 300  # while the writer wrapped the rings
     w.close(unlink=True)
 
 
