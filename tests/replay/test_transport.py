@@ -72,6 +72,15 @@ def feed(run, rb_local, sender, receiver, rng):
     return msgs
 
 
+def linked(capacity, num_envs, buffer=ReplayBuffer, sender_compress=True, **kw):
+    """Two like buffers: one for local adds, one a Receiver fills; and a Sender to it."""
+    local = buffer(capacity, num_envs=num_envs, **kw)
+    remote = buffer(capacity, num_envs=num_envs, pool=core.FramePool(SHAPE, np.uint8), **kw)
+    receiver = Receiver(remote)
+    sender = Sender(num_envs=num_envs, stream=receiver.open(num_envs), compress=sender_compress)
+    return local, remote, receiver, sender
+
+
 def assert_same_buffers(a, b):
     assert len(a) == len(b)
     assert a.memory()["unique_frames"] == b.memory()["unique_frames"]
@@ -87,11 +96,8 @@ def assert_same_buffers(a, b):
 def test_sender_receiver_equal_local_adds(compress, same_step, buffer):
     num_envs, n_step = 3, 3
     run = vector_run(60, num_envs, 1, same_step=same_step)
-    local = buffer(120, num_envs=num_envs, n_step=n_step, seed=5, compress=compress)
-    pool = core.FramePool(SHAPE, np.uint8)
-    remote = buffer(120, num_envs=num_envs, n_step=n_step, seed=5, compress=compress, pool=pool)
-    receiver = Receiver(remote)
-    sender = Sender(num_envs=num_envs, stream=receiver.open(num_envs), compress=compress)
+    kw = {"n_step": n_step, "seed": 5, "compress": compress}
+    local, remote, receiver, sender = linked(120, num_envs, buffer, compress, **kw)
     msgs = feed(run, local, sender, receiver, np.random.default_rng(2))
     assert_same_buffers(local, remote)
     # each frame crossed once: the new frames of all messages are the distinct frames
@@ -104,10 +110,7 @@ def test_sender_receiver_equal_local_adds(compress, same_step, buffer):
 
 def test_ndarray_observations_send_one_frame_per_step():
     run = vector_run(30, 2, 3)
-    local = ReplayBuffer(100, num_envs=2, seed=1)
-    remote = ReplayBuffer(100, num_envs=2, seed=1, pool=core.FramePool(SHAPE, np.uint8))
-    receiver = Receiver(remote)
-    sender = Sender(num_envs=2, stream=receiver.open(2), compress=False)
+    local, remote, receiver, sender = linked(100, 2, sender_compress=False, seed=1)
     for obs, act, rew, nxt, term, trunc, extras in run:
         o, n = np.asarray(obs), np.asarray(nxt)  # (E, k, *S) stacked, as EnvPool gives
         local.add(o, act, rew, n, term, trunc, **extras)
@@ -122,10 +125,7 @@ def test_env_ids_subsets_as_async_vector_envs_give():
     """Each add carries some of the envs (EnvPool's async mode): streams stay exact."""
     run = vector_run(30, 3, 12)
     rng = np.random.default_rng(0)
-    local = ReplayBuffer(200, num_envs=3, n_step=2, seed=4)
-    remote = ReplayBuffer(200, num_envs=3, n_step=2, seed=4, pool=core.FramePool(SHAPE, np.uint8))
-    receiver = Receiver(remote)
-    sender = Sender(num_envs=3, stream=receiver.open(3))
+    local, remote, receiver, sender = linked(200, 3, n_step=2, seed=4)
     for obs, act, rew, nxt, term, trunc, extras in run:
         ids = np.flatnonzero(rng.random(3) < 0.7)
         if ids.size == 0:
@@ -172,9 +172,7 @@ def test_messages_are_much_smaller_than_stacked_observations():
 
 
 def _message(steps=12, num_envs=2, compress=True):
-    rb = ReplayBuffer(100, num_envs=num_envs, seed=0, pool=core.FramePool(SHAPE, np.uint8))
-    receiver = Receiver(rb)
-    sender = Sender(num_envs=num_envs, stream=receiver.open(num_envs), compress=compress)
+    _, rb, receiver, sender = linked(100, num_envs, sender_compress=compress, seed=0)
     for *step, extras in vector_run(steps, num_envs, 7):
         sender.add(*step, **extras)
     return rb, receiver, sender, sender.flush()
