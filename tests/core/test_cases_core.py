@@ -1,8 +1,6 @@
 """Cases C01-C10 of the fault catalogue (layout, array behaviour, memory), with their exact values.
 
-C08's wrapper part (the stacked ``observation_space``) belongs to the wrapper tests; here
-C08 checks the core part: 1-D float frames stack to ``(4, 3)`` / concatenate to ``(12,)``,
-keep their dtype, and are contained in the stacked Box.
+C08's wrapper part (the stacked ``observation_space``) is the wrapper tests'; here, its core part.
 """
 
 import gc

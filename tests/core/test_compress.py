@@ -1,9 +1,7 @@
 """Compressed frame pools (docs/COMPRESSION.md): values, hot/cold states, the container.
 
-Every value a compressing pool copies out is compared bit for bit with the same store
-built uncompressed, on recorded Atari frames (tests/data: Pong and Breakout through
-Gymnasium's AtariPreprocessing, 84x84 gray, frame_skip 4, random policy, across an
-episode boundary) and on synthetic worst cases.
+Every value copied out equals the same store's uncompressed, bit for bit, on recorded Atari
+frames (tests/data: Pong and Breakout, 84x84 gray, across episodes) and synthetic worst cases.
 """
 
 import numpy as np

@@ -1,9 +1,7 @@
 """Property tests of the core (hypothesis) against the NumPy oracle (tests/oracle/core.py).
 
-Every copy out (``gather``, ``stack``, ``astype``, ``np.asarray``, ``LazyBatch.numpy``) equals
-the restatement bit for bit, for every layout, several dtypes, frame shapes, stack sizes
-1-16 and fused conversions; a refused conversion or ``out`` raises and writes nothing.
-The pool and its owners under random calls are the fuzzer's (hardening/fuzz_worker.py).
+Every copy out equals the restatement bit for bit (layouts, dtypes, shapes, stack sizes 1-16,
+fused conversions); a refused conversion or ``out`` writes nothing. Random calls: the fuzzer.
 """
 
 import gc

@@ -1,8 +1,6 @@
 """The core's SumTree (a sum-tree and a min-tree in C): its API, update, and no drift.
 
-A refused call raises the documented exception and writes nothing; a tree updated many
-times equals one built from its leaves. Its draws and weights against the oracle's, under
-random sets, are the fuzzer's (tests/hardening/fuzz_worker.py).
+Its draws and weights against the oracle's, under random sets, are the fuzzer's.
 """
 
 import math

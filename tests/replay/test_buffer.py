@@ -1,9 +1,6 @@
 """ReplayBuffer's public behaviour beyond the values the model checks (test_model.py).
 
-The constructor and the first add, refused calls (the exception, a message naming the
-problem, and the buffer unchanged: its pickle, which is its whole checkpoint, and its
-pools' stats), values at the edges of their dtypes, ``gather``, ``out``/``dtype``/
-``scale``, reproducible draws, frames de-duplicated and released, memory per transition.
+A refused call changes nothing: the buffer's pickle (its whole checkpoint) and its pools' stats.
 """
 
 import gc

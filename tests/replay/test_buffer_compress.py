@@ -1,9 +1,6 @@
 """ReplayBuffer(..., compress=True): the same samples as the uncompressed buffer, bit for bit.
 
-A compressing and a plain buffer with the same seed get the same transitions, of the
-recorded Atari frames of tests/data or synthetic worst cases, in every form the buffer
-takes (ndarrays copied into its pool, a wrapper's LazyFrames and LazyBatch rows, that
-pool adopted and made to compress); every sampled field is compared.
+Recorded Atari frames or synthetic worst cases, in every form ``add`` takes, same seeds.
 """
 
 import itertools

@@ -1,9 +1,7 @@
 """ReplayBuffer checkpoints: golden files of every format version, and untrusted input.
 
-Each golden file in tests/data must load to the buffer its recipe below builds today (the
-same checkpoint, read from the buffer's pickle, and the same samples). Crafted files must
-be refused with a ValueError, holding no more than a small multiple of the file at once
-(Python's allocations by ``tracemalloc``, the frames by the pool's ``peak_bytes``).
+A golden file loads to what its recipe builds today; a crafted file is refused with a
+ValueError, having held no more than a small multiple of the file at once.
 """
 
 import io

@@ -1,8 +1,6 @@
 """ReplayBuffer of Dict observations (image + vector), exact values.
 
-The oracle is the model of tests/oracle/replay.py, holding each observation as a dict of
-arrays; SB3's ``DictReplayBuffer`` is the peer whose stored values the buffer must
-return. Refused calls leave the buffer as it was (its pickle and its pools' stats).
+Against the model of tests/oracle/replay.py and SB3's ``DictReplayBuffer``.
 """
 
 import json

@@ -1,10 +1,7 @@
 """ReplayBuffer and PrioritizedReplayBuffer against the plain-Python model (tests/oracle).
 
-Both are fed the same transitions of synthetic env streams, in every input form ``add``
-takes, and after every add the buffer's ``len``, ``full`` and a sampled batch are compared
-with the model's, field by field and frame by frame. Every frame encodes its env stream
-and its number (pixels 0-2), so a wrong frame names itself in the failure message. Only
-the public API is used; tests/replay/test_model_fuzz.py drives the same harness at random.
+After every add (of every input form) ``len``, ``full`` and a sample equal the model's. A
+frame encodes its stream and number (pixels 0-2): a wrong frame names itself in the failure.
 """
 
 import math

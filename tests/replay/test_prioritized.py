@@ -1,8 +1,6 @@
 """PrioritizedReplayBuffer's public behaviour beyond the values the model checks.
 
-Refused calls (nothing changed: the buffer's pickle holds the priorities, the transition
-count and the RNG state), stale numbers, callbacks that move the window, crafted
-checkpoints, Dict observations. The SumTree itself: tests/core/test_sumtree.py.
+A refused call changes nothing: the buffer's pickle holds the priorities, count and RNG state.
 """
 
 import json

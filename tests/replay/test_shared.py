@@ -1,8 +1,7 @@
 """lazyframes.shared: one writer, reader processes that sample without locks, dead readers.
 
-The data is self-checking: frame ``f`` holds ``f`` in its first 8 bytes and ``f % 251``
-elsewhere, and row ``t`` refers to frames ``t .. t + 4`` with action ``t``; a reader that
-returned a torn or evicted row would break one of these equalities.
+Self-checking data: frame ``f`` holds ``f`` in its first 8 bytes and ``f % 251`` elsewhere;
+row ``t`` is frames ``t .. t + 4`` with action ``t``. A torn or evicted row breaks one.
 """
 
 import copy

@@ -1,9 +1,4 @@
-"""SharedReplay(compress=True): frames as blobs in a circular byte log (docs/SHARED.md).
-
-Values are compared with an uncompressed model over the wrap-around of the log and of
-the frame ring; a reader process samples self-checking frames (test_shared's) while the
-writer laps a small log; corrupt files and forged records raise.
-"""
+"""SharedReplay(compress=True): frames as blobs in a circular byte log (docs/SHARED.md)."""
 
 import os
 

@@ -1,7 +1,6 @@
 """lazyframes.transport: frames cross processes once; messages are checked before any write.
 
-A buffer filled through Sender -> Receiver must equal a buffer filled by local adds of the
-same transitions: same samples from the same seed, same unique frames.
+A buffer a Receiver fills equals one of local adds of the same transitions, sample for sample.
 """
 
 import copy

@@ -1,9 +1,4 @@
-"""examples/apex_ray.py --smoke: Ray actors feed a replay actor through lazyframes.transport.
-
-The smoke runs on a local ``ray.init(num_cpus=2)``; its last line carries the figures,
-checked for values (never timings): every transition ingested, a wire cost far below
-sending stacked observations, a replay that stores compressed frames.
-"""
+"""examples/apex_ray.py --smoke on a local Ray: its figures' values (never timings)."""
 
 import re
 

@@ -1,8 +1,4 @@
-"""bench/bench_add.py and its C floor ``lazyframes._core._ingest_floor``.
-
-The floor is checked for what it computes (the arena holds each env's last stack, one
-new frame per continuing stack) and for refusing wrong calls instead of crashing.
-"""
+"""bench/bench_add.py and its C floor ``lazyframes._core._ingest_floor``."""
 
 import statistics
 

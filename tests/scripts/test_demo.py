@@ -1,8 +1,6 @@
 """The source checkout's commands: ``python examples/demo.py`` on real Atari, ``python -m bench``.
 
-Every command runs in a subprocess from the root of the checkout, as the README says to
-run it; the package itself has no command line (no ``python -m lazyframes``, no console
-script).
+Each runs in a subprocess from the root, as the README says; the package has no command line.
 """
 
 import importlib.util

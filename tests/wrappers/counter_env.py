@@ -1,7 +1,4 @@
-"""The counter env of the wrapper tests, and building wrappers over a pool of their own.
-
-Plain Gymnasium API only: test_gymnasium_versions.py uses it under Gymnasium 0.29.1 too.
-"""
+"""The counter env of the wrapper tests (plain Gymnasium API: 0.29.1 too), and ``mk``."""
 
 import gymnasium as gym
 import numpy as np

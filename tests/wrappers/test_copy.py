@@ -1,8 +1,7 @@
 """copy.deepcopy of the stackers, padding after close(), and asynchronous vector envs.
 
-A deep copy goes on from the same state as Gymnasium's wrapper deep-copied (the env is
-copied too), leaves the original unaffected, and shares the pool: no frame is pushed or
-copied by the copy itself.
+A deep copy goes on as Gymnasium's deep-copied wrapper, leaves the original alone, and shares
+the pool: the copy itself pushes and copies no frame.
 """
 
 import copy

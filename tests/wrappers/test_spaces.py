@@ -1,9 +1,7 @@
 """Every observation space Gymnasium's FrameStackObservation takes, against Gymnasium itself.
 
-Dict and Tuple spaces with Box leaves (stacked lazily, a pool per leaf) and other leaves
-(Discrete, MultiDiscrete, MultiBinary, Text: stacked as Gymnasium does). The single-env
-reference is ``gymnasium.wrappers.FrameStackObservation``; the vector one is Gymnasium's
-wrapper per sub-env, then ``SyncVectorEnv`` (Gymnasium has no vector FrameStackObservation).
+Box leaves stack lazily (a pool each), the others as Gymnasium stacks them; the vector
+reference is Gymnasium's wrapper per sub-env in a ``SyncVectorEnv``.
 """
 
 import gymnasium as gym

@@ -1,9 +1,7 @@
 """lazyframes.vector.FrameStackObservation equals stacking each sub-env alone, in every mode.
 
-The reference is Gymnasium itself: a ``SyncVectorEnv`` of Gymnasium's FrameStackObservation
-over each sub-env (stacking before vectorising is correct by construction); ours stacks
-after vectorising. Both run the same counter envs with seeded random episode lengths,
-including 1-step episodes.
+The reference: Gymnasium's FrameStackObservation per sub-env in a ``SyncVectorEnv``, on counter
+envs with seeded random episode lengths (1-step ones included).
 """
 
 import gc

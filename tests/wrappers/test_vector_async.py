@@ -1,15 +1,7 @@
 """lazyframes.vector.FrameStackObservation over asynchronous vector envs, keyed by env id.
 
-An asynchronous vector env (EnvPool's async mode, ale-py's ``batch_size < num_envs``)
-returns at each call a batch of some of its envs with ``info["env_id"]``, and takes one
-action per row of the batch it returned last. ``AsyncCounters`` does so over counter envs
-whose frames encode (env id, episode, step), the envs returned drawn from a seeded
-generator. The reference is a synchronous run of the same envs: each env alone in a
-``SyncVectorEnv``, stacked by Gymnasium's own FrameStackObservation, its transitions added
-to a ``ReplayBuffer`` the synchronous way, stepped as often as the asynchronous run stepped
-it, with the same policy. Every env must see the same observations, and its stream of the
-asynchronous run's buffer (filled with the one-line add of the docstring) must hold the
-same transitions, frame for frame, across episodes ended by termination and truncation.
+Each env of an asynchronous run must see the observations, and hold in the buffer the
+transitions, of a synchronous run of it alone under Gymnasium's own stacker.
 """
 
 import gymnasium as gym

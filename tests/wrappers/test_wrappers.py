@@ -1,8 +1,4 @@
-"""lazyframes.wrappers against Gymnasium 1.x's FrameStackObservation and baselines' FrameStack.
-
-``mk(Wrapper, env, ...)`` builds a wrapper whose frames live in a new pool. Envs are
-counter envs: frame values encode episode and step.
-"""
+"""lazyframes.wrappers against Gymnasium 1.x's FrameStackObservation and baselines' FrameStack."""
 
 import gc
 
