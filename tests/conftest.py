@@ -26,11 +26,7 @@ settings.load_profile("default")
 
 
 def pytest_collection_finish(session):
-    """Freeze what collection made (the test modules, torch, Ray, SB3) out of the collector.
-
-    ``gc.collect()`` after each test then scans only what tests made: with torch imported
-    a full collection takes about 0.2 s, which over the suite's tests was minutes.
-    """
+    """Freeze collection's objects (torch, Ray, SB3): the per-test ``gc.collect()`` skips them."""
     gc.collect()
     gc.freeze()
 
@@ -64,21 +60,13 @@ def push_all(pool, frames):
 
 
 def snapshot(pool, slots=()):
-    """Everything a failed call must leave as it was: stats and the given refcounts.
-
-    Collects garbage first: a caught exception's traceback may keep a call's temporary
-    owners alive in a reference cycle until then.
-    """
+    """What a failed call must leave as it was: stats and refcounts (after collecting cycles)."""
     gc.collect()
     return pool.stats(), [pool.refcount(s) for s in slots]
 
 
 def buffer_state(rb):
-    """Everything a refused call on a replay buffer must leave as it was.
-
-    The buffer's pickle (its whole checkpoint: ring, frames, priorities, RNG state) and
-    the stats of its pools, after collecting garbage (see :func:`snapshot`).
-    """
+    """What a refused call must leave: the buffer's pickle (its checkpoint) and its pools' stats."""
     gc.collect()
     data = pickle.dumps(rb)
     pools = rb.pool.values() if isinstance(rb.pool, dict) else [rb.pool]

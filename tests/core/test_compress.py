@@ -15,13 +15,7 @@ K = 4
 
 
 class Store:
-    """A replay-like store fed as a frame-stacking wrapper feeds a replay buffer.
-
-    Each environment step pushes one frame; the wrapper's ring holds the last K frames
-    (FrameRefs: they stay hot); row t of the table holds the K frames of observation t
-    then the new frame of observation t + 1. An episode starts with reset padding (its
-    first frame K times).
-    """
+    """A table fed as a wrapper feeds a buffer: row t holds obs t's K frames, then obs t+1's new."""
 
     def __init__(self, frames, starts, compress, shape=None):
         self.shape = frames.shape[1:] if shape is None else shape

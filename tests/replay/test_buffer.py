@@ -446,11 +446,9 @@ def test_ndarray_and_foreign_observations_cost_one_new_frame_per_step(layout):
 
 @pytest.mark.parametrize("mode", ["lazy", "array"])
 def test_bytes_per_transition_at_atari_size(mode):
-    """84x84 uint8 frames that change every step, k=4: at most 7,161 bytes a transition.
+    """A new 84x84 frame a step, k=4: at most 7,161 bytes a transition (7,056 + 53 of tables).
 
-    The floor is the frame (7,056 bytes) plus 53 bytes of tables: 8 int32 frame
-    references, an int64 action, a float32 reward, a flag byte, an int32 env id and an
-    int32 link to the next transition of the stream.
+    The tables: 8 int32 frame references, int64 action, float32 reward, flags, int32 env id, link.
     """
     cap = 3000
     pool = FramePool((84, 84), np.uint8)

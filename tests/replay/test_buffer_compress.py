@@ -26,11 +26,7 @@ def episodes(frames, starts):
 
 
 class Wrapper:
-    """A frame-stacking wrapper over one pool: a ring of K frame owners per env.
-
-    ``reset``/``step`` push one frame and return the env's observation as LazyFrames
-    (reset padding repeats the first frame), as ``lazyframes.FrameStackObservation`` does.
-    """
+    """A frame-stacking wrapper over one pool: a ring of K FrameRefs per env, reset padding."""
 
     def __init__(self, pool, num_envs=1):
         self.pool = pool
@@ -53,11 +49,7 @@ class Wrapper:
 
 
 def transitions(eps, rng):
-    """``(obs_frames, next_frames, action, reward, terminated, truncated)`` of each step.
-
-    Each episode ends terminated or truncated at random; frames are index lists into
-    the episode, with reset padding.
-    """
+    """``(obs_frames, next_frames, action, reward, terminated, truncated)`` of each step."""
     out = []
     for ep in eps:
         end_term = bool(rng.integers(2))
@@ -269,11 +261,7 @@ def test_checkpoints_and_pickles_keep_compression(kind, tmp_path):
 
 
 def test_checkpoint_is_about_as_large_as_memory(tmp_path):
-    """A full buffer of recorded frames: the file within 1.2x of memory(), 10x below raw.
-
-    Its 1,300 frames (9 MB) are more than load decodes at once (8 MiB): it decodes them
-    in chunks, and the copy samples as the buffer.
-    """
+    """A full buffer: the file within 1.2x of memory(), 10x below raw; load decodes it in chunks."""
     for game in ("pong", "breakout"):
         eps = episodes(*recorded(game)) * 9  # new frames each time: only stacks dedupe
         rb = ReplayBuffer(1300, n_step=3, seed=0, compress=True)
@@ -343,12 +331,7 @@ def test_flush_compresses_the_frames_kept_for_the_next_add():
 
 
 def feed_streams(rb, eps, groups):
-    """Each of ``len(eps)`` env streams steps through its episode; adds by ``groups``.
-
-    Every round each group of env ids adds its next transition (stacked ndarrays, reset
-    padding), so ``[[0, 1, ...]]`` is a synchronous vector env and ``[[0], [1], ...]``
-    actors adding one env at a time.
-    """
+    """Env stream e steps through ``eps[e]``; each round, each group of env ids adds its step."""
     steps = [transitions([ep], np.random.default_rng(e)) for e, ep in enumerate(eps)]
     for t in range(min(map(len, steps))):
         for ids in groups:

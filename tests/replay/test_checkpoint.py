@@ -258,11 +258,7 @@ def declared_pool(path):
 
 
 def assert_refused(path, match, cls=ReplayBuffer):
-    """``load`` raises ValueError(match) having held < 16x the file + 4 MiB at once.
-
-    Python's allocations are traced (``tracemalloc``); the frames go into a pool of the
-    declared geometry when there is one, whose ``peak_bytes`` counts its chunks.
-    """
+    """``load`` raises ValueError(match) having held < 16x the file + 4 MiB (traced + pool peak)."""
     size, pool = os.path.getsize(path), declared_pool(path)
     tracemalloc.start()
     try:
@@ -426,10 +422,7 @@ def test_bad_meta_of_compressed_frames_is_refused(packed, tmp_path, changes, mat
 
 
 def test_frames_held_at_once_are_bounded(packed, tmp_path):
-    """64 MiB frames again, in a 3 MiB file: 2 GiB may be decoded (1024x the file).
-
-    But an index that needs every frame for every row would hold them all at once (> 16x).
-    """
+    """64 MiB frames in a 3 MiB file, every row needing every frame: all would be held at once."""
     blobs, offsets = member(packed, "frame_blobs"), member(packed, "frame_offsets").copy()
     padded = np.concatenate([blobs, np.zeros(3 << 20, np.uint8)])
     offsets[-1] = padded.size

@@ -42,10 +42,7 @@ def check(rb, model, batch, dtype=None, scale=None):
 
 
 def vector_arrays(envs, counts, k=4):
-    """Dict observations of ``envs`` as Gymnasium's FrameStackObservation + SyncVectorEnv give.
-
-    Env ``e``'s frames are counters ``counts[e] - k + 1 .. counts[e]``.
-    """
+    """Dict observations of ``envs``, stacked: env e's frames count up to ``counts[e]``."""
     c = np.array([np.arange(counts[e] - k + 1, counts[e] + 1) for e in envs])  # (E, k)
     e = np.asarray(envs)[:, None]
     image = np.broadcast_to(
@@ -269,11 +266,7 @@ def test_dict_checkpoint_entries_and_pools(tmp_path):
 
 
 def test_every_form_of_batched_dicts_stores_the_same():
-    """Every form of batched Dict observations stores the same transitions.
-
-    Dicts of (E, ...) arrays, lists of E dicts of arrays or of LazyFrames (as the wrappers
-    give), LazyBatch leaves; final_obs as an object array of dicts or in next_obs' form.
-    """
+    """Dicts of arrays or LazyBatch leaves, lists of dicts; final_obs as objects or as next_obs."""
     E, pool, vpool = 2, FramePool((2, 2), np.uint8), FramePool((2,), np.float32)
     frames = [[pool.push(np.full((2, 2), 10 * e + t, np.uint8)) for t in range(8)]
               for e in range(E)]  # fmt: skip

@@ -73,10 +73,8 @@ class Feed:
     def step(self, e, term, trunc, how, skip=False):
         """Env ``e``'s next step; after an episode's end, ``how`` the env resets.
 
-        "plain": the next step starts from the reset stack; "autoreset": the next step is
-        Gymnasium's next-step autoreset (a placeholder, final -> reset); "final": same-step
-        autoreset, next_obs is the reset stack and the final stack goes to final_obs.
-        ``skip``: a placeholder now, though the episode did not end (its flags are noise).
+        "plain": from the reset stack; "autoreset": the next step is a placeholder; "final":
+        next_obs is the reset stack, final_obs the last. ``skip``: a placeholder now anyway.
         """
         obs = self.stacks[e]
         if self.owed[e] or skip:

@@ -32,11 +32,7 @@ def two_envs(steps):
 
 
 def fill(writer, steps):
-    """Write two envs' frames and rows (each env's last 5 frames, oldest first).
-
-    Returns:
-        ``{row number: (obs frames, next obs frames)}`` as written, the model.
-    """
+    """Write two envs' frames and rows; ``{row: (obs frames, next obs frames)}`` as written."""
     model, last = {}, [[], []]
     for a, b in two_envs(steps):
         prev = [last[e][-1] if last[e] else -1 for e in range(2)]

@@ -23,12 +23,7 @@ BUFFERS = [ReplayBuffer, lazyframes.PrioritizedReplayBuffer]
 
 
 def vector_run(steps, num_envs, seed, *, same_step=False, shape=SHAPE):
-    """A vector stacker's transitions: ``(obs, action, reward, next, term, trunc, extras)``.
-
-    Envs end episodes at random (terminated or truncated); under NEXT_STEP autoreset the
-    step after an end is a placeholder (``autoreset``), under SAME_STEP the final
-    observation comes as ``final_obs``/``final_mask`` and the next obs is the reset one.
-    """
+    """A vector stacker's ``(obs, action, reward, next, term, trunc, extras)``, either autoreset."""
     rng = np.random.default_rng(seed)
     pool = core.FramePool(shape, np.uint8)
     counter = iter(range(1, 1 << 30))
@@ -311,10 +306,7 @@ def test_a_message_without_new_frames():
 
 
 def _child_sender(queue, steps, num_envs, seed, stream, flush, stop_after):
-    """A sender in another process: its messages go through ``queue``.
-
-    After ``stop_after`` messages it puts ``"stalled"`` and blocks: the parent kills it.
-    """
+    """A sender in another process; after ``stop_after`` messages it stalls (to be killed)."""
     sender = Sender(num_envs=num_envs, stream=stream, compress=True)
     sent = 0
     for t, (*step, extras) in enumerate(vector_run(steps, num_envs, seed), 1):

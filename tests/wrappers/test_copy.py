@@ -133,11 +133,7 @@ def test_reset_after_close_keeps_the_padding(padding):
 
 # -- asynchronous vector envs --------------------------------------------------------------
 class AsyncBatches(VectorEnv):
-    """Returns ``batch`` of its ``num_envs`` envs per call with ``info["env_id"]``, as EnvPool.
-
-    ``advertise`` says how: ``"attribute"`` (ale-py's ``batch_size``), ``"config"``
-    (EnvPool's ``config["batch_size"]``) or ``None`` (only the returned batches show it).
-    """
+    """``batch`` of ``num_envs`` envs a call; ``batch_size`` advertised as ale-py or EnvPool do."""
 
     def __init__(self, num_envs=4, batch=2, advertise=None):
         self.num_envs = num_envs

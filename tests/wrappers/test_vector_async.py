@@ -22,11 +22,7 @@ LENGTHS = [(1, 3), (2, 4, 1), (3,), (1, 2, 5), (4, 1)]
 
 
 class Counter(gym.Env):
-    """Env ``env_id``: frame rows 0, 1 and 2 hold its id, the episode and the step in it.
-
-    Odd episodes end by termination, even ones by truncation; the reward is the step plus
-    a quarter of the action, so a transition shows which action its env was sent.
-    """
+    """Frame rows 0-2: env id, episode, step; reward: step + action / 4; odd episodes terminate."""
 
     metadata = {"render_modes": []}  # noqa: RUF012 - Gymnasium's class attribute
 
@@ -55,16 +51,10 @@ class Counter(gym.Env):
 
 
 class AsyncCounters(VectorEnv):
-    """Counter envs behind EnvPool's / ale-py's asynchronous interface.
+    """Counter envs behind EnvPool's / ale-py's asynchronous interface (``info["env_id"]``).
 
-    ``reset`` resets every env and returns ``reset_batch`` of them (every env in order
-    when it is ``num_envs``); ``step(actions)`` sends ``actions[i]`` to env i of the batch
-    returned last, which takes its step (under NEXT_STEP, its reset if its episode ended
-    at its previous step; under SAME_STEP the step that ends an episode returns the reset
-    frame and ``info["final_obs"]``); each call returns ``batch`` envs (between 1 and
-    ``batch`` with ``vary``) drawn among those whose result waits, in a drawn order.
-    ``advertise``: say ``batch_size`` as ale-py does. ``force_ids``: the next batch's
-    ``info["env_id"]``, as given, over the frames of its first ``force_rows`` ids (bad input).
+    ``step`` acts on the envs of the batch returned last; each call returns ``batch`` waiting
+    envs (1 to ``batch`` with ``vary``) in a drawn order. ``force_ids``: the next batch's ids.
     """
 
     def __init__(self, mode=NEXT, batch=2, reset_batch=2, seed=0, vary=False, advertise=True):
