@@ -82,10 +82,6 @@ def check_values(store, rows, layouts=LAYOUTS):
     assert np.array_equal(np.asarray(batch), store.expected(rows, 1, "stack"))
 
 
-def cold_frames(store):
-    return store.pool.stats()["cold_frames"]
-
-
 # -- recorded frames --------------------------------------------------------------------
 @pytest.mark.parametrize("game", ["pong", "breakout"])
 @pytest.mark.parametrize(
@@ -142,7 +138,7 @@ def test_synthetic_frames(kind, group):
     }[kind]
     store = Store(frames, [0, 17, 18, 40], {"group": group})
     check_values(store, np.arange(store.rows))
-    assert cold_frames(store) == store.pool.live_frames - K
+    assert store.pool.stats()["cold_frames"] == store.pool.live_frames - K
 
 
 def test_large_blobs_and_small_ones_mixed():
@@ -151,7 +147,7 @@ def test_large_blobs_and_small_ones_mixed():
     frames[::7] = noise(len(frames[::7]), shape=(100, 100))
     store = Store(frames, [0, 30], True)
     check_values(store, np.arange(store.rows))
-    assert cold_frames(store) == store.pool.live_frames - K
+    assert store.pool.stats()["cold_frames"] == store.pool.live_frames - K
 
 
 @pytest.mark.parametrize("group", [2, 4, 5])
@@ -181,6 +177,7 @@ def test_deep_chains_decode_within_a_group():
 def test_frames_others_hold_stay_hot():
     pool = core.FramePool((8, 8), np.uint8, compress=True)
     table = core.SlotTable(pool, 5, 1)
+    assert table.memory() == 5 * 1 * 4 and table.ids().dtype == np.int64  # int32 ids, as given
     frames = noise(4, shape=(8, 8))
 
     refs = [pool.push(f) for f in frames]
@@ -316,13 +313,6 @@ def test_take_loads_and_compresses(group):
     a, b = table.gather_pairs(np.arange(n), (0, K), np.arange(n), (1, K + 1), layout="stack")
     assert np.array_equal(a, frames[index[:, :K]])
     assert np.array_equal(b, frames[index[:, 1:]])
-
-
-def test_table_stores_int32():
-    pool = core.FramePool((2, 2), np.uint8, compress=True)
-    table = core.SlotTable(pool, 10, 3)
-    assert table.memory() == 10 * 3 * 4
-    assert table.ids().dtype == np.int64
 
 
 # -- the checkpoint container -----------------------------------------------------------

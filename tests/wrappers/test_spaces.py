@@ -112,15 +112,11 @@ SPACES = {"dict": image_vector_space(),
           "box-above-zero": Box(5, 9, (3,), np.int16)}  # fmt: skip
 
 
-def custom_padding(space):
-    return value(space, 7)
-
-
 @pytest.mark.parametrize("padding", ["reset", "zero", "custom"])
 @pytest.mark.parametrize("name", list(SPACES))
 def test_single_env_equals_gymnasium(name, padding):
     space = SPACES[name]
-    pad = custom_padding(space) if padding == "custom" else padding
+    pad = value(space, 7) if padding == "custom" else padding
     ours = FrameStackObservation(SpaceEnv(space), 3, padding_type=pad, pool=pools_of(space))
     ref = GymFSO(SpaceEnv(space), 3, padding_type=pad)
     assert ours.observation_space == ref.observation_space
@@ -186,7 +182,7 @@ VECTOR_SPACES = ["dict", "tuple", "discrete", "multidiscrete", "box-above-zero"]
 @pytest.mark.parametrize("name", VECTOR_SPACES)
 def test_vector_equals_gymnasium_per_env(name, padding, mode):
     space, n, k = SPACES[name], 3, 3
-    pad = custom_padding(space) if padding == "custom" else padding
+    pad = value(space, 7) if padding == "custom" else padding
     fns = [lambda i=i: SpaceEnv(space, seed=i) for i in range(n)]
     ours = vector.FrameStackObservation(
         SyncVectorEnv(fns, autoreset_mode=mode), k, padding_type=pad, pool=pools_of(space)
