@@ -1,4 +1,4 @@
-"""copy.deepcopy of the stackers, padding after close(), and asynchronous vector envs.
+"""copy.deepcopy of the stackers, and the padding after close().
 
 A deep copy goes on as Gymnasium's deep-copied wrapper, leaves the original alone, and shares
 the pool: the copy itself pushes and copies no frame.
@@ -7,13 +7,11 @@ the pool: the copy itself pushes and copies no frame.
 import copy
 import gc
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import f
 from counter_env import CounterEnv, mk
-from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import FrameStackObservation as GymFSO
 from test_spaces import SpaceEnv, assert_same, image_vector_space, pools_of
 
@@ -125,73 +123,6 @@ def test_reset_after_close_keeps_the_padding(padding):
     envs.close()
     assert envs.pool.live_frames == 0
     assert [vals(x) for x in envs.reset()[0]] == [[first, first, 20]] * 2
-
-
-# -- asynchronous vector envs --------------------------------------------------------------
-class AsyncBatches(VectorEnv):
-    """``batch`` of ``num_envs`` envs a call; ``batch_size`` advertised as ale-py or EnvPool do."""
-
-    def __init__(self, num_envs=4, batch=2, advertise=None):
-        self.num_envs = num_envs
-        self.single_observation_space = gym.spaces.Box(0, 255, (2, 2), np.uint8)
-        self.observation_space = batch_space(self.single_observation_space, num_envs)
-        self.single_action_space = gym.spaces.Discrete(2)
-        self.action_space = batch_space(self.single_action_space, num_envs)
-        self.metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
-        if advertise == "attribute":
-            self.batch_size = batch
-        elif advertise == "config":
-            self.config = {"batch_size": batch, "num_envs": num_envs}
-        self.batch = batch
-        self.next = 0
-
-    def _batch(self):
-        ids = (self.next + np.arange(self.batch)) % self.num_envs
-        self.next += self.batch
-        return np.zeros((self.batch, 2, 2), np.uint8), {"env_id": ids}
-
-    def reset(self, *, seed=None, options=None):
-        return self._batch()
-
-    def step(self, actions):
-        obs, info = self._batch()
-        no = np.zeros(self.batch, np.bool_)
-        return obs, np.zeros(self.batch), no, no, info
-
-
-@pytest.mark.parametrize("advertise", ["attribute", "config"])
-def test_async_batch_size_makes_the_stacker_asynchronous(advertise):
-    envs = mk(vector.FrameStackObservation, AsyncBatches(advertise=advertise), 3)
-    assert envs.asynchronous
-    assert envs.observation_space.shape == (2, 3, 2, 2)  # a batch, as the env's (ale-py)
-    obs, info = envs.reset()
-    assert obs.shape == (2, 3, 2, 2) and info["env_id"].tolist() == [0, 1]
-
-
-def test_async_batches_are_keyed_by_env_id_when_they_arrive():
-    # tests/wrappers/test_vector_async.py checks the values; here, that they are taken
-    envs = mk(vector.FrameStackObservation, AsyncBatches(), 3)
-    assert not envs.asynchronous
-    obs, _ = envs.reset()  # ids [0, 1] of 4
-    assert envs.asynchronous and obs.shape == (2, 3, 2, 2)
-    # a full batch with the env ids out of order is taken as one too
-    envs = mk(vector.FrameStackObservation, AsyncBatches(batch=4), 3)
-    envs.reset()  # ids 0..3: synchronous so far
-    assert not envs.asynchronous
-    envs.env.next = 1
-    obs, *_, info = envs.step(np.zeros(4, np.int64))
-    assert envs.asynchronous and obs.shape == (4, 3, 2, 2)
-    assert info["env_id"].tolist() == [1, 2, 3, 0] and info["prev_obs"].shape == (4, 3, 2, 2)
-    assert info["prev_action"].tolist() == [0] * 4 and not info["autoreset"].any()
-    assert envs.pool.live_frames == 8  # the reset frames and those of the step
-
-
-def test_envpool_batch_size_zero_means_all_envs():
-    envs = AsyncBatches(batch=4, advertise="config")
-    envs.config["batch_size"] = 0
-    stacked = mk(vector.FrameStackObservation, envs, 3)
-    obs, info = stacked.reset()
-    assert obs.shape == (4, 3, 2, 2) and info["env_id"].tolist() == [0, 1, 2, 3]
 
 
 def test_custom_padding_is_copied_when_given():

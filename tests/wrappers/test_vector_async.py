@@ -65,7 +65,9 @@ class AsyncCounters(VectorEnv):
         self.single_action_space = gym.spaces.Discrete(3)
         self.action_space = batch_space(self.single_action_space, batch)
         self.metadata = {"autoreset_mode": mode}
-        if advertise:
+        if advertise == "config":  # EnvPool's way; True: ale-py's
+            self.config = {"batch_size": batch, "num_envs": self.num_envs}
+        elif advertise:
             self.batch_size = batch
         self.mode, self.batch, self.reset_batch, self.vary = mode, batch, reset_batch, vary
         self.rng = np.random.default_rng(seed)
@@ -292,6 +294,32 @@ def test_reset_restarts_envs_as_they_come():
                 np.testing.assert_array_equal(np.asarray(info["prev_obs"][j]), np.asarray(obs[j]))
     assert not others
     assert envs.observations().shape == (5, 3, 84, 84)
+
+
+@pytest.mark.parametrize("advertise", [True, "config"])
+def test_an_advertised_batch_size_makes_the_stacker_asynchronous(advertise):
+    envs = FrameStackObservation(
+        AsyncCounters(NEXT, batch=2, reset_batch=2, advertise=advertise), 3
+    )
+    assert envs.asynchronous and envs.observation_space.shape == (2, 3, 84, 84)  # a batch's
+    with_zero = AsyncCounters(NEXT, batch=5, reset_batch=5, advertise="config")
+    with_zero.config["batch_size"] = 0  # EnvPool's 0: every env
+    envs = FrameStackObservation(with_zero, 3)
+    obs, info = envs.reset()
+    assert not envs.asynchronous and envs.observation_space.shape == (5, 3, 84, 84)
+    assert obs.shape == (5, 3, 84, 84) and info["env_id"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_a_whole_batch_out_of_order_is_taken_by_env_id():
+    envs = FrameStackObservation(AsyncCounters(NEXT, batch=5, reset_batch=5, advertise=False), 3)
+    envs.reset()  # every env, in order: synchronous so far
+    assert not envs.asynchronous
+    envs.env.force_ids = np.array([1, 2, 3, 4, 0])
+    obs, *_, info = envs.step(np.zeros(5, np.int64))
+    assert envs.asynchronous and frames_of(obs)[4] == [(0, 1, 0), (0, 1, 0), (0, 1, 1)]
+    assert info["env_id"].tolist() == [1, 2, 3, 4, 0] and info["prev_obs"].shape == (5, 3, 84, 84)
+    assert info["prev_action"].tolist() == [0] * 5 and not info["autoreset"].any()
+    assert envs.pool.live_frames == 10  # the reset frames and those of the step
 
 
 def test_sync_envs_are_unchanged():
