@@ -206,12 +206,11 @@ def test_c08_vector_frames():
 
 
 # -- C09 conversion never retains a copy ----------------------------------------------------
-def _c09_frames():
-    return [f(v % 256) for v in range(103)]
+C09_FRAMES = [f(v % 256) for v in range(103)]
 
 
 def test_c09_conversion_never_retains_a_copy():
-    frames = _c09_frames()
+    frames = C09_FRAMES
     pool = core.FramePool((84, 84, 1), np.uint8)
     refs = [pool.push(a) for a in frames]
     obs = [pool.lazy(refs[i : i + 4], layout="last") for i in range(100)]
@@ -241,15 +240,13 @@ def test_c09_conversion_never_retains_a_copy():
 
 
 def test_c09_lazyframes_from_lists_store_103_frames():
-    frames = _c09_frames()
     pool = core.default_pool((84, 84, 1), np.uint8)
     gc.collect()
     base = pool.live_bytes
-    obs = [core.LazyFrames(frames[i : i + 4]) for i in range(100)]
-    assert pool.live_bytes - base == 726_768
+    obs = [core.LazyFrames(C09_FRAMES[i : i + 4]) for i in range(100)]
     for o in obs:
         np.asarray(o)
-    assert pool.live_bytes - base == 726_768
+    assert pool.live_bytes - base == 726_768  # each array stored once, nothing kept
     del obs, o
     assert pool.live_bytes == base
 
@@ -267,9 +264,7 @@ def _baselines_held(observations):
 
 
 def test_c09_baselines_lazyframes_grow_3_9x():
-    frames = _c09_frames()
-    obs = [BaselinesLazyFrames(frames[i : i + 4]) for i in range(100)]
-    del frames  # only the observations keep frames alive now
+    obs = [BaselinesLazyFrames(C09_FRAMES[i : i + 4]) for i in range(100)]
     before = _baselines_held(obs)
     assert before == 726_768
     for o in obs:
