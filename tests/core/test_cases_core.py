@@ -20,7 +20,6 @@ from lazyframes import _core as core
 FB = 84 * 84  # bytes of f(v)
 
 
-# -- C01 indexing follows the layout --------------------------------------------------------
 def test_c01_baselines_layout_indexing():
     lz = core.LazyFrames([f(0), f(1), f(2), f(3)])
     a = np.asarray(lz)
@@ -48,7 +47,6 @@ def test_c01_new_axis_layout_indexing():
     assert len(lz1) == 4 and lz1[2].shape == (84, 84, 1) and (lz1[2] == 2).all()
 
 
-# -- C03 array-likeness ---------------------------------------------------------------------
 def test_c03_array_like_without_materialising():
     pool = core.FramePool((84, 84, 1), np.uint8)
     refs = [pool.push(f(v)) for v in range(4)]
@@ -90,7 +88,6 @@ def test_c03_eq_is_a_bool_and_observations_are_unhashable():
             hash(x)
 
 
-# -- C04 NumPy 2 protocol -------------------------------------------------------------------
 def test_c04_numpy2_protocol():
     lz = core.LazyFrames([f(0), f(1), f(2), f(3)])
     with warnings.catch_warnings():
@@ -113,7 +110,6 @@ def test_c04_numpy2_protocol():
         np.array([np.array(lz, copy=False)])  # the old idiom gets the same advice
 
 
-# -- C05 PyTorch ------------------------------------------------------------------------------
 @pytest.mark.parametrize("convert", [torch.as_tensor, torch.tensor])
 def test_c05_torch_converts_right(convert):
     lz = core.LazyFrames([f(0), f(1), f(2), f(3)])
@@ -140,7 +136,6 @@ def test_c05_documented_fast_paths():
     np.testing.assert_array_equal(tb.numpy(), np.stack([np.asarray(o) for o in obs]))
 
 
-# -- C06 stack axis follows the channel layout -------------------------------------------------
 def test_c06_layout_is_explicit():
     first = [f(v, shape=(1, 84, 84)) for v in range(4)]
     last = [f(v) for v in range(4)]
@@ -171,7 +166,6 @@ def test_c06_layout_is_explicit():
         pool.lazy_batch([s], layout="last")
 
 
-# -- C07 multi-channel frames ---------------------------------------------------------------
 def test_c07_rgb_frames_stack_by_frame_depth():
     frames = [np.full((210, 160, 3), v, np.uint8) for v in (10, 11, 12)]
     lz = core.LazyFrames(frames)
@@ -189,7 +183,6 @@ def test_c07_rgb_frames_stack_by_frame_depth():
     np.testing.assert_array_equal(got, np.concatenate(rgb, axis=-1))
 
 
-# -- C08 observation space (core part) ------------------------------------------------------
 def test_c08_vector_frames():
     frames = [np.array([-1.0, 0.5, 1.0], np.float32) * (v / 4) for v in range(1, 5)]
     st = core.LazyFrames(frames, layout="stack")
@@ -205,7 +198,6 @@ def test_c08_vector_frames():
         assert gym.spaces.Box(-1.0, 1.0, (12,), np.float32).contains(cat)
 
 
-# -- C09 conversion never retains a copy ----------------------------------------------------
 C09_FRAMES = [f(v % 256) for v in range(103)]
 
 
@@ -274,7 +266,6 @@ def test_c09_baselines_lazyframes_grow_3_9x():
     assert round(after / before, 1) == 3.9
 
 
-# -- C10 pickling keeps sharing -------------------------------------------------------------
 @pytest.mark.parametrize(
     "layout,shape", [("last", (84, 84, 1)), ("first", (1, 84, 84)), ("stack", (84, 84))]
 )

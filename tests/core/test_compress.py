@@ -82,7 +82,6 @@ def check_values(store, rows, layouts=LAYOUTS):
     assert np.array_equal(np.asarray(batch), store.expected(rows, 1, "stack"))
 
 
-# -- recorded frames --------------------------------------------------------------------
 @pytest.mark.parametrize("game", ["pong", "breakout"])
 @pytest.mark.parametrize(
     "compress",
@@ -315,7 +314,6 @@ def test_take_loads_and_compresses(group):
     assert np.array_equal(b, frames[index[:, 1:]])
 
 
-# -- the checkpoint container -----------------------------------------------------------
 @pytest.mark.parametrize("group", [1, 5, 16])
 def test_container_roundtrip(group):
     frames, _ = recorded("pong")

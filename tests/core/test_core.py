@@ -55,7 +55,6 @@ def _expect(exc, pattern, fn, *args, **kw):
     return info.value
 
 
-# -- push: the one copy in ----------------------------------------------------------------
 def test_push_copies_once_and_source_changes_never_reach_the_pool():
     src = f(7)
     pool = make_pool()
@@ -125,7 +124,6 @@ def test_frameref_repr_and_no_int_protocol():
     assert pool.refcount(r) == 1
 
 
-# -- push_batch: n frames in, one LazyBatch out -----------------------------------------
 def test_push_batch_layout():
     pool = make_pool()
     got = pool.push_batch(np.stack([f(1), f(2)]), k=2, layout="last")
@@ -133,7 +131,6 @@ def test_push_batch_layout():
     np.testing.assert_array_equal(np.asarray(got)[1], ref.observation([f(2), f(2)], "last"))
 
 
-# -- refcounts follow owners ------------------------------------------------------------
 def test_refcounts_follow_owners():
     pool, (r0, r1) = pool_with(rand_frames(2))
     s0, s1 = r0.slot, r1.slot
@@ -677,7 +674,6 @@ def test_slot_table_set_keeps_an_id_present_in_old_and_new_rows():
     assert pool.live_frames == 0
 
 
-# -- SlotTable.gather_pairs: a replay sample's obs and next_obs, row-interleaved -----------
 @pytest.mark.parametrize("layout", ["last", "stack"])
 def test_gather_pairs_equals_two_gathers(layout):
     pool = make_pool((84, 84, 1) if layout == "last" else (84, 84))
@@ -698,7 +694,6 @@ def test_gather_pairs_equals_two_gathers(layout):
     np.testing.assert_array_equal(outs[1], want[1])
 
 
-# -- _push_dedup: stacked ndarray observations cost one new frame per step ------------------
 def test_push_dedup_reuses_candidates_and_earlier_frames():
     pool = make_pool()
     prev = pool.lazy_batch([[pool.push(f(v)) for v in (1, 2, 3, 4)]])

@@ -99,7 +99,6 @@ def _setup(n=4, k=2):
     return pool, batch, Witness(pool, batch.slots)
 
 
-# -- out= that aliases an input ------------------------------------------------------------
 @isolated
 def test_out_aliasing_an_input_is_refused():
     pool = make_pool((1,), np.int64)
@@ -357,7 +356,6 @@ def test_array_and_float_callbacks_that_free_owners():
     np.testing.assert_array_equal(pool.get(keep), f(8))
 
 
-# -- pad: an owner, never an int; freed by another row ---------------------------------------
 @isolated
 def test_pad_is_an_owner_and_outlives_the_rows_that_free_it():
     pool = make_pool()
@@ -379,7 +377,6 @@ def test_pad_is_an_owner_and_outlives_the_rows_that_free_it():
     assert pool.live_frames == 0
 
 
-# -- parts that overlap the table -------------------------------------------------------------
 @isolated
 def test_overlapping_parts_are_read_before_anything_is_written():
     pool, batch, w = _setup(n=3, k=2)
@@ -959,7 +956,6 @@ def test_pool_internals_cannot_change_what_pickles():
     assert np.asarray(pickle.loads(pickle.dumps(lz))).tolist() == [1, 1, 1, 1]
 
 
-# -- the removed API is gone -----------------------------------------------------------------
 REMOVED_POOL = ["retain", "release", "push_many", "shift_rings", "write_slots", "push_dedup",
                 "gather_pairs"]  # fmt: skip
 

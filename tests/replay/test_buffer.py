@@ -263,7 +263,6 @@ def test_refused_samples_change_nothing():
     np.testing.assert_array_equal(o0, 0)  # nothing written
 
 
-# -- values -------------------------------------------------------------------------------
 def test_edge_values_are_stored_exactly():
     rb = ReplayBuffer(8, action_dtype=np.uint64)
     o = stack(1, 2, 3)

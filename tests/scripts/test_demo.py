@@ -27,7 +27,6 @@ def demo():
     return mod
 
 
-# -- the package has no command line ---------------------------------------------------
 def test_the_package_has_no_command_line():
     assert not (CHECKOUT / "lazyframes" / "__main__.py").exists()
     assert not (CHECKOUT / "lazyframes" / "demo.py").exists()

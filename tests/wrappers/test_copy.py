@@ -112,7 +112,6 @@ def test_deepcopy_of_the_vector_stacker(mode):
     assert [[vals(x) for x in envs.step(np.zeros(2, np.int64))[0]] for _ in range(3)] == steps
 
 
-# -- close() keeps the padding -----------------------------------------------------------
 @pytest.mark.parametrize("padding", ["zero", "custom"])
 def test_reset_after_close_keeps_the_padding(padding):
     # (the single-env wrapper: test_gymnasium_versions, test_wrappers' refcounts)

@@ -266,7 +266,6 @@ def test_pool_argument(cls):
     assert isinstance(cls(CounterEnv(), 4).pool, lazyframes.FramePool)
 
 
-# -- memory and refcounts --------------------------------------------------------------
 @pytest.mark.parametrize(
     "cls,kwargs",
     [
