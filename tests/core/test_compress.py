@@ -126,25 +126,19 @@ def one_pixel(n, shape=(16, 12)):
     return out
 
 
-@pytest.mark.parametrize("kind", ["noise", "one_pixel", "constant"])
+def mixed(n, shape=(100, 100)):
+    """Noise frames of 10 KB (blobs too large for the pool's slabs) between small deltas."""
+    frames = one_pixel(n, shape)
+    frames[::7] = noise(len(frames[::7]), shape=shape)
+    return frames
+
+
+@pytest.mark.parametrize(
+    "kind", [noise, one_pixel, lambda n: np.zeros((n, 16, 12), np.uint8), mixed]
+)
 @pytest.mark.parametrize("group", [1, 3, 16])
 def test_synthetic_frames(kind, group):
-    n = 60
-    frames = {
-        "noise": noise(n),
-        "one_pixel": one_pixel(n),
-        "constant": np.zeros((n, 16, 12), np.uint8),
-    }[kind]
-    store = Store(frames, [0, 17, 18, 40], {"group": group})
-    check_values(store, np.arange(store.rows))
-    assert store.pool.stats()["cold_frames"] == store.pool.live_frames - K
-
-
-def test_large_blobs_and_small_ones_mixed():
-    """Noise frames of 10 KB (blobs too large for the pool's slabs) between small deltas."""
-    frames = one_pixel(60, shape=(100, 100))
-    frames[::7] = noise(len(frames[::7]), shape=(100, 100))
-    store = Store(frames, [0, 30], True)
+    store = Store(kind(60), [0, 17, 18, 40], {"group": group})
     check_values(store, np.arange(store.rows))
     assert store.pool.stats()["cold_frames"] == store.pool.live_frames - K
 
