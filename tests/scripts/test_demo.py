@@ -141,14 +141,13 @@ def test_demo_check_args_names_a_missing_extra(demo, monkeypatch):
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("demo")
-    r = run(
-        DEMO, "--steps", "200", "--seed", "3", "--json", f"{d}/out.json", "--plot", f"{d}/out.png"
-    )
+    out = ["--json", f"{d}/out.json", "--plot", f"{d}/out.png"]
+    r = run(DEMO, "--steps", "200", "--seed", "3", "--compress", *out)  # (the default)
     assert r.returncode == 0, r.stdout + r.stderr
     return r, json.loads((d / "out.json").read_text()), d / "out.png"
 
 
-def test_demo_report_json_and_plot(demo_run, demo):
+def test_demo_report_json_and_plot(demo_run):
     r, rep, png = demo_run
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert re.fullmatch(
@@ -160,8 +159,11 @@ def test_demo_report_json_and_plot(demo_run, demo):
     assert rep["env"] == "ALE/Pong-v5" and rep["num_envs"] == 1 and rep["stack_size"] == 4
     assert rep["observation_shape"] == [4, 84, 84]
     assert rep["steps"] == 200 and rep["transitions"] == 200 and rep["buffer_len"] == 200
-    assert rep["compress"] is demo.DEFAULT_COMPRESS
-    assert ("frames compressed in" in r.stdout) is demo.DEFAULT_COMPRESS
+    assert "lazyframes compressed (measured)" in r.stdout
+    assert "lazyframes uncompressed (computed)" in r.stdout
+    text = " ".join(r.stdout.split())  # the line is wrapped
+    assert re.search(r"compressed \(codec lz4, level 9, group 16\): [\d,]+ frames compressed", text)
+    assert re.search(r"[\d,]+ held raw; frames [\d.]+x smaller than raw", text)
     assert rep["env_steps_per_s"] > 0
     assert 0 < rep["stacking_share"] < 1
     t = rep["time"]
@@ -180,10 +182,12 @@ def test_demo_report_json_and_plot(demo_run, demo):
     # 200 steps of one episode-start: the reset frame plus one new frame per step
     assert 200 <= m["unique_frames"] <= 201 + 4
     assert m["lazyframes_uncompressed"] >= m["unique_frames"] * m["frame_bytes"]
-    if rep["compress"]:  # compressed (the held figure includes the sample's ~1 MB scratch)
-        assert m["lazyframes"] < m["lazyframes_uncompressed"]
-    else:
-        assert m["lazyframes"] >= m["lazyframes_uncompressed"]  # whole chunks
+    # (the held figure includes the sample's ~1 MB scratch)
+    assert m["lazyframes"] < m["lazyframes_uncompressed"]
+    assert rep["compress"] is True and m["compression"]["codec"] == "lz4"
+    assert m["hot_frames"] + m["cold_frames"] >= m["unique_frames"]
+    # 200 frames: the pool's fixed costs still weigh as much as the frames saved
+    assert 0 < m["cold_bytes"] < m["cold_frames"] * m["frame_bytes"] / 3
     assert m["lazyframes"] < m["sb3_optimized"] < m["naive"]
     assert m["sb3_optimized"] == 200 * (28_224 + 20)
     assert m["naive"] == 200 * (2 * 28_224 + 20)
@@ -195,37 +199,20 @@ def test_demo_report_json_and_plot(demo_run, demo):
     series = rep["series"]
     assert series[-1]["transitions"] == 200
     assert [p["transitions"] for p in series] == sorted(p["transitions"] for p in series)
+    assert all("lazyframes_uncompressed" in p for p in series)
 
 
-def test_demo_compress_reports_compressed_memory(tmp_path):
-    out = ["--json", f"{tmp_path}/c.json", "--plot", f"{tmp_path}/c.png"]
-    r = run(DEMO, "--steps", "200", "--compress", *out, "--no-progress")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "lazyframes compressed (measured)" in r.stdout
-    assert "lazyframes uncompressed (computed)" in r.stdout
-    text = " ".join(r.stdout.split())  # the line is wrapped
-    assert re.search(r"compressed \(codec lz4, level 9, group 16\): [\d,]+ frames compressed", text)
-    assert re.search(r"[\d,]+ held raw; frames [\d.]+x smaller than raw", text)
-    rep = json.loads((tmp_path / "c.json").read_text())
-    m = rep["memory"]
-    assert rep["compress"] is True and m["compression"]["codec"] == "lz4"
-    assert m["hot_frames"] + m["cold_frames"] >= m["unique_frames"]
-    assert m["lazyframes_uncompressed"] >= m["unique_frames"] * m["frame_bytes"]
-    # 200 frames: the pool's fixed costs still weigh as much as the frames saved
-    assert 0 < m["cold_bytes"] < m["cold_frames"] * m["frame_bytes"] / 3
-    assert all("lazyframes_uncompressed" in p for p in rep["series"])
-    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_demo_vector_envs_store_real_transitions(tmp_path):
+def test_demo_vector_envs_store_real_transitions_uncompressed(tmp_path):
     args = ["--num-envs", "2", "--batch-size", "8", "--json", f"{tmp_path}/v.json"]
-    r = run(DEMO, "--steps", "120", *args, "--no-progress")
+    r = run(DEMO, "--steps", "120", *args, "--no-compress", "--no-progress")
     assert r.returncode == 0, r.stdout + r.stderr
     rep = json.loads((tmp_path / "v.json").read_text())
     assert rep["num_envs"] == 2 and rep["steps"] == 120 and rep["buffer_len"] == 120
     # autoreset placeholders are not counted as transitions (none in 60 steps of Pong)
     assert rep["transitions"] == 120 - 0
-    assert rep["memory"]["lazyframes"] < rep["memory"]["sb3_optimized"]
+    m = rep["memory"]
+    assert rep["compress"] is False and "frames compressed in" not in r.stdout
+    assert m["lazyframes_uncompressed"] <= m["lazyframes"] < m["sb3_optimized"]  # whole chunks
 
 
 # -- python -m bench --------------------------------------------------------------------
