@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import f, make_pool, push_all, snapshot
 from oracle import core as ref
+from test_properties import random_frames
 
 from lazyframes import _core as core
 
@@ -23,13 +24,7 @@ LAYOUT_SHAPES = {"last": (84, 84, 1), "first": (1, 84, 84), "stack": (84, 84)}
 
 
 def rand_frames(n, shape=FRAME, dtype=np.uint8, seed=0):
-    rng = np.random.default_rng(seed)
-    if np.dtype(dtype).kind == "f":
-        return (rng.standard_normal((n,) + shape) * 100).astype(dtype)
-    if np.dtype(dtype).kind == "b":
-        return rng.integers(0, 2, (n,) + shape).astype(bool)
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max, (n,) + shape, dtype=dtype, endpoint=True)
+    return random_frames(np.random.default_rng(seed), n, shape, dtype)
 
 
 def pool_with(frames, chunk_bytes=1 << 20):

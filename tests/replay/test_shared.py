@@ -83,25 +83,23 @@ def test_readers_cannot_write_and_closed_objects_raise(tmp_path):
     path = tmp_path / "r.lfr"
     w = SharedReplay.create(path, capacity=8, frame_shape=SHAPE, stack_size=K)
     r = SharedReplay.attach(path)
-    with pytest.raises(ValueError, match="a reader cannot write"):
-        r.add_frames(np.stack([frame(0)]))
-    with pytest.raises(ValueError, match="read-only"):
-        r._frames[0] = 1  # the mapping itself is read-only
-    with pytest.raises(ValueError, match="only the writer"):
-        r.close(unlink=True)
-    with pytest.raises(ValueError, match="not written yet"):
-        w.add([[0, 1, 2, 3]], [0], [0.0], [[1, 2, 3, 4]], [False], [False])
-    with pytest.raises(TypeError, match="dtype"):
-        w.add_frames(np.zeros((1, *SHAPE), np.float32))
+    row = [[0, 1, 2, 3]], [0], [0.0], [[1, 2, 3, 4]], [False], [False]
+    for exc, match, call in [
+        (ValueError, "a reader cannot write", lambda: r.add_frames(np.stack([frame(0)]))),
+        (ValueError, "read-only", lambda: r._frames.__setitem__(0, 1)),  # the mapping itself
+        (ValueError, "only the writer", lambda: r.close(unlink=True)),
+        (ValueError, "not written yet", lambda: w.add(*row)),
+        (TypeError, "dtype", lambda: w.add_frames(np.zeros((1, *SHAPE), np.float32))),
+        (TypeError, "pickled", lambda: copy.copy(w)),
+        (TypeError, "create", SharedReplay),
+    ]:
+        with pytest.raises(exc, match=match):
+            call()
     w.add_frames(np.stack([frame(f) for f in range(10)]))
     w.add_frames(np.stack([frame(f) for f in range(10, 20)]))  # 16 slots: 0-3 replaced
     with pytest.raises(ValueError, match="already replaced"):
         w.add([[3, 4, 5, 6]], [0], [0.0], [[4, 5, 6, 7]], [False], [False])
     assert w.add([[4, 5, 6, 7]], [0], [0.0], [[5, 6, 7, 8]], [False], [False]) == 1
-    with pytest.raises(TypeError, match="pickled"):
-        copy.copy(w)
-    with pytest.raises(TypeError, match="create"):
-        SharedReplay()
     r.close()
     with pytest.raises(ValueError, match="closed"):
         r.sample(1)

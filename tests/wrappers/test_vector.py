@@ -275,31 +275,22 @@ def test_refcounts_balance():
 
 
 def test_errors():
-    with pytest.raises(TypeError, match="VectorEnv"):
-        mk(FrameStackObservation, CounterEnv(), 4)
-    envs = SyncVectorEnv(counter_fns(2))
-    with pytest.raises(ValueError, match="stack_size"):
-        mk(FrameStackObservation, envs, 0)
-    with pytest.raises(TypeError, match="stack_size"):
-        mk(FrameStackObservation, envs, 2.5)
-    with pytest.raises(ValueError, match="padding_type"):
-        mk(FrameStackObservation, envs, 4, padding_type="Zero")
-    with pytest.raises(ValueError, match="spatial"):
-        mk(FrameStackObservation, envs, 4, layout="first")
-
-    def text():
-        e = CounterEnv()
-        e.observation_space = gym.spaces.Text(5)
-        return e
-
-    with pytest.raises(TypeError, match="Box, Discrete"):
-        FrameStackObservation(SyncVectorEnv([text]), 4)
-    with pytest.raises(TypeError, match="FramePool"):
-        FrameStackObservation(envs, 3, pool="pool")
-    with pytest.raises(ValueError, match="shape"):
-        FrameStackObservation(envs, 3, pool=core.FramePool((84, 84), np.uint8))
-    with pytest.raises(ValueError, match="dtype"):
-        FrameStackObservation(envs, 3, pool=core.FramePool((84, 84, 1), np.int16))
+    envs, text = SyncVectorEnv(counter_fns(2)), CounterEnv()
+    text.observation_space = gym.spaces.Text(5)
+    FSO, pool = FrameStackObservation, core.FramePool
+    for exc, match, call in [
+        (TypeError, "VectorEnv", lambda: mk(FSO, CounterEnv(), 4)),
+        (ValueError, "stack_size", lambda: mk(FSO, envs, 0)),
+        (TypeError, "stack_size", lambda: mk(FSO, envs, 2.5)),
+        (ValueError, "padding_type", lambda: mk(FSO, envs, 4, padding_type="Zero")),
+        (ValueError, "spatial", lambda: mk(FSO, envs, 4, layout="first")),
+        (TypeError, "Box, Discrete", lambda: FSO(SyncVectorEnv([lambda: text]), 4)),
+        (TypeError, "FramePool", lambda: FSO(envs, 3, pool="pool")),
+        (ValueError, "shape", lambda: FSO(envs, 3, pool=pool((84, 84), np.uint8))),
+        (ValueError, "dtype", lambda: FSO(envs, 3, pool=pool((84, 84, 1), np.int16))),
+    ]:
+        with pytest.raises(exc, match=match):
+            call()
     stacked = mk(FrameStackObservation, envs, 3)
     with pytest.raises(gym.error.ResetNeeded):
         stacked.step(np.zeros(2, np.int64))
