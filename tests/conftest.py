@@ -3,6 +3,7 @@
 import gc
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -47,6 +48,22 @@ def recorded(name):
     """Recorded Atari frames of tests/data, ``(n, 84, 84)`` uint8, and their episode starts."""
     with np.load(os.path.join(DATA, f"{name}.npz")) as d:
         return d["frames"], d["starts"]
+
+
+def raised(exc, fn, *args, **kw):
+    """The message of the ``exc`` that ``fn(*args, **kw)`` raises, or None if it returns."""
+    try:
+        fn(*args, **kw)
+    except exc as e:  # not kept: its traceback would keep the call's arguments alive
+        return str(e)
+    return None
+
+
+def refused(exc, pattern, fn, *args, **kw):
+    """``fn(*args, **kw)`` raises ``exc`` with a message matching ``pattern``."""
+    message = raised(exc, fn, *args, **kw)
+    assert message is not None, f"{getattr(fn, '__name__', fn)} did not raise {exc.__name__}"
+    assert re.search(pattern, message), f"{exc.__name__}: {message} (wanted /{pattern}/)"
 
 
 def make_pool(shape=(84, 84, 1), dtype=np.uint8, *, chunk_bytes=1 << 20):

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import f, make_pool, push_all, snapshot
+from conftest import f, make_pool, push_all, refused, snapshot
 from oracle import core as ref
 from test_properties import random_frames
 
@@ -41,13 +41,6 @@ def ids(refs):
 def values(pool, slots):
     """The first element of each frame, by slot id: a compact view of a row's contents."""
     return [int(pool.get(int(s)).flat[0]) for s in np.ravel(slots)]
-
-
-def _expect(exc, pattern, fn, *args, **kw):
-    with pytest.raises(exc) as info:
-        fn(*args, **kw)
-    assert re.search(pattern, str(info.value)), str(info.value)
-    return info.value
 
 
 def test_push_copies_once_and_source_changes_never_reach_the_pool():
@@ -113,7 +106,7 @@ def test_frameref_repr_and_no_int_protocol():
     assert text.startswith("FrameRef(") and str(r.slot) in text
     with pytest.raises(TypeError):
         [0, 1, 2][r]  # a FrameRef is not an int: it cannot be used as one
-    _expect(TypeError, "", core.FrameRef)
+    refused(TypeError, "", core.FrameRef)
     with pytest.raises(AttributeError):
         r.slot = 5
     assert pool.refcount(r) == 1
@@ -152,7 +145,7 @@ def test_a_freed_slot_is_reused_and_its_new_frame_is_read():
     pool, refs = pool_with(rand_frames(3))
     s = refs[1].slot
     del refs[1]
-    _expect(ValueError, f"slot {s} is free", pool.get, s)
+    refused(ValueError, f"slot {s} is free", pool.get, s)
     again = [pool.push(f(v)) for v in range(4)]  # one of them takes slot s again
     assert s in ids(again)
     held = again[ids(again).index(s)]
@@ -219,7 +212,7 @@ def test_stats_and_repr():
     assert r.startswith("FramePool(") and "(84, 84, 1)" in r and "uint8, live_frames=3" in r
     lz = pool.lazy(refs, layout="last")
     assert repr(lz) == "LazyFrames(shape=(84, 84, 3), dtype=uint8, layout='last', stack_size=3)"
-    _expect(TypeError, "cannot be pickled", pickle.dumps, pool)  # observations pickle, not pools
+    refused(TypeError, "cannot be pickled", pickle.dumps, pool)  # observations pickle, not pools
 
 
 # -- LazyFrames as an array-like --------------------------------------------------------------
@@ -358,7 +351,7 @@ def test_refused_call_writes_nothing(name):
     exc, pattern, call = REFUSED[name]
     scene = Scene()
     before = scene.state()
-    _expect(exc, pattern, call, scene)
+    refused(exc, pattern, call, scene)
     assert scene.state() == before
 
 
@@ -383,7 +376,7 @@ def test_push_bad_frame_writes_nothing(bad, exc, pattern):
         (pool.push_batch, many),
         (batch.shift, many),
     ):
-        _expect(exc, pattern, call, arg)
+        refused(exc, pattern, call, arg)
         assert snapshot(pool, slots) == before
     assert bad.dtype == keep.dtype and (bad == keep).all()
     r = pool.push(f(1))
@@ -407,7 +400,7 @@ def test_lazyframes_bad_frames_write_nothing(frames, exc, pattern):
     keep = core.LazyFrames([f(9)])  # something live in the default pool
     before = snapshot(pool, keep.slots)
     copies = [np.array(a, copy=True) for a in frames]
-    _expect(exc, pattern, core.LazyFrames, frames)
+    refused(exc, pattern, core.LazyFrames, frames)
     assert snapshot(pool, keep.slots) == before
     for a, b in zip(frames, copies, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
@@ -442,8 +435,8 @@ def test_bad_out_writes_nothing(layout):
     before = snapshot(pool, slots)
     for out, exc, pattern in _bad_outs(full):
         keep = np.array(out, copy=True)
-        _expect(exc, pattern, core.stack, obs, out)
-        _expect(exc, pattern, pool.gather, idx, out, layout=layout)
+        refused(exc, pattern, core.stack, obs, out)
+        refused(exc, pattern, pool.gather, idx, out, layout=layout)
         assert snapshot(pool, slots) == before
         assert np.array_equal(np.asarray(out), keep)
         if isinstance(out, np.ndarray):
@@ -451,8 +444,8 @@ def test_bad_out_writes_nothing(layout):
     # out given with a dtype argument that does not match it
     for dt, out_dt in ((np.float32, np.uint8), (np.float32, np.float64), (None, np.int8)):
         out = np.full(full, 7, out_dt)
-        _expect(TypeError, "dtype", core.stack, obs, out, dtype=dt or np.uint8)
-        _expect(TypeError, "dtype", pool.gather, idx, out, layout=layout, dtype=dt or np.uint8)
+        refused(TypeError, "dtype", core.stack, obs, out, dtype=dt or np.uint8)
+        refused(TypeError, "dtype", pool.gather, idx, out, layout=layout, dtype=dt or np.uint8)
         assert (out == 7).all()
     assert snapshot(pool, slots) == before
 
@@ -489,22 +482,22 @@ def test_bad_slots_write_nothing():
     ]:
         idx = np.array([bad])
         keep = idx.copy()
-        _expect(exc, pattern, pool.gather, idx, out, layout="last")
-        _expect(exc, pattern, pool.lazy, bad, layout="last")
-        _expect(exc, pattern, pool.lazy_batch, [bad], layout="last")
-        _expect(exc, pattern, pool.get, bad[-1])
+        refused(exc, pattern, pool.gather, idx, out, layout="last")
+        refused(exc, pattern, pool.lazy, bad, layout="last")
+        refused(exc, pattern, pool.lazy_batch, [bad], layout="last")
+        refused(exc, pattern, pool.get, bad[-1])
         assert snapshot(pool, [s0, s1, s2, s3]) == before
         assert (out == 7).all()
         np.testing.assert_array_equal(idx, keep)
-    _expect(IndexError, "out of range", pool.refcount, -1)
-    _expect(IndexError, "out of range", pool.refcount, 2**40)
+    refused(IndexError, "out of range", pool.refcount, -1)
+    refused(IndexError, "out of range", pool.refcount, 2**40)
     assert pool.refcount(s2) == 0
-    _expect(TypeError, "integers", pool.gather, np.array([[0.0, 1.0]]))
-    _expect(TypeError, "integers", pool.lazy_batch, np.array([[0.5]]))
-    _expect(ValueError, r"\(B, k\)", pool.gather, np.array(live))
-    _expect(ValueError, r"\(B, k\)", pool.gather, np.zeros((1, 0), np.int64))
-    _expect(ValueError, "non-empty", pool.lazy, [], layout="last")
-    _expect(ValueError, "non-empty", pool.lazy, [[s0, s1]], layout="last")
+    refused(TypeError, "integers", pool.gather, np.array([[0.0, 1.0]]))
+    refused(TypeError, "integers", pool.lazy_batch, np.array([[0.5]]))
+    refused(ValueError, r"\(B, k\)", pool.gather, np.array(live))
+    refused(ValueError, r"\(B, k\)", pool.gather, np.zeros((1, 0), np.int64))
+    refused(ValueError, "non-empty", pool.lazy, [], layout="last")
+    refused(ValueError, "non-empty", pool.lazy, [[s0, s1]], layout="last")
     assert snapshot(pool, [s0, s1, s2, s3]) == before
 
 
@@ -526,10 +519,10 @@ def test_unsupported_conversion_writes_nothing(dtype, scale, exc, pattern):
     out_dt = np.uint8 if dtype is None else dtype
     out = np.full(full, 7, out_dt)
     keep = out.copy()
-    _expect(exc, pattern, core.stack, obs, out, dtype=dtype, scale=scale)
-    _expect(exc, pattern, core.stack, obs, dtype=dtype, scale=scale)
-    _expect(exc, pattern, pool.gather, idx, out, layout="last", dtype=dtype, scale=scale)
-    _expect(exc, pattern, obs[0].astype, out_dt, scale=scale)
+    refused(exc, pattern, core.stack, obs, out, dtype=dtype, scale=scale)
+    refused(exc, pattern, core.stack, obs, dtype=dtype, scale=scale)
+    refused(exc, pattern, pool.gather, idx, out, layout="last", dtype=dtype, scale=scale)
+    refused(exc, pattern, obs[0].astype, out_dt, scale=scale)
     if scale is None:  # the NumPy protocol casts as NumPy would, unfused
         np.testing.assert_array_equal(
             np.asarray(obs[0], dtype=dtype), np.asarray(obs[0]).astype(dtype)
@@ -541,10 +534,10 @@ def test_unsupported_conversion_writes_nothing(dtype, scale, exc, pattern):
 
 def test_no_float_to_int_nor_signed_to_unsigned():
     lz = core.LazyFrames([np.ones(3, np.float32)] * 2)
-    _expect(TypeError, "cannot convert", lz.astype, np.uint8)
-    _expect(TypeError, "cannot convert", core.stack, [lz], dtype=np.int64)
+    refused(TypeError, "cannot convert", lz.astype, np.uint8)
+    refused(TypeError, "cannot convert", core.stack, [lz], dtype=np.int64)
     lz16 = core.LazyFrames([np.full(3, -2, np.int16)] * 2)
-    _expect(TypeError, "cannot convert", lz16.astype, np.uint16)
+    refused(TypeError, "cannot convert", lz16.astype, np.uint16)
     # np.asarray(obs, dtype) is NumPy's protocol: it casts as NumPy casts an ndarray
     np.testing.assert_array_equal(
         np.asarray(lz16, dtype=np.uint8), np.full(6, -2, np.int16).astype(np.uint8)
@@ -571,8 +564,8 @@ def test_slot_ids_as_lists_tuples_numpy_ints():
         del lz
     assert pool.refcount(np.int32(a)) == pool.refcount(refs[0]) == 1
     assert [pool.refcount(r) for r in refs] == [1, 1, 1] and pool.live_frames == 3
-    _expect(TypeError, "integers", pool.gather, [[0, 1.5]])
-    _expect(TypeError, "integers", pool.lazy, ["0"])
+    refused(TypeError, "integers", pool.gather, [[0, 1.5]])
+    refused(TypeError, "integers", pool.lazy, ["0"])
     assert [pool.refcount(r) for r in refs] == [1, 1, 1]
 
 
@@ -615,8 +608,8 @@ def test_slot_table_grow_keeps_rows_and_refs():
     del a
     before = table.ids().tolist()
     counts = [pool.refcount(s) for s in range(3)]
-    _expect(ValueError, "grows only", table.grow, 1)
-    _expect(ValueError, "too large", table.grow, 2**62)
+    refused(ValueError, "grows only", table.grow, 1)
+    refused(ValueError, "too large", table.grow, 2**62)
     table.grow(2)  # no change
     table.grow(5)
     assert table.shape == (5, 2) and table.memory() == 5 * 2 * 4
@@ -712,7 +705,7 @@ def test_stack_rejects_same_shape_from_other_geometry():
     assert a.shape == b.shape
     geometry = r"4 frames of \(84, 84, 1\).*1 frames of|1 frames of .*4 frames"
     for batch in ([a, b], [b, a]):
-        _expect(ValueError, geometry, core.stack, batch)
+        refused(ValueError, geometry, core.stack, batch)
     want = ref.observation([f(i) for i in range(4)], "last")
     np.testing.assert_array_equal(np.array([b, a])[1], want)  # the NumPy protocol stacks both
 

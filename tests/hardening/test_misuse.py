@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import pytest
-from conftest import ROOT, f, make_pool
+from conftest import ROOT, f, make_pool, raised, refused
 
 from lazyframes import _core as core
 
@@ -76,22 +76,6 @@ class Witness:
         assert after == want, f"state changed: {want[:2]} -> {after[:2]}"
 
 
-def _raised(exc, fn, *args, **kw):
-    """The message of the ``exc`` that ``fn(*args, **kw)`` raises, or None if it returns."""
-    try:
-        fn(*args, **kw)
-    except exc as e:  # not kept: its traceback would keep the call's arguments alive
-        return str(e)
-    return None
-
-
-def _refused(exc, pattern, fn, *args, **kw):
-    """``fn(*args, **kw)`` raises ``exc`` with a message matching ``pattern``."""
-    message = _raised(exc, fn, *args, **kw)
-    assert message is not None, f"{getattr(fn, '__name__', fn)} did not raise {exc.__name__}"
-    assert re.search(pattern, message), f"{exc.__name__}: {message} (wanted /{pattern}/)"
-
-
 def _setup(n=4, k=2):
     """A pool, a batch of ``n`` rows of ``k`` distinct frames f(1)..., and a witness."""
     pool = make_pool()
@@ -108,25 +92,25 @@ def test_out_aliasing_an_input_is_refused():
     w = Witness(pool, ids)
     out = ids.reshape(3, 1, 1)  # the id array itself, as the output of a k=1 "stack" gather
     assert np.shares_memory(out, ids)
-    _refused(ValueError, "out overlaps", pool.gather, ids, out, layout="stack")
+    refused(ValueError, "out overlaps", pool.gather, ids, out, layout="stack")
     half = np.zeros(6, np.int64)  # out overlapping half of the ids
     half[:3] = ids[:, 0]
-    _refused(ValueError, "out overlaps", pool.gather,
+    refused(ValueError, "out overlaps", pool.gather,
              half[:3].reshape(3, 1), half[1:4].reshape(3, 1, 1), layout="stack")  # fmt: skip
     half[:3] = ids[::-1, 0]
     # ids read backwards (a negative stride), out sharing one of them
-    _refused(ValueError, "out overlaps", pool.gather,
+    refused(ValueError, "out overlaps", pool.gather,
              half[2::-1].reshape(3, 1), half[2:5].reshape(3, 1, 1), layout="stack")  # fmt: skip
     assert (ids == keep).all()
     table = core.SlotTable(pool, 3, 1)
     table.set([0, 1, 2], (pool.lazy_batch(ids),))
     rows = np.array([2, 1, 0], np.int64)
     w2 = Witness(pool, ids)
-    _refused(ValueError, "overlap", table.gather, rows, 0, 1, rows.reshape(3, 1, 1), layout="stack")
+    refused(ValueError, "overlap", table.gather, rows, 0, 1, rows.reshape(3, 1, 1), layout="stack")
     other, alias = np.zeros((3, 1, 1), np.int64), rows.reshape(3, 1, 1)
     for outs in ((alias, other), (other, alias)):  # out aliasing the rows of either part
         a, b = (rows, [0, 0, 0]) if outs[0] is alias else ([0, 0, 0], rows)
-        _refused(ValueError, "overlap", table.gather_pairs, a, (0, 1), b, (0, 1), outs,
+        refused(ValueError, "overlap", table.gather_pairs, a, (0, 1), b, (0, 1), outs,
                  layout="stack")  # fmt: skip
     assert rows.tolist() == [2, 1, 0] and (other == 0).all()
     w2.check()
@@ -147,20 +131,20 @@ def test_row_indices_near_2_63_and_negative_are_refused():
     w = Witness(pool, batch.slots)
     for bad in BAD_ROWS:
         rows = [0, bad]
-        _refused(IndexError, "out of range|row", table.set, rows, (batch,))
-        _refused(IndexError, "out of range|row", table.set, np.array(rows, np.int64), (batch,))
-        _refused(IndexError, "out of range|row", table.clear, rows)
-        _refused(IndexError, "out of range|row", table.ids, rows)
-        _refused(IndexError, "out of range|row", table.batch, rows, 0, 2)
+        refused(IndexError, "out of range|row", table.set, rows, (batch,))
+        refused(IndexError, "out of range|row", table.set, np.array(rows, np.int64), (batch,))
+        refused(IndexError, "out of range|row", table.clear, rows)
+        refused(IndexError, "out of range|row", table.ids, rows)
+        refused(IndexError, "out of range|row", table.batch, rows, 0, 2)
         if -(2**31) <= bad < 2**31:  # int32 rows (a replay buffer's own) take a C path
-            _refused(IndexError, "out of range|row", table.batch, np.array(rows, np.int32), 0, 2)
-        _refused(IndexError, "out of range|row", table.gather, rows, 0, 2)
-        _refused(IndexError, "out of range|row", table.gather_pairs, [0, 0], (0, 1), rows, (1, 2))
-        _refused(IndexError, "out of range|row", table.take, rows, batch, np.zeros((2, 2), np.int64)
+            refused(IndexError, "out of range|row", table.batch, np.array(rows, np.int32), 0, 2)
+        refused(IndexError, "out of range|row", table.gather, rows, 0, 2)
+        refused(IndexError, "out of range|row", table.gather_pairs, [0, 0], (0, 1), rows, (1, 2))
+        refused(IndexError, "out of range|row", table.take, rows, batch, np.zeros((2, 2), np.int64)
                  )  # fmt: skip
-        _refused(IndexError, "out of range|row", batch.replace, rows, batch)
+        refused(IndexError, "out of range|row", batch.replace, rows, batch)
     for bad in (4, -2, -(2**63), 2**63 - 1, 2**62, -(2**62)):  # -1 is an empty entry
-        _refused(IndexError, "out of range", table.take, [2], batch, np.array([[0, bad]]))
+        refused(IndexError, "out of range", table.take, [2], batch, np.array([[0, bad]]))
     wrapping = np.array([0, 2**64 - 1], np.uint64)  # -1 if cast to int64 unchecked
     for call in (lambda: table.set(wrapping, (batch,)), lambda: table.clear(wrapping)):
         with pytest.raises((IndexError, OverflowError, TypeError)):
@@ -183,13 +167,13 @@ def test_sizes_that_overflow_or_are_zero_are_refused():
     for k in (2**62, 2**63 - 1, -(2**63)):
         with pytest.raises((ValueError, OverflowError, MemoryError)):
             pool.push_batch(np.stack([f(1)]), k=k)
-    _refused(ValueError, "a batch of 1 x 9223372036854775808 frames is too large", pool.push_batch,
+    refused(ValueError, "a batch of 1 x 9223372036854775808 frames is too large", pool.push_batch,
              np.stack([f(1)]), k=2**63)  # fmt: skip
-    _refused(ValueError, "chunk_bytes must be at most 2\\*\\*63 - 1", core.FramePool,
+    refused(ValueError, "chunk_bytes must be at most 2\\*\\*63 - 1", core.FramePool,
              (2,), np.uint8, chunk_bytes=2**70)  # fmt: skip
     for frames in (np.zeros((3, 0, 2, 2), np.uint8), np.zeros((64, 0, 2, 2), np.uint8)):
-        _refused(ValueError, "k must be at least 1, got 0", small._push_dedup, frames)
-    _refused(ValueError, "k must be at least 1, got 0", small.push_batch, f(1, (1, 2, 2)), k=0)
+        refused(ValueError, "k must be at least 1, got 0", small._push_dedup, frames)
+    refused(ValueError, "k must be at least 1, got 0", small.push_batch, f(1, (1, 2, 2)), k=0)
     assert pool.live_frames == small.live_frames == 0
 
 
@@ -222,7 +206,7 @@ def test_index_callback_that_frees_the_slot_is_refused():
         holder = [pool.push(f(9))]
         s = holder[0].slot
         w = Witness(pool, [keep.slot])
-        _refused(ValueError, f"slot {s} is free", call, _DropsOnIndex(holder, s))
+        refused(ValueError, f"slot {s} is free", call, _DropsOnIndex(holder, s))
         w.check(freed=1)  # the frame the callback dropped, and nothing else
     assert (out == 3).all()
     holder = [pool.push(f(9))]
@@ -344,7 +328,7 @@ def test_array_and_float_callbacks_that_free_owners():
             return 0.5
 
     out = np.zeros((1, 84, 84, 2), np.float32)
-    message = _raised(ValueError, pool.gather, [[keep.slot, s]], out, dtype=np.float32,
+    message = raised(ValueError, pool.gather, [[keep.slot, s]], out, dtype=np.float32,
                       scale=Scale(0.5))  # fmt: skip
     if message is None:  # the core read the float value without calling __float__
         assert out[0, 0, 0].tolist() == [4.0, 3.5]
@@ -364,8 +348,8 @@ def test_pad_is_an_owner_and_outlives_the_rows_that_free_it():
     batch = pool.lazy_batch([[pad, pad], [pool.push(f(1)), pool.push(f(2))]])
     w = Witness(pool, batch.slots)
     for bad in (pad.slot, np.int64(pad.slot), _DropsOnIndex([], pad.slot), [pad]):
-        _refused(TypeError, "FrameRef", batch.shift, np.stack([f(5), f(6)]), [True, True], pad=bad)
-        _refused(TypeError, "FrameRef", pool.push_batch, np.stack([f(5)]), k=2, pad=bad)
+        refused(TypeError, "FrameRef", batch.shift, np.stack([f(5), f(6)]), [True, True], pad=bad)
+        refused(TypeError, "FrameRef", pool.push_batch, np.stack([f(5)]), k=2, pad=bad)
     del bad
     w.check()
     got = batch.shift(np.stack([f(5), f(6)]), [False, True], pad=pad)
@@ -504,7 +488,7 @@ def test_owners_of_another_pool_are_refused():
         (pool._push_dedup, (np.stack([f(1), f(2)])[None],), {"candidates": obatch[:1]}),
         (core.SlotTable(other, 2, 2).set, ([0, 1], (batch,)), {}),
     ]:
-        _refused(ValueError, "another pool", fn, *args, **kw)
+        refused(ValueError, "another pool", fn, *args, **kw)
     assert (table.ids() == -1).all()
     w.check()
     wo.check()
@@ -596,7 +580,7 @@ def test_crafted_pickles_are_refused():
         (ValueError, "different stack sizes", _craft("_restore_lazybatch", ((two, three), st))),
         (ValueError, "belongs to another pool", _craft("_restore_lazybatch", ((two, other), st))),
     ]:  # fmt: skip
-        _refused(exc, pattern, pickle.loads, data)
+        refused(exc, pattern, pickle.loads, data)
     del mixed, two, three, other, data
     # FrameRefs and LazyFrames forged from the class and a state naming the victim's slots
     for cls_name, state in _forged_states(victim):
@@ -661,7 +645,7 @@ def test_out_subclasses_are_refused():
     for out in outs:
         before = out.view(np.ndarray).tobytes()
         for call in calls:
-            _refused(TypeError, r"out must be a numpy\.ndarray, got _Lies.*out\.view", call, out)
+            refused(TypeError, r"out must be a numpy\.ndarray, got _Lies.*out\.view", call, out)
         assert out.view(np.ndarray).tobytes() == before
     assert frozen == b"\x07" * (2 * 84 * 84 * 2)
     w.check()
@@ -706,7 +690,7 @@ def test_out_resized_by_a_callback_is_refused():
         o1.resize((16, 84, 84, 2), refcheck=False)
         o1[...] = 0
         # refused: "out has shape", "out changed"
-        message = _raised((ValueError, RuntimeError), attack)
+        message = raised((ValueError, RuntimeError), attack)
         if message is None:  # a core that never ran the callback, or ran it before checking out
             assert o1.shape == (16, 84, 84, 2)
         else:
@@ -725,7 +709,7 @@ def test_reentrant_init_is_refused_without_leak_or_reset():
             keep.append(pool.push(np.zeros(4, np.uint8)))
             return 1 << 20
 
-    _refused(RuntimeError, "FramePool.__init__ called twice", pool.__init__,
+    refused(RuntimeError, "FramePool.__init__ called twice", pool.__init__,
              (4,), np.uint8, chunk_bytes=Chunk())  # fmt: skip
     assert pool.live_frames == 1 and pool.get(keep[0]).tolist() == [0] * 4
     keep.clear()
@@ -746,7 +730,7 @@ def test_reentrant_init_is_refused_without_leak_or_reset():
         def __len__(self):
             return 0
 
-    _refused(RuntimeError, "FramePool.__init__ called twice", pool.__init__,
+    refused(RuntimeError, "FramePool.__init__ called twice", pool.__init__,
              (4,), np.uint8, compress=Options())  # fmt: skip
     assert pool.compression is None and pool.get(keep[0]).tolist() == [1] * 4
     keep.clear()
@@ -761,7 +745,7 @@ def test_reentrant_init_is_refused_without_leak_or_reset():
             box[0].__init__([np.full(3, 7, np.uint8)] * 2)
             return np.zeros(3, np.uint8)
 
-    _refused(RuntimeError, "LazyFrames.__init__ called twice", box[0].__init__, [Frame()])
+    refused(RuntimeError, "LazyFrames.__init__ called twice", box[0].__init__, [Frame()])
     assert np.asarray(box[0]).tolist() == [7] * 6  # the inner __init__ stands
     box.clear()
     gc.collect()
@@ -776,7 +760,7 @@ def test_reentrant_init_is_refused_without_leak_or_reset():
             box[0].set([0], (pool.lazy([pool.push(np.ones(2, np.uint8))]),))
             return 3
 
-    _refused(RuntimeError, "SlotTable.__init__ called twice", box[0].__init__, pool, Rows(), 1)
+    refused(RuntimeError, "SlotTable.__init__ called twice", box[0].__init__, pool, Rows(), 1)
     assert box[0].shape == (4, 1) and pool.live_frames == 1
     box.clear()
     gc.collect()
@@ -801,8 +785,8 @@ class _Layout(str):
 def test_layouts_are_compared_as_plain_strings():
     pool = make_pool(())  # scalar frames: only "stack" fits
     r = pool.push(np.uint8(5))
-    _refused(ValueError, "layout must be one of", pool.gather, [[r] * 1000], layout=_Layout("x"))
-    _refused(ValueError, "scalar frames cannot be concatenated", pool.gather,
+    refused(ValueError, "layout must be one of", pool.gather, [[r] * 1000], layout=_Layout("x"))
+    refused(ValueError, "scalar frames cannot be concatenated", pool.gather,
              [[r] * 1000], layout=_Layout("last"))  # fmt: skip
     assert pool.gather([[r] * 3], layout=_Layout("stack")).tolist() == [[5, 5, 5]]
     lz = pool.lazy([r], layout=_Layout("stack"))
@@ -840,7 +824,7 @@ def test_restart_callback_that_resizes_the_frames():
             frames.resize((5000, 2, 2), refcheck=False)
             return np.zeros(2, bool)
 
-    _refused(ValueError, r"frames have shape \(5000, 2, 2\)", batch.shift, frames, Restart())
+    refused(ValueError, r"frames have shape \(5000, 2, 2\)", batch.shift, frames, Restart())
     assert pool.live_frames == 2
     del batch
     assert pool.live_frames == 0
@@ -923,17 +907,17 @@ def test_small_disagreements_of_the_review():
     for bad in (big, np.array([[big]]), [[2**64]], [[-(2**64)]], [[2**63]]):
         v = int(np.ravel(np.asarray(bad, dtype=object))[0])
         pattern = rf"slot {v} is out of range"
-        _refused(IndexError, pattern, pool.gather, bad if np.ndim(bad) else [[bad]])
-    _refused(IndexError, rf"slot {2**64 - 1} is out of range", pool.get, big)
+        refused(IndexError, pattern, pool.gather, bad if np.ndim(bad) else [[bad]])
+    refused(IndexError, rf"slot {2**64 - 1} is out of range", pool.get, big)
     for x in (True, False):  # bools are not slot ids
-        _refused(TypeError, "a slot id must be an int or a FrameRef, got bool", pool.get, x)
-        _refused(TypeError, "got bool", pool.refcount, x)
+        refused(TypeError, "a slot id must be an int or a FrameRef, got bool", pool.get, x)
+        refused(TypeError, "got bool", pool.refcount, x)
         with pytest.raises(TypeError):
             pool.lazy([x])
     never = pool.capacity - 1  # in a chunk the arena made, never handed out
     assert pool.refcount(never) == 0
-    _refused(ValueError, f"slot {never} is free", pool.get, never)
-    _refused(IndexError, "out of range", pool.get, pool.capacity)
+    refused(ValueError, f"slot {never} is free", pool.get, never)
+    refused(IndexError, "out of range", pool.get, pool.capacity)
     # the weakref callback of _push_known, on a bare pool
     core.FramePool.__new__(core.FramePool)._forget(0, None)
     w.check()
