@@ -244,8 +244,11 @@ def meta_of(members):
     return json.loads(str(np.load(io.BytesIO(members["meta.npy"]))[()]))
 
 
-def with_meta(members, **changes):
-    return {**members, "meta.npy": npy(np.array(json.dumps({**meta_of(members), **changes})))}
+def with_meta(members, edit=lambda meta: None, **changes):
+    """``members`` with ``changes`` to its meta, then ``edit(meta)`` (say of a nested dict)."""
+    meta = {**meta_of(members), **changes}
+    edit(meta)
+    return {**members, "meta.npy": npy(np.array(json.dumps(meta)))}
 
 
 def declared_pool(path):

@@ -3,7 +3,6 @@
 Against the model of tests/oracle/replay.py and SB3's ``DictReplayBuffer``.
 """
 
-import json
 import pickle
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 from conftest import buffer_state, recorded
 from gymnasium.spaces import Box, Dict, Discrete
 from oracle.replay import ReplayModel
-from test_checkpoint import assert_refused, craft, entries, meta_of, npy
+from test_checkpoint import assert_refused, craft, entries, with_meta
 
 from lazyframes import FramePool, ReplayBuffer
 
@@ -224,12 +223,6 @@ def dict_checkpoint(tmp_path):
     return entries(tmp_path / "d.npz")
 
 
-def leaves_with(members, i, **changes):
-    meta = meta_of(members)
-    meta["leaves"][i].update(changes)
-    return {**members, "meta.npy": npy(np.array(json.dumps(meta)))}
-
-
 @pytest.mark.parametrize(
     "leaf,changes,match",
     [
@@ -241,7 +234,7 @@ def leaves_with(members, i, **changes):
     ],
 )  # fmt: skip
 def test_crafted_dict_checkpoints_are_refused(tmp_path, leaf, changes, match):
-    members = leaves_with(dict_checkpoint(tmp_path), leaf, **changes)
+    members = with_meta(dict_checkpoint(tmp_path), lambda m: m["leaves"][leaf].update(changes))
     assert_refused(craft(tmp_path / "bad.npz", members), match)
 
 
