@@ -20,7 +20,7 @@ from lazyframes import _core as core
 FB = 84 * 84  # bytes of f(v)
 
 
-def test_c01_baselines_layout_indexing():
+def test_c01_indexing_follows_the_layout():
     lz = core.LazyFrames([f(0), f(1), f(2), f(3)])
     a = np.asarray(lz)
     assert a.shape == (84, 84, 4)
@@ -35,10 +35,7 @@ def test_c01_baselines_layout_indexing():
     fr = lz.frame(3)
     assert fr.shape == (84, 84) and fr.dtype == np.uint8 and (fr == 3).all()
     np.testing.assert_array_equal(a[..., 2], np.full((84, 84), 2, np.uint8))
-
-
-def test_c01_new_axis_layout_indexing():
-    lz = core.LazyFrames([f(v, shape=(84, 84)) for v in range(4)], layout="stack")
+    lz = core.LazyFrames([f(v, shape=(84, 84)) for v in range(4)], layout="stack")  # a new axis
     assert len(lz) == 4 and lz.shape == (4, 84, 84)
     for i in range(4):
         assert lz[i].shape == (84, 84) and (lz[i] == i).all()

@@ -136,7 +136,7 @@ def test_single_env_equals_gymnasium(name, padding):
     assert ends >= 5
 
 
-def test_dict_leaves_are_stacked_lazily_one_pool_each():
+def test_dict_leaves_are_stacked_lazily_one_pool_each_in_the_layout():
     space = image_vector_space()
     pools = pools_of(space)
     env = FrameStackObservation(SpaceEnv(space), 4, padding_type="zero", pool=pools)
@@ -151,9 +151,7 @@ def test_dict_leaves_are_stacked_lazily_one_pool_each():
     eager = FrameStackObservation(SpaceEnv(space), 4, lazy=False, pool=pools_of(space))
     obs, _ = eager.reset()
     assert type(obs["image"]) is np.ndarray and obs["image"].shape == (4, 4, 3, 1)
-
-
-def test_other_layouts_apply_to_box_leaves():
+    # other layouts apply to the Box leaves
     space = Dict({"image": Box(0, 255, (4, 3, 2), np.uint8), "d": Discrete(3)})
     env = FrameStackObservation(SpaceEnv(space), 3, layout="last", pool=pools_of(space))
     assert env.observation_space == Dict(
