@@ -211,6 +211,19 @@ def test_index_callback_that_frees_the_slot_is_refused():
     assert (out == 3).all()
     holder = [pool.push(f(9))]
     assert pool.refcount(_DropsOnIndex(holder, holder[0].slot)) == 0
+    refs, more = [pool.push(f(21)), pool.push(f(22))], []
+
+    class Swap:  # read after the FrameRefs: drops them and fills their slots again
+        def __index__(self):
+            refs.clear()
+            more.extend(pool.push(f(v)) for v in (99, 98, 97))
+            return more[-1].slot
+
+    lz = pool.lazy([*refs, Swap()])  # the FrameRefs' owners outlive the callback
+    assert np.asarray(lz)[0, 0].tolist() == [21, 22, 97]
+    del lz
+    more.clear()
+    assert pool.live_frames == 1
 
 
 @isolated
@@ -266,7 +279,7 @@ class _Frames:
 
 
 @isolated
-def test_array_callback_that_deletes_the_batch_being_shifted():
+def test_array_and_float_callbacks_that_free_owners():
     pool = make_pool()
     holder = {}
     holder["pad"] = pool.push(f(0))
@@ -289,11 +302,6 @@ def test_array_callback_that_deletes_the_batch_being_shifted():
     assert pool.live_frames == 3  # 2, 5 and 6: the old batch and the pad are gone
     del got
     assert pool.live_frames == 0
-
-
-@isolated
-def test_array_and_float_callbacks_that_free_owners():
-    pool = make_pool()
     target = [pool.push(f(7))]
     s = target[0].slot
     keep = pool.push(f(8))
@@ -652,7 +660,7 @@ def test_out_subclasses_are_refused():
 
 
 @isolated
-def test_out_resized_by_a_callback_is_refused():
+def test_out_or_frames_resized_by_a_callback_are_refused():
     pool, batch, _ = _setup(n=16, k=2)
     table = core.SlotTable(pool, 16, 2)
     table.set(list(range(16)), (batch,))
@@ -696,6 +704,19 @@ def test_out_resized_by_a_callback_is_refused():
         else:
             assert re.search("out has shape|out changed", message), message
     w.check()
+    small = make_pool((2, 2))
+    restarted = small.push_batch(np.zeros((2, 2, 2), np.uint8), k=4)
+    frames = np.ones((2, 2, 2), np.uint8)
+
+    class Restart:  # restart flags whose conversion resizes the frames
+        def __array__(self, dtype=None, copy=None):
+            frames.resize((5000, 2, 2), refcheck=False)
+            return np.zeros(2, bool)
+
+    refused(ValueError, r"frames have shape \(5000, 2, 2\)", restarted.shift, frames, Restart())
+    assert small.live_frames == 2
+    del restarted
+    assert small.live_frames == 0
 
 
 @isolated
@@ -792,42 +813,6 @@ def test_layouts_are_compared_as_plain_strings():
     lz = pool.lazy([r], layout=_Layout("stack"))
     assert type(lz.layout) is str and lz.layout == "stack"
     assert _Layout.hook is None
-
-
-@isolated
-def test_frameref_owners_outlive_callbacks_that_drop_them():
-    pool = make_pool((2,))
-    refs = [pool.push(np.array([1, 1], np.uint8)), pool.push(np.array([2, 2], np.uint8))]
-    keep = []
-
-    class Swap:  # read after the FrameRefs: drops them and fills their slots again
-        def __index__(self):
-            refs.clear()
-            keep.extend(pool.push(np.full(2, v, np.uint8)) for v in (99, 98, 97))
-            return keep[-1].slot
-
-    lz = pool.lazy([*refs, Swap()])
-    assert np.asarray(lz).tolist() == [1, 1, 2, 2, 97, 97]
-    del lz
-    keep.clear()
-    assert pool.live_frames == 0
-
-
-@isolated
-def test_restart_callback_that_resizes_the_frames():
-    pool = make_pool((2, 2))
-    batch = pool.push_batch(np.zeros((2, 2, 2), np.uint8), k=4)
-    frames = np.ones((2, 2, 2), np.uint8)
-
-    class Restart:
-        def __array__(self, dtype=None, copy=None):
-            frames.resize((5000, 2, 2), refcheck=False)
-            return np.zeros(2, bool)
-
-    refused(ValueError, r"frames have shape \(5000, 2, 2\)", batch.shift, frames, Restart())
-    assert pool.live_frames == 2
-    del batch
-    assert pool.live_frames == 0
 
 
 @isolated
