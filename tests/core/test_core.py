@@ -154,8 +154,7 @@ def test_a_freed_slot_is_reused_and_its_new_frame_is_read():
 
 
 def test_slot_reuse_most_recently_freed_first():
-    # the compiled arena's policy: freed slots of the lowest chunk with a free slot are
-    # reused before new ones, the most recently freed first
+    # freed slots of the lowest chunk with one go before new ones, the last freed first
     pool, refs = pool_with(rand_frames(5))
     assert ids(refs) == [0, 1, 2, 3, 4]
     refs[1] = None  # slot 1 freed,
@@ -736,9 +735,7 @@ def _copy_out_racing_drop(pool, want):
 
 
 def test_copies_out_hold_refs_while_copying():
-    # The copy runs without the GIL. Another thread dropping the owners meanwhile (clearing
-    # the caller's list, the FrameRefs, or the table's rows) must not free the frames being
-    # read: each copy-out gives the right values, or refuses a freed id cleanly.
+    """Owners dropped by another thread while a copy runs without the GIL: right or refused."""
     pool = make_pool()
     want = ref.observation([f(v) for v in range(4)], "last").astype(np.float64)
     for _ in range(20):

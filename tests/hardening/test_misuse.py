@@ -232,8 +232,7 @@ def test_index_callback_that_rewrites_the_table():
     table = core.SlotTable(pool, 3, 2)
     table.set([0, 1], (batch,))
     other = pool.push_batch(np.stack([f(70), f(71)]), k=2)
-    # while the row ids are read, the table is rewritten and cleared by the caller; a core
-    # may also refuse int-likes as rows (then nothing may have changed)
+    # the caller rewrites and clears the table while the rows are read (or they are refused)
     evil = _DropsOnIndex([], 0, lambda: (table.set([0, 2], (other,)), table.clear([1])))
     before = table.ids().tolist()
     if _int_likes_refused(table.set, [evil, 1], (batch,)):
@@ -310,8 +309,7 @@ def test_array_and_float_callbacks_that_free_owners():
         target.clear()
         gc.collect()
 
-    # push / push_batch / LazyFrames.shift / _push_dedup with a frame whose __array__
-    # drops the last owner of a slot the call is about to read or write
+    # frames whose __array__ drops the last owner of a slot the call is to read or write
     lz = pool.lazy([keep, s])
     r = pool.push(_Frames(f(1), drop))
     got = lz.shift(_Frames(f(2), lambda: None))
@@ -398,8 +396,7 @@ _CALLED = {"__array__", "__dlpack__", "__dlpack_device__", "__len__", "__getitem
            "__iter__", "__copy__", "__deepcopy__", "__reduce__", "__eq__", "_push_known",
            "_push_dedup"}  # fmt: skip
 _CLASSES = ("FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "SumTree", "RowRing")
-# An uninitialised pool may describe itself as empty (it holds nothing to read or free);
-# everything that would store or read a frame raises.
+# An uninitialised pool may describe itself as empty; what would store or read a frame raises.
 MAY_READ_EMPTY = {("FramePool", name) for name in ["frame_shape", "dtype", "frame_bytes",
     "slots_per_chunk", "live_frames", "live_bytes", "capacity", "bytes_held", "peak_bytes",
     "stats"]}  # fmt: skip

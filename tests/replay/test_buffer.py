@@ -225,8 +225,7 @@ def test_values_that_do_not_fit_are_refused_on_every_add_path(path, bad, action_
           "truncated": [False] * n, "env_ids": env_ids}  # fmt: skip
     if not batched:
         kw = {key: v if key == "env_ids" else v[0] for key, v in kw.items()}
-    # frames are copied into a pool of one slot per chunk: a refused add that pushed new
-    # frames (the observations of ``fresh``) would leave its chunks changed
+    # a pool of one slot per chunk: a refused add that pushed ``fresh``'s frames shows
     pool = FramePool(FS, np.uint8, chunk_bytes=1)
     rb = ReplayBuffer(8, num_envs=num_envs, action_dtype=action_dtype, seed=0, pool=pool)
     obs, fresh = observations(0), observations(100)
@@ -469,12 +468,10 @@ def test_bytes_per_transition_at_atari_size(mode):
     assert m["unique_frames"] == cap + 4  # one new frame per step (+ the first k - 1)
     assert m["table_bytes"] <= 53 * cap + 4
     if mode == "array":
-        # the buffer's own pool, sized by the capacity: a partly used chunk wastes at most
-        # capacity / 256 frames
+        # the buffer's own pool, sized by the capacity: at most capacity / 256 frames wasted
         assert rb.pool is not pool and m["bytes_per_transition"] <= 7161, m
     else:
-        # the wrapper's pool is shared and keeps whole 1 MiB chunks (148 frames): beyond
-        # the live frames (+1 pushed before the oldest is evicted) at most one chunk
+        # the wrapper's shared pool: the live frames (+1 before an eviction) and one chunk
         spc = rb.pool.slots_per_chunk
         assert rb.pool is pool and m["bytes_held"] < (cap + 4 + 1 + spc) * 7056
         # so the figure converges to frame + table bytes: <= 7,153 from ~21k transitions

@@ -152,8 +152,7 @@ def test_recorded_frames_bit_exact(game, kind):
 
 @pytest.mark.parametrize("group", [1, 3, 8])
 def test_episode_boundaries_at_every_delta_position(group):
-    # episodes of 1..2*group+1 steps: each boundary lands on every position of a group;
-    # frames change by one pixel, the next episode starts from other bytes
+    # episodes of 1..2*group+1 steps of one-pixel changes: a boundary at each group position
     rng = np.random.default_rng(group)
     eps, v = [], 0
     for length in range(2, 2 * group + 3):
@@ -195,8 +194,7 @@ def test_adopting_pools():
     assert pool.compression is None
     rb.add(obs, 0, 0.0, w.step(0, frames[1]), False, False)
     assert rb.pool is pool and pool.compression["codec"] == "lz4hc"
-    # a pool given to the constructor compresses at once; a compressing pool of a buffer
-    # without compress is left as it is
+    # a pool given to the constructor compresses at once; without compress= it is left so
     given = FramePool(SHAPE, np.uint8)
     ReplayBuffer(50, pool=given, compress=True)
     assert given.compression == DEFAULT_COMPRESSION

@@ -352,7 +352,6 @@ def test_compressed_dict_buffers_stay_compressed(restore, tmp_path):
         add(back, t)
     back.flush()
     m = back.memory()
-    # 40 new frames; the stream's first add after the restore stores its k - 1 old ones
-    # anew (the restored frames are all compressed: see ReplayBuffer.flush)
+    # 40 new frames, and k - 1 old ones stored anew by the first add (see ReplayBuffer.flush)
     assert m["hot_frames"] == 0 and m["cold_frames"] == m["unique_frames"] == 63 + 40 + 3
     assert m["cold_bytes"] < m["unique_frames"] * frames[0].nbytes / 4

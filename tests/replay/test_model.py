@@ -248,8 +248,7 @@ def test_buffer_matches_model(layout, kind, num_envs, n_step):
 
 @pytest.mark.parametrize("how", HOWS)
 def test_episode_ends(how):
-    # every step ends an episode half of the time: windows end by termination,
-    # truncation, placeholders (autoreset) or final_obs
+    # frequent ends: windows end by termination, truncation, placeholders or final_obs
     run = Run(20, num_envs=2, n_step=3, seed=1)
     for _ in range(30):
         run.add("array", how=how, p_end=0.4)

@@ -242,8 +242,7 @@ def test_truncated_compressed_file(tmp_path):
 
 def test_a_reader_samples_while_the_writer_laps_a_small_log(tmp_path):
     path = tmp_path / "r.lfr"
-    # self-checking frames compress to ~50-100 bytes: the 30 KB log holds fewer than the
-    # 1,000 rows need (the frame ring holds 2,000): the log binds, the writer laps it
+    # frames compress to ~50-100 bytes: the 30 KB log, not the frame ring, binds the rows
     log = 30000
     opts = {"frame_capacity": 2000, "compress": {"group": 4}, "log_bytes": log}
     w = SharedReplay.create(path, capacity=1000, frame_shape=(84, 84), stack_size=K, **opts)

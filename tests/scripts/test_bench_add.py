@@ -216,8 +216,7 @@ def test_codec_floor_encodes_keyframes_and_patches_as_the_pool():
     frames[5, 10, 20:23] = 7  # one run of 3 changed bytes in frame 5
     key = _core._codec_floor(frames[:1], group=4)  # a keyframe of zeros: the codec's blob
     assert 0 < key < 100
-    # keyframes at 0, 4 and 8; frame 5 patched against 4, frames 6 and 7 against 4 and 6
-    # (1 -> 0, 2 -> 0, 3 -> 2 in a group): only 5 differs from its reference
+    # keyframes 0, 4, 8; 5, 6, 7 patched against 4, 4, 6: only 5 differs from its reference
     total = _core._codec_floor(frames, group=4)
     run = _core._codec_floor(frames[4:6], group=4) - key  # skip, len, 3 bytes
     assert 3 < run < 10 and total == 3 * key + run

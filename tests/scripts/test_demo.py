@@ -30,8 +30,7 @@ def demo():
 def test_the_package_has_no_command_line():
     assert not (CHECKOUT / "lazyframes" / "__main__.py").exists()
     assert not (CHECKOUT / "lazyframes" / "demo.py").exists()
-    # files, not ``python -m lazyframes``: an editable install of another checkout has a
-    # meta-path finder that would still find its lazyframes/__main__.py
+    # files, not ``python -m lazyframes``: another checkout's editable install would find one
     assert "[project.scripts]" not in (CHECKOUT / "pyproject.toml").read_text()
 
 

@@ -125,8 +125,7 @@ def test_reset_after_close_keeps_the_padding(padding):
 
 
 def test_custom_padding_is_copied_when_given():
-    # the padding frame is pushed at the first reset (and again after close): changing the
-    # caller's array in between changes nothing
+    # the padding is pushed at the first reset: changing the caller's array before is no matter
     pad = f(7)
     env = mk(FrameStackObservation, CounterEnv(), 3, padding_type=pad)
     pad[...] = 99
