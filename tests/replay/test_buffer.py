@@ -152,12 +152,8 @@ def test_a_refused_batched_add_changes_nothing(bad, exc, match):
 
 ONE = {"obs": stack(1, 2, 3), "action": 1, "reward": 1.0, "next_obs": stack(2, 3, 4),
        "terminated": False, "truncated": False}  # fmt: skip
-REFUSED_ONES = [
-    ({"reward": float("nan")}, ValueError, "reward"),
-    ({"reward": float("inf")}, ValueError, "reward"),
-    ({"reward": 1e39}, ValueError, "reward"),
+REFUSED_ONES = [  # (Python rewards nan, inf, 1e39, 10**400: VALUES, on every path)
     ({"reward": np.float64(-1e39)}, ValueError, "reward"),
-    ({"reward": 1 << 70}, ValueError, "reward"),
     ({"reward": "1"}, TypeError, "reward"),
     ({"action": 1 << 63}, ValueError, "action"),
     ({"action": -1}, ValueError, "action"),
