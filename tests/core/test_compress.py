@@ -113,7 +113,6 @@ def test_recorded_frames_bit_exact(game, compress, channel):
         assert st["cold_bytes"] / st["cold_frames"] < 400
 
 
-# -- synthetic worst cases --------------------------------------------------------------
 def noise(n, seed=0, shape=(16, 12)):
     return np.random.default_rng(seed).integers(0, 256, (n, *shape), dtype=np.uint8)
 
@@ -166,7 +165,6 @@ def test_deep_chains_decode_within_a_group():
     assert max(chains) == 7  # position 63 of a group: 1 + popcount(63)
 
 
-# -- hot and cold -----------------------------------------------------------------------
 def test_frames_others_hold_stay_hot():
     pool = core.FramePool((8, 8), np.uint8, compress=True)
     table = core.SlotTable(pool, 5, 1)

@@ -214,7 +214,6 @@ def test_stats_and_repr():
     refused(TypeError, "cannot be pickled", pickle.dumps, pool)  # observations pickle, not pools
 
 
-# -- LazyFrames as an array-like --------------------------------------------------------------
 def test_stack_accepts_observations_from_different_pools():
     fa, fb = rand_frames(4, seed=1), rand_frames(4, seed=2)
     pa, sa = pool_with(fa)
@@ -568,7 +567,6 @@ def test_slot_ids_as_lists_tuples_numpy_ints():
     assert [pool.refcount(r) for r in refs] == [1, 1, 1]
 
 
-# -- stacker steps: LazyFrames.shift and LazyBatch.shift ----------------------------------
 def test_shift_shares_k_minus_1_frames_and_copies_one():
     pool = make_pool()
     r = pool.push(f(0))

@@ -469,7 +469,6 @@ def test_uninitialised_objects_raise_everywhere():
     w.check()
 
 
-# -- freed ids, other pools --------------------------------------------------------------------
 @isolated
 def test_owners_of_another_pool_are_refused():
     pool, batch, w = _setup(n=2, k=2)
@@ -931,7 +930,6 @@ def test_removed_api_is_gone():
         __import__("lazyframes._backend")
 
 
-# -- the harness itself -------------------------------------------------------------------------
 def _attack_that_crashes():
     import ctypes
 

@@ -43,7 +43,6 @@ def assert_same_samples(a, b, name=""):
         np.testing.assert_array_equal(x, y, err_msg=f"{name} {field}")
 
 
-# -- the constructor and the first add ---------------------------------------------------
 @pytest.mark.parametrize(
     "kwargs, exc, match",
     [
@@ -377,7 +376,6 @@ def test_samples_depend_only_on_seed_and_stored_transitions(tmp_path):
             assert_same_samples(draws[0], other, f"buffer {i + 1}, B={B}")
 
 
-# -- frames: stored once, released --------------------------------------------------------
 def test_frames_are_released_with_the_transitions():
     pool = FramePool((84, 84), np.uint8)
     ring = [pool.push(np.zeros((84, 84), np.uint8))] * 4

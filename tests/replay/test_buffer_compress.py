@@ -222,7 +222,6 @@ def test_bad_options_raise_before_anything_changes():
     assert len(rb) == 0 and rb.pool is None and pool.compression["group"] == 8
 
 
-# -- checkpoints and pickles ------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["arrays", "lazy", "batch"])
 def test_checkpoints_and_pickles_keep_compression(kind, tmp_path):
     """The same options, the same samples (same seed); the file holds the frames compressed."""

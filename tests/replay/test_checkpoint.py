@@ -427,7 +427,6 @@ def test_frames_held_at_once_are_bounded(packed, tmp_path):
     assert_refused(craft(tmp_path / "pin.npz", members), "would be held at once")
 
 
-# -- tables sized by what the file holds --------------------------------------------------
 def _add_steps(rb, steps, start):
     """Add ``steps`` transitions of one env: frames (2, 4, 4) valued t, t + 1."""
     for t in range(start, start + steps):

@@ -42,7 +42,6 @@ def test_version_is_lazyframes_dunder_version():
     assert re.fullmatch(r"\d+\.\d+\.\d+\S*\n", r.stdout)
 
 
-# -- the demo: options ------------------------------------------------------------------
 def test_demo_help_explains_every_option():
     r = run(DEMO, "--help")
     assert r.returncode == 0, r.stderr
@@ -136,7 +135,6 @@ def test_demo_check_args_names_a_missing_extra(demo, monkeypatch):
         demo.check_args(args)
 
 
-# -- the demo: runs ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("demo")
@@ -214,7 +212,6 @@ def test_demo_vector_envs_store_real_transitions_uncompressed(tmp_path):
     assert m["lazyframes_uncompressed"] <= m["lazyframes"] < m["sb3_optimized"]  # whole chunks
 
 
-# -- python -m bench --------------------------------------------------------------------
 def test_bench_help_lists_its_options_and_benchmarks():
     r = run("-m", "bench", "--help")
     assert r.returncode == 0, r.stderr

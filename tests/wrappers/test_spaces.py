@@ -171,7 +171,6 @@ def test_pool_errors():
         FrameStackObservation(SpaceEnv(space), 3, pool={"vec": core.FramePool((4,), np.float32)})
 
 
-# -- the vector stacker ------------------------------------------------------------------
 VECTOR_SPACES = ["dict", "tuple", "discrete", "multidiscrete", "box-above-zero"]
 
 

@@ -36,7 +36,6 @@ def run_both(make_env, ours_wrap, ref_wrap, steps=40, seed=0, to_ref=lambda a: a
     return ours, ref
 
 
-# -- Gymnasium's FrameStackObservation -------------------------------------------------
 @pytest.mark.parametrize("padding", ["reset", "zero", "custom"])
 @pytest.mark.parametrize("k", [1, 3, 4])
 def test_equals_gymnasium_every_step(padding, k):
@@ -220,7 +219,6 @@ def test_c07_rgb_frames_stack_by_frame_depth():
     assert env.observation_space.shape == (5, 4, 9)
 
 
-# -- baselines' FrameStack -------------------------------------------------------------
 @pytest.mark.parametrize("shape", [(84, 84, 1), (7, 5, 3)])
 def test_framestack_equals_baselines(shape):
     ours, ref = run_both(lambda: CounterEnv(shape, rng_seed=3),
