@@ -74,7 +74,7 @@ class AsyncCounters(VectorEnv):
         self.ready: dict = {}  # env id -> (frame, reward, terminated, truncated, final frame)
         self.ended = np.zeros(self.num_envs, np.bool_)
         self.last = np.arange(0)
-        self.force_ids, self.force_rows = None, None
+        self.force_ids, self.force_rows, self.no_ids = None, None, False
 
     def _returned(self, size: int):
         if self.force_ids is not None:
@@ -88,7 +88,7 @@ class AsyncCounters(VectorEnv):
             rows = [self.ready.pop(i) for i in ids]
         self.last = ids
         obs = np.stack([r[0] for r in rows])
-        info = {"env_id": given}
+        info = {} if self.no_ids else {"env_id": given}
         finals = [r[4] for r in rows]
         if any(f is not None for f in finals):
             info["final_obs"] = np.array(finals + [None], dtype=object)[:-1]
@@ -343,6 +343,7 @@ def test_sync_envs_are_unchanged():
         ([-1, 0], "env id -1 is out of range"),
         ([0, 1, 2], "1-D integer array of 2 env ids"),
         ([0.0, 1.0], "1-D integer array"),
+        (None, r"batch of 2 observations, .* without info\['env_id'\]"),  # no ids at all
     ],
 )
 def test_bad_env_ids_raise_before_any_ring_changes(bad, match):
@@ -352,7 +353,7 @@ def test_bad_env_ids_raise_before_any_ring_changes(bad, match):
     slots, live = envs._ring[0].slots, envs.pool.live_frames
     pending, autoreset = envs._pending.copy(), envs._autoreset.copy()
     last = envs._last_ids
-    envs.env.force_ids, envs.env.force_rows = bad, 2
+    envs.env.force_ids, envs.env.force_rows, envs.env.no_ids = bad, 2, bad is None
     with pytest.raises(ValueError, match=match):
         envs.step(np.zeros(2, np.int64))
     np.testing.assert_array_equal(envs._ring[0].slots, slots)
@@ -364,21 +365,6 @@ def test_bad_env_ids_raise_before_any_ring_changes(bad, match):
         envs.observations([5])
     with pytest.raises(ValueError, match="more than once"):
         envs.observations([0, 0])
-
-
-def test_partial_batch_without_env_ids_is_refused():
-    class NoIds(AsyncCounters):
-        def step(self, actions):
-            *out, info = super().step(actions)
-            del info["env_id"]
-            return *out, info
-
-    envs = FrameStackObservation(NoIds(NEXT, batch=2, reset_batch=2), 4)
-    envs.reset()
-    live = envs.pool.live_frames
-    with pytest.raises(ValueError, match=r"without info\['env_id'\]"):
-        envs.step(np.zeros(2, np.int64))
-    assert envs.pool.live_frames == live
 
 
 def test_prev_action_needs_one_action_per_row():
