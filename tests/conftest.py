@@ -71,11 +71,6 @@ def make_pool(shape=(84, 84, 1), dtype=np.uint8, *, chunk_bytes=1 << 20):
     return core.FramePool(shape, dtype, chunk_bytes=chunk_bytes)
 
 
-def push_all(pool, frames):
-    """Push every frame; the list of ``FrameRef`` owners, one per frame."""
-    return [pool.push(fr) for fr in frames]
-
-
 def snapshot(pool, slots=()):
     """What a failed call must leave as it was: stats and refcounts (after collecting cycles)."""
     gc.collect()

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import f, make_pool, push_all, refused, snapshot
+from conftest import f, make_pool, refused, snapshot
 from oracle import core as ref
 from test_properties import random_frames
 
@@ -30,7 +30,7 @@ def rand_frames(n, shape=FRAME, dtype=np.uint8, seed=0):
 def pool_with(frames, chunk_bytes=1 << 20):
     """A pool holding ``frames``; returns it and the FrameRefs that own them."""
     pool = make_pool(frames.shape[1:], frames.dtype, chunk_bytes=chunk_bytes)
-    return pool, push_all(pool, frames)
+    return pool, [pool.push(fr) for fr in frames]
 
 
 def ids(refs):
