@@ -102,35 +102,22 @@ def test_sender_receiver_equal_local_adds(compress, same_step, buffer):
     assert sum(len(m["sizes"]) for m in msgs) == len(distinct)
 
 
-def test_ndarray_observations_send_one_frame_per_step():
-    run = vector_run(30, 2, 3)
-    local, remote, receiver, sender = linked(100, 2, sender_compress=False, seed=1)
+@pytest.mark.parametrize("subsets", [False, True])
+def test_ndarrays_or_env_id_subsets_as_envpool_gives(subsets):
+    """Stacked ndarray observations send one new frame a step; async subsets stay exact."""
+    run, rng = vector_run(30, 3, 12), np.random.default_rng(0)
+    local, remote, receiver, sender = linked(200, 3, sender_compress=subsets, n_step=2, seed=4)
     for obs, act, rew, nxt, term, trunc, extras in run:
-        o, n = np.asarray(obs), np.asarray(nxt)  # (E, k, *S) stacked, as EnvPool gives
-        local.add(o, act, rew, n, term, trunc, **extras)
-        sender.add(o, act, rew, n, term, trunc, **extras)
+        ids = np.flatnonzero(rng.random(3) < 0.7) if subsets else np.arange(3)
+        o, n = ([x[i] for i in ids] for x in (obs, nxt)) if subsets else map(np.asarray, (obs, nxt))
+        auto = {"autoreset": extras["autoreset"][ids], "env_ids": ids if subsets else None}
+        for rb in (local, sender) if ids.size else ():  # LazyFrames lists or stacked arrays
+            rb.add(o, act[ids], rew[ids], n, term[ids], trunc[ids], **auto)
     msg = sender.flush()
-    assert receiver.ingest(msg) == 60
+    assert receiver.ingest(msg) == len(local)
     assert_same_buffers(local, remote)
-    assert len(msg["sizes"]) == local.memory()["unique_frames"] < 2 * 30 + 2 * K
-
-
-def test_env_ids_subsets_as_async_vector_envs_give():
-    """Each add carries some of the envs (EnvPool's async mode): streams stay exact."""
-    run = vector_run(30, 3, 12)
-    rng = np.random.default_rng(0)
-    local, remote, receiver, sender = linked(200, 3, n_step=2, seed=4)
-    for obs, act, rew, nxt, term, trunc, extras in run:
-        ids = np.flatnonzero(rng.random(3) < 0.7)
-        if ids.size == 0:
-            continue
-        args = ([obs[i] for i in ids], act[ids], rew[ids], [nxt[i] for i in ids])
-        flags = (term[ids], trunc[ids])
-        auto = {"autoreset": extras["autoreset"][ids], "env_ids": ids}
-        local.add(*args, *flags, **auto)
-        sender.add(*args, *flags, **auto)
-    receiver.ingest(sender.flush())
-    assert_same_buffers(local, remote)
+    if not subsets:  # (E, k, *S) stacked: one new frame a step
+        assert len(msg["sizes"]) == local.memory()["unique_frames"] < 3 * 30 + 3 * K
 
 
 def test_two_senders_share_one_buffer_in_their_own_env_streams():
