@@ -57,7 +57,7 @@ def test_deepcopy_goes_on_as_gymnasiums(padding):
     assert run(ours) == run(ref) == expected
 
 
-def test_deepcopy_of_framestack():
+def test_deepcopy_of_framestack_and_before_reset_and_refcounts():
     env = mk(FrameStack, CounterEnv(length=50), 3)
     env.reset()
     env.step(0)
@@ -65,9 +65,6 @@ def test_deepcopy_of_framestack():
     assert twin.pool is env.pool
     expected = [[10, 11, 12], [11, 12, 13], [12, 13, 14], [20, 20, 20], [20, 20, 21]]
     assert run(twin) == run(env) == expected
-
-
-def test_deepcopy_before_reset_and_refcounts():
     env = mk(FrameStackObservation, CounterEnv(length=50), 3, padding_type="zero")
     twin = copy.deepcopy(env)  # nothing stacked yet
     assert vals(twin.reset()[0]) == [0, 0, 10]
