@@ -3,6 +3,7 @@
 import gc
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ from lazyframes import _core as core
 os.environ.setdefault("PY_IGNORE_IMPORTMISMATCH", "1")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tests", "data")
 
 # Long property runs behind an environment variable; a small default keeps CI fast.
 settings.register_profile(
@@ -30,11 +32,7 @@ settings.load_profile("default")
 
 
 def pytest_collection_finish(session):
-    """Freeze what collection made (the test modules, torch, Ray, SB3) out of the collector.
-
-    ``gc.collect()`` after each test then scans only what tests made: with torch imported
-    a full collection takes about 0.2 s, which over the suite's tests was minutes.
-    """
+    """Freeze collection's objects (torch, Ray, SB3): the per-test ``gc.collect()`` skips them."""
     gc.collect()
     gc.freeze()
 
@@ -51,32 +49,41 @@ def f(v, shape=(84, 84, 1), dtype=np.uint8):
     return np.full(shape, v, dtype)
 
 
+def recorded(name):
+    """Recorded Atari frames of tests/data, ``(n, 84, 84)`` uint8, and their episode starts."""
+    with np.load(os.path.join(DATA, f"{name}.npz")) as d:
+        return d["frames"], d["starts"]
+
+
+def raised(exc, fn, *args, **kw):
+    """The message of the ``exc`` that ``fn(*args, **kw)`` raises, or None if it returns."""
+    try:
+        fn(*args, **kw)
+    except exc as e:  # not kept: its traceback would keep the call's arguments alive
+        return str(e)
+    return None
+
+
+def refused(exc, pattern, fn, *args, **kw):
+    """``fn(*args, **kw)`` raises ``exc`` with a message matching ``pattern``."""
+    message = raised(exc, fn, *args, **kw)
+    assert message is not None, f"{getattr(fn, '__name__', fn)} did not raise {exc.__name__}"
+    assert re.search(pattern, message), f"{exc.__name__}: {message} (wanted /{pattern}/)"
+
+
 def make_pool(shape=(84, 84, 1), dtype=np.uint8, *, chunk_bytes=1 << 20):
     """A fresh ``FramePool``."""
     return core.FramePool(shape, dtype, chunk_bytes=chunk_bytes)
 
 
-def push_all(pool, frames):
-    """Push every frame; the list of ``FrameRef`` owners, one per frame."""
-    return [pool.push(fr) for fr in frames]
-
-
 def snapshot(pool, slots=()):
-    """Everything a failed call must leave as it was: stats and the given refcounts.
-
-    Collects garbage first: a caught exception's traceback may keep a call's temporary
-    owners alive in a reference cycle until then.
-    """
+    """What a failed call must leave as it was: stats and refcounts (after collecting cycles)."""
     gc.collect()
     return pool.stats(), [pool.refcount(s) for s in slots]
 
 
 def buffer_state(rb):
-    """Everything a refused call on a replay buffer must leave as it was.
-
-    The buffer's pickle (its whole checkpoint: ring, frames, priorities, RNG state) and
-    the stats of its pools, after collecting garbage (see :func:`snapshot`).
-    """
+    """What a refused call must leave: the buffer's pickle (its checkpoint) and its pools' stats."""
     gc.collect()
     data = pickle.dumps(rb)
     pools = rb.pool.values() if isinstance(rb.pool, dict) else [rb.pool]

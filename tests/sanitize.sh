@@ -1,15 +1,8 @@
 #!/usr/bin/env bash
-# The sanitizer step of .ci/run: the C code under AddressSanitizer and UBSan.
-#
-# 1. csrc/test_kernels.c (the plain-C kernels, pool, codec and sum tree, no Python) built
-#    with -fsanitize=address,undefined and run, leak checks on;
-# 2. the extension rebuilt with the same flags in a scratch copy of the checkout (this
-#    one's build is left alone), then the core tests and the fuzzer run against it, with
-#    gcc's libasan preloaded into the interpreter. CPython frees little at exit by design,
-#    so leaks are not checked there; any ASan or UBSan report fails the step.
-#
-# Needs gcc with its sanitizer runtimes (libasan, libubsan) and the build requirements
-# (setuptools, Cython, numpy, blosc2: the test extra has them). Usage: bash tests/sanitize.sh
+# The sanitizer step of .ci/run (bash tests/sanitize.sh; needs gcc's libasan and libubsan):
+# csrc/test_kernels.c under ASan + UBSan with leak checks, then the core tests and the fuzzer
+# against the extension rebuilt so in a scratch copy (libasan preloaded; CPython's exit
+# leaks unchecked). Any sanitizer report fails the step.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TESTS=(tests/core/test_core.py tests/core/test_compress.py tests/core/test_module.py tests/core/test_sumtree.py

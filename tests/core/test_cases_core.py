@@ -1,8 +1,6 @@
 """Cases C01-C10 of the fault catalogue (layout, array behaviour, memory), with their exact values.
 
-C08's wrapper part (the stacked ``observation_space``) belongs to the wrapper tests; here
-C08 checks the core part: 1-D float frames stack to ``(4, 3)`` / concatenate to ``(12,)``,
-keep their dtype, and are contained in the stacked Box.
+C08's wrapper part (the stacked ``observation_space``) is the wrapper tests'; here, its core part.
 """
 
 import gc
@@ -22,10 +20,7 @@ from lazyframes import _core as core
 FB = 84 * 84  # bytes of f(v)
 
 
-# -- C01 indexing follows the layout --------------------------------------------------------
-
-
-def test_c01_baselines_layout_indexing():
+def test_c01_indexing_follows_the_layout():
     lz = core.LazyFrames([f(0), f(1), f(2), f(3)])
     a = np.asarray(lz)
     assert a.shape == (84, 84, 4)
@@ -40,19 +35,13 @@ def test_c01_baselines_layout_indexing():
     fr = lz.frame(3)
     assert fr.shape == (84, 84) and fr.dtype == np.uint8 and (fr == 3).all()
     np.testing.assert_array_equal(a[..., 2], np.full((84, 84), 2, np.uint8))
-
-
-def test_c01_new_axis_layout_indexing():
-    lz = core.LazyFrames([f(v, shape=(84, 84)) for v in range(4)], layout="stack")
+    lz = core.LazyFrames([f(v, shape=(84, 84)) for v in range(4)], layout="stack")  # a new axis
     assert len(lz) == 4 and lz.shape == (4, 84, 84)
     for i in range(4):
         assert lz[i].shape == (84, 84) and (lz[i] == i).all()
     np.testing.assert_array_equal(lz[-1], np.full((84, 84), 3, np.uint8))
     lz1 = core.LazyFrames([f(v) for v in range(4)], layout="stack")
     assert len(lz1) == 4 and lz1[2].shape == (84, 84, 1) and (lz1[2] == 2).all()
-
-
-# -- C03 array-likeness ---------------------------------------------------------------------
 
 
 def test_c03_array_like_without_materialising():
@@ -96,9 +85,6 @@ def test_c03_eq_is_a_bool_and_observations_are_unhashable():
             hash(x)
 
 
-# -- C04 NumPy 2 protocol -------------------------------------------------------------------
-
-
 def test_c04_numpy2_protocol():
     lz = core.LazyFrames([f(0), f(1), f(2), f(3)])
     with warnings.catch_warnings():
@@ -119,9 +105,6 @@ def test_c04_numpy2_protocol():
     assert "np.asarray(obs)" in msg and "copy=False" in msg and "lazyframes.stack" in msg
     with pytest.raises(ValueError, match=r"np\.asarray\(obs\)"):
         np.array([np.array(lz, copy=False)])  # the old idiom gets the same advice
-
-
-# -- C05 PyTorch ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("convert", [torch.as_tensor, torch.tensor])
@@ -148,9 +131,6 @@ def test_c05_documented_fast_paths():
     tb = torch.empty((3, 84, 84, 4), dtype=torch.uint8)
     core.stack(obs, out=tb.numpy())
     np.testing.assert_array_equal(tb.numpy(), np.stack([np.asarray(o) for o in obs]))
-
-
-# -- C06 stack axis follows the channel layout -------------------------------------------------
 
 
 def test_c06_layout_is_explicit():
@@ -183,9 +163,6 @@ def test_c06_layout_is_explicit():
         pool.lazy_batch([s], layout="last")
 
 
-# -- C07 multi-channel frames ---------------------------------------------------------------
-
-
 def test_c07_rgb_frames_stack_by_frame_depth():
     frames = [np.full((210, 160, 3), v, np.uint8) for v in (10, 11, 12)]
     lz = core.LazyFrames(frames)
@@ -203,9 +180,6 @@ def test_c07_rgb_frames_stack_by_frame_depth():
     np.testing.assert_array_equal(got, np.concatenate(rgb, axis=-1))
 
 
-# -- C08 observation space (core part) ------------------------------------------------------
-
-
 def test_c08_vector_frames():
     frames = [np.array([-1.0, 0.5, 1.0], np.float32) * (v / 4) for v in range(1, 5)]
     st = core.LazyFrames(frames, layout="stack")
@@ -221,15 +195,11 @@ def test_c08_vector_frames():
         assert gym.spaces.Box(-1.0, 1.0, (12,), np.float32).contains(cat)
 
 
-# -- C09 conversion never retains a copy ----------------------------------------------------
-
-
-def _c09_frames():
-    return [f(v % 256) for v in range(103)]
+C09_FRAMES = [f(v % 256) for v in range(103)]
 
 
 def test_c09_conversion_never_retains_a_copy():
-    frames = _c09_frames()
+    frames = C09_FRAMES
     pool = core.FramePool((84, 84, 1), np.uint8)
     refs = [pool.push(a) for a in frames]
     obs = [pool.lazy(refs[i : i + 4], layout="last") for i in range(100)]
@@ -259,15 +229,13 @@ def test_c09_conversion_never_retains_a_copy():
 
 
 def test_c09_lazyframes_from_lists_store_103_frames():
-    frames = _c09_frames()
     pool = core.default_pool((84, 84, 1), np.uint8)
     gc.collect()
     base = pool.live_bytes
-    obs = [core.LazyFrames(frames[i : i + 4]) for i in range(100)]
-    assert pool.live_bytes - base == 726_768
+    obs = [core.LazyFrames(C09_FRAMES[i : i + 4]) for i in range(100)]
     for o in obs:
         np.asarray(o)
-    assert pool.live_bytes - base == 726_768
+    assert pool.live_bytes - base == 726_768  # each array stored once, nothing kept
     del obs, o
     assert pool.live_bytes == base
 
@@ -285,9 +253,7 @@ def _baselines_held(observations):
 
 
 def test_c09_baselines_lazyframes_grow_3_9x():
-    frames = _c09_frames()
-    obs = [BaselinesLazyFrames(frames[i : i + 4]) for i in range(100)]
-    del frames  # only the observations keep frames alive now
+    obs = [BaselinesLazyFrames(C09_FRAMES[i : i + 4]) for i in range(100)]
     before = _baselines_held(obs)
     assert before == 726_768
     for o in obs:
@@ -295,9 +261,6 @@ def test_c09_baselines_lazyframes_grow_3_9x():
     after = _baselines_held(obs)
     assert after == 100 * 84 * 84 * 4 == 2_822_400
     assert round(after / before, 1) == 3.9
-
-
-# -- C10 pickling keeps sharing -------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

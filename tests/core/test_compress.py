@@ -1,16 +1,12 @@
 """Compressed frame pools (docs/COMPRESSION.md): values, hot/cold states, the container.
 
-Every value a compressing pool copies out is compared bit for bit with the same store
-built uncompressed, on recorded Atari frames (tests/data: Pong and Breakout through
-Gymnasium's AtariPreprocessing, 84x84 gray, frame_skip 4, random policy, across an
-episode boundary) and on synthetic worst cases.
+Every value copied out equals the same store's uncompressed, bit for bit, on recorded Atari
+frames (tests/data: Pong and Breakout, 84x84 gray, across episodes) and synthetic worst cases.
 """
-
-import os
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import recorded, refused
 
 from lazyframes import _core as core
 
@@ -18,20 +14,8 @@ LAYOUTS = ("last", "first", "stack")
 K = 4
 
 
-def recorded(name):
-    """Recorded frames ``(n, 84, 84)`` uint8 and their episode starts."""
-    with np.load(os.path.join(ROOT, "tests", "data", f"{name}.npz")) as d:
-        return d["frames"], d["starts"]
-
-
 class Store:
-    """A replay-like store fed as a frame-stacking wrapper feeds a replay buffer.
-
-    Each environment step pushes one frame; the wrapper's ring holds the last K frames
-    (FrameRefs: they stay hot); row t of the table holds the K frames of observation t
-    then the new frame of observation t + 1. An episode starts with reset padding (its
-    first frame K times).
-    """
+    """A table fed as a wrapper feeds a buffer: row t holds obs t's K frames, then obs t+1's new."""
 
     def __init__(self, frames, starts, compress, shape=None):
         self.shape = frames.shape[1:] if shape is None else shape
@@ -98,13 +82,6 @@ def check_values(store, rows, layouts=LAYOUTS):
     assert np.array_equal(np.asarray(batch), store.expected(rows, 1, "stack"))
 
 
-def cold_frames(store):
-    return store.pool.stats()["cold_frames"]
-
-
-# -- recorded frames --------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("game", ["pong", "breakout"])
 @pytest.mark.parametrize(
     "compress",
@@ -136,9 +113,6 @@ def test_recorded_frames_bit_exact(game, compress, channel):
         assert st["cold_bytes"] / st["cold_frames"] < 400
 
 
-# -- synthetic worst cases --------------------------------------------------------------
-
-
 def noise(n, seed=0, shape=(16, 12)):
     return np.random.default_rng(seed).integers(0, 256, (n, *shape), dtype=np.uint8)
 
@@ -151,27 +125,21 @@ def one_pixel(n, shape=(16, 12)):
     return out
 
 
-@pytest.mark.parametrize("kind", ["noise", "one_pixel", "constant"])
+def mixed(n, shape=(100, 100)):
+    """Noise frames of 10 KB (blobs too large for the pool's slabs) between small deltas."""
+    frames = one_pixel(n, shape)
+    frames[::7] = noise(len(frames[::7]), shape=shape)
+    return frames
+
+
+@pytest.mark.parametrize(
+    "kind", [noise, one_pixel, lambda n: np.zeros((n, 16, 12), np.uint8), mixed]
+)
 @pytest.mark.parametrize("group", [1, 3, 16])
 def test_synthetic_frames(kind, group):
-    n = 60
-    frames = {
-        "noise": noise(n),
-        "one_pixel": one_pixel(n),
-        "constant": np.zeros((n, 16, 12), np.uint8),
-    }[kind]
-    store = Store(frames, [0, 17, 18, 40], {"group": group})
+    store = Store(kind(60), [0, 17, 18, 40], {"group": group})
     check_values(store, np.arange(store.rows))
-    assert cold_frames(store) == store.pool.live_frames - K
-
-
-def test_large_blobs_and_small_ones_mixed():
-    """Noise frames of 10 KB (blobs too large for the pool's slabs) between small deltas."""
-    frames = one_pixel(60, shape=(100, 100))
-    frames[::7] = noise(len(frames[::7]), shape=(100, 100))
-    store = Store(frames, [0, 30], True)
-    check_values(store, np.arange(store.rows))
-    assert cold_frames(store) == store.pool.live_frames - K
+    assert store.pool.stats()["cold_frames"] == store.pool.live_frames - K
 
 
 @pytest.mark.parametrize("group", [2, 4, 5])
@@ -197,12 +165,10 @@ def test_deep_chains_decode_within_a_group():
     assert max(chains) == 7  # position 63 of a group: 1 + popcount(63)
 
 
-# -- hot and cold -----------------------------------------------------------------------
-
-
 def test_frames_others_hold_stay_hot():
     pool = core.FramePool((8, 8), np.uint8, compress=True)
     table = core.SlotTable(pool, 5, 1)
+    assert table.memory() == 5 * 1 * 4 and table.ids().dtype == np.int64  # int32 ids, as given
     frames = noise(4, shape=(8, 8))
 
     refs = [pool.push(f) for f in frames]
@@ -340,16 +306,6 @@ def test_take_loads_and_compresses(group):
     assert np.array_equal(b, frames[index[:, 1:]])
 
 
-def test_table_stores_int32():
-    pool = core.FramePool((2, 2), np.uint8, compress=True)
-    table = core.SlotTable(pool, 10, 3)
-    assert table.memory() == 10 * 3 * 4
-    assert table.ids().dtype == np.int64
-
-
-# -- the checkpoint container -----------------------------------------------------------
-
-
 @pytest.mark.parametrize("group", [1, 5, 16])
 def test_container_roundtrip(group):
     frames, _ = recorded("pong")
@@ -391,7 +347,7 @@ def _corruptions(payload, offsets, kinds):
         yield bytes(q), offsets, kinds
 
 
-def test_corrupted_containers_raise():
+def test_corrupted_containers_and_bad_frames_raise():
     frames = noise(12, shape=(10, 10))
     frames[6:] = frames[5]  # deltas of zeros: the shortest blobs
     payload, offsets, kinds = core.encode_frames(frames, group=4)  # compressed blobs
@@ -401,12 +357,6 @@ def test_corrupted_containers_raise():
         except (ValueError, TypeError):
             continue
         assert out.shape == frames.shape  # a payload byte flipped: other values, no crash
-
-
-def test_container_bad_frames():
-    with pytest.raises(ValueError, match="leading axis"):
-        core.encode_frames(np.uint8(3))
-    with pytest.raises(TypeError):
-        core.encode_frames(np.array([["a"]], object))
-    with pytest.raises(ValueError, match="group must be in"):
-        core.encode_frames(np.zeros((2, 2), np.uint8), group=0)
+    refused(ValueError, "leading axis", core.encode_frames, np.uint8(3))  # and bad frames
+    refused(TypeError, "", core.encode_frames, np.array([["a"]], object))
+    refused(ValueError, "group must be in", core.encode_frames, np.zeros((2, 2), np.uint8), group=0)

@@ -1,9 +1,7 @@
-"""The compiled module itself: names, documentation and examples, its stub, the layout codes.
+"""The compiled module itself: names, docstrings and their examples, its stub, the layout codes.
 
-``--doctest-modules`` collects only ``.py`` files, so the examples in the docstrings of the
-compiled core run here; and the stub ``lazyframes/_core.pyi`` (what mypy checks the Python
-layer against) must name every public function, class and method the module has, with
-the same parameters.
+Its doctests run here (``--doctest-modules`` collects ``.py`` files only); the stub mypy checks
+against must name every public function, class and method, with the same parameters.
 """
 
 import ast

@@ -1,9 +1,7 @@
 """Property tests of the core (hypothesis) against the NumPy oracle (tests/oracle/core.py).
 
-Every copy out (``gather``, ``stack``, ``astype``, ``np.asarray``, ``LazyBatch.numpy``) equals
-the restatement bit for bit, for every layout, several dtypes, frame shapes, stack sizes
-1-16 and fused conversions; a refused conversion or ``out`` raises and writes nothing.
-The pool and its owners under random calls are the fuzzer's (hardening/fuzz_worker.py).
+Every copy out equals the restatement bit for bit (layouts, dtypes, shapes, stack sizes 1-16,
+fused conversions); a refused conversion or ``out`` writes nothing. Random calls: the fuzzer.
 """
 
 import gc
@@ -93,10 +91,6 @@ def cases(draw):
     return shape, dtype, n, np.array(idx, np.int64), layout, conv, seed, chunk_bytes
 
 
-def expected(frames, idx, layout, dtype, scale):
-    return ref.gather(frames, idx, layout, dtype, scale)
-
-
 def run(shape, dtype, frames, idx, layout, conv, chunk_bytes):
     """Everything the core produces for a case, or the exception it raises."""
     dst, scale = conv
@@ -132,13 +126,13 @@ def check_against_numpy(res, frames, idx, layout, conv):
         assert res[1] is ValueError and "layout" in res[2], res
         return False
     _, copies, one, arr, plain, live, refcounts, live_after = res
-    want = expected(list(frames), idx, layout, dst, scale)
+    want = ref.gather(list(frames), idx, layout, dst, scale)
     for got in copies:
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
         assert got.tobytes() == want.tobytes()  # bit for bit, signed zeros included
     np.testing.assert_array_equal(one, want[0])
-    unconverted = expected(list(frames), idx, layout, None, None)
+    unconverted = ref.gather(list(frames), idx, layout, None, None)
     np.testing.assert_array_equal(arr, unconverted[0])
     for got in plain:
         assert got.tobytes() == unconverted.tobytes() and got.dtype == unconverted.dtype
@@ -217,7 +211,7 @@ def test_refused_conversions_and_outs_write_nothing(case, conv, out_kind):
         res = go()
     except (TypeError, ValueError):
         return
-    want = expected(list(frames), idx, layout, dst, scale)
+    want = ref.gather(list(frames), idx, layout, dst, scale)
     assert res.dtype == want.dtype and res.tobytes() == want.tobytes()
 
 

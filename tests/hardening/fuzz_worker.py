@@ -1,10 +1,7 @@
 """Fuzzer of the public core API: random calls on ``lazyframes._core``, checked by the oracle.
 
-Each seed draws calls (pushes, observations, batches, gathers, ``stack``, slot tables, a sum
-tree, containers, pickles, dropped owners, misuse) and checks every value returned against
-``tests/oracle/core.py``. After each call every refcount equals the references the model's
-owners hold (a compressing pool may count more: delta bases stay live), a refused call has
-changed nothing; once every owner is dropped no pool holds a frame. By hand::
+After each call every value, refcount (a compressing pool may count more: delta bases) and
+refused call is checked against ``tests/oracle/core.py``; at the end no pool holds a frame::
 
     PYTHONPATH=.:tests python tests/hardening/fuzz_worker.py --steps 200 0 1 2
 """

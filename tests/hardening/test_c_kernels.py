@@ -1,9 +1,7 @@
-"""Compile and run csrc/test_kernels.c: the plain-C kernels, pool and codec, without Python.
+"""Compile and run csrc/test_kernels.c: the plain-C kernels, pool, codec and sum tree.
 
-Built with the system C compiler (``cc``), with AddressSanitizer and
-UndefinedBehaviorSanitizer when this machine supports them (then any out-of-bounds
-access or UB in csrc/kernels.c, csrc/pool.c, csrc/codec.c or csrc/sumtree.c fails the run), else
-plainly; linked with C-Blosc2 from the installed ``blosc2`` package, as setup.py links it.
+With ``cc``, under ASan and UBSan where this machine has them, linked with C-Blosc2 from the
+installed ``blosc2`` package as setup.py links it.
 """
 
 import importlib.util

@@ -1,10 +1,7 @@
 """Memory stays flat over many create / convert / stack / pickle / drop cycles.
 
-Bounded by what the cycles allocate, not by the host's resident set size: the Python and
-NumPy allocations held after the cycles (``tracemalloc``) must not grow past the warm-up's,
-and the pools (C allocations) must hold no live frame and at most one spare chunk once
-every owner is dropped. A checksum shows the cycles ran. N cycles is 1,000,000 with
-LAZYFRAMES_LONG=1, else 20,000.
+Python's allocations (``tracemalloc``) do not grow past the warm-up's, the pools end empty
+with at most one spare chunk; a checksum shows the cycles ran (1,000,000 with LAZYFRAMES_LONG=1).
 """
 
 import gc

@@ -1,16 +1,8 @@
 """A NumPy reference of the values of the compiled core ``lazyframes._core``.
 
-Nothing here is fast or clever, and nothing is shared with the core: each function
-restates one documented behaviour with plain NumPy, so a test can compare what the core
-returns with what it must return.
-
-- :func:`observation` and :func:`gather`: k frames laid out as one observation in each
-  layout (``csrc/layout.h``), and batches of them by slot id, with the fused conversion
-  of ``csrc/kernels.c`` (``dtype(frame) * dtype(float(scale))``);
-- :class:`Store` and :class:`Table`: what a ``FramePool`` holds, the frame and the
-  refcount of each live slot, and the references a ``SlotTable`` holds;
-- :func:`draws` and :func:`weights`: a ``SumTree``'s stratified proportional draws and
-  importance weights (``csrc/sumtree.h``).
+Each function restates one documented behaviour in plain NumPy, sharing nothing with the
+core: layouts (``csrc/layout.h``), fused conversions (``csrc/kernels.c``), a pool's frames
+and refcounts, a ``SlotTable``'s references, a ``SumTree``'s draws (``csrc/sumtree.h``).
 """
 
 import math
@@ -38,11 +30,7 @@ def observation_shape(frame_shape, k, layout):
 
 
 def observation(frames, layout):
-    """``frames`` (oldest first) as one observation.
-
-    ``"last"`` concatenates them on the last axis, ``"first"`` on the first, ``"stack"``
-    stacks them on a new leading axis.
-    """
+    """``frames`` (oldest first) as one observation: concatenated last or first, or stacked."""
     if layout == "last":
         return np.concatenate(frames, axis=-1)
     if layout == "first":
@@ -65,15 +53,7 @@ def convert(a, dtype=None, scale=None):
 
 
 def gather(frames, slots, layout, dtype=None, scale=None):
-    """The observations of ``slots`` (``(k,)``: one; ``(n, k)``: a batch of n).
-
-    Args:
-        frames: the frame of each slot id (a dict, or anything indexable by an int).
-        slots: slot ids, oldest frame first in each row.
-        layout: one of :data:`LAYOUTS`.
-        dtype: the output dtype (None: the frames').
-        scale: None, or a number the converted values are multiplied by.
-    """
+    """The observations of ``slots`` (``(k,)``: one; ``(n, k)``: n) of ``frames[slot]``."""
     ids = np.asarray(slots, np.int64)
     rows = ids.reshape(-1, ids.shape[-1])
     obs = [observation([np.asarray(frames[int(s)]) for s in row], layout) for row in rows]
@@ -84,11 +64,7 @@ def gather(frames, slots, layout, dtype=None, scale=None):
 
 
 class Store:
-    """What a ``FramePool`` holds: the frame at each live slot, and its refcount.
-
-    A slot is live while it has references; its last reference dropped, the frame is
-    gone. Slot ids are the pool's own: the store is told them, it never picks them.
-    """
+    """What a ``FramePool`` holds: the frame and refcount of each live slot (the pool's ids)."""
 
     def __init__(self, frame_shape, dtype):
         self.frame_shape, self.dtype = tuple(frame_shape), np.dtype(dtype)
@@ -119,11 +95,7 @@ class Store:
                 del self.refs[s], self.frames[s]
 
     def hold(self, slots, new=()):
-        """An owner's references: one to each entry of ``slots``.
-
-        ``new`` maps the slots of the frames the owner brought in to those frames: each is
-        pushed, its first reference the owner's.
-        """
+        """An owner's reference to each of ``slots``; ``new``: {slot: frame} it brought in."""
         fresh = dict(new)
         for s, frame in fresh.items():
             self.push(s, frame)
@@ -148,10 +120,7 @@ class Store:
 
 
 class Table:
-    """A ``SlotTable``: ``(rows, width)`` slot ids of a :class:`Store`, -1 where empty.
-
-    Each id in the table is one reference to its frame.
-    """
+    """A ``SlotTable``: ``(rows, width)`` ids of a :class:`Store` (a reference each), -1 empty."""
 
     def __init__(self, store, rows, width):
         self.store = store

@@ -1,10 +1,7 @@
 """A plain-Python model of ``lazyframes.ReplayBuffer`` and ``PrioritizedReplayBuffer``.
 
-The oracle of values of the differential tests (tests/replay/): a FIFO of every stored
-transition, oldest first, and one list per env stream, built from the documented
-behaviour only (the ``ReplayBuffer``, ``add`` and ``sample`` docstrings, ``ReplaySamples``,
-``PrioritizedReplayBuffer``) and sharing no code with ``lazyframes.replay``. It is meant to
-be slow and obviously correct: lists, loops and copies of the observations as given.
+A FIFO of every stored transition and a list per env stream, from the documented behaviour
+only (no code of ``lazyframes.replay``): slow and obviously correct.
 
 - The ring holds ``capacity // num_envs * num_envs`` transitions over all streams; the
   oldest is evicted first, whatever the interleaving of the streams.
@@ -56,9 +53,7 @@ class Expected(NamedTuple):
 class ReplayModel:
     """The model of a ``ReplayBuffer(capacity, num_envs=, n_step=, gamma=, action_dtype=)``.
 
-    ``add`` takes every argument batched (a sequence of ``E`` entries, one per env of
-    ``env_ids``, or of every env), observations as arrays in the buffer's layout (dicts
-    of them for Dict observations).
+    ``add`` takes every argument batched (one entry per env of ``env_ids``, or of every env).
     """
 
     def __init__(self, capacity, *, num_envs=1, n_step=1, gamma=0.99, action_dtype=np.int64):

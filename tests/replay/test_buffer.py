@@ -1,9 +1,6 @@
 """ReplayBuffer's public behaviour beyond the values the model checks (test_model.py).
 
-The constructor and the first add, refused calls (the exception, a message naming the
-problem, and the buffer unchanged: its pickle, which is its whole checkpoint, and its
-pools' stats), values at the edges of their dtypes, ``gather``, ``out``/``dtype``/
-``scale``, reproducible draws, frames de-duplicated and released, memory per transition.
+A refused call changes nothing: the buffer's pickle (its whole checkpoint) and its pools' stats.
 """
 
 import gc
@@ -44,9 +41,6 @@ def filled(num_envs=2, steps=12, **kw):
 def assert_same_samples(a, b, name=""):
     for field, x, y in zip(Samples._fields, a, b, strict=True):
         np.testing.assert_array_equal(x, y, err_msg=f"{name} {field}")
-
-
-# -- the constructor and the first add ---------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -106,7 +100,6 @@ def test_a_refused_first_add_stores_nothing(kwargs, obs, match):
 
 
 # -- refused calls change nothing ---------------------------------------------------------
-
 o2 = np.stack([obs_at(0, 20), obs_at(1, 20)])
 GOOD = {"obs": o2, "action": np.array([1, 2]), "reward": np.array([0.5, 1.0]), "next_obs": o2,
         "terminated": np.array([False, True]), "truncated": np.array([False, False])}  # fmt: skip
@@ -158,12 +151,8 @@ def test_a_refused_batched_add_changes_nothing(bad, exc, match):
 
 ONE = {"obs": stack(1, 2, 3), "action": 1, "reward": 1.0, "next_obs": stack(2, 3, 4),
        "terminated": False, "truncated": False}  # fmt: skip
-REFUSED_ONES = [
-    ({"reward": float("nan")}, ValueError, "reward"),
-    ({"reward": float("inf")}, ValueError, "reward"),
-    ({"reward": 1e39}, ValueError, "reward"),
+REFUSED_ONES = [  # (Python rewards nan, inf, 1e39, 10**400: VALUES, on every path)
     ({"reward": np.float64(-1e39)}, ValueError, "reward"),
-    ({"reward": 1 << 70}, ValueError, "reward"),
     ({"reward": "1"}, TypeError, "reward"),
     ({"action": 1 << 63}, ValueError, "action"),
     ({"action": -1}, ValueError, "action"),
@@ -231,8 +220,7 @@ def test_values_that_do_not_fit_are_refused_on_every_add_path(path, bad, action_
           "truncated": [False] * n, "env_ids": env_ids}  # fmt: skip
     if not batched:
         kw = {key: v if key == "env_ids" else v[0] for key, v in kw.items()}
-    # frames are copied into a pool of one slot per chunk: a refused add that pushed new
-    # frames (the observations of ``fresh``) would leave its chunks changed
+    # a pool of one slot per chunk: a refused add that pushed ``fresh``'s frames shows
     pool = FramePool(FS, np.uint8, chunk_bytes=1)
     rb = ReplayBuffer(8, num_envs=num_envs, action_dtype=action_dtype, seed=0, pool=pool)
     obs, fresh = observations(0), observations(100)
@@ -267,9 +255,6 @@ def test_refused_samples_change_nothing():
             rb.sample(**{"batch_size": 4, **kw})
         assert buffer_state(rb) == before, kw
     np.testing.assert_array_equal(o0, 0)  # nothing written
-
-
-# -- values -------------------------------------------------------------------------------
 
 
 def test_edge_values_are_stored_exactly():
@@ -391,9 +376,6 @@ def test_samples_depend_only_on_seed_and_stored_transitions(tmp_path):
             assert_same_samples(draws[0], other, f"buffer {i + 1}, B={B}")
 
 
-# -- frames: stored once, released --------------------------------------------------------
-
-
 def test_frames_are_released_with_the_transitions():
     pool = FramePool((84, 84), np.uint8)
     ring = [pool.push(np.zeros((84, 84), np.uint8))] * 4
@@ -456,11 +438,9 @@ def test_ndarray_and_foreign_observations_cost_one_new_frame_per_step(layout):
 
 @pytest.mark.parametrize("mode", ["lazy", "array"])
 def test_bytes_per_transition_at_atari_size(mode):
-    """84x84 uint8 frames that change every step, k=4: at most 7,161 bytes a transition.
+    """A new 84x84 frame a step, k=4: at most 7,161 bytes a transition (7,056 + 53 of tables).
 
-    The floor is the frame (7,056 bytes) plus 53 bytes of tables: 8 int32 frame
-    references, an int64 action, a float32 reward, a flag byte, an int32 env id and an
-    int32 link to the next transition of the stream.
+    The tables: 8 int32 frame references, int64 action, float32 reward, flags, int32 env id, link.
     """
     cap = 3000
     pool = FramePool((84, 84), np.uint8)
@@ -482,12 +462,10 @@ def test_bytes_per_transition_at_atari_size(mode):
     assert m["unique_frames"] == cap + 4  # one new frame per step (+ the first k - 1)
     assert m["table_bytes"] <= 53 * cap + 4
     if mode == "array":
-        # the buffer's own pool, sized by the capacity: a partly used chunk wastes at most
-        # capacity / 256 frames
+        # the buffer's own pool, sized by the capacity: at most capacity / 256 frames wasted
         assert rb.pool is not pool and m["bytes_per_transition"] <= 7161, m
     else:
-        # the wrapper's pool is shared and keeps whole 1 MiB chunks (148 frames): beyond
-        # the live frames (+1 pushed before the oldest is evicted) at most one chunk
+        # the wrapper's shared pool: the live frames (+1 before an eviction) and one chunk
         spc = rb.pool.slots_per_chunk
         assert rb.pool is pool and m["bytes_held"] < (cap + 4 + 1 + spc) * 7056
         # so the figure converges to frame + table bytes: <= 7,153 from ~21k transitions

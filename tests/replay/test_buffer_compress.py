@@ -1,9 +1,6 @@
 """ReplayBuffer(..., compress=True): the same samples as the uncompressed buffer, bit for bit.
 
-A compressing and a plain buffer with the same seed get the same transitions, of the
-recorded Atari frames of tests/data or synthetic worst cases, in every form the buffer
-takes (ndarrays copied into its pool, a wrapper's LazyFrames and LazyBatch rows, that
-pool adopted and made to compress); every sampled field is compared.
+Recorded Atari frames or synthetic worst cases, in every form ``add`` takes, same seeds.
 """
 
 import itertools
@@ -12,7 +9,7 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import recorded, refused
 
 from lazyframes import FramePool
 from lazyframes._checks import DEFAULT_COMPRESSION
@@ -22,12 +19,6 @@ K = 4
 SHAPE = (84, 84)
 
 
-def recorded(name):
-    """Recorded frames ``(n, 84, 84)`` uint8 and their episode starts."""
-    with np.load(os.path.join(ROOT, "tests", "data", f"{name}.npz")) as d:
-        return d["frames"], d["starts"]
-
-
 def episodes(frames, starts):
     """The recording cut into episodes: a list of frame arrays."""
     bounds = sorted({int(s) for s in starts} | {0, len(frames)})
@@ -35,11 +26,7 @@ def episodes(frames, starts):
 
 
 class Wrapper:
-    """A frame-stacking wrapper over one pool: a ring of K frame owners per env.
-
-    ``reset``/``step`` push one frame and return the env's observation as LazyFrames
-    (reset padding repeats the first frame), as ``lazyframes.FrameStackObservation`` does.
-    """
+    """A frame-stacking wrapper over one pool: a ring of K FrameRefs per env, reset padding."""
 
     def __init__(self, pool, num_envs=1):
         self.pool = pool
@@ -62,11 +49,7 @@ class Wrapper:
 
 
 def transitions(eps, rng):
-    """``(obs_frames, next_frames, action, reward, terminated, truncated)`` of each step.
-
-    Each episode ends terminated or truncated at random; frames are index lists into
-    the episode, with reset padding.
-    """
+    """``(obs_frames, next_frames, action, reward, terminated, truncated)`` of each step."""
     out = []
     for ep in eps:
         end_term = bool(rng.integers(2))
@@ -153,19 +136,23 @@ def test_recorded_frames_bit_exact(game, kind):
     plain, w_plain = build(False, kind, eps)
     assert rb.pool.compression == DEFAULT_COMPRESSION
     assert plain.pool.compression is None
-    m = rb.memory()
+    m, p = rb.memory(), plain.memory()
     # every stored frame but the last few (the wrapper's ring, the delta source) is cold
     assert m["cold_frames"] >= m["unique_frames"] - 2 * K - 2 > 0
-    assert m["bytes_held"] < plain.memory()["bytes_held"] / 3
+    assert set(m) == set(p) and m["unique_frames"] == p["unique_frames"]
+    assert p["compression"] is None and p["cold_frames"] == 0 and p["cold_bytes"] == 0
+    assert m["ratio"] == rb.pool.live_bytes / m["bytes_held"] > 3 > p["ratio"]
+    assert 0 < m["cold_bytes"] < m["bytes_held"] < p["bytes_held"] / 3
+    assert m["bytes_per_transition"] < p["bytes_per_transition"] / 3
     assert_same_samples(rb, plain)
+    assert rb.memory()["hot_frames"] + rb.memory()["cold_frames"] == rb.pool.live_frames
     if w is not None:  # the observations the policy acts on read the same too
         np.testing.assert_array_equal(np.asarray(w.obs(0)), np.asarray(w_plain.obs(0)))
 
 
 @pytest.mark.parametrize("group", [1, 3, 8])
 def test_episode_boundaries_at_every_delta_position(group):
-    # episodes of 1..2*group+1 steps: each boundary lands on every position of a group;
-    # frames change by one pixel, the next episode starts from other bytes
+    # episodes of 1..2*group+1 steps of one-pixel changes: a boundary at each group position
     rng = np.random.default_rng(group)
     eps, v = [], 0
     for length in range(2, 2 * group + 3):
@@ -189,25 +176,13 @@ def test_noise_frames_that_do_not_compress():
     assert_same_samples(rb, plain, draws=4)
 
 
-def test_memory_reports_compression():
-    rb = ReplayBuffer(100, compress={"group": 4})
-    m = rb.memory()
+def test_compress_options_and_adopted_pools():
+    m = ReplayBuffer(100, compress={"group": 4}).memory()  # (a filled one's: recorded frames)
     assert m["compression"] == {**DEFAULT_COMPRESSION, "group": 4}
     assert (m["hot_frames"], m["cold_frames"], m["cold_bytes"], m["ratio"]) == (0, 0, 0, 0.0)
-    eps = episodes(*recorded("breakout"))
-    rb, _ = build(True, "arrays", eps)
-    plain, _ = build(False, "arrays", eps)
-    m, p = rb.memory(), plain.memory()
-    assert set(m) == set(p) and m["unique_frames"] == p["unique_frames"]
-    assert m["hot_frames"] + m["cold_frames"] == rb.pool.live_frames
-    assert p["compression"] is None and p["cold_frames"] == 0 and p["cold_bytes"] == 0
-    assert m["ratio"] == rb.pool.live_bytes / m["bytes_held"]
-    assert 0 < m["cold_bytes"] < m["bytes_held"]
-    assert m["ratio"] > 3 > p["ratio"]
-    assert m["bytes_per_transition"] < p["bytes_per_transition"] / 3
-
-
-def test_adopting_pools():
+    refused(TypeError, "", ReplayBuffer, 10, compress="lz4")
+    refused(ValueError, "codec", ReplayBuffer, 10, compress={"codec": "gzip"})
+    refused(ValueError, "unknown", ReplayBuffer, 10, compress={"clevel": 3})
     frames = recorded("pong")[0][:12]
     # a wrapper's pool is made to compress by the first add, not before
     pool = FramePool(SHAPE, np.uint8)
@@ -217,22 +192,12 @@ def test_adopting_pools():
     assert pool.compression is None
     rb.add(obs, 0, 0.0, w.step(0, frames[1]), False, False)
     assert rb.pool is pool and pool.compression["codec"] == "lz4hc"
-    # a pool given to the constructor compresses at once; a compressing pool of a buffer
-    # without compress is left as it is
+    # a pool given to the constructor compresses at once; without compress= it is left so
     given = FramePool(SHAPE, np.uint8)
     ReplayBuffer(50, pool=given, compress=True)
     assert given.compression == DEFAULT_COMPRESSION
     rb = ReplayBuffer(50, pool=given)
     assert rb.memory()["compression"] == DEFAULT_COMPRESSION
-
-
-def test_bad_options_raise_before_anything_changes():
-    with pytest.raises(TypeError):
-        ReplayBuffer(10, compress="lz4")
-    with pytest.raises(ValueError, match="codec"):
-        ReplayBuffer(10, compress={"codec": "gzip"})
-    with pytest.raises(ValueError, match="unknown"):
-        ReplayBuffer(10, compress={"clevel": 3})
     pool = FramePool(SHAPE, np.uint8, compress={"group": 8})
     with pytest.raises(ValueError, match="already compresses"):
         ReplayBuffer(10, pool=pool, compress={"group": 4})
@@ -244,9 +209,6 @@ def test_bad_options_raise_before_anything_changes():
     with pytest.raises(ValueError, match="already compresses"):
         rb.add(obs, 0, 0.0, w.step(0, np.ones(SHAPE, np.uint8)), False, False)
     assert len(rb) == 0 and rb.pool is None and pool.compression["group"] == 8
-
-
-# -- checkpoints and pickles ------------------------------------------------------------
 
 
 @pytest.mark.parametrize("kind", ["arrays", "lazy", "batch"])
@@ -280,11 +242,7 @@ def test_checkpoints_and_pickles_keep_compression(kind, tmp_path):
 
 
 def test_checkpoint_is_about_as_large_as_memory(tmp_path):
-    """A full buffer of recorded frames: the file within 1.2x of memory(), 10x below raw.
-
-    Its 1,300 frames (9 MB) are more than load decodes at once (8 MiB): it decodes them
-    in chunks, and the copy samples as the buffer.
-    """
+    """A full buffer: the file within 1.2x of memory(), 10x below raw; load decodes it in chunks."""
     for game in ("pong", "breakout"):
         eps = episodes(*recorded(game)) * 9  # new frames each time: only stacks dedupe
         rb = ReplayBuffer(1300, n_step=3, seed=0, compress=True)
@@ -354,25 +312,13 @@ def test_flush_compresses_the_frames_kept_for_the_next_add():
 
 
 def feed_streams(rb, eps, groups):
-    """Each of ``len(eps)`` env streams steps through its episode; adds by ``groups``.
-
-    Every round each group of env ids adds its next transition (stacked ndarrays, reset
-    padding), so ``[[0, 1, ...]]`` is a synchronous vector env and ``[[0], [1], ...]``
-    actors adding one env at a time.
-    """
+    """Env stream e steps through ``eps[e]``; each round, each group of env ids adds its step."""
     steps = [transitions([ep], np.random.default_rng(e)) for e, ep in enumerate(eps)]
     for t in range(min(map(len, steps))):
         for ids in groups:
-            rows = [steps[e][t] for e in ids]
-            rb.add(
-                np.stack([np.stack(r[0]) for r in rows]),
-                np.array([r[2] for r in rows]),
-                np.array([r[3] for r in rows], np.float32),
-                np.stack([np.stack(r[1]) for r in rows]),
-                np.array([r[4] for r in rows]),
-                np.array([r[5] for r in rows]),
-                env_ids=np.array(ids),
-            )
+            o, n, *rest = zip(*(steps[e][t] for e in ids), strict=True)
+            a, r, te, tr = map(np.array, rest)
+            rb.add(np.stack(o), a, r.astype(np.float32), np.stack(n), te, tr, env_ids=np.array(ids))
 
 
 def test_partial_adds_compress_as_synchronous_adds():

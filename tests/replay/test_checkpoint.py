@@ -1,9 +1,7 @@
 """ReplayBuffer checkpoints: golden files of every format version, and untrusted input.
 
-Each golden file in tests/data must load to the buffer its recipe below builds today (the
-same checkpoint, read from the buffer's pickle, and the same samples). Crafted files must
-be refused with a ValueError, holding no more than a small multiple of the file at once
-(Python's allocations by ``tracemalloc``, the frames by the pool's ``peak_bytes``).
+A golden file loads to what its recipe builds today; a crafted file is refused with a
+ValueError, having held no more than a small multiple of the file at once.
 """
 
 import io
@@ -15,11 +13,9 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import DATA, recorded
 
 from lazyframes import FramePool, ReplayBuffer
-
-DATA = os.path.join(ROOT, "tests", "data")
 
 
 def golden(name):
@@ -71,8 +67,7 @@ def v2_streams():
 
 def v3_compressed():
     """Two envs of recorded Pong frames, compressed in groups of 4, n_step 2, wrapped."""
-    with np.load(golden("pong.npz")) as d:
-        frames = d["frames"]
+    frames = recorded("pong")[0]
     rb = ReplayBuffer(24, num_envs=2, n_step=2, gamma=0.5, seed=5, compress={"group": 4})
     for t in range(15):
         obs = np.stack([frames[80 * e + t : 80 * e + t + 4] for e in range(2)])
@@ -218,8 +213,6 @@ def test_a_failed_save_leaves_the_old_checkpoint_and_no_temporary_file(tmp_path,
 
 
 # -- crafted files ----------------------------------------------------------------------
-
-
 def entries(path):
     """The members of a checkpoint: name -> bytes."""
     with zipfile.ZipFile(path) as zf:
@@ -251,8 +244,11 @@ def meta_of(members):
     return json.loads(str(np.load(io.BytesIO(members["meta.npy"]))[()]))
 
 
-def with_meta(members, **changes):
-    return {**members, "meta.npy": npy(np.array(json.dumps({**meta_of(members), **changes})))}
+def with_meta(members, edit=lambda meta: None, **changes):
+    """``members`` with ``changes`` to its meta, then ``edit(meta)`` (say of a nested dict)."""
+    meta = {**meta_of(members), **changes}
+    edit(meta)
+    return {**members, "meta.npy": npy(np.array(json.dumps(meta)))}
 
 
 def declared_pool(path):
@@ -265,11 +261,7 @@ def declared_pool(path):
 
 
 def assert_refused(path, match, cls=ReplayBuffer):
-    """``load`` raises ValueError(match) having held < 16x the file + 4 MiB at once.
-
-    Python's allocations are traced (``tracemalloc``); the frames go into a pool of the
-    declared geometry when there is one, whose ``peak_bytes`` counts its chunks.
-    """
+    """``load`` raises ValueError(match) having held < 16x the file + 4 MiB (traced + pool peak)."""
     size, pool = os.path.getsize(path), declared_pool(path)
     tracemalloc.start()
     try:
@@ -289,13 +281,15 @@ def valid(tmp_path):
     return entries(tmp_path / "valid.npz")
 
 
-def test_deflate_bomb_is_refused(valid, tmp_path):
-    """67M frames of zeros deflate to a few MB: a deflated member is refused unread."""
-    n = 1 << 22
+def test_deflated_and_missing_members_are_refused(valid, tmp_path):
+    n = 1 << 22  # 67M frames of zeros deflate to a few MB: a deflated member is refused unread
     bomb = npy_header((n, 4, 4), np.uint8) + bytes(16 * n)
     path = craft(tmp_path / "bomb.npz", {**valid, "frames.npy": bomb}, zipfile.ZIP_DEFLATED)
     assert os.path.getsize(path) < 1 << 20
     assert_refused(path, "compressed")
+    members = dict(valid)
+    del members["env_ids.npy"]
+    assert_refused(craft(tmp_path / "a.npz", members), "missing entry 'env_ids'")
 
 
 @pytest.mark.parametrize(
@@ -332,22 +326,14 @@ def test_bad_meta_is_refused(valid, tmp_path, changes, match):
         ("frames.npy", npy(np.zeros((3, 4, 4), np.int16)), "dtype int16"),
         ("extra.npy", npy(np.zeros(1)), "unexpected entries"),
         ("meta.npy", npy(np.zeros(1)), "bad meta entry"),
+        ("notes.txt", b"hi", "unexpected member"),
     ],
 )
 def test_bad_entries_are_refused(valid, tmp_path, name, data, match):
     assert_refused(craft(tmp_path / "bad.npz", {**valid, name: data}), match)
 
 
-def test_missing_entry_and_foreign_members_are_refused(valid, tmp_path):
-    members = dict(valid)
-    del members["env_ids.npy"]
-    assert_refused(craft(tmp_path / "a.npz", members), "missing entry 'env_ids'")
-    assert_refused(craft(tmp_path / "b.npz", {**valid, "notes.txt": b"hi"}), "unexpected member")
-
-
 # -- crafted compressed containers (formats 3 and 4) ------------------------------------
-
-
 @pytest.fixture
 def packed():
     """The members of the v3 golden file: 32 frames of 7,056 B as a compressed container."""
@@ -356,12 +342,6 @@ def packed():
 
 def member(members, name):
     return np.load(io.BytesIO(members[name + ".npy"]))
-
-
-def test_golden_v3_holds_compressed_frames(packed):
-    assert member(packed, "frame_kinds").tolist() == [0, 1, 1, 1] * 8  # a key, 3 XOR deltas
-    assert member(packed, "frame_blobs").size < 32 * 7056 / 10
-    assert "frames.npy" not in packed
 
 
 @pytest.mark.parametrize(
@@ -385,7 +365,9 @@ def test_bad_containers_are_refused(packed, tmp_path, name, data, match):
     assert_refused(craft(tmp_path / "bad.npz", {**packed, name: data}), match)
 
 
-def test_forged_offsets_and_truncated_payloads_are_refused(packed, tmp_path):
+def test_forged_offsets_payloads_and_unreferenced_frames_are_refused(packed, tmp_path):
+    assert member(packed, "frame_kinds").tolist() == [0, 1, 1, 1] * 8  # a key, 3 XOR deltas
+    assert member(packed, "frame_blobs").size < 32 * 7056 / 10 and "frames.npy" not in packed
     offsets, blobs = member(packed, "frame_offsets"), member(packed, "frame_blobs")
     swapped = offsets.copy()
     swapped[[3, 4]] = swapped[[4, 3]]
@@ -394,21 +376,16 @@ def test_forged_offsets_and_truncated_payloads_are_refused(packed, tmp_path):
     cut = np.minimum(offsets, blobs.size - 100)
     cut[-1] = blobs.size - 100  # the last blob loses its tail
     short = npy(blobs[:-100])
+    index = member(packed, "next_index").copy()
+    index[index == 31] = 30  # frame 31 in no transition (32 frames, 33 offsets)
     for i, (changes, match) in enumerate([
         ({"frame_offsets.npy": npy(swapped)}, "must increase"),
         ({"frame_offsets.npy": npy(moved)}, "does not decode"),
         ({"frame_blobs.npy": short}, "do not span"),
         ({"frame_blobs.npy": short, "frame_offsets.npy": npy(cut)}, "does not decode"),
+        ({"next_index.npy": npy(index)}, "in no transition"),
     ]):  # fmt: skip
         assert_refused(craft(tmp_path / f"{i}.npz", {**packed, **changes}), match)
-
-
-def test_unreferenced_frames_are_refused(packed, tmp_path):
-    """A frame no transition refers to: 32 frames, 33 offsets, the index avoids frame 31."""
-    index = member(packed, "next_index").copy()
-    index[index == 31] = 30
-    path = craft(tmp_path / "a.npz", {**packed, "next_index.npy": npy(index)})
-    assert_refused(path, "in no transition")
 
 
 @pytest.mark.parametrize("at, value", [(4, 1 << 30), (4, 7055), (12, 1 << 30)])
@@ -435,10 +412,7 @@ def test_bad_meta_of_compressed_frames_is_refused(packed, tmp_path, changes, mat
 
 
 def test_frames_held_at_once_are_bounded(packed, tmp_path):
-    """64 MiB frames again, in a 3 MiB file: 2 GiB may be decoded (1024x the file).
-
-    But an index that needs every frame for every row would hold them all at once (> 16x).
-    """
+    """64 MiB frames in a 3 MiB file, every row needing every frame: all would be held at once."""
     blobs, offsets = member(packed, "frame_blobs"), member(packed, "frame_offsets").copy()
     padded = np.concatenate([blobs, np.zeros(3 << 20, np.uint8)])
     offsets[-1] = padded.size
@@ -447,9 +421,6 @@ def test_frames_held_at_once_are_bounded(packed, tmp_path):
     members = {**with_meta(packed, frame_shape=[8192, 8192]), "obs_index.npy": npy(index),
                "frame_blobs.npy": npy(padded), "frame_offsets.npy": npy(offsets)}  # fmt: skip
     assert_refused(craft(tmp_path / "pin.npz", members), "would be held at once")
-
-
-# -- tables sized by what the file holds --------------------------------------------------
 
 
 def _add_steps(rb, steps, start):
@@ -505,8 +476,6 @@ def test_loaded_tables_grow_up_to_the_capacity_then_evict(tmp_path):
 
 
 # -- pickles: a buffer pickles as its checkpoint -------------------------------------------
-
-
 def test_pickles_of_0_2_load_and_sample_as_they_did():
     """``{"uniform": ReplayBuffer, "prioritized": PrioritizedReplayBuffer}`` pickled by 0.2."""
     with open(golden("replay_0.2_pickle.pkl"), "rb") as fh:

@@ -1,19 +1,16 @@
 """ReplayBuffer of Dict observations (image + vector), exact values.
 
-The oracle is the model of tests/oracle/replay.py, holding each observation as a dict of
-arrays; SB3's ``DictReplayBuffer`` is the peer whose stored values the buffer must
-return. Refused calls leave the buffer as it was (its pickle and its pools' stats).
+Against the model of tests/oracle/replay.py and SB3's ``DictReplayBuffer``.
 """
 
-import json
 import pickle
 
 import numpy as np
 import pytest
-from conftest import buffer_state
+from conftest import buffer_state, recorded
 from gymnasium.spaces import Box, Dict, Discrete
 from oracle.replay import ReplayModel
-from test_checkpoint import assert_refused, craft, entries, meta_of, npy
+from test_checkpoint import assert_refused, craft, entries, with_meta
 
 from lazyframes import FramePool, ReplayBuffer
 
@@ -44,10 +41,7 @@ def check(rb, model, batch, dtype=None, scale=None):
 
 
 def vector_arrays(envs, counts, k=4):
-    """Dict observations of ``envs`` as Gymnasium's FrameStackObservation + SyncVectorEnv give.
-
-    Env ``e``'s frames are counters ``counts[e] - k + 1 .. counts[e]``.
-    """
+    """Dict observations of ``envs``, stacked: env e's frames count up to ``counts[e]``."""
     c = np.array([np.arange(counts[e] - k + 1, counts[e] + 1) for e in envs])  # (E, k)
     e = np.asarray(envs)[:, None]
     image = np.broadcast_to(
@@ -199,8 +193,7 @@ def test_bad_dict_input_stores_nothing():
         ReplayBuffer(4, pool={"img": pool}).add(obs["img"], 0, 0.0, obs["img"], False, False)
     with pytest.raises(TypeError, match="pool must be a dict"):
         ReplayBuffer(4, pool=pool).add(obs, 0, 0.0, obs, False, False)
-    with pytest.raises(TypeError, match="frame_keys"):
-        ReplayBuffer(4, frame_keys=[1])
+    # (frame_keys=[1]: test_buffer's constructor table)
     assert buffer_state(rb) == before
 
 
@@ -230,12 +223,6 @@ def dict_checkpoint(tmp_path):
     return entries(tmp_path / "d.npz")
 
 
-def leaves_with(members, i, **changes):
-    meta = meta_of(members)
-    meta["leaves"][i].update(changes)
-    return {**members, "meta.npy": npy(np.array(json.dumps(meta)))}
-
-
 @pytest.mark.parametrize(
     "leaf,changes,match",
     [
@@ -247,7 +234,7 @@ def leaves_with(members, i, **changes):
     ],
 )  # fmt: skip
 def test_crafted_dict_checkpoints_are_refused(tmp_path, leaf, changes, match):
-    members = leaves_with(dict_checkpoint(tmp_path), leaf, **changes)
+    members = with_meta(dict_checkpoint(tmp_path), lambda m: m["leaves"][leaf].update(changes))
     assert_refused(craft(tmp_path / "bad.npz", members), match)
 
 
@@ -271,11 +258,7 @@ def test_dict_checkpoint_entries_and_pools(tmp_path):
 
 
 def test_every_form_of_batched_dicts_stores_the_same():
-    """Every form of batched Dict observations stores the same transitions.
-
-    Dicts of (E, ...) arrays, lists of E dicts of arrays or of LazyFrames (as the wrappers
-    give), LazyBatch leaves; final_obs as an object array of dicts or in next_obs' form.
-    """
+    """Dicts of arrays or LazyBatch leaves, lists of dicts; final_obs as objects or as next_obs."""
     E, pool, vpool = 2, FramePool((2, 2), np.uint8), FramePool((2,), np.float32)
     frames = [[pool.push(np.full((2, 2), 10 * e + t, np.uint8)) for t in range(8)]
               for e in range(E)]  # fmt: skip
@@ -345,7 +328,7 @@ def test_dict_memory_and_clear():
 @pytest.mark.parametrize("restore", ["load", "pickle"])
 def test_compressed_dict_buffers_stay_compressed(restore, tmp_path):
     """Checkpoints hold the frame leaf compressed; a restored buffer keeps compressing."""
-    frames = np.load("tests/data/pong.npz")["frames"]  # real frames: they compress
+    frames = recorded("pong")[0]  # real frames: they compress
 
     def add(rb, t):
         obs = {"pixels": frames[t : t + 4], "state": np.float32([t, -t])}
@@ -369,7 +352,6 @@ def test_compressed_dict_buffers_stay_compressed(restore, tmp_path):
         add(back, t)
     back.flush()
     m = back.memory()
-    # 40 new frames; the stream's first add after the restore stores its k - 1 old ones
-    # anew (the restored frames are all compressed: see ReplayBuffer.flush)
+    # 40 new frames, and k - 1 old ones stored anew by the first add (see ReplayBuffer.flush)
     assert m["hot_frames"] == 0 and m["cold_frames"] == m["unique_frames"] == 63 + 40 + 3
     assert m["cold_bytes"] < m["unique_frames"] * frames[0].nbytes / 4

@@ -1,10 +1,7 @@
 """ReplayBuffer and PrioritizedReplayBuffer against the plain-Python model (tests/oracle).
 
-Both are fed the same transitions of synthetic env streams, in every input form ``add``
-takes, and after every add the buffer's ``len``, ``full`` and a sampled batch are compared
-with the model's, field by field and frame by frame. Every frame encodes its env stream
-and its number (pixels 0-2), so a wrong frame names itself in the failure message. Only
-the public API is used; tests/replay/test_model_fuzz.py drives the same harness at random.
+After every add (of every input form) ``len``, ``full`` and a sample equal the model's. A
+frame encodes its stream and number (pixels 0-2): a wrong frame names itself in the failure.
 """
 
 import math
@@ -76,10 +73,8 @@ class Feed:
     def step(self, e, term, trunc, how, skip=False):
         """Env ``e``'s next step; after an episode's end, ``how`` the env resets.
 
-        "plain": the next step starts from the reset stack; "autoreset": the next step is
-        Gymnasium's next-step autoreset (a placeholder, final -> reset); "final": same-step
-        autoreset, next_obs is the reset stack and the final stack goes to final_obs.
-        ``skip``: a placeholder now, though the episode did not end (its flags are noise).
+        "plain": from the reset stack; "autoreset": the next step is a placeholder; "final":
+        next_obs is the reset stack, final_obs the last. ``skip``: a placeholder now anyway.
         """
         obs = self.stacks[e]
         if self.owed[e] or skip:
@@ -253,8 +248,7 @@ def test_buffer_matches_model(layout, kind, num_envs, n_step):
 
 @pytest.mark.parametrize("how", HOWS)
 def test_episode_ends(how):
-    # every step ends an episode half of the time: windows end by termination,
-    # truncation, placeholders (autoreset) or final_obs
+    # frequent ends: windows end by termination, truncation, placeholders or final_obs
     run = Run(20, num_envs=2, n_step=3, seed=1)
     for _ in range(30):
         run.add("array", how=how, p_end=0.4)

@@ -1,10 +1,6 @@
-"""A seeded fuzzer: random buffers and operations, every result checked against the model.
+"""A seeded fuzzer: random buffers and operations through test_model.py's ``Run``.
 
-Each seed draws a buffer (uniform or prioritized, 1-4 env streams, a small capacity that
-wraps often, n_step 1-4, gamma, layout, compression) and ``OPS`` operations: adds in any
-input form with random env_ids subsets, flags, autoreset placeholders and final_obs,
-samples (and priority updates), clear, save/load and pickle round trips. The harness is
-test_model.py's ``Run``. ``LAZYFRAMES_FUZZ_SEEDS=200`` runs more seeds than the default.
+``LAZYFRAMES_FUZZ_SEEDS=200`` runs more seeds than the default.
 """
 
 import os

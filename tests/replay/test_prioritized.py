@@ -1,16 +1,12 @@
 """PrioritizedReplayBuffer's public behaviour beyond the values the model checks.
 
-Refused calls (nothing changed: the buffer's pickle holds the priorities, the transition
-count and the RNG state), stale numbers, callbacks that move the window, crafted
-checkpoints, Dict observations. The SumTree itself: tests/core/test_sumtree.py.
+A refused call changes nothing: the buffer's pickle holds the priorities, count and RNG state.
 """
-
-import json
 
 import numpy as np
 import pytest
 from conftest import buffer_state
-from test_checkpoint import assert_refused, craft, entries, meta_of, npy
+from test_checkpoint import assert_refused, craft, entries, npy, with_meta
 
 import lazyframes
 from lazyframes import FramePool, PrioritizedReplayBuffer, ReplayBuffer
@@ -176,9 +172,7 @@ def test_crafted_priorities_are_refused(tmp_path, change, match):
         prio[3] = value
         members["priorities.npy"] = npy(prio)
     else:
-        meta = meta_of(members)
-        meta["prioritized"][key] = value
-        members["meta.npy"] = npy(np.array(json.dumps(meta)))
+        members = with_meta(members, lambda m: m["prioritized"].update(change))
     path = craft(tmp_path / "bad.npz", members)
     assert_refused(path, match, cls=PrioritizedReplayBuffer)
     ReplayBuffer.load(path)  # a plain buffer reads the rest

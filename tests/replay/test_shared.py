@@ -1,8 +1,7 @@
 """lazyframes.shared: one writer, reader processes that sample without locks, dead readers.
 
-The data is self-checking: frame ``f`` holds ``f`` in its first 8 bytes and ``f % 251``
-elsewhere, and row ``t`` refers to frames ``t .. t + 4`` with action ``t``; a reader that
-returned a torn or evicted row would break one of these equalities.
+Self-checking data: frame ``f`` holds ``f`` in its first 8 bytes and ``f % 251`` elsewhere;
+row ``t`` is frames ``t .. t + 4`` with action ``t``. A torn or evicted row breaks one.
 """
 
 import copy
@@ -84,25 +83,23 @@ def test_readers_cannot_write_and_closed_objects_raise(tmp_path):
     path = tmp_path / "r.lfr"
     w = SharedReplay.create(path, capacity=8, frame_shape=SHAPE, stack_size=K)
     r = SharedReplay.attach(path)
-    with pytest.raises(ValueError, match="a reader cannot write"):
-        r.add_frames(np.stack([frame(0)]))
-    with pytest.raises(ValueError, match="read-only"):
-        r._frames[0] = 1  # the mapping itself is read-only
-    with pytest.raises(ValueError, match="only the writer"):
-        r.close(unlink=True)
-    with pytest.raises(ValueError, match="not written yet"):
-        w.add([[0, 1, 2, 3]], [0], [0.0], [[1, 2, 3, 4]], [False], [False])
-    with pytest.raises(TypeError, match="dtype"):
-        w.add_frames(np.zeros((1, *SHAPE), np.float32))
+    row = [[0, 1, 2, 3]], [0], [0.0], [[1, 2, 3, 4]], [False], [False]
+    for exc, match, call in [
+        (ValueError, "a reader cannot write", lambda: r.add_frames(np.stack([frame(0)]))),
+        (ValueError, "read-only", lambda: r._frames.__setitem__(0, 1)),  # the mapping itself
+        (ValueError, "only the writer", lambda: r.close(unlink=True)),
+        (ValueError, "not written yet", lambda: w.add(*row)),
+        (TypeError, "dtype", lambda: w.add_frames(np.zeros((1, *SHAPE), np.float32))),
+        (TypeError, "pickled", lambda: copy.copy(w)),
+        (TypeError, "create", SharedReplay),
+    ]:
+        with pytest.raises(exc, match=match):
+            call()
     w.add_frames(np.stack([frame(f) for f in range(10)]))
     w.add_frames(np.stack([frame(f) for f in range(10, 20)]))  # 16 slots: 0-3 replaced
     with pytest.raises(ValueError, match="already replaced"):
         w.add([[3, 4, 5, 6]], [0], [0.0], [[4, 5, 6, 7]], [False], [False])
     assert w.add([[4, 5, 6, 7]], [0], [0.0], [[5, 6, 7, 8]], [False], [False]) == 1
-    with pytest.raises(TypeError, match="pickled"):
-        copy.copy(w)
-    with pytest.raises(TypeError, match="create"):
-        SharedReplay()
     r.close()
     with pytest.raises(ValueError, match="closed"):
         r.sample(1)
@@ -189,25 +186,20 @@ def _reader(path, seconds, queue, report_every):
     queue.put(("done", n))
 
 
-def test_readers_sample_while_the_writer_writes_and_one_is_killed(tmp_path):
-    path = tmp_path / "r.lfr"
-    # Atari-sized frames and small rings: the writer laps the readers during their copies
-    w = SharedReplay.create(
-        path, capacity=64, frame_shape=(84, 84), stack_size=K, frame_capacity=96
-    )
-    write_rows(w, 0, 60)
+def race_two_readers(w, path, t0, seconds):
+    """Write rows flat out while two readers sample: one is killed mid-loop, one finishes."""
     ctx = multiprocessing.get_context("spawn")
     q_live, q_doomed = ctx.Queue(), ctx.Queue()
-    live = ctx.Process(target=_reader, args=(str(path), 4.0, q_live, 10**9), daemon=True)
+    live = ctx.Process(target=_reader, args=(str(path), seconds, q_live, 10**9), daemon=True)
     doomed = ctx.Process(target=_reader, args=(str(path), 60.0, q_doomed, 5), daemon=True)
     live.start()
     doomed.start()
     try:
         assert q_live.get(timeout=120)[0] == "started"
         assert q_doomed.get(timeout=120)[0] == "started"
-        t0, killed, kind, n = 60, False, None, 0
+        killed, kind, n = False, None, 0
         while kind != "done" and (live.is_alive() or not q_live.empty()):
-            write_rows(w, t0, 20)  # flat out: the rings wrap, rows and frames are replaced
+            write_rows(w, t0, 20)  # the rings (or the log) wrap, rows and frames are replaced
             t0 += 20
             if not killed and not q_doomed.empty() and q_doomed.get()[0] == "batches":
                 doomed.kill()  # mid-loop, probably mid-copy: it holds nothing
@@ -216,12 +208,22 @@ def test_readers_sample_while_the_writer_writes_and_one_is_killed(tmp_path):
                 kind, n = q_live.get()
         assert killed
         assert kind == "done" and n > 0  # the other reader saw only whole rows
-        assert w.rows_written > 300  # while the writer wrapped the rings
         check(SharedReplay.attach(path).sample(64, rng=np.random.default_rng(2)))
     finally:
         for p in (live, doomed):
             p.kill()
             p.join(timeout=30)
+
+
+def test_readers_sample_while_the_writer_writes_and_one_is_killed(tmp_path):
+    path = tmp_path / "r.lfr"
+    # Atari-sized frames and small rings: the writer laps the readers during their copies
+    w = SharedReplay.create(
+        path, capacity=64, frame_shape=(84, 84), stack_size=K, frame_capacity=96
+    )
+    write_rows(w, 0, 60)
+    race_two_readers(w, path, 60, 4.0)
+    assert w.rows_written > 300  # while the writer wrapped the rings
     w.close(unlink=True)
 
 

@@ -1,7 +1,6 @@
 """lazyframes.transport: frames cross processes once; messages are checked before any write.
 
-A buffer filled through Sender -> Receiver must equal a buffer filled by local adds of the
-same transitions: same samples from the same seed, same unique frames.
+A buffer a Receiver fills equals one of local adds of the same transitions, sample for sample.
 """
 
 import copy
@@ -24,12 +23,7 @@ BUFFERS = [ReplayBuffer, lazyframes.PrioritizedReplayBuffer]
 
 
 def vector_run(steps, num_envs, seed, *, same_step=False, shape=SHAPE):
-    """A vector stacker's transitions: ``(obs, action, reward, next, term, trunc, extras)``.
-
-    Envs end episodes at random (terminated or truncated); under NEXT_STEP autoreset the
-    step after an end is a placeholder (``autoreset``), under SAME_STEP the final
-    observation comes as ``final_obs``/``final_mask`` and the next obs is the reset one.
-    """
+    """A vector stacker's ``(obs, action, reward, next, term, trunc, extras)``, either autoreset."""
     rng = np.random.default_rng(seed)
     pool = core.FramePool(shape, np.uint8)
     counter = iter(range(1, 1 << 30))
@@ -72,6 +66,15 @@ def feed(run, rb_local, sender, receiver, rng):
     return msgs
 
 
+def linked(capacity, num_envs, buffer=ReplayBuffer, sender_compress=True, **kw):
+    """Two like buffers: one for local adds, one a Receiver fills; and a Sender to it."""
+    local = buffer(capacity, num_envs=num_envs, **kw)
+    remote = buffer(capacity, num_envs=num_envs, pool=core.FramePool(SHAPE, np.uint8), **kw)
+    receiver = Receiver(remote)
+    sender = Sender(num_envs=num_envs, stream=receiver.open(num_envs), compress=sender_compress)
+    return local, remote, receiver, sender
+
+
 def assert_same_buffers(a, b):
     assert len(a) == len(b)
     assert a.memory()["unique_frames"] == b.memory()["unique_frames"]
@@ -87,11 +90,8 @@ def assert_same_buffers(a, b):
 def test_sender_receiver_equal_local_adds(compress, same_step, buffer):
     num_envs, n_step = 3, 3
     run = vector_run(60, num_envs, 1, same_step=same_step)
-    local = buffer(120, num_envs=num_envs, n_step=n_step, seed=5, compress=compress)
-    pool = core.FramePool(SHAPE, np.uint8)
-    remote = buffer(120, num_envs=num_envs, n_step=n_step, seed=5, compress=compress, pool=pool)
-    receiver = Receiver(remote)
-    sender = Sender(num_envs=num_envs, stream=receiver.open(num_envs), compress=compress)
+    kw = {"n_step": n_step, "seed": 5, "compress": compress}
+    local, remote, receiver, sender = linked(120, num_envs, buffer, compress, **kw)
     msgs = feed(run, local, sender, receiver, np.random.default_rng(2))
     assert_same_buffers(local, remote)
     # each frame crossed once: the new frames of all messages are the distinct frames
@@ -102,41 +102,22 @@ def test_sender_receiver_equal_local_adds(compress, same_step, buffer):
     assert sum(len(m["sizes"]) for m in msgs) == len(distinct)
 
 
-def test_ndarray_observations_send_one_frame_per_step():
-    run = vector_run(30, 2, 3)
-    local = ReplayBuffer(100, num_envs=2, seed=1)
-    remote = ReplayBuffer(100, num_envs=2, seed=1, pool=core.FramePool(SHAPE, np.uint8))
-    receiver = Receiver(remote)
-    sender = Sender(num_envs=2, stream=receiver.open(2), compress=False)
+@pytest.mark.parametrize("subsets", [False, True])
+def test_ndarrays_or_env_id_subsets_as_envpool_gives(subsets):
+    """Stacked ndarray observations send one new frame a step; async subsets stay exact."""
+    run, rng = vector_run(30, 3, 12), np.random.default_rng(0)
+    local, remote, receiver, sender = linked(200, 3, sender_compress=subsets, n_step=2, seed=4)
     for obs, act, rew, nxt, term, trunc, extras in run:
-        o, n = np.asarray(obs), np.asarray(nxt)  # (E, k, *S) stacked, as EnvPool gives
-        local.add(o, act, rew, n, term, trunc, **extras)
-        sender.add(o, act, rew, n, term, trunc, **extras)
+        ids = np.flatnonzero(rng.random(3) < 0.7) if subsets else np.arange(3)
+        o, n = ([x[i] for i in ids] for x in (obs, nxt)) if subsets else map(np.asarray, (obs, nxt))
+        auto = {"autoreset": extras["autoreset"][ids], "env_ids": ids if subsets else None}
+        for rb in (local, sender) if ids.size else ():  # LazyFrames lists or stacked arrays
+            rb.add(o, act[ids], rew[ids], n, term[ids], trunc[ids], **auto)
     msg = sender.flush()
-    assert receiver.ingest(msg) == 60
+    assert receiver.ingest(msg) == len(local)
     assert_same_buffers(local, remote)
-    assert len(msg["sizes"]) == local.memory()["unique_frames"] < 2 * 30 + 2 * K
-
-
-def test_env_ids_subsets_as_async_vector_envs_give():
-    """Each add carries some of the envs (EnvPool's async mode): streams stay exact."""
-    run = vector_run(30, 3, 12)
-    rng = np.random.default_rng(0)
-    local = ReplayBuffer(200, num_envs=3, n_step=2, seed=4)
-    remote = ReplayBuffer(200, num_envs=3, n_step=2, seed=4, pool=core.FramePool(SHAPE, np.uint8))
-    receiver = Receiver(remote)
-    sender = Sender(num_envs=3, stream=receiver.open(3))
-    for obs, act, rew, nxt, term, trunc, extras in run:
-        ids = np.flatnonzero(rng.random(3) < 0.7)
-        if ids.size == 0:
-            continue
-        args = ([obs[i] for i in ids], act[ids], rew[ids], [nxt[i] for i in ids])
-        flags = (term[ids], trunc[ids])
-        auto = {"autoreset": extras["autoreset"][ids], "env_ids": ids}
-        local.add(*args, *flags, **auto)
-        sender.add(*args, *flags, **auto)
-    receiver.ingest(sender.flush())
-    assert_same_buffers(local, remote)
+    if not subsets:  # (E, k, *S) stacked: one new frame a step
+        assert len(msg["sizes"]) == local.memory()["unique_frames"] < 3 * 30 + 3 * K
 
 
 def test_two_senders_share_one_buffer_in_their_own_env_streams():
@@ -172,9 +153,7 @@ def test_messages_are_much_smaller_than_stacked_observations():
 
 
 def _message(steps=12, num_envs=2, compress=True):
-    rb = ReplayBuffer(100, num_envs=num_envs, seed=0, pool=core.FramePool(SHAPE, np.uint8))
-    receiver = Receiver(rb)
-    sender = Sender(num_envs=num_envs, stream=receiver.open(num_envs), compress=compress)
+    _, rb, receiver, sender = linked(100, num_envs, sender_compress=compress, seed=0)
     for *step, extras in vector_run(steps, num_envs, 7):
         sender.add(*step, **extras)
     return rb, receiver, sender, sender.flush()
@@ -314,10 +293,7 @@ def test_a_message_without_new_frames():
 
 
 def _child_sender(queue, steps, num_envs, seed, stream, flush, stop_after):
-    """A sender in another process: its messages go through ``queue``.
-
-    After ``stop_after`` messages it puts ``"stalled"`` and blocks: the parent kills it.
-    """
+    """A sender in another process; after ``stop_after`` messages it stalls (to be killed)."""
     sender = Sender(num_envs=num_envs, stream=stream, compress=True)
     sent = 0
     for t, (*step, extras) in enumerate(vector_run(steps, num_envs, seed), 1):

@@ -1,8 +1,4 @@
-"""bench/bench_add.py and its C floor ``lazyframes._core._ingest_floor``.
-
-The floor is checked for what it computes (the arena holds each env's last stack, one
-new frame per continuing stack) and for refusing wrong calls instead of crashing.
-"""
+"""bench/bench_add.py and its C floor ``lazyframes._core._ingest_floor``."""
 
 import statistics
 
@@ -89,7 +85,6 @@ def test_ingest_floor_refuses_wrong_calls():
 
 
 # -- bench_add: the table, for this checkout only (no venv), and the ratios ------------------
-
 ADD_CASES = ["add_lazybatch_8", "add_lazyframes_1", "add_ndarray_1", "add_ndarray_8"]
 ALL_CASES = [*ADD_CASES, "sample_32", "prioritized_32"]
 
@@ -221,8 +216,7 @@ def test_codec_floor_encodes_keyframes_and_patches_as_the_pool():
     frames[5, 10, 20:23] = 7  # one run of 3 changed bytes in frame 5
     key = _core._codec_floor(frames[:1], group=4)  # a keyframe of zeros: the codec's blob
     assert 0 < key < 100
-    # keyframes at 0, 4 and 8; frame 5 patched against 4, frames 6 and 7 against 4 and 6
-    # (1 -> 0, 2 -> 0, 3 -> 2 in a group): only 5 differs from its reference
+    # keyframes 0, 4, 8; 5, 6, 7 patched against 4, 4, 6: only 5 differs from its reference
     total = _core._codec_floor(frames, group=4)
     run = _core._codec_floor(frames[4:6], group=4) - key  # skip, len, 3 bytes
     assert 3 < run < 10 and total == 3 * key + run

@@ -23,8 +23,9 @@ DQN_ARGS = [
 ]  # fmt: skip
 
 
-def test_dqn_atari_example_trains_a_few_steps(tmp_path):
-    out = run_example("dqn_atari.py", DQN_ARGS, tmp_path)
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_dqn_atari_example_trains_a_few_steps(tmp_path, prioritized):
+    out = run_example("dqn_atari.py", DQN_ARGS + ["--prioritized"] * prioritized, tmp_path)
     # a flushed progress line per step here, with the run's fraction and an ETA
     assert re.search(r"^global_step=300/300 \(100%\), SPS=\d+, ETA 0\.0 min, ", out, flags=re.M)
     m = re.search(
@@ -41,14 +42,8 @@ def test_dqn_atari_example_trains_a_few_steps(tmp_path):
     assert int(stored) == 300
     # frames are stored once: far below one 28,224-byte observation per transition
     assert int(per.replace(",", "")) < 28_224
-
-
-def test_dqn_atari_example_prioritized(tmp_path):
-    out = run_example("dqn_atari.py", [*DQN_ARGS, "--prioritized"], tmp_path)
-    m = re.search(r"dqn_atari summary: 300 env steps, (\d+) gradient steps", out)
-    assert m and int(m.group(1)) == 12, out
     m = re.search(r"^prioritized replay: alpha 0.6, max priority ([0-9.]+)$", out, flags=re.M)
-    assert m and float(m.group(1)) >= 1.0, out
+    assert (m is not None) == prioritized and (m is None or float(m.group(1)) >= 1.0), out
 
 
 INSTALL_TORCH = (

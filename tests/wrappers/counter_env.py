@@ -1,7 +1,4 @@
-"""The counter env of the wrapper tests, and building wrappers over a pool of their own.
-
-Plain Gymnasium API only: test_gymnasium_versions.py uses it under Gymnasium 0.29.1 too.
-"""
+"""The counter env of the wrapper tests (plain Gymnasium API: 0.29.1 too), and ``mk``."""
 
 import gymnasium as gym
 import numpy as np
@@ -10,11 +7,7 @@ from lazyframes import _core as core
 
 
 def mk(cls, env, *args, **kwargs):
-    """``cls(env, *args, **kwargs)`` storing its frames in a new pool.
-
-    ``cls`` is a single-env wrapper or the vector stacker; an env without a Box
-    (single) observation space gets no pool, so the wrapper raises its own error.
-    """
+    """``cls(env, *args, **kwargs)`` with a new pool (none without a Box space: cls refuses)."""
     space = getattr(env, "single_observation_space", None) or getattr(
         env, "observation_space", None
     )
@@ -23,14 +16,10 @@ def mk(cls, env, *args, **kwargs):
 
 
 class CounterEnv(gym.Env):
-    """Returns f(base * episode + t).
+    """Frames of value ``base * episode + t``; odd episodes terminate, even ones truncate.
 
-    Episode e (1-based) resets to ``base*e``; its step t gives ``base*e + t``.
-
-    Episode lengths: ``length`` steps each, or drawn from ``rng_seed`` in [1, max_len]
-    (so 1-step episodes happen). Episodes alternate between ending by termination (odd
-    episodes) and truncation (even ones). ``reuse_buffer`` writes every frame into one
-    array and returns it (case C11); ``view`` returns a read-only, non-contiguous view.
+    Episodes last ``length`` steps, or [1, max_len] drawn from ``rng_seed``; ``reuse_buffer``
+    returns one array rewritten (C11), ``view`` a read-only, non-contiguous one.
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 - Gymnasium's class attribute

@@ -1,9 +1,6 @@
 """Real Atari frames, live (ale-py): our vector stacker equals ale-py's own C++ stacker.
 
-ale-py's ``AtariVectorEnv(stack_num=4)`` (zero padding) against ours over ``stack_num=1``, at
-every step, both autoreset modes, across episode ends. The comparisons with Gymnasium's and
-baselines' stackers run on counter envs (test_wrappers.py, test_vector.py): frames are opaque
-bytes to a stacker. N = 1000 (250 steps of 2 envs); ``LAZYFRAMES_LONG=1`` sets N = 5000.
+N = 1000 emulator frames per autoreset mode (250 steps of 2 envs); ``LAZYFRAMES_LONG=1``: 5000.
 """
 
 import os

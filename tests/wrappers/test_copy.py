@@ -1,20 +1,17 @@
-"""copy.deepcopy of the stackers, padding after close(), and asynchronous vector envs.
+"""copy.deepcopy of the stackers, and the padding after close().
 
-A deep copy goes on from the same state as Gymnasium's wrapper deep-copied (the env is
-copied too), leaves the original unaffected, and shares the pool: no frame is pushed or
-copied by the copy itself.
+A deep copy goes on as Gymnasium's deep-copied wrapper, leaves the original alone, and shares
+the pool: the copy itself pushes and copies no frame.
 """
 
 import copy
 import gc
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import f
 from counter_env import CounterEnv, mk
-from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import FrameStackObservation as GymFSO
 from test_spaces import SpaceEnv, assert_same, image_vector_space, pools_of
 
@@ -60,7 +57,7 @@ def test_deepcopy_goes_on_as_gymnasiums(padding):
     assert run(ours) == run(ref) == expected
 
 
-def test_deepcopy_of_framestack():
+def test_deepcopy_of_framestack_and_before_reset_and_refcounts():
     env = mk(FrameStack, CounterEnv(length=50), 3)
     env.reset()
     env.step(0)
@@ -68,9 +65,6 @@ def test_deepcopy_of_framestack():
     assert twin.pool is env.pool
     expected = [[10, 11, 12], [11, 12, 13], [12, 13, 14], [20, 20, 20], [20, 20, 21]]
     assert run(twin) == run(env) == expected
-
-
-def test_deepcopy_before_reset_and_refcounts():
     env = mk(FrameStackObservation, CounterEnv(length=50), 3, padding_type="zero")
     twin = copy.deepcopy(env)  # nothing stacked yet
     assert vals(twin.reset()[0]) == [0, 0, 10]
@@ -115,16 +109,11 @@ def test_deepcopy_of_the_vector_stacker(mode):
     assert [[vals(x) for x in envs.step(np.zeros(2, np.int64))[0]] for _ in range(3)] == steps
 
 
-# -- close() keeps the padding -----------------------------------------------------------
 @pytest.mark.parametrize("padding", ["zero", "custom"])
 def test_reset_after_close_keeps_the_padding(padding):
+    # (the single-env wrapper: test_gymnasium_versions, test_wrappers' refcounts)
     pad = f(7) if padding == "custom" else padding
     first = 0 if padding == "zero" else 7
-    env = mk(FrameStackObservation, CounterEnv(), 3, padding_type=pad)
-    env.reset()
-    env.close()
-    assert env.pool.live_frames == 0
-    assert vals(env.reset()[0]) == [first, first, 20]
     envs = mk(vector.FrameStackObservation, SyncVectorEnv([CounterEnv] * 2), 3, padding_type=pad)
     envs.reset()
     envs.close()
@@ -132,80 +121,8 @@ def test_reset_after_close_keeps_the_padding(padding):
     assert [vals(x) for x in envs.reset()[0]] == [[first, first, 20]] * 2
 
 
-# -- asynchronous vector envs --------------------------------------------------------------
-class AsyncBatches(VectorEnv):
-    """Returns ``batch`` of its ``num_envs`` envs per call with ``info["env_id"]``, as EnvPool.
-
-    ``advertise`` says how: ``"attribute"`` (ale-py's ``batch_size``), ``"config"``
-    (EnvPool's ``config["batch_size"]``) or ``None`` (only the returned batches show it).
-    """
-
-    def __init__(self, num_envs=4, batch=2, advertise=None):
-        self.num_envs = num_envs
-        self.single_observation_space = gym.spaces.Box(0, 255, (2, 2), np.uint8)
-        self.observation_space = batch_space(self.single_observation_space, num_envs)
-        self.single_action_space = gym.spaces.Discrete(2)
-        self.action_space = batch_space(self.single_action_space, num_envs)
-        self.metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
-        if advertise == "attribute":
-            self.batch_size = batch
-        elif advertise == "config":
-            self.config = {"batch_size": batch, "num_envs": num_envs}
-        self.batch = batch
-        self.next = 0
-
-    def _batch(self):
-        ids = (self.next + np.arange(self.batch)) % self.num_envs
-        self.next += self.batch
-        return np.zeros((self.batch, 2, 2), np.uint8), {"env_id": ids}
-
-    def reset(self, *, seed=None, options=None):
-        return self._batch()
-
-    def step(self, actions):
-        obs, info = self._batch()
-        no = np.zeros(self.batch, np.bool_)
-        return obs, np.zeros(self.batch), no, no, info
-
-
-@pytest.mark.parametrize("advertise", ["attribute", "config"])
-def test_async_batch_size_makes_the_stacker_asynchronous(advertise):
-    envs = mk(vector.FrameStackObservation, AsyncBatches(advertise=advertise), 3)
-    assert envs.asynchronous
-    assert envs.observation_space.shape == (2, 3, 2, 2)  # a batch, as the env's (ale-py)
-    obs, info = envs.reset()
-    assert obs.shape == (2, 3, 2, 2) and info["env_id"].tolist() == [0, 1]
-
-
-def test_async_batches_are_keyed_by_env_id_when_they_arrive():
-    # tests/wrappers/test_vector_async.py checks the values; here, that they are taken
-    envs = mk(vector.FrameStackObservation, AsyncBatches(), 3)
-    assert not envs.asynchronous
-    obs, _ = envs.reset()  # ids [0, 1] of 4
-    assert envs.asynchronous and obs.shape == (2, 3, 2, 2)
-    # a full batch with the env ids out of order is taken as one too
-    envs = mk(vector.FrameStackObservation, AsyncBatches(batch=4), 3)
-    envs.reset()  # ids 0..3: synchronous so far
-    assert not envs.asynchronous
-    envs.env.next = 1
-    obs, *_, info = envs.step(np.zeros(4, np.int64))
-    assert envs.asynchronous and obs.shape == (4, 3, 2, 2)
-    assert info["env_id"].tolist() == [1, 2, 3, 0] and info["prev_obs"].shape == (4, 3, 2, 2)
-    assert info["prev_action"].tolist() == [0] * 4 and not info["autoreset"].any()
-    assert envs.pool.live_frames == 8  # the reset frames and those of the step
-
-
-def test_envpool_batch_size_zero_means_all_envs():
-    envs = AsyncBatches(batch=4, advertise="config")
-    envs.config["batch_size"] = 0
-    stacked = mk(vector.FrameStackObservation, envs, 3)
-    obs, info = stacked.reset()
-    assert obs.shape == (4, 3, 2, 2) and info["env_id"].tolist() == [0, 1, 2, 3]
-
-
 def test_custom_padding_is_copied_when_given():
-    # the padding frame is pushed at the first reset (and again after close): changing the
-    # caller's array in between changes nothing
+    # the padding is pushed at the first reset: changing the caller's array before is no matter
     pad = f(7)
     env = mk(FrameStackObservation, CounterEnv(), 3, padding_type=pad)
     pad[...] = 99

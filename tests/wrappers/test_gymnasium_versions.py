@@ -1,8 +1,6 @@
 """The Gymnasium versions lazyframes supports: exact values with no Gymnasium 1.x-only API.
 
-The single-env wrappers and the replay buffer work with Gymnasium 0.29.1 (CleanRL's pin)
-and 1.x; ``lazyframes.vector`` needs 1.1 (``AutoresetMode``) and says so on import. This
-file runs on whatever Gymnasium is installed (CI: the newest; by hand: a 0.29.1 venv).
+Runs on whatever Gymnasium is installed (CI: the newest; by hand: 0.29.1, CleanRL's pin).
 """
 
 import copy

@@ -1,9 +1,7 @@
 """Every observation space Gymnasium's FrameStackObservation takes, against Gymnasium itself.
 
-Dict and Tuple spaces with Box leaves (stacked lazily, a pool per leaf) and other leaves
-(Discrete, MultiDiscrete, MultiBinary, Text: stacked as Gymnasium does). The single-env
-reference is ``gymnasium.wrappers.FrameStackObservation``; the vector one is Gymnasium's
-wrapper per sub-env, then ``SyncVectorEnv`` (Gymnasium has no vector FrameStackObservation).
+Box leaves stack lazily (a pool each), the others as Gymnasium stacks them; the vector
+reference is Gymnasium's wrapper per sub-env in a ``SyncVectorEnv``.
 """
 
 import gymnasium as gym
@@ -114,15 +112,11 @@ SPACES = {"dict": image_vector_space(),
           "box-above-zero": Box(5, 9, (3,), np.int16)}  # fmt: skip
 
 
-def custom_padding(space):
-    return value(space, 7)
-
-
 @pytest.mark.parametrize("padding", ["reset", "zero", "custom"])
 @pytest.mark.parametrize("name", list(SPACES))
 def test_single_env_equals_gymnasium(name, padding):
     space = SPACES[name]
-    pad = custom_padding(space) if padding == "custom" else padding
+    pad = value(space, 7) if padding == "custom" else padding
     ours = FrameStackObservation(SpaceEnv(space), 3, padding_type=pad, pool=pools_of(space))
     ref = GymFSO(SpaceEnv(space), 3, padding_type=pad)
     assert ours.observation_space == ref.observation_space
@@ -142,7 +136,7 @@ def test_single_env_equals_gymnasium(name, padding):
     assert ends >= 5
 
 
-def test_dict_leaves_are_stacked_lazily_one_pool_each():
+def test_dict_leaves_are_stacked_lazily_one_pool_each_in_the_layout():
     space = image_vector_space()
     pools = pools_of(space)
     env = FrameStackObservation(SpaceEnv(space), 4, padding_type="zero", pool=pools)
@@ -157,9 +151,7 @@ def test_dict_leaves_are_stacked_lazily_one_pool_each():
     eager = FrameStackObservation(SpaceEnv(space), 4, lazy=False, pool=pools_of(space))
     obs, _ = eager.reset()
     assert type(obs["image"]) is np.ndarray and obs["image"].shape == (4, 4, 3, 1)
-
-
-def test_other_layouts_apply_to_box_leaves():
+    # other layouts apply to the Box leaves
     space = Dict({"image": Box(0, 255, (4, 3, 2), np.uint8), "d": Discrete(3)})
     env = FrameStackObservation(SpaceEnv(space), 3, layout="last", pool=pools_of(space))
     assert env.observation_space == Dict(
@@ -179,7 +171,6 @@ def test_pool_errors():
         FrameStackObservation(SpaceEnv(space), 3, pool={"vec": core.FramePool((4,), np.float32)})
 
 
-# -- the vector stacker ------------------------------------------------------------------
 VECTOR_SPACES = ["dict", "tuple", "discrete", "multidiscrete", "box-above-zero"]
 
 
@@ -188,7 +179,7 @@ VECTOR_SPACES = ["dict", "tuple", "discrete", "multidiscrete", "box-above-zero"]
 @pytest.mark.parametrize("name", VECTOR_SPACES)
 def test_vector_equals_gymnasium_per_env(name, padding, mode):
     space, n, k = SPACES[name], 3, 3
-    pad = custom_padding(space) if padding == "custom" else padding
+    pad = value(space, 7) if padding == "custom" else padding
     fns = [lambda i=i: SpaceEnv(space, seed=i) for i in range(n)]
     ours = vector.FrameStackObservation(
         SyncVectorEnv(fns, autoreset_mode=mode), k, padding_type=pad, pool=pools_of(space)

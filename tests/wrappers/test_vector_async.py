@@ -1,15 +1,7 @@
 """lazyframes.vector.FrameStackObservation over asynchronous vector envs, keyed by env id.
 
-An asynchronous vector env (EnvPool's async mode, ale-py's ``batch_size < num_envs``)
-returns at each call a batch of some of its envs with ``info["env_id"]``, and takes one
-action per row of the batch it returned last. ``AsyncCounters`` does so over counter envs
-whose frames encode (env id, episode, step), the envs returned drawn from a seeded
-generator. The reference is a synchronous run of the same envs: each env alone in a
-``SyncVectorEnv``, stacked by Gymnasium's own FrameStackObservation, its transitions added
-to a ``ReplayBuffer`` the synchronous way, stepped as often as the asynchronous run stepped
-it, with the same policy. Every env must see the same observations, and its stream of the
-asynchronous run's buffer (filled with the one-line add of the docstring) must hold the
-same transitions, frame for frame, across episodes ended by termination and truncation.
+Each env of an asynchronous run must see the observations, and hold in the buffer the
+transitions, of a synchronous run of it alone under Gymnasium's own stacker.
 """
 
 import gymnasium as gym
@@ -30,11 +22,7 @@ LENGTHS = [(1, 3), (2, 4, 1), (3,), (1, 2, 5), (4, 1)]
 
 
 class Counter(gym.Env):
-    """Env ``env_id``: frame rows 0, 1 and 2 hold its id, the episode and the step in it.
-
-    Odd episodes end by termination, even ones by truncation; the reward is the step plus
-    a quarter of the action, so a transition shows which action its env was sent.
-    """
+    """Frame rows 0-2: env id, episode, step; reward: step + action / 4; odd episodes terminate."""
 
     metadata = {"render_modes": []}  # noqa: RUF012 - Gymnasium's class attribute
 
@@ -63,16 +51,10 @@ class Counter(gym.Env):
 
 
 class AsyncCounters(VectorEnv):
-    """Counter envs behind EnvPool's / ale-py's asynchronous interface.
+    """Counter envs behind EnvPool's / ale-py's asynchronous interface (``info["env_id"]``).
 
-    ``reset`` resets every env and returns ``reset_batch`` of them (every env in order
-    when it is ``num_envs``); ``step(actions)`` sends ``actions[i]`` to env i of the batch
-    returned last, which takes its step (under NEXT_STEP, its reset if its episode ended
-    at its previous step; under SAME_STEP the step that ends an episode returns the reset
-    frame and ``info["final_obs"]``); each call returns ``batch`` envs (between 1 and
-    ``batch`` with ``vary``) drawn among those whose result waits, in a drawn order.
-    ``advertise``: say ``batch_size`` as ale-py does. ``force_ids``: the next batch's
-    ``info["env_id"]``, as given, over the frames of its first ``force_rows`` ids (bad input).
+    ``step`` acts on the envs of the batch returned last; each call returns ``batch`` waiting
+    envs (1 to ``batch`` with ``vary``) in a drawn order. ``force_ids``: the next batch's ids.
     """
 
     def __init__(self, mode=NEXT, batch=2, reset_batch=2, seed=0, vary=False, advertise=True):
@@ -83,14 +65,16 @@ class AsyncCounters(VectorEnv):
         self.single_action_space = gym.spaces.Discrete(3)
         self.action_space = batch_space(self.single_action_space, batch)
         self.metadata = {"autoreset_mode": mode}
-        if advertise:
+        if advertise == "config":  # EnvPool's way; True: ale-py's
+            self.config = {"batch_size": batch, "num_envs": self.num_envs}
+        elif advertise:
             self.batch_size = batch
         self.mode, self.batch, self.reset_batch, self.vary = mode, batch, reset_batch, vary
         self.rng = np.random.default_rng(seed)
         self.ready: dict = {}  # env id -> (frame, reward, terminated, truncated, final frame)
         self.ended = np.zeros(self.num_envs, np.bool_)
         self.last = np.arange(0)
-        self.force_ids, self.force_rows = None, None
+        self.force_ids, self.force_rows, self.no_ids = None, None, False
 
     def _returned(self, size: int):
         if self.force_ids is not None:
@@ -104,7 +88,7 @@ class AsyncCounters(VectorEnv):
             rows = [self.ready.pop(i) for i in ids]
         self.last = ids
         obs = np.stack([r[0] for r in rows])
-        info = {"env_id": given}
+        info = {} if self.no_ids else {"env_id": given}
         finals = [r[4] for r in rows]
         if any(f is not None for f in finals):
             info["final_obs"] = np.array(finals + [None], dtype=object)[:-1]
@@ -312,6 +296,32 @@ def test_reset_restarts_envs_as_they_come():
     assert envs.observations().shape == (5, 3, 84, 84)
 
 
+@pytest.mark.parametrize("advertise", [True, "config"])
+def test_an_advertised_batch_size_makes_the_stacker_asynchronous(advertise):
+    envs = FrameStackObservation(
+        AsyncCounters(NEXT, batch=2, reset_batch=2, advertise=advertise), 3
+    )
+    assert envs.asynchronous and envs.observation_space.shape == (2, 3, 84, 84)  # a batch's
+    with_zero = AsyncCounters(NEXT, batch=5, reset_batch=5, advertise="config")
+    with_zero.config["batch_size"] = 0  # EnvPool's 0: every env
+    envs = FrameStackObservation(with_zero, 3)
+    obs, info = envs.reset()
+    assert not envs.asynchronous and envs.observation_space.shape == (5, 3, 84, 84)
+    assert obs.shape == (5, 3, 84, 84) and info["env_id"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_a_whole_batch_out_of_order_is_taken_by_env_id():
+    envs = FrameStackObservation(AsyncCounters(NEXT, batch=5, reset_batch=5, advertise=False), 3)
+    envs.reset()  # every env, in order: synchronous so far
+    assert not envs.asynchronous
+    envs.env.force_ids = np.array([1, 2, 3, 4, 0])
+    obs, *_, info = envs.step(np.zeros(5, np.int64))
+    assert envs.asynchronous and frames_of(obs)[4] == [(0, 1, 0), (0, 1, 0), (0, 1, 1)]
+    assert info["env_id"].tolist() == [1, 2, 3, 4, 0] and info["prev_obs"].shape == (5, 3, 84, 84)
+    assert info["prev_action"].tolist() == [0] * 5 and not info["autoreset"].any()
+    assert envs.pool.live_frames == 10  # the reset frames and those of the step
+
+
 def test_sync_envs_are_unchanged():
     """Batches of every env in order: no extra info, the ring is the observation."""
     envs = FrameStackObservation(SyncVectorEnv([lambda i=i: Counter(i, (3,)) for i in range(3)]), 2)
@@ -333,6 +343,7 @@ def test_sync_envs_are_unchanged():
         ([-1, 0], "env id -1 is out of range"),
         ([0, 1, 2], "1-D integer array of 2 env ids"),
         ([0.0, 1.0], "1-D integer array"),
+        (None, r"batch of 2 observations, .* without info\['env_id'\]"),  # no ids at all
     ],
 )
 def test_bad_env_ids_raise_before_any_ring_changes(bad, match):
@@ -342,7 +353,7 @@ def test_bad_env_ids_raise_before_any_ring_changes(bad, match):
     slots, live = envs._ring[0].slots, envs.pool.live_frames
     pending, autoreset = envs._pending.copy(), envs._autoreset.copy()
     last = envs._last_ids
-    envs.env.force_ids, envs.env.force_rows = bad, 2
+    envs.env.force_ids, envs.env.force_rows, envs.env.no_ids = bad, 2, bad is None
     with pytest.raises(ValueError, match=match):
         envs.step(np.zeros(2, np.int64))
     np.testing.assert_array_equal(envs._ring[0].slots, slots)
@@ -354,21 +365,6 @@ def test_bad_env_ids_raise_before_any_ring_changes(bad, match):
         envs.observations([5])
     with pytest.raises(ValueError, match="more than once"):
         envs.observations([0, 0])
-
-
-def test_partial_batch_without_env_ids_is_refused():
-    class NoIds(AsyncCounters):
-        def step(self, actions):
-            *out, info = super().step(actions)
-            del info["env_id"]
-            return *out, info
-
-    envs = FrameStackObservation(NoIds(NEXT, batch=2, reset_batch=2), 4)
-    envs.reset()
-    live = envs.pool.live_frames
-    with pytest.raises(ValueError, match=r"without info\['env_id'\]"):
-        envs.step(np.zeros(2, np.int64))
-    assert envs.pool.live_frames == live
 
 
 def test_prev_action_needs_one_action_per_row():

@@ -1,8 +1,4 @@
-"""lazyframes.wrappers against Gymnasium 1.x's FrameStackObservation and baselines' FrameStack.
-
-``mk(Wrapper, env, ...)`` builds a wrapper whose frames live in a new pool. Envs are
-counter envs: frame values encode episode and step.
-"""
+"""lazyframes.wrappers against Gymnasium 1.x's FrameStackObservation and baselines' FrameStack."""
 
 import gc
 
@@ -40,7 +36,6 @@ def run_both(make_env, ours_wrap, ref_wrap, steps=40, seed=0, to_ref=lambda a: a
     return ours, ref
 
 
-# -- Gymnasium's FrameStackObservation -------------------------------------------------
 @pytest.mark.parametrize("padding", ["reset", "zero", "custom"])
 @pytest.mark.parametrize("k", [1, 3, 4])
 def test_equals_gymnasium_every_step(padding, k):
@@ -67,7 +62,7 @@ def test_lazy_false_returns_fresh_ndarrays(padding):
     assert not np.shares_memory(a, b)
 
 
-def test_float_space_c08():
+def test_float_space_c08_and_bounds():
     env = CounterEnv((3,), np.float32, low=-1.0, high=1.0)
     stacked = mk(FrameStackObservation, env, 4)
     assert stacked.observation_space == gym.spaces.Box(-1.0, 1.0, (4, 3), np.float32)
@@ -78,10 +73,7 @@ def test_float_space_c08():
     obs, _ = cat.reset()
     assert obs.shape == (12,) and obs.dtype == np.float32
     assert cat.observation_space.contains(np.asarray(obs))
-
-
-def test_bounds_are_the_envs():
-    low = np.arange(12, dtype=np.float32).reshape(3, 2, 2)
+    low = np.arange(12, dtype=np.float32).reshape(3, 2, 2)  # the bounds are the env's
     env = CounterEnv((3, 2, 2), np.float32)
     env.observation_space = gym.spaces.Box(low, low + 100, (3, 2, 2), np.float32)
     sp = mk(FrameStackObservation, env, 2, layout="last").observation_space
@@ -120,14 +112,6 @@ def test_numpy_integer_stack_size():
     assert values(obs) == [10, 10, 10]
 
 
-def test_framestack_takes_box_spaces_only():
-    # baselines' FrameStack concatenates frames; FrameStackObservation takes any space
-    env = CounterEnv()
-    env.observation_space = gym.spaces.Discrete(5)
-    with pytest.raises(TypeError, match="Box"):
-        mk(FrameStack, env, 4)
-
-
 def test_step_before_reset_as_gymnasium():
     for pad in ["reset", "zero", f(9)]:
         ours = mk(FrameStackObservation, CounterEnv(), 3, padding_type=pad)
@@ -139,18 +123,18 @@ def test_step_before_reset_as_gymnasium():
         np.testing.assert_array_equal(np.asarray(a), b)
 
 
-def test_frames_of_another_dtype_are_cast_as_gymnasium():
-    run_both(lambda: CounterEnv((4,), np.float32, out_dtype=np.float64, rng_seed=1),
-             lambda e: mk(FrameStackObservation, e, 4), lambda e: GymFSO(e, 4))  # fmt: skip
-
-
-def test_read_only_non_contiguous_frames():
-    run_both(lambda: CounterEnv((6, 5, 1), np.uint8, view=True, rng_seed=2),
+@pytest.mark.parametrize(
+    "kw",
+    [{"shape": (4,), "dtype": np.float32, "out_dtype": np.float64, "rng_seed": 1},  # cast
+     {"shape": (6, 5, 1), "view": True, "rng_seed": 2}],  # read-only, non-contiguous
+)  # fmt: skip
+def test_odd_frames_stack_as_gymnasium(kw):
+    run_both(lambda: CounterEnv(**kw),
              lambda e: mk(FrameStackObservation, e, 4, padding_type="zero"),
              lambda e: GymFSO(e, 4, padding_type="zero"))  # fmt: skip
-    env = CounterEnv((6, 5, 1), view=True)
-    fr, _ = env.reset()
-    assert not fr.flags.writeable and not fr.flags.c_contiguous
+    fr, _ = CounterEnv(**kw).reset()
+    assert fr.dtype == kw.get("out_dtype", np.uint8)
+    assert fr.flags.writeable == fr.flags.c_contiguous == (not kw.get("view"))
 
 
 # -- docs/CASES.md -----------------------------------------------------------------------
@@ -235,7 +219,6 @@ def test_c07_rgb_frames_stack_by_frame_depth():
     assert env.observation_space.shape == (5, 4, 9)
 
 
-# -- baselines' FrameStack -------------------------------------------------------------
 @pytest.mark.parametrize("shape", [(84, 84, 1), (7, 5, 3)])
 def test_framestack_equals_baselines(shape):
     ours, ref = run_both(lambda: CounterEnv(shape, rng_seed=3),
@@ -249,10 +232,14 @@ def test_framestack_equals_baselines(shape):
     assert ours.pool.live_frames == 1
 
 
-def test_framestack_step_before_reset():
+def test_framestack_step_before_reset_and_bad_options():
     env = mk(FrameStack, CounterEnv(), 4)
     with pytest.raises(gym.error.ResetNeeded):
         env.step(0)
+    env = CounterEnv()  # FrameStack concatenates Box frames; FrameStackObservation takes any
+    env.observation_space = gym.spaces.Discrete(5)
+    with pytest.raises(TypeError, match="Box"):
+        mk(FrameStack, env, 4)
     with pytest.raises(TypeError, match="int"):
         mk(FrameStack, CounterEnv(), 4.0)
     with pytest.raises(ValueError, match="at least 1"):
@@ -277,7 +264,6 @@ def test_pool_argument(cls):
     assert isinstance(cls(CounterEnv(), 4).pool, lazyframes.FramePool)
 
 
-# -- memory and refcounts --------------------------------------------------------------
 @pytest.mark.parametrize(
     "cls,kwargs",
     [
@@ -316,18 +302,6 @@ def test_refcounts_balance(cls, kwargs):
     del obs
     gc.collect()
     assert pool.live_frames == 0
-
-
-def test_each_frame_pushed_once():
-    # every observation kept alive: 11 distinct frames are held once each, however many
-    # observations share them (reset padding repeats the reset frame's slot)
-    env = mk(FrameStackObservation, CounterEnv(length=100), 4)
-    kept = [env.reset()[0]]
-    for _ in range(10):
-        kept.append(env.step(0)[0])
-        np.asarray(kept[-1])
-    assert env.pool.live_frames == 11
-    assert env.pool.live_bytes == 11 * env.pool.frame_bytes
 
 
 def test_failed_step_leaves_the_ring_as_it_was():
