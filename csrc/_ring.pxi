@@ -115,6 +115,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
 
     cdef Py_ssize_t _capacity, _streams, _pos, _rows
     cdef bint _full
+    cdef int64_t _appended        # the number of the next row (rows are numbered in order)
     cdef bint _wide               # links are int64 (capacity above INT32_MAX)
     cdef object _link_dtype
     cdef cnp.ndarray _env         # int32 (rows,)
@@ -220,6 +221,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         self._pos = 0
         self._rows = 0
         self._full = False
+        self._appended = 0
         self._env = np.zeros(0, np.int32)
         self._next = np.zeros(0, self._link_dtype)
         self._last = np.full(streams, -1, self._link_dtype)
@@ -271,6 +273,17 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         """Rows held."""
         self._ready()
         return self._capacity if self._full else self._pos
+
+    @property
+    def appended(self):
+        """The number of the next row appended.
+
+        Rows are numbered 0, 1, 2, ... in the order they are appended; :meth:`clear`
+        moves the count on to a multiple of the capacity, so a row's position is always
+        its number modulo the capacity (see :meth:`positions`, :meth:`numbers`).
+        """
+        self._ready()
+        return self._appended
 
     @property
     def rows(self):
@@ -656,6 +669,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             self._put(self._last, st, p)
         self._full = self._full or pos + e >= cap
         self._pos = (pos + e) % cap
+        self._appended += e
 
     cdef void _count(self, const int64_t *at, Py_ssize_t e, int sign) noexcept:
         """Count (+1) the rows at ``at`` with a counted bit set, or uncount (-1) those held."""
@@ -766,9 +780,94 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             out.append(a)
         return tuple(out)
 
-    def clear(self):
-        """Drop every row: the ring is empty, its arrays kept."""
+    def positions(self, numbers):
+        """The positions of the rows numbered ``numbers`` (integers, read flat).
+
+        Returns:
+            ``(positions, bad)``: the int64 positions, and the index (in ``numbers``
+            read flat) of the first number whose row is not held (evicted, dropped by
+            :meth:`clear`, or not appended yet), -1 when every row is held (else the
+            positions from ``bad`` on are not set).
+
+        Raises:
+            TypeError: numbers that are not integers.
+
+        Example:
+            >>> ring = RowRing(2, 1, [("x", (), np.int8)])
+            >>> ring.grow(2)
+            >>> for _ in range(3):
+            ...     _ = ring.append(None, (0,))
+            >>> ring.appended, ring.positions([2, 1]), ring.positions([0])[1]
+            (3, (array([0, 1]), -1), 0)
+            >>> ring.numbers([0, 1]).tolist()
+            [2, 1]
+            >>> ring.clear()
+            >>> ring.appended
+            4
+        """
         self._ready()
+        a = np.asarray(numbers)
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"row numbers must be integers, got dtype {a.dtype}")
+        # uint64 numbers above INT64_MAX become negative: not held either way
+        cdef cnp.ndarray src = np.ascontiguousarray(a.reshape(-1), dtype=np.int64)
+        cdef Py_ssize_t n = src.shape[0], i
+        cdef cnp.ndarray out = np.empty(n, np.int64)
+        cdef const int64_t *v = <const int64_t *>cnp.PyArray_DATA(src)
+        cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
+        cdef int64_t hi = self._appended, cap = self._capacity
+        cdef int64_t lo = hi - (cap if self._full else self._pos)
+        for i in range(n):
+            if v[i] < lo or v[i] >= hi:
+                return out, i
+            o[i] = v[i] % cap
+        return out, -1
+
+    def numbers(self, positions):
+        """The numbers of the rows held at ``positions`` (integers in ``[0, size)``), int64.
+
+        Raises:
+            TypeError: positions that are not integers. IndexError: a position that
+                holds no row.
+        """
+        self._ready()
+        a = np.asarray(positions)
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"positions must be integers, got dtype {a.dtype}")
+        cdef cnp.ndarray src = np.ascontiguousarray(a, dtype=np.int64)
+        cdef cnp.ndarray out = np.empty_like(src)
+        cdef Py_ssize_t n = src.size, i
+        cdef const int64_t *v = <const int64_t *>cnp.PyArray_DATA(src)
+        cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
+        cdef int64_t size = self._capacity if self._full else self._pos, cap = self._capacity
+        cdef int64_t newest = self._appended - 1
+        for i in range(n):
+            if not 0 <= v[i] < size:
+                raise IndexError(f"position {v[i]} holds no row (the ring holds {size})")
+            o[i] = newest - (newest % cap - v[i]) % cap  # Python's %: never negative
+        return out
+
+    def renumber(self, appended):
+        """Number the rows as if ``appended`` rows had been appended (a checkpoint's count).
+
+        Raises:
+            ValueError: a count below the rows held, or whose remainder modulo the
+                capacity is not the write position.
+        """
+        self._ready()
+        cdef int64_t a = operator.index(appended)
+        if a < self.size or a % self._capacity != self._pos:
+            raise ValueError(f"{a} rows appended do not fit a ring of {self.size} rows "
+                             f"written up to position {self._pos}")
+        self._appended = a
+
+    def clear(self):
+        """Drop every row: the ring is empty, its arrays kept.
+
+        Row numbers move on to the next multiple of the capacity.
+        """
+        self._ready()
+        self._appended = -(-self._appended // self._capacity) * self._capacity
         self._pos = 0
         self._full = False
         self._counted = 0
@@ -834,6 +933,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             self._put(self._next, q, -1)
             self._put(self._last, ev[q], q)
         self._pos, self._full = p, full
+        self._appended = self._capacity + p if full else p
         self._counted = 0
         if self._counted_col >= 0 and n:
             self._counted = int(np.count_nonzero(vals[self._counted_col] & self._counted_mask))

@@ -105,7 +105,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._alpha = alpha
         self._max_p = 1.0
         self._prio = np.zeros(self.capacity, np.float64)  # raw priority of each position
-        self._added = 0  # transitions added so far: the number of the next one
         self._open = np.empty(0, np.int64)  # positions whose n-step window is open
         self._tree = _core.SumTree(self.capacity)
 
@@ -129,7 +128,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         They enter when sampleable.
         """
         pos = (first + np.arange(count)) % self.capacity
-        self._added += pos.size
         self._prio[pos] = self._max_p
         keep = (self._ring.flags[pos] & SKIP) == 0
         if self.n_step == 1:
@@ -146,8 +144,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         )
 
     def _window(self) -> tuple:
-        """``(lo, hi)``: the numbers of the stored transitions are ``lo <= t < hi``."""
-        return self._added - len(self), self._added
+        """``(lo, hi)``: the numbers of the stored transitions are ``lo <= t < hi``.
+
+        A transition's number is its row's in the ring (``RowRing.appended``).
+        """
+        hi = self._ring.appended
+        return hi - len(self), hi
 
     def _stale(self, j: int, v: int) -> str:
         lo, hi = self._window()
@@ -166,12 +168,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         t = np.asarray(indices)
         if t.dtype.kind not in "iu":
             raise TypeError(f"indices must be integers, got dtype {t.dtype}")
-        flat = t.reshape(-1)
-        lo, hi = self._window()
-        if flat.size and (flat.min() < lo or flat.max() >= hi):
-            j = int(np.flatnonzero((flat < lo) | (flat >= hi))[0])
-            raise ValueError(self._stale(j, int(flat[j])))
-        return (flat % self._ring.capacity).astype(np.int64, copy=False)
+        pos, bad = self._ring.positions(t)
+        if bad >= 0:
+            raise ValueError(self._stale(bad, int(t.reshape(-1)[bad])))
+        return pos
 
     def priorities(self, indices) -> np.ndarray:
         """The priorities (float64) of stored transitions, by number (as ``indices``).
@@ -226,9 +226,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         benchmark times it alone).
         """
         pos, weights = self._tree.sample_weighted(self._rng.random(batch_size), beta)
-        newest, n = self._added - 1, self.capacity
-        numbers = newest - (newest % n - pos) % n
-        return pos, numbers, weights
+        return pos, self._ring.numbers(pos), weights
 
     def update_priorities(self, indices, priorities) -> None:
         """Set the priorities of the transitions ``indices`` (from :meth:`sample`).
@@ -273,12 +271,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super().clear()
         self._tree.clear()
         self._open = np.empty(0, np.int64)
-        self._added = -(-self._added // self.capacity) * self.capacity
 
     # -- checkpoints ------------------------------------------------------------------
     def _extra_state(self) -> tuple[dict, dict]:
         meta = {
-            "prioritized": {"alpha": self._alpha, "max_priority": self._max_p, "added": self._added}
+            "prioritized": {
+                "alpha": self._alpha,
+                "max_priority": self._max_p,
+                "added": self._ring.appended,
+            }
         }
         return meta, {"priorities": self._prio[: len(self)]}
 
@@ -291,7 +292,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if pm is None:  # a uniform buffer's checkpoint: every priority 1.0
             prio = np.ones(n)
             max_p = 1.0
-            added = self.capacity + self._ring.pos if self.full else self._ring.pos
+            added = self._ring.appended  # as the ring numbered its rows at load
         else:
             if not isinstance(pm, dict):
                 raise ValueError("meta 'prioritized' must be an object")
@@ -325,7 +326,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 raise ValueError(f"bad max_priority {max_p!r}")
         self._tree = _core.SumTree(self.capacity)
         self._prio[:n] = prio
-        self._max_p, self._added = float(max_p), added
+        self._max_p = float(max_p)
+        self._ring.renumber(added)
         pos = np.arange(n)
         ok = self._ring.sampleable(pos) if n else np.zeros(0, bool)
         self._tree.set(pos, np.where(ok, prio**self._alpha, 0.0))
