@@ -29,6 +29,7 @@ from .. import _core
 from ._args import PER_ADD
 
 _LazyFrames, _LazyBatch = _core.LazyFrames, _core.LazyBatch
+_ndarray = np.ndarray
 
 
 def leaf_names(key: str) -> tuple:
@@ -255,7 +256,8 @@ class FrameStore:
         o, n, f, geom, pool = self._described(obs, nxt, final, E, batched)
         ring.check(envs, values)  # values refused: no frame pushed
         cand = None
-        if (o.owner is None or o.pool is not pool) and self._table is not None:
+        lazy = type(o) is _Obs and o.owner is not None and o.pool is pool  # stored as it is
+        if not lazy and self._table is not None:
             cand = self._every if envs is None else None
             if cand is None:
                 cand = self.candidates(ring.newest(envs))
@@ -273,15 +275,18 @@ class FrameStore:
         return (op, np_), plain
 
     def _described(self, obs, nxt, final, E: int, batched: bool) -> tuple:
-        """``(obs, next_obs, final, geometry, pool)`` described and checked, nothing pushed."""
+        """``(obs, next_obs, final, geometry, pool)`` described and checked, nothing pushed.
+
+        Stacked ndarrays of the stored shape and dtype are their own description (with
+        a leading axis of ``E``), any other argument an :class:`_Obs`.
+        """
         g = self._geom
-        if g is not None and final is None and type(obs) is np.ndarray and type(nxt) is np.ndarray:
-            # stacked ndarrays of the stored shape and dtype: described as they are
+        if g is not None and final is None and type(obs) is _ndarray and type(nxt) is _ndarray:
             want = (E,) + g.obs_shape if batched else g.obs_shape
             if obs.shape == want == nxt.shape and obs.dtype == g.dtype == nxt.dtype:
                 if not batched:
                     obs, nxt = obs[None], nxt[None]
-                return _Obs(arr=obs), _Obs(arr=nxt), None, g, self._pool
+                return obs, nxt, None, g, self._pool
         names = self._names
         o = describe(obs, names[0], E, batched)
         n = describe(nxt, names[1], E, batched)
@@ -496,18 +501,22 @@ class FrameStore:
         self._owners = (_LazyFrames, _LazyBatch)
 
 
-def _as_part(o: _Obs, pool, geom: Geometry, candidates):
+def _as_part(o, pool, geom: Geometry, candidates):
     """One described argument as an owner of ``pool``'s slots, ready for ``SlotTable.set``.
+
+    ``o``: an :class:`_Obs`, or stacked ndarrays ``(E, *obs_shape)`` of the geometry.
 
     Lazy input of ``pool`` is its own owner (no frame copied). Frames (ndarrays, or
     LazyFrames of another pool) are pushed in one ``_push_dedup`` call, reusing the slot
     of a frame with equal bytes in ``candidates`` (a LazyBatch of ``pool`` with one row
     per env, or None) or earlier in the same observation (reset padding).
     """
-    if o.owner is not None and o.pool is pool:
-        return o.owner
     k = geom.k
-    if o.owner is not None:  # another pool: copy its frames out once
+    if type(o) is _ndarray:
+        frames = frames_view(o, geom.layout, k)
+    elif o.owner is not None and o.pool is pool:
+        return o.owner
+    elif o.owner is not None:  # another pool: copy its frames out once
         frames = o.pool.gather(np.reshape(o.owner.slots, (-1, k)), layout="stack")
     else:
         frames = frames_view(o.arr, o.layout or geom.layout, k)
