@@ -3,12 +3,15 @@
 #
 # 1. csrc/test_kernels.c (the plain-C kernels, pool, codec and sum tree, no Python) built
 #    with -fsanitize=address,undefined and run, leak checks on;
-# 2. the extension rebuilt with the same flags in a scratch copy of the checkout (this
+# 2. its two-thread test (adds against gathers, the GIL a mutex: test_pool_threads) built
+#    with -fsanitize=thread and run alone ("test_kernels threads"): any data race between
+#    what a gather reads without the GIL and what an add changes fails the step;
+# 3. the extension rebuilt with the same flags in a scratch copy of the checkout (this
 #    one's build is left alone), then the core tests and the fuzzer run against it, with
 #    gcc's libasan preloaded into the interpreter. CPython frees little at exit by design,
 #    so leaks are not checked there; any ASan or UBSan report fails the step.
 #
-# Needs gcc with its sanitizer runtimes (libasan, libubsan) and the build requirements
+# Needs gcc with its sanitizer runtimes (libasan, libubsan, libtsan) and the build requirements
 # (setuptools, Cython, numpy, blosc2: the test extra has them). Usage: bash tests/sanitize.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,6 +35,15 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 "$SCRATCH/test_kern
     > "$SCRATCH/kernels.log" 2>&1 || { cat "$SCRATCH/kernels.log"; exit 1; }
 tail -n 1 "$SCRATCH/kernels.log"
 if grep -Eq "$REPORT|FAIL" "$SCRATCH/kernels.log"; then cat "$SCRATCH/kernels.log"; exit 1; fi
+
+echo "-- csrc/test_kernels.c threads, under ThreadSanitizer"
+gcc -std=c99 -O1 -Wall -Wextra -fsanitize=thread -fno-omit-frame-pointer -g -I"$ROOT/csrc" \
+    -I"$BLOSC2/include" "$ROOT"/csrc/{test_kernels,kernels,pool,codec,sumtree}.c \
+    "$BLOSC2/lib/libblosc2.a" -o "$SCRATCH/test_threads" -lpthread -ldl -lm
+TSAN_OPTIONS=halt_on_error=1 "$SCRATCH/test_threads" threads > "$SCRATCH/threads.log" 2>&1 \
+    || { cat "$SCRATCH/threads.log"; exit 1; }
+tail -n 1 "$SCRATCH/threads.log"
+if grep -Eq 'WARNING: ThreadSanitizer|FAIL' "$SCRATCH/threads.log"; then cat "$SCRATCH/threads.log"; exit 1; fi
 
 echo "-- the extension, built with the sanitizers in $SCRATCH/src"
 mkdir "$SCRATCH/src"
