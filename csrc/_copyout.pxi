@@ -2,7 +2,7 @@
 #
 # Included by _core.pyx. Every call that reads frames or takes references on ids it
 # was given (FramePool.gather/lazy/lazy_batch/push_batch/_push_dedup, LazyFrames
-# __array__/astype/shift, LazyBatch.numpy/shift, stack, SlotTable.batch/gather/
+# __array__/astype/shift, LazyBatch.numpy/numpy_pairs/shift, stack, SlotTable.batch/gather/
 # gather_pairs, _memcpy_gather) runs in two phases, in this order:
 #
 #   1. Convert every argument. This is where Python code runs, the caller's included

@@ -177,6 +177,14 @@ class LazyBatch:
     def numpy(
         self, out: np.ndarray | None = None, *, dtype: DTypeLike | None = None, scale: Scale = None
     ) -> np.ndarray: ...
+    def numpy_pairs(
+        self,
+        other: LazyBatch,
+        out: tuple[np.ndarray, np.ndarray] | None = None,
+        *,
+        dtype: DTypeLike | None = None,
+        scale: Scale = None,
+    ) -> tuple[np.ndarray, np.ndarray]: ...
     def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray: ...
     def __dlpack__(
         self,

@@ -91,6 +91,13 @@ def check_values(store, rows, layouts=LAYOUTS):
         a, b = store.pairs(rows, layout=layout)
         assert np.array_equal(a, store.expected(rows, 0, layout))
         assert np.array_equal(b, store.expected(rows, 1, layout))
+        owners = (
+            store.table.batch(rows, 0, K, layout=layout),
+            store.table.batch(rows, 1, K + 1, layout=layout),
+        )
+        a, b = owners[0].numpy_pairs(owners[1])
+        assert np.array_equal(a, store.expected(rows, 0, layout))
+        assert np.array_equal(b, store.expected(rows, 1, layout))
         g = store.table.gather(rows, 0, K, layout=layout, dtype=np.float32, scale=1 / 255)
         want = store.expected(rows, 0, layout).astype(np.float32) * np.float32(1 / 255)
         assert np.array_equal(g, want)

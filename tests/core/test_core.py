@@ -761,6 +761,70 @@ def test_gather_pairs_bad_input_writes_nothing():
     np.testing.assert_array_equal(good, keep)
 
 
+# -- LazyBatch.numpy_pairs: gather_pairs from two owners (a sampler's pinned draw) ---------
+
+
+@pytest.mark.parametrize("layout", ["last", "first", "stack"])
+def test_numpy_pairs_equals_two_copies(layout):
+    pool = make_pool(LAYOUT_SHAPES[layout])
+    refs = push_all(pool, rand_frames(12, LAYOUT_SHAPES[layout]))
+    rng = np.random.default_rng(1)
+    a = pool.lazy_batch(np.array(ids(refs))[rng.integers(0, 12, (5, 4))], layout=layout)
+    b = pool.lazy_batch(np.array(ids(refs))[rng.integers(0, 12, (5, 4))], layout=layout)
+    for kw in ({}, {"dtype": np.float32, "scale": 0.5}, {"dtype": np.int16}):
+        got = a.numpy_pairs(b, **kw)
+        for g, w in zip(got, (a.numpy(**kw), b.numpy(**kw)), strict=True):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
+    outs = (np.empty(a.shape, np.float64), np.empty(b.shape, np.float64))
+    res = a.numpy_pairs(b, outs, scale=2.0)
+    assert res[0] is outs[0] and res[1] is outs[1]
+    np.testing.assert_array_equal(outs[1], b.numpy(dtype=np.float64, scale=2.0))
+
+
+def test_numpy_pairs_bad_input_writes_nothing():
+    pool = make_pool()
+    refs = push_all(pool, rand_frames(6))
+    a = pool.lazy_batch([ids(refs[:4]), ids(refs[1:5])], layout="last")
+    good = np.zeros(a.shape, np.float32)
+    keep = good.copy()
+    before = snapshot(pool, ids(refs))
+    other_pool = make_pool()
+    theirs = push_all(other_pool, rand_frames(4))
+    foreign = other_pool.lazy_batch([ids(theirs)] * 2, layout="last")
+    _expect(TypeError, "other must be a LazyBatch", a.numpy_pairs, a.slots)
+    _expect(ValueError, "another pool", a.numpy_pairs, foreign)
+    _expect(ValueError, "shape", a.numpy_pairs, a[:1])
+    _expect(ValueError, "shape", a.numpy_pairs, pool.lazy_batch([ids(refs[:3])] * 2, layout="last"))
+    _expect(ValueError, "layout", a.numpy_pairs, pool.lazy_batch(a.slots, layout="stack"))
+    _expect(TypeError, "pair", a.numpy_pairs, a, good)
+    f64 = np.zeros(a.shape, np.float64)
+    _expect(TypeError, "different dtypes", a.numpy_pairs, a, (good, f64))
+    _expect(ValueError, "overlap", a.numpy_pairs, a, (good, good))
+    _expect(ValueError, "shape", a.numpy_pairs, a, (good, np.zeros((3,) + a.shape[1:], np.float32)))
+    assert snapshot(pool, ids(refs)) == before
+    np.testing.assert_array_equal(good, keep)
+
+
+def test_numpy_pairs_of_a_table_batch_outlives_the_rows():
+    """A batch the table's rows gave keeps its frames: rows overwritten, then copied."""
+    pool = make_pool()
+    frames = rand_frames(8)
+    refs = push_all(pool, frames)
+    table = _table(pool, rows=2, width=5)
+    table.set([0, 1], (pool.lazy_batch([ids(refs[:5]), ids(refs[3:])]),))
+    a, b = table.batch([1, 0], 0, 4, layout="stack"), table.batch([1, 0], 1, 5, layout="stack")
+    table.set([0, 1], (pool.lazy_batch([ids(refs[:1]) * 5] * 2),))
+    del refs
+    table.clear()
+    assert pool.live_frames == 8  # only the batches hold them
+    obs, nxt = a.numpy_pairs(b)
+    np.testing.assert_array_equal(obs[0, :, :, :, 0], frames[3:7, :, :, 0])
+    np.testing.assert_array_equal(nxt[1, :, :, :, 0], frames[1:5, :, :, 0])
+    del a, b
+    assert pool.live_frames == 0
+
+
 # -- SlotTable.take: a checkpoint's rows from one flat batch of frames -----------------------
 
 
