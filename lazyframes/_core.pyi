@@ -298,7 +298,11 @@ class SumTree:
         self, u: npt.ArrayLike, beta: float | None
     ) -> tuple[np.ndarray, np.ndarray | None]: ...
     def update(
-        self, indices: npt.ArrayLike, values: npt.ArrayLike, exponent: float = 1.0
+        self,
+        indices: npt.ArrayLike,
+        values: npt.ArrayLike,
+        exponent: float = 1.0,
+        where: npt.ArrayLike | None = None,
     ) -> float: ...
 
 class RowRing:
