@@ -16,6 +16,7 @@ never touch a frame a copy reads (docs/DESIGN.md, "Threads and limits").
 from __future__ import annotations
 
 import atexit
+import os
 import queue
 import threading
 import weakref
@@ -116,10 +117,12 @@ class Sampler:
         """
         if self._closed:
             raise StopIteration
-        self._submit(self._draw())  # into the set of the batch the previous call returned
+        drawn = self._draw()  # raises before anything changed, or not at all
         try:
+            self._submit(drawn)  # into the set of the batch the previous call returned
+            del drawn
             ok, result = self._done.get()
-        except BaseException:  # interrupted while waiting: the order of batches is lost
+        except BaseException:  # interrupted (KeyboardInterrupt): the order of sets is lost
             self.close()
             raise
         if ok is None:  # closed from another thread meanwhile
@@ -147,6 +150,13 @@ class Sampler:
             self._done.get()
         self._done.put((None, None))  # wakes a next() waiting in another thread
 
+    def _forked(self) -> None:
+        """Closed in a child process after ``fork``, which has no thread of this sampler.
+
+        ``next()`` then raises StopIteration instead of waiting for a thread forever.
+        """
+        self._closed = True
+
     def __enter__(self) -> Sampler:
         return self
 
@@ -166,3 +176,14 @@ def _close_all() -> None:
     """Stop every sampler's thread before the interpreter winds down."""
     for sampler in list(_live):
         sampler.close()
+
+
+def _forget_all() -> None:
+    """In a child process after ``fork``: every sampler is closed (its thread is not there)."""
+    for sampler in list(_live):
+        sampler._forked()
+    _live.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_all)

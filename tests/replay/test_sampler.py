@@ -10,6 +10,7 @@ and interpreter exit stop the thread; an exception in the thread reaches ``next(
 import contextlib
 import gc
 import itertools
+import os
 import threading
 import time
 import traceback
@@ -390,9 +391,11 @@ def test_an_exception_in_the_thread_is_raised_by_next_with_its_traceback(monkeyp
     assert next(rb.sampler(4)).observations.shape == (4, 4, *FS)
 
 
-@pytest.mark.parametrize("how", ["global", "cycle", "iterating"])
+@pytest.mark.parametrize("how", ["global", "cycle", "iterating", "fork"])
 def test_the_interpreter_exits_with_a_live_sampler(how):
     """No hang, no crash, no message: the sampler is closed at exit, whatever holds it."""
+    if how == "fork" and not hasattr(os, "fork"):
+        pytest.skip("no os.fork on this platform")
     code = f"""
 import numpy as np, threading, time
 from lazyframes import ReplayBuffer
@@ -412,8 +415,19 @@ elif how == "iterating":
             pass
     threading.Thread(target=learn, daemon=True).start()
     time.sleep(0.05)
+elif how == "fork":  # the child has no sampler thread: its samplers are closed
+    import os
+    pid = os.fork()
+    if pid == 0:
+        try:
+            next(s)
+        except StopIteration:
+            os._exit(0)
+        os._exit(3)
+    assert os.waitpid(pid, 0)[1] == 0
+    next(s)  # the parent's goes on
 print("done")
 """
-    res = run("-c", code, timeout=120)
+    res = run("-W", "ignore::DeprecationWarning", "-c", code, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "done" and res.stderr == ""
