@@ -1028,9 +1028,9 @@ typedef struct {
     lf_pool p;
     int64_t table[TROWS][TK];  /* slot ids, -1 empty */
     int64_t newest[TROWS];     /* the number of each row's newest frame, -1 empty */
-    int done;                  /* the adder finished (read and written holding gil) */
+    int done;                  /* the adder finished */
     uint64_t seed;
-    long gathers, frames, cold, bad;  /* the gatherer's counts, read after the join */
+    long gathers, frames, cold, bad;  /* the gatherer's counts */
 } thread_case;
 
 static void *thread_gather(void *arg) {
@@ -1087,10 +1087,10 @@ static void *thread_gather(void *arg) {
             if (entry[i] < 0) lf_pool_decref(&t->p, ids[i]);
         t->cold += (long)r.n;
         if (r.n) lf_reader_release(&r); /* made only for cold frames, as _copy does */
-        pthread_mutex_unlock(&t->gil);
         t->gathers++;
         t->frames += m;
         t->bad += bad;
+        pthread_mutex_unlock(&t->gil);
     }
     lf_ctx_free(dctx);
     return NULL;
@@ -1099,7 +1099,7 @@ static void *thread_gather(void *arg) {
 /* One round: a fresh pool (chunks of 2 frames: many chunks, a growing chunk table),
  * `adds` frames pushed while the gatherer runs; then everything dropped. */
 static void thread_round(int compress, lf_codec c, int adds, uint64_t seed) {
-    thread_case *t = calloc(1, sizeof *t);
+    thread_case *t = calloc(1, sizeof *t); /* its fields are read and written holding gil */
     pthread_mutex_init(&t->gil, NULL);
     lf_pool_init(&t->p, TFB, 2 * TFB);
     if (compress) CHECK(lf_pool_enable_compression(&t->p, c) == 0, "enable");
@@ -1115,9 +1115,17 @@ static void thread_round(int compress, lf_codec c, int adds, uint64_t seed) {
     }
     pthread_t g;
     CHECK(pthread_create(&g, NULL, thread_gather, t) == 0, "thread");
-    long oom = 0;
+    long oom = 0, seen = 0;
     for (int n = TK; n < TK + adds; n++) {
         pthread_mutex_lock(&t->gil);
+        /* every 32 adds, until the gatherer has gathered again: a mutex is not fair, and
+         * on a busy machine the gatherer could otherwise not run before the adds end */
+        while (n % 32 == 0 && t->gathers == seen) {
+            pthread_mutex_unlock(&t->gil);
+            sched_yield();
+            pthread_mutex_lock(&t->gil);
+        }
+        seen = t->gathers;
         int64_t slot = lf_pool_alloc(&t->p);
         if (slot < 0) {
             oom++;
@@ -1140,7 +1148,6 @@ static void thread_round(int compress, lf_codec c, int adds, uint64_t seed) {
         lf_pool_decref(&t->p, gone); /* the ring lets the oldest frame go */
         oom += lf_pool_compress_pending(&t->p) != 0;
         pthread_mutex_unlock(&t->gil);
-        if (n % 64 == 0) sched_yield();
     }
     pthread_mutex_lock(&t->gil);
     t->done = 1;
