@@ -222,6 +222,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             TypeError: as :meth:`ReplayBuffer.sample`.
             The buffer and its RNG are unchanged when an error is raised.
         """
+        self._draws.wait()
         B = self._batch_size(batch_size)
         b = _beta(beta)
         outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)
@@ -234,15 +235,16 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         in between, the batches successive ``sample(batch_size, beta=beta, dtype=dtype,
         scale=scale)`` calls would return.
 
-        **Priorities are those at the draw.** ``next()`` draws the batch it returns
-        ``prefetch`` calls later before it returns the current one, so the ``prefetch``
-        batches drawn ahead do not see the priorities the caller then updates from the
-        batch it got: an :meth:`update_priorities` after ``next()`` returned batch ``j``
-        changes the draws of batch ``j + prefetch + 1`` on, and a batch's ``weights``
-        are those of its draw. Ape-X's learner samples with priorities as stale. By the
-        time a batch's priorities are updated, ``prefetch`` learner steps of adds may
-        have evicted some of its transitions: pass ``skip_evicted=True`` to
-        :meth:`update_priorities` to leave those out instead of refusing the update.
+        **Priorities are those at the draw.** When ``next()`` returns batch ``j`` it asks
+        for batch ``j + prefetch``, drawn with the priorities of that moment (an
+        :meth:`update_priorities` waits for it), so the ``prefetch`` batches drawn ahead do
+        not see the priorities the caller then updates from the batch it got: an update
+        after ``next()`` returned batch ``j`` changes the draws of batch ``j + prefetch +
+        1`` on, and a batch's ``weights`` are those of its draw. Ape-X's learner samples
+        with priorities as stale. By the time a batch's priorities are updated,
+        ``prefetch`` learner steps of adds may have evicted some of its transitions: pass
+        ``skip_evicted=True`` to :meth:`update_priorities` to leave those out instead of
+        refusing the update.
 
         Raises:
             ValueError: as :meth:`ReplayBuffer.sampler`, or ``beta`` outside ``[0, 1]``.
@@ -313,6 +315,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             TypeError: non-integer indices, non-numeric priorities.
             Nothing changes when an error is raised.
         """
+        self._draws.wait()  # a sampler's draw asked for before: with the old priorities
         # converted first: an __array__ callback may add or clear, which moves the window
         indices, priorities = np.asarray(indices), np.asarray(priorities)
         if priorities.dtype.kind not in "biuf":

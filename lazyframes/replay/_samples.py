@@ -5,9 +5,10 @@ A batch of the transitions at some ring positions is their fields from the ring
 store's observations of them and of their windows' last steps, copied into arrays
 checked beforehand (:func:`outputs`). It is gathered in two steps, one path for
 ``sample``, ``gather`` and a sampler: :func:`draw` reads everything but the frames and
-pins those (owners of them: :meth:`~._store.FrameStore.pin`), in the thread that adds;
-:func:`fill` copies the pinned frames out, at once or later in a sampler's thread
-(:mod:`._sampler`), and reads nothing an add can change.
+pins those (owners of them: :meth:`~._store.FrameStore.pin`), at a point of the caller's
+calls (a sampler's thread draws while the buffer waits for it: :mod:`._sampler`);
+:func:`fill` copies the pinned frames out, at once or later in a sampler's thread, and
+reads nothing an add can change.
 """
 
 from __future__ import annotations
@@ -138,8 +139,9 @@ def draw(ring, stores: tuple, idx: np.ndarray, indices, weights) -> Drawn:
     """The batch of the transitions at ring positions ``idx`` as the buffer holds them now.
 
     ``indices`` and ``weights`` are the batch's (ring positions, or a prioritized
-    buffer's transition numbers; its importance weights). Runs in the thread that adds:
-    the fields and vector leaves are copied, the frames pinned.
+    buffer's transition numbers; its importance weights). Runs while no call changes the
+    buffer (in the caller's thread, or in a sampler's while the buffer's calls wait for
+    it): the fields and vector leaves are copied, the frames pinned.
     """
     last, actions, dones, rewards, truncs, discounts = ring.fields(idx)
     leaves = tuple(

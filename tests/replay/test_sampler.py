@@ -215,6 +215,30 @@ def test_adds_from_lazyframes_of_a_wrapper_pool_while_copying():
     batches.close()
 
 
+def test_a_draw_is_made_where_the_caller_asked_for_it():
+    """A call that changes the buffer waits for the draws the sampler asked its thread for.
+
+    The thread draws batch j + prefetch after next() returned batch j; however slow that
+    draw, it sees the buffer as it was then.
+    """
+    rb = filled()
+    seen = []
+    pick = rb._pick
+
+    def slow_pick(batch_size, options):  # the draw of the thread, slowed down
+        time.sleep(0.05)
+        seen.append(len(rb))
+        return pick(batch_size, options)
+
+    rb._pick = slow_pick
+    with rb.sampler(4, prefetch=1) as batches:
+        for t in range(60, 64):
+            next(batches)
+            add(rb, t)  # waits for the draw asked for above
+            assert seen[-1] == t, seen  # which saw the buffer without transition t
+    assert seen == [60, 60, 61, 62, 63]  # at creation, then one per next()
+
+
 # -- priorities ---------------------------------------------------------------------------
 
 
