@@ -6,17 +6,22 @@ The learner step is a single-threaded torch matmul (``torch.set_num_threads(1)``
 releases the GIL, as a real step's kernels do), sized before the timed run to last as
 long as one ``sample`` of that row; without torch, ``time.sleep`` of that length. Each
 row times, in the same run and round-robin (blocks of steps in turn, so that the host's
-drift hits every column alike):
+drift hits every column alike; 100 steps a block, so that the sampler's thread is in its
+steady state):
 
 - **sample**: the time inside ``rb.sample(B, dtype=, scale=)``, the step's batch fetch;
 - **next**: the time inside ``next(sampler)``, ``sampler = rb.sampler(B, prefetch=2,
   dtype=, scale=)``: the learner-visible time per batch (the draw of the batch two steps
   ahead, and taking the batch the thread gathered);
-- **step sample** / **step sampler** / **learn**: a whole step (fetch, learn; the adds
-  are not timed) with each, and the learner step alone.
+- **step sample** / **step sampler** / **learn**: a whole step (fetch, learn) with each,
+  and the learner step alone;
+- **adds sample** / **adds sampler**: the step's adds, timed apart: with a sampler an add
+  first waits for the draw the thread owes (``next()`` asked for it; the thread makes it
+  during the learner step), so a draw that the learner's time did not hide shows here.
 
 ``next/sample`` is the learner-visible time per batch against a plain ``sample``
-(target <= 10%); ``saved`` is the share of a ``sample`` step the sampler saves. Rows:
+(target <= 10%); ``saved`` is the share of a whole step with its adds that the sampler
+saves. Rows:
 uint8 and float32/255 observations of raw 84x84 frames (``N`` transitions over a pool of
 16,384 distinct random frames, so a batch reads frames from 110 MB in random order), and
 the same of a compressing buffer of recorded Pong frames (tests/data/pong.npz, looped:
@@ -121,13 +126,17 @@ def run_row(name, rb, add, dtype, scale, steps: int, adds: int, block: int) -> d
         ts.append(time.perf_counter() - t0)
     learn, what = learner(statistics.median(ts))
     sampler = rb.sampler(B, prefetch=PREFETCH, **kw)
-    times: dict = {k: [] for k in ("sample", "next", "step_sample", "step_sampler", "learn")}
+    names = ("sample", "next", "step_sample", "step_sampler", "learn", "adds_sample",
+             "adds_sampler", "adds_alone")  # fmt: skip
+    times: dict = {k: [] for k in names}
     t_add = [len(rb)]  # the next transition's number (the buffer is full)
 
-    def add_some() -> None:
+    def add_some(kind: str) -> None:
+        t0 = time.perf_counter()
         for _ in range(adds):
             add(t_add[0])
             t_add[0] += 1
+        times["adds_" + kind].append(time.perf_counter() - t0)
 
     def step_sample() -> None:
         t0 = time.perf_counter()
@@ -137,6 +146,7 @@ def run_row(name, rb, add, dtype, scale, steps: int, adds: int, block: int) -> d
         t2 = time.perf_counter()
         times["sample"].append(t1 - t0)
         times["step_sample"].append(t2 - t0)
+        add_some("sample")
 
     def step_sampler() -> None:
         t0 = time.perf_counter()
@@ -146,18 +156,19 @@ def run_row(name, rb, add, dtype, scale, steps: int, adds: int, block: int) -> d
         t2 = time.perf_counter()
         times["next"].append(t1 - t0)
         times["step_sampler"].append(t2 - t0)
+        add_some("sampler")  # after the draw the thread made during learn(): no wait
 
     def learn_alone() -> None:
         t0 = time.perf_counter()
         learn()
         times["learn"].append(time.perf_counter() - t0)
+        add_some("alone")
 
     def blocks(count: int) -> None:
         for _ in range(count):
             for fn in (step_sample, step_sampler, learn_alone):
                 for _ in range(block):
                     fn()
-                    add_some()
                 # untimed: the thread ends the copies of the batches drawn ahead, so that
                 # it runs beside the sampler's steps only
                 time.sleep(0.01)
@@ -168,12 +179,14 @@ def run_row(name, rb, add, dtype, scale, steps: int, adds: int, block: int) -> d
     blocks(max(1, steps // block))
     sampler.close()
     us = {k + "_us": statistics.median(v) * 1e6 for k, v in times.items()}
+    with_sample = us["step_sample_us"] + us["adds_sample_us"]
+    with_sampler = us["step_sampler_us"] + us["adds_sampler_us"]
     return {
         "row": name,
         "learner": what,
         **us,
         "visible": us["next_us"] / us["sample_us"],
-        "saved": 1 - us["step_sampler_us"] / us["step_sample_us"],
+        "saved": 1 - with_sampler / with_sample,
     }
 
 
@@ -185,6 +198,8 @@ COLUMNS = [
     ("learn_us", "learn", "{:.0f}"),
     ("step_sample_us", "step sample", "{:.0f}"),
     ("step_sampler_us", "step sampler", "{:.0f}"),
+    ("adds_sample_us", "adds sample", "{:.0f}"),
+    ("adds_sampler_us", "adds sampler", "{:.0f}"),
     ("saved", "saved", "{:.0%}"),
 ]
 
@@ -217,7 +232,7 @@ def main(argv=None) -> list[dict]:
         "--steps",
         type=int,
         default=None,
-        help="timed steps of each kind per row (default 400, 40 with --quick)",
+        help="timed steps of each kind per row (default 600, 40 with --quick)",
     )
     p.add_argument("--adds", type=int, default=4, help="transitions added per step (default 4)")
     p.add_argument("--seed", type=int, default=0)
@@ -228,7 +243,8 @@ def main(argv=None) -> list[dict]:
     )
     args = p.parse_args(argv)
     n = args.transitions or (5_000 if args.quick else 100_000)
-    steps = args.steps or (40 if args.quick else 400)
+    steps = args.steps or (40 if args.quick else 600)
+    block = 20 if args.quick else 100  # steps of one kind in a row: each kind's steady state
     print(header("bench_sampler", f"B={B}, prefetch={PREFETCH}, {args.adds} adds per step"))
     print(
         f"84x84 uint8 frames, k={K}, {n:,} transitions; median of {steps} steps of each kind "
@@ -239,7 +255,7 @@ def main(argv=None) -> list[dict]:
     for name, make in (("raw", raw_buffer), ("pong compressed", pong_buffer)):
         rb, add = make(n, args.seed)
         for dtype, scale, label in ((None, None, "uint8"), (np.float32, 1 / 255, "float32/255")):
-            row = run_row(f"{name} {label}", rb, add, dtype, scale, steps, args.adds, 20)
+            row = run_row(f"{name} {label}", rb, add, dtype, scale, steps, args.adds, block)
             rows.append(row)
             learners.append(f"{row['row']}: {row['learner']}")
         del rb, add
@@ -248,7 +264,10 @@ def main(argv=None) -> list[dict]:
         "sample / next: the time inside rb.sample(B) / next(rb.sampler(B, prefetch=2)); "
         "learn: the learner step alone (sized to one sample: "
         + "; ".join(learners)
-        + "); step: fetch + learn; saved: 1 - step sampler / step sample."
+        + "); step: fetch + learn; adds: the step's "
+        f"{args.adds} adds (with a sampler, an add first waits for the draw the thread owes, "
+        "made during the learner step); saved: 1 - (step + adds with the sampler) / (step + "
+        "adds with sample)."
     )
     if args.check:
         report_checks(check_targets(rows))
