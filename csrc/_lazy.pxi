@@ -801,6 +801,7 @@ cdef class LazyBatch:
         cdef _Copy c
         memset(&c, 0, sizeof(c))
         c.n_out = 2
+        c.held = True  # self, and o: both owners live until the call returns
         res1 = _output(self._pool, self._code, n, k, o1, dtype, scale, &c, 0)
         dst_type = c.dst_type
         res2 = _output(self._pool, self._code, n, k, o2, dtype, scale, &c, 1)

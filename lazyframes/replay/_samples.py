@@ -118,14 +118,14 @@ class Drawn(NamedTuple):
     """A drawn batch: every field read, every frame pinned; what :func:`fill` copies out.
 
     Attributes:
-        leaves: per store, a frame store's owners ``(obs, next_obs)`` (LazyBatches,
+        leaves: a list, per store, of a frame store's owners ``(obs, next_obs)`` (LazyBatches,
             :meth:`~._store.FrameStore.pin`), or a vector store's arrays ``(obs,
             next_obs)`` (fresh copies).
         actions, dones, rewards, truncations, indices, discounts, weights: the fields of
             :class:`Samples`.
     """
 
-    leaves: tuple
+    leaves: list
     actions: np.ndarray
     dones: np.ndarray
     rewards: np.ndarray
@@ -144,9 +144,7 @@ def draw(ring, stores: tuple, idx: np.ndarray, indices, weights) -> Drawn:
     it): the fields and vector leaves are copied, the frames pinned.
     """
     last, actions, dones, rewards, truncs, discounts = ring.fields(idx)
-    leaves = tuple(
-        s.pin(idx, last) if isinstance(s, FrameStore) else s.gather(idx, last) for s in stores
-    )
+    leaves = [s.pin(idx, last) if type(s) is FrameStore else s.gather(idx, last) for s in stores]
     idx64 = indices.astype(np.int64, copy=False)
     return Drawn(leaves, actions, dones, rewards, truncs, idx64, discounts, weights)
 
