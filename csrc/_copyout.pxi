@@ -2,7 +2,7 @@
 #
 # Included by _core.pyx. Every call that reads frames or takes references on ids it
 # was given (FramePool.gather/lazy/lazy_batch/push_batch/_push_dedup, LazyFrames
-# __array__/astype/shift, LazyBatch.numpy/shift, stack, SlotTable.batch/gather/
+# __array__/astype/shift, LazyBatch.numpy/numpy_pairs/shift, stack, SlotTable.batch/gather/
 # gather_pairs, _memcpy_gather) runs in two phases, in this order:
 #
 #   1. Convert every argument. This is where Python code runs, the caller's included
@@ -17,9 +17,9 @@
 #      (_fits) and every id (in range, live), read a table's entries, resolve each cold
 #      (compressed) frame, pinning its delta chain (_resolve), reserve the decoding
 #      scratch, then decode and copy (_copy releases the GIL for large copies and for
-#      any decoding, after taking a reference on each hot frame; the references and pins
-#      keep every frame alive and in place meanwhile) or hand the references to a new
-#      owner.
+#      any decoding, after taking a reference on each hot frame, unless the call holds
+#      the owners of every id: an owner's own method; the references and pins keep every
+#      frame alive and in place meanwhile) or hand the references to a new owner.
 #
 # Only phase 2 is trusted for memory safety; phase 1 checks exist to raise clear
 # error messages early. An output resized in phase 1 (ndarray.resize(refcheck=False)
@@ -48,6 +48,7 @@ cdef struct _Copy:
     int has_scale
     double scale
     bint floor              # the bench floor: one plain memcpy per frame instead of the kernel
+    bint held               # every id is an owner's that the call holds until it returns
     # phase 2 (_copy) fills these
     unsigned char *dst[2]
     size_t obs_bytes        # bytes of one observation in the output
@@ -361,11 +362,15 @@ cdef int _copy(_Copy *c) except -1:
                 raise MemoryError()
         if rs.n or c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out >= _NOGIL_BYTES:
             # a reference on every hot frame while the GIL is released (with the GIL
-            # held and no Python code running, nothing can free or move one)
-            for i in range(m):
-                if entry[i] < 0:
-                    lf_pool_incref(c.pool if c.pools == NULL else c.pools[i // per], c.ids[i])
-            n_hot = m
+            # held and no Python code running, nothing can free or move one), unless
+            # owners the call holds have one on each already (c.held): a frame an owner
+            # holds is neither freed nor compressed (its reference is not a cold one)
+            if not c.held:
+                for i in range(m):
+                    if entry[i] < 0:
+                        lf_pool_incref(c.pool if c.pools == NULL else c.pools[i // per],
+                                       c.ids[i])
+                n_hot = m
             _busy(c, 1)  # the pools' frames may not move (enable_compression) meanwhile
             with nogil:
                 if rs.n:
@@ -396,10 +401,15 @@ cdef int _copy(_Copy *c) except -1:
 
 cdef object _copy_out(FramePool pool, lf_layout code, const int64_t *ids, Py_ssize_t b,
                       Py_ssize_t k, object out, object dtype, object scale, bint batch=True):
-    """Both phases for ``b`` observations of ``k`` ids an owner holds (so they are private)."""
+    """Both phases for ``b`` observations of ``k`` ids an owner holds (so they are private).
+
+    The caller is a method of that owner, which it keeps alive until the copy ends: the
+    owner's references keep its frames live and hot while the GIL is released.
+    """
     cdef _Copy c
     memset(&c, 0, sizeof(c))
     c.n_out = 1
+    c.held = True
     res = _output(pool, code, b, k, out, dtype, scale, &c, 0, batch)
     c.ids = ids
     _copy(&c)

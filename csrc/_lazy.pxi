@@ -752,6 +752,77 @@ cdef class LazyBatch:
         self._ready()
         return _copy_out(self._pool, self._code, self._slots, self._n, self._k, out, dtype, scale)
 
+    def numpy_pairs(self, other, out=None, *, dtype=None, scale=None):
+        """Materialise this batch and ``other`` row by row into two arrays, in one copy.
+
+        Row i of the first array is this batch's observation i, of the second
+        ``other``'s; they are copied one after the other, so frames they share (a
+        transition's observation and next observation share k - 1) are read from memory
+        once, and a compressed frame is decoded once. It is :meth:`SlotTable.gather_pairs`
+        from two owners instead of a table's rows: a replay buffer pins the frames of a
+        batch when it draws it (:meth:`SlotTable.batch`) and copies them later, perhaps
+        in another thread while the table changes. One call, GIL released.
+
+        Args:
+            other: a LazyBatch of the same pool, length, stack size and layout.
+            out: None, or a pair of C-contiguous writeable arrays of shape :attr:`shape`
+                that do not overlap.
+            dtype, scale: as :meth:`numpy`.
+
+        Returns:
+            A pair of arrays of shape :attr:`shape`: ``out``, or new ones.
+
+        Raises:
+            TypeError: ``other`` not a LazyBatch, a bad ``out``, ``dtype`` or ``scale``.
+            ValueError: ``other`` of another pool, length, stack size or layout; a bad
+                ``out``. Nothing is written then.
+
+        Example:
+            >>> pool = FramePool((2, 2), np.uint8)
+            >>> a = pool.push_batch(np.zeros((3, 2, 2), np.uint8), k=2)
+            >>> b = a.shift(np.ones((3, 2, 2), np.uint8))
+            >>> obs, nxt = a.numpy_pairs(b)
+            >>> obs.shape, nxt[:, :, 0, 0].tolist()
+            ((3, 2, 2, 2), [[0, 1], [0, 1], [0, 1]])
+        """
+        self._ready()
+        cdef LazyBatch o = _check_batch(self._pool, other, "other")
+        if o._n != self._n or o._k != self._k or o._code != self._code:
+            raise ValueError(
+                f"other has shape {o.shape} in layout {o.layout!r}, this batch "
+                f"{self.shape} in layout {self.layout!r}"
+            )
+        if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
+            raise TypeError("out must be a pair of ndarrays")
+        o1, o2 = (None, None) if out is None else out
+        if not _apart(o1, o2):
+            C.check_no_overlap(out, {})
+        cdef Py_ssize_t n = self._n, k = self._k, i
+        cdef _Copy c
+        memset(&c, 0, sizeof(c))
+        c.n_out = 2
+        c.held = True  # self, and o: both owners live until the call returns
+        res1 = _output(self._pool, self._code, n, k, o1, dtype, scale, &c, 0)
+        dst_type = c.dst_type
+        res2 = _output(self._pool, self._code, n, k, o2, dtype, scale, &c, 1)
+        if res1.dtype != res2.dtype or c.dst_type != dst_type:
+            raise TypeError(
+                f"the two arrays of out have different dtypes: {res1.dtype} and {res2.dtype}"
+            )
+        cdef cnp.npy_intp dims[2]
+        dims[0] = n
+        dims[1] = 2 * k
+        cdef cnp.ndarray ids = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
+        cdef int64_t *x = <int64_t *>cnp.PyArray_DATA(ids)
+        # phase 2: no Python code from here on. Row i of self then row i of other: the
+        # copy order (the owners' ids never change, and the call holds both owners)
+        for i in range(n):
+            memcpy(x + 2 * i * k, self._slots + i * k, k * sizeof(int64_t))
+            memcpy(x + (2 * i + 1) * k, o._slots + i * k, k * sizeof(int64_t))
+        c.ids = x
+        _copy(&c)
+        return res1, res2
+
     def __array__(self, dtype=None, copy=None):
         """Materialise into a fresh ``(n, *observation_shape)`` array (NumPy 2 protocol).
 

@@ -237,7 +237,7 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
             raise ValueError("u must hold numbers in [0, 1)")
         return idx, w
 
-    def update(self, indices, values, double exponent=1.0):
+    def update(self, indices, values, double exponent=1.0, where=None):
         """Set the non-empty leaves among ``indices`` to ``values ** exponent``; checked first.
 
         Leaves that are empty (0) stay empty. A repeated index keeps its last value.
@@ -245,13 +245,20 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
         ``value ** exponent`` positive and at most ``float64 max / capacity`` (so the
         total stays finite).
 
+        Args:
+            indices: leaf indices in ``[0, capacity)``.
+            values: as many non-negative numbers.
+            exponent: the power each value is raised to.
+            where: None, or as many bools: the entries where it is False are checked but
+                not written.
+
         Returns:
-            The largest of ``values`` (0.0 for none).
+            The largest of ``values`` where written (0.0 for none).
 
         Raises:
             ValueError: sizes that differ, an index outside ``[0, capacity)``, a value
                 refused as above (the message names ``priorities[j]``).
-            TypeError: non-integer indices, non-numeric values.
+            TypeError: non-integer indices, non-numeric values, ``where`` not bools.
         """
         self._check()
         cdef cnp.ndarray ii = _i64(indices, "indices")
@@ -259,6 +266,15 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
         cdef size_t m = cnp.PyArray_SIZE(ii), j, live = 0, n = self._t.n
         if <size_t>cnp.PyArray_SIZE(vv) != m:
             raise ValueError(C.prio_lengths(m, cnp.PyArray_SIZE(vv), "priorities"))
+        cdef cnp.ndarray ww = None
+        cdef const cnp.npy_bool *wv = NULL
+        if where is not None:
+            ww = np.array(where, copy=True, order="C").reshape(-1)
+            if ww.dtype != np.bool_:
+                raise TypeError(f"where must be bools, got dtype {ww.dtype}")
+            if <size_t>cnp.PyArray_SIZE(ww) != m:
+                raise ValueError(C.prio_lengths(m, cnp.PyArray_SIZE(ww), "where"))
+            wv = <const cnp.npy_bool *>cnp.PyArray_DATA(ww)
         cdef const int64_t *iv = <const int64_t *>cnp.PyArray_DATA(ii)
         cdef const double *pv = <const double *>cnp.PyArray_DATA(vv)
         cdef double v, most = 0.0, top = DBL_MAX / <double>(n if n else 1)
@@ -279,6 +295,8 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
                     v = pow(pv[j], exponent)
                     if not (v > 0.0 and v <= top):
                         kind = 2
+                    elif wv != NULL and not wv[j]:
+                        continue  # checked, not written
                     elif lf_sumtree_get(&self._t, <size_t>iv[j]) > 0.0:  # not empty
                         wpos[live] = iv[j]
                         wval[live] = v

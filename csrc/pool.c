@@ -21,7 +21,7 @@ typedef struct {
  * compression runs with the GIL held, one pool at a time. */
 struct lf_compressor {
     lf_codec codec;
-    lf_coder coder;           /* its blob buffer is also the chunk of lf_pool_decode_blob
+    lf_coder coder;           /* its blob buffer is also the chunk of lf_pool_decode
                                * (a blob made whole + a delta) */
     void *dctx;
     unsigned char *base;      /* frame_bytes: a decoded reference */
@@ -455,17 +455,16 @@ int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain) {
     }
 }
 
-int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsigned char *base,
-                        unsigned char *out, unsigned char *chunk) {
-    const lf_meta *m = lf_pool_meta(p, slot);
-    const unsigned char *blob = m->buf;
-    size_t n = m->blob_bytes, fb = p->frame_bytes;
-    if (m->blob_flags & LF_BLOB_PATCH) return base ? lf_patch_apply(blob, n, base, out, fb) : -1;
-    if (m->blob_flags & LF_BLOB_LEAN) {
+int lf_blob_decode(const lf_pool *p, void *dctx, lf_blob b, const unsigned char *base,
+                   unsigned char *out, unsigned char *chunk) {
+    const unsigned char *blob = b.buf;
+    size_t n = b.bytes, fb = p->frame_bytes;
+    if (b.flags & LF_BLOB_PATCH) return base ? lf_patch_apply(blob, n, base, out, fb) : -1;
+    if (b.flags & LF_BLOB_LEAN) {
         n = lf_unlean(&p->z->coder.header, blob, n, chunk);
         blob = chunk;
     }
-    if (!(m->blob_flags & LF_BLOB_XOR)) return lf_decompress(dctx, blob, n, out, fb);
+    if (!(b.flags & LF_BLOB_XOR)) return lf_decompress(dctx, blob, n, out, fb);
     /* an XOR delta lands after the whole blob (in cache), then one pass applies it */
     unsigned char *delta = chunk + fb + LF_BLOB_OVERHEAD;
     if (!base || lf_decompress(dctx, blob, n, delta, fb)) return -1;
@@ -480,7 +479,8 @@ int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *ou
     int64_t chain[LF_MAX_GROUP];
     int n = lf_pool_chain(p, slot, chain);
     for (int i = n - 1; i >= 0; i--) /* the keyframe, then each patch in place */
-        if (lf_pool_decode_blob(p, dctx, chain[i], i == n - 1 ? NULL : out, out, p->z->coder.blob))
+        if (lf_blob_decode(p, dctx, lf_pool_blob(p, chain[i]), i == n - 1 ? NULL : out, out,
+                           p->z->coder.blob))
             return -1;
     return 0;
 }
@@ -606,6 +606,9 @@ static int reader_grow(lf_reader *r) {
         int64_t *slots = realloc(r->slots, cap * sizeof(int64_t));
         if (!slots) return -1;
         r->slots = slots;
+        lf_blob *blobs = realloc(r->blobs, cap * sizeof(lf_blob));
+        if (!blobs) return -1;
+        r->blobs = blobs;
         int32_t *ref = realloc(r->ref, cap * sizeof(int32_t));
         if (!ref) return -1;
         r->ref = ref;
@@ -667,6 +670,7 @@ int64_t lf_reader_add(lf_reader *r, int64_t slot) {
             r->hkeys[pos] = slot;
             r->hvals[pos] = (int32_t)i;
             r->slots[i] = slot;
+            r->blobs[i] = lf_pool_blob(r->p, slot); /* decoded without the GIL: never the meta */
             r->ref[i] = -1;
             r->pos[i] = -1;
             r->at[i] = NULL;
@@ -720,7 +724,7 @@ int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end) {
         while (n > 0) { /* the oldest first: each from the frame before it */
             int32_t j = todo[--n];
             unsigned char *out = r->pos[j] >= 0 ? lf_reader_frame(r, j) : through;
-            if (lf_pool_decode_blob(r->p, dctx, r->slots[j], base, out, r->chunk)) return -2;
+            if (lf_blob_decode(r->p, dctx, r->blobs[j], base, out, r->chunk)) return -2;
             if (r->pos[j] >= 0) r->done[j] = 1;
             base = out;
         }
@@ -732,6 +736,7 @@ int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end) {
 void lf_reader_release(lf_reader *r) {
     for (size_t i = 0; i < r->n; i++) lf_pool_decref(r->p, r->slots[i]);
     free(r->slots);
+    free(r->blobs);
     free(r->ref);
     free(r->pos);
     free(r->at);

@@ -26,6 +26,18 @@
  * compresses it exactly once (SlotTable.set/take call it with the GIL held). A cold frame never becomes hot again; readers (lf_reader)
  * decode it into their own scratch, without the GIL, after pinning (incref) every slot of
  * its chain, so that nothing they read is compressed or freed meanwhile.
+ *
+ * Threads. One thread at a time changes a pool (the GIL); a copy out reads pinned frames
+ * without it while another thread adds. What a reader reads without the GIL never
+ * changes while it holds its pins: a pinned hot frame's bytes (a pin is not a cold
+ * reference, so the frame is not eligible for compression, and its slot is not freed or
+ * reused) and a pinned cold frame's blob (freed only with its slot). The pool's own
+ * tables do move: lf_pool_alloc grows the chunk table with realloc, and frees and
+ * compression write the lf_meta of other slots. So a reader takes every address it needs
+ * with the GIL held - a hot frame's lf_pool_addr, a cold frame's blob (lf_reader_add
+ * copies it into an lf_blob) - and never reads p->chunks, an lf_meta or a refcount
+ * without the GIL. test_pool_threads in csrc/test_kernels.c runs adds against gathers in
+ * two threads under ThreadSanitizer (tests/sanitize.sh).
  */
 #ifndef LAZYFRAMES_POOL_H
 #define LAZYFRAMES_POOL_H
@@ -203,14 +215,29 @@ size_t lf_pool_pending(const lf_pool *p);
  * last; returns their number (<= LF_MAX_GROUP). */
 int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain);
 
-/* Decode the blob of a cold `slot` into out (frame_bytes): a keyframe, or a delta (a
- * patch, or the codec's XOR delta) over `base`, the decoded frame of its reference (NULL
- * for a keyframe), which may be out. chunk: room for 2 frame_bytes + LF_BLOB_OVERHEAD (a
- * lean blob is made whole there, then an XOR delta decoded after it).
- * 0, or -1 if the blob does not decode (cannot happen unless memory is corrupted).
- * Needs no GIL: the caller pinned the slot and its chain. */
-int lf_pool_decode_blob(const lf_pool *p, void *dctx, int64_t slot, const unsigned char *base,
-                        unsigned char *out, unsigned char *chunk);
+/* The blob of a cold slot, as read with the GIL held: it does not move or change while
+ * the slot is live, so a reader that pinned the slot decodes it without the GIL. */
+typedef struct {
+    const unsigned char *buf;
+    uint32_t bytes;
+    uint8_t flags;         /* lf_meta.blob_flags */
+} lf_blob;
+
+static inline lf_blob lf_pool_blob(const lf_pool *p, int64_t slot) {
+    const lf_meta *m = lf_pool_meta(p, slot);
+    lf_blob b = {m->buf, m->blob_bytes, m->blob_flags};
+    return b;
+}
+
+/* Decode blob b of p into out (frame_bytes): a keyframe, or a delta (a patch, or the
+ * codec's XOR delta) over `base`, the decoded frame of its reference (NULL for a
+ * keyframe), which may be out. chunk: room for 2 frame_bytes + LF_BLOB_OVERHEAD (a lean
+ * blob is made whole there, then an XOR delta decoded after it). Reads only b's bytes,
+ * p->frame_bytes and the coder's lean header (written once, before the first lean blob
+ * exists). 0, or -1 if the blob does not decode (cannot happen unless memory is
+ * corrupted). Needs no GIL when the caller pinned the blob's slot. */
+int lf_blob_decode(const lf_pool *p, void *dctx, lf_blob b, const unsigned char *base,
+                   unsigned char *out, unsigned char *chunk);
 
 /* Decode a cold slot with its whole chain into out. */
 int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *out);
@@ -234,6 +261,7 @@ int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out);
 typedef struct {
     lf_pool *p;
     int64_t *slots;        /* the cold slots, each pinned */
+    lf_blob *blobs;        /* their blobs, taken by lf_reader_add (GIL held) */
     int32_t *ref;          /* index of the entry's reference, or -1 for a keyframe */
     int32_t *pos;          /* the entry's frame in scratch (a frame asked for), or -1 */
     unsigned char **at;    /* where it is decoded instead (lf_reader_place), or NULL */
@@ -259,7 +287,8 @@ void lf_reader_init(lf_reader *r, lf_pool *p);
 int64_t lf_reader_add(lf_reader *r, int64_t slot);
 /* The scratch of every entry asked for: 0, or -1 on out of memory. GIL held. */
 int lf_reader_reserve(lf_reader *r);
-/* Decode every entry asked for (reserved): 0, or -2 if a blob does not decode. No GIL needed. */
+/* Decode every entry asked for (reserved): 0, or -2 if a blob does not decode. No GIL
+ * needed: it reads the reader's memory and the pinned blobs, never the pool's tables. */
 int lf_reader_decode(lf_reader *r, void *dctx);
 /* The same for the entries below `end` only (the rest stay for a later call), so that a
  * copy can decode a row's frames just before it copies them, while they are in cache. */

@@ -14,6 +14,9 @@
  * against its documented policy and, in a random walk, against a plain model; its
  * compressed (cold) path against the frames it was given, under every codec.
  */
+#define _POSIX_C_SOURCE 200809L /* pthreads, sched_yield */
+#include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -993,8 +996,192 @@ static void test_sumtree_drift(void) {
     lf_sumtree_free(&fresh);
 }
 
-int main(void) {
+/* ------------------------------------------------------------------------------ */
+/* two threads: adds against gathers                                                */
+
+/* The protocol of the Cython layer (csrc/_copyout.pxi), with a mutex for the GIL. The
+ * adding thread, holding it, pushes a frame, writes a table row (new cold references,
+ * then the evicted row's dropped, then the previous frames recorded), lets the frame
+ * that leaves its window go (a wrapper's ring) and compresses what went cold: slots are
+ * allocated, freed and reused, chunks made, returned and their table grown, frames
+ * compressed and their blobs freed. The gathering thread, holding it, picks rows, pins
+ * their frames (a reference on each hot one, a reader entry with its chain on each cold
+ * one) and notes which frames the rows hold; then, without it, decodes and copies them;
+ * then, holding it again, unpins. Every copied frame must be the frame its row held at
+ * the pick, byte for byte (a frame carries its number). Run under ThreadSanitizer by
+ * tests/sanitize.sh ("test_kernels threads"); any access of the gatherer that the adder
+ * may change meanwhile is a reported race. */
+
+#define TFB 200    /* frame bytes */
+#define TK 4       /* frames per row */
+#define TROWS 48   /* table rows */
+#define TB 8       /* rows per gather */
+
+static void thread_frame(unsigned char *out, uint64_t n) {
+    memcpy(out, &n, sizeof n);
+    for (size_t i = sizeof n; i < TFB; i++) out[i] = (unsigned char)(i * 7 + n / 16);
+    out[sizeof n + (n * 13) % (TFB - sizeof n)] = (unsigned char)n; /* a small change: a patch */
+}
+
+typedef struct {
+    pthread_mutex_t gil;
+    lf_pool p;
+    int64_t table[TROWS][TK];  /* slot ids, -1 empty */
+    int64_t newest[TROWS];     /* the number of each row's newest frame, -1 empty */
+    int done;                  /* the adder finished */
+    uint64_t seed;
+    long gathers, frames, cold, bad;  /* the gatherer's counts */
+} thread_case;
+
+static void *thread_gather(void *arg) {
+    thread_case *t = arg;
+    uint64_t s = t->seed;
+    unsigned char out[TB * TK][TFB], want[TFB];
+    const unsigned char *src[TB * TK];
+    int64_t ids[TB * TK], entry[TB * TK];
+    uint64_t num[TB * TK];
+    void *dctx = lf_dctx_new();
+    for (;;) {
+        pthread_mutex_lock(&t->gil);
+        if (t->done) {
+            pthread_mutex_unlock(&t->gil);
+            break;
+        }
+        int m = 0;
+        lf_reader r;
+        lf_reader_init(&r, &t->p);
+        for (int b = 0; b < TB; b++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            int row = (int)((s >> 33) % TROWS);
+            if (t->newest[row] < 0) continue;
+            for (int j = 0; j < TK; j++, m++) {
+                ids[m] = t->table[row][j];
+                num[m] = (uint64_t)t->newest[row] - (TK - 1) + (uint64_t)j;
+                if (lf_pool_is_hot(&t->p, ids[m])) {
+                    lf_pool_incref(&t->p, ids[m]);
+                    src[m] = lf_pool_addr(&t->p, ids[m]);
+                    entry[m] = -1;
+                } else {
+                    entry[m] = lf_reader_add(&r, ids[m]);
+                    lf_reader_place(&r, entry[m], out[m]);
+                }
+            }
+        }
+        int ok = lf_reader_reserve(&r) == 0;
+        t->p.busy++;
+        pthread_mutex_unlock(&t->gil);
+        /* the GIL released: only pinned frames and the reader's own memory are read */
+        ok = ok && lf_reader_decode(&r, dctx) == 0;
+        for (int i = 0; ok && i < m; i++) {
+            if (entry[i] >= 0) src[i] = lf_reader_frame(&r, entry[i]);
+            if (src[i] != out[i]) memcpy(out[i], src[i], TFB);
+        }
+        long bad = !ok;
+        for (int i = 0; ok && i < m; i++) {
+            thread_frame(want, num[i]);
+            bad += memcmp(out[i], want, TFB) != 0;
+        }
+        pthread_mutex_lock(&t->gil);
+        t->p.busy--;
+        for (int i = 0; i < m; i++)
+            if (entry[i] < 0) lf_pool_decref(&t->p, ids[i]);
+        t->cold += (long)r.n;
+        if (r.n) lf_reader_release(&r); /* made only for cold frames, as _copy does */
+        t->gathers++;
+        t->frames += m;
+        t->bad += bad;
+        pthread_mutex_unlock(&t->gil);
+    }
+    lf_ctx_free(dctx);
+    return NULL;
+}
+
+/* One round: a fresh pool (chunks of 2 frames: many chunks, a growing chunk table),
+ * `adds` frames pushed while the gatherer runs; then everything dropped. */
+static void thread_round(int compress, lf_codec c, int adds, uint64_t seed) {
+    thread_case *t = calloc(1, sizeof *t); /* its fields are read and written holding gil */
+    pthread_mutex_init(&t->gil, NULL);
+    lf_pool_init(&t->p, TFB, 2 * TFB);
+    if (compress) CHECK(lf_pool_enable_compression(&t->p, c) == 0, "enable");
+    for (int r = 0; r < TROWS; r++) {
+        t->newest[r] = -1;
+        for (int j = 0; j < TK; j++) t->table[r][j] = -1;
+    }
+    t->seed = seed;
+    int64_t window[TK]; /* the wrapper's ring: a reference on each of the newest TK frames */
+    for (int j = 0; j < TK; j++) {
+        window[j] = lf_pool_alloc(&t->p);
+        thread_frame(lf_pool_addr(&t->p, window[j]), (uint64_t)j);
+    }
+    pthread_t g;
+    CHECK(pthread_create(&g, NULL, thread_gather, t) == 0, "thread");
+    long oom = 0, seen = 0;
+    for (int n = TK; n < TK + adds; n++) {
+        pthread_mutex_lock(&t->gil);
+        /* every 32 adds, until the gatherer has gathered again: a mutex is not fair, and
+         * on a busy machine the gatherer could otherwise not run before the adds end */
+        while (n % 32 == 0 && t->gathers == seen) {
+            pthread_mutex_unlock(&t->gil);
+            sched_yield();
+            pthread_mutex_lock(&t->gil);
+        }
+        seen = t->gathers;
+        int64_t slot = lf_pool_alloc(&t->p);
+        if (slot < 0) {
+            oom++;
+            pthread_mutex_unlock(&t->gil);
+            break;
+        }
+        thread_frame(lf_pool_addr(&t->p, slot), (uint64_t)n);
+        int64_t gone = window[0];
+        memmove(window, window + 1, (TK - 1) * sizeof(int64_t));
+        window[TK - 1] = slot;
+        int row = n % TROWS; /* SlotTable.set: new references, old dropped, then written */
+        for (int j = 0; j < TK; j++) lf_pool_incref_cold(&t->p, window[j]);
+        for (int j = 0; j < TK; j++)
+            if (t->table[row][j] >= 0) lf_pool_decref_cold(&t->p, t->table[row][j]);
+        for (int j = 0; j < TK; j++) {
+            t->table[row][j] = window[j];
+            if (j) lf_pool_set_prev(&t->p, window[j], window[j - 1]);
+        }
+        t->newest[row] = n;
+        lf_pool_decref(&t->p, gone); /* the ring lets the oldest frame go */
+        oom += lf_pool_compress_pending(&t->p) != 0;
+        pthread_mutex_unlock(&t->gil);
+    }
+    pthread_mutex_lock(&t->gil);
+    t->done = 1;
+    pthread_mutex_unlock(&t->gil);
+    pthread_join(g, NULL);
+    CHECK(oom == 0, "out of memory (%ld)", oom);
+    CHECK(t->bad == 0, "frames that are not the frame their row held (%ld of %ld)", t->bad,
+          t->frames);
+    CHECK(t->gathers > 0 && (!compress || t->cold > 0), "gathers (%ld), cold frames read (%ld)",
+          t->gathers, t->cold);
+    for (int r = 0; r < TROWS; r++)
+        for (int j = 0; j < TK; j++)
+            if (t->table[r][j] >= 0) lf_pool_decref_cold(&t->p, t->table[r][j]);
+    for (int j = 0; j < TK; j++) lf_pool_decref(&t->p, window[j]);
+    CHECK(t->p.live_frames == 0 && t->p.busy == 0, "all freed (%zu)", t->p.live_frames);
+    lf_pool_free(&t->p);
+    pthread_mutex_destroy(&t->gil);
+    free(t);
+}
+
+static void test_pool_threads(void) {
+    for (int round = 0; round < 6; round++) {
+        thread_round(0, (lf_codec){LF_CODEC_LZ4, 1, 1}, 4000, 11 + round);
+        thread_round(1, (lf_codec){LF_CODEC_LZ4, 1, round % 2 ? 16 : 4}, 4000, 17 + round);
+    }
+}
+
+int main(int argc, char **argv) {
     lf_codec_init();
+    if (argc > 1 && strcmp(argv[1], "threads") == 0) { /* tests/sanitize.sh, under TSan */
+        test_pool_threads();
+        printf("%ld passed, %ld failed\n", n_pass, n_fail);
+        return n_fail ? 1 : 0;
+    }
     test_type_sizes();
     test_layout_shapes();
     test_geometry();
@@ -1011,6 +1198,7 @@ int main(void) {
     test_sumtree_basic();
     test_sumtree_sample();
     test_sumtree_drift();
+    test_pool_threads();
     printf("%ld passed, %ld failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -177,6 +177,14 @@ class LazyBatch:
     def numpy(
         self, out: np.ndarray | None = None, *, dtype: DTypeLike | None = None, scale: Scale = None
     ) -> np.ndarray: ...
+    def numpy_pairs(
+        self,
+        other: LazyBatch,
+        out: tuple[np.ndarray, np.ndarray] | None = None,
+        *,
+        dtype: DTypeLike | None = None,
+        scale: Scale = None,
+    ) -> tuple[np.ndarray, np.ndarray]: ...
     def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray: ...
     def __dlpack__(
         self,
@@ -290,7 +298,11 @@ class SumTree:
         self, u: npt.ArrayLike, beta: float | None
     ) -> tuple[np.ndarray, np.ndarray | None]: ...
     def update(
-        self, indices: npt.ArrayLike, values: npt.ArrayLike, exponent: float = 1.0
+        self,
+        indices: npt.ArrayLike,
+        values: npt.ArrayLike,
+        exponent: float = 1.0,
+        where: npt.ArrayLike | None = None,
     ) -> float: ...
 
 class RowRing:

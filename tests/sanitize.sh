@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The sanitizer step of .ci/run (bash tests/sanitize.sh; needs gcc's libasan and libubsan):
-# csrc/test_kernels.c under ASan + UBSan with leak checks, then the core tests and the fuzzer
-# against the extension rebuilt so in a scratch copy (libasan preloaded; CPython's exit
-# leaks unchecked). Any sanitizer report fails the step.
+# The sanitizer step of .ci/run (bash tests/sanitize.sh; needs gcc's libasan, libubsan and
+# libtsan): csrc/test_kernels.c under ASan + UBSan with leak checks, and its two-thread test
+# (adds against GIL-free gathers) under TSan; then the core tests and the fuzzer against the
+# extension rebuilt with ASan + UBSan in a scratch copy (libasan preloaded; CPython's exit
+# leaks unchecked), and the threaded tests against one rebuilt with TSan (CPython's GIL is a
+# pthread mutex TSan sees). Any sanitizer report fails the step.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TESTS=(tests/core/test_core.py tests/core/test_compress.py tests/core/test_module.py tests/core/test_sumtree.py
-       tests/hardening/test_misuse.py tests/hardening/test_fuzz.py tests/replay/test_model_fuzz.py tests/replay/test_buffer.py)
+       tests/hardening/test_misuse.py tests/hardening/test_fuzz.py tests/replay/test_model_fuzz.py tests/replay/test_buffer.py
+       tests/replay/test_sampler.py)
 FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g"
 REPORT='ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer'
 
@@ -25,6 +28,15 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 "$SCRATCH/test_kern
     > "$SCRATCH/kernels.log" 2>&1 || { cat "$SCRATCH/kernels.log"; exit 1; }
 tail -n 1 "$SCRATCH/kernels.log"
 if grep -Eq "$REPORT|FAIL" "$SCRATCH/kernels.log"; then cat "$SCRATCH/kernels.log"; exit 1; fi
+
+echo "-- csrc/test_kernels.c threads, under ThreadSanitizer"
+gcc -std=c99 -O1 -Wall -Wextra -fsanitize=thread -fno-omit-frame-pointer -g -I"$ROOT/csrc" \
+    -I"$BLOSC2/include" "$ROOT"/csrc/{test_kernels,kernels,pool,codec,sumtree}.c \
+    "$BLOSC2/lib/libblosc2.a" -o "$SCRATCH/test_threads" -lpthread -ldl -lm
+TSAN_OPTIONS=halt_on_error=1 "$SCRATCH/test_threads" threads > "$SCRATCH/threads.log" 2>&1 \
+    || { cat "$SCRATCH/threads.log"; exit 1; }
+tail -n 1 "$SCRATCH/threads.log"
+if grep -Eq 'WARNING: ThreadSanitizer|FAIL' "$SCRATCH/threads.log"; then cat "$SCRATCH/threads.log"; exit 1; fi
 
 echo "-- the extension, built with the sanitizers in $SCRATCH/src"
 mkdir "$SCRATCH/src"
@@ -47,4 +59,33 @@ echo "-- ${TESTS[*]} against it"
 status=0
 python -m pytest -q -p no:cacheprovider "${TESTS[@]}" 2>&1 | tee "$SCRATCH/tests.log" || status=$?
 if grep -Eq "$REPORT" "$SCRATCH/tests.log"; then echo "sanitize.sh: a sanitizer report" >&2; exit 1; fi
-exit "$status"
+unset LD_PRELOAD ASAN_OPTIONS UBSAN_OPTIONS
+
+echo "-- the extension, built with ThreadSanitizer in $SCRATCH/tsan"
+LIBTSAN="$(gcc -print-file-name=libtsan.so)"
+[[ "$LIBTSAN" = /* ]] || { echo "sanitize.sh: gcc has no libtsan.so" >&2; exit 1; }
+# the interpreter itself: a launcher script (pyenv's shim) would run under libtsan too
+PY="$(python -c 'import sys; print(sys.executable)')"
+mkdir "$SCRATCH/tsan"
+tar -C "$ROOT" -cf - --exclude=.git --exclude=build --exclude='*.egg-info' \
+    --exclude=__pycache__ --exclude='.*_cache' --exclude=.hypothesis --exclude='*.so' \
+    --exclude=csrc/_core.c . | tar -C "$SCRATCH/tsan" -xf -
+cd "$SCRATCH/tsan"
+LAZYFRAMES_OPT=-O1 CFLAGS="-fsanitize=thread -fno-omit-frame-pointer -g" \
+    LDFLAGS="-fsanitize=thread" "$PY" setup.py -q build_ext --inplace \
+    > "$SCRATCH/tsan-build.log" 2>&1 || { cat "$SCRATCH/tsan-build.log"; exit 1; }
+grep -q __tsan_init lazyframes/_core*.so \
+    || { echo "sanitize.sh: the extension is not instrumented" >&2; exit 1; }
+THREADED=(tests/replay/test_sampler.py tests/core/test_compress.py)
+echo "-- ${THREADED[*]} (threaded tests) against it"
+tstatus=0
+LD_PRELOAD="$LIBTSAN" TSAN_OPTIONS="log_path=$SCRATCH/tsan-report" PYTHONDONTWRITEBYTECODE=1 \
+    "$PY" -m pytest -q -p no:cacheprovider "${THREADED[@]}" -k "sampler or threads or grows" \
+    || tstatus=$?
+if compgen -G "$SCRATCH/tsan-report.*" > /dev/null; then
+    cat "$SCRATCH"/tsan-report.*
+    echo "sanitize.sh: a ThreadSanitizer report" >&2
+    exit 1
+fi
+[[ "$status" = 0 ]] || exit "$status"
+exit "$tstatus"

@@ -18,7 +18,9 @@ The package, one concern a module:
   n-step windows and draws;
 - ``_store``: the stores of observation leaves (frames, or plain arrays);
 - ``_buffer``: :class:`ReplayBuffer`, a ring and its stores;
-- ``_samples``: :class:`Samples`, the one type of a sampled batch;
+- ``_samples``: :class:`Samples`, the one type of a sampled batch, drawn then filled;
+- ``_sampler``: :class:`Sampler`, batches drawn ahead and filled in a background thread
+  (``ReplayBuffer.sampler``);
 - ``_prioritized``: :class:`PrioritizedReplayBuffer`, a subclass with sum-trees;
 - ``_archive``: the checkpoint file format, written and read (every version), in
   ``_npz``'s archive of checked members.
@@ -26,6 +28,7 @@ The package, one concern a module:
 
 from ._buffer import ReplayBuffer
 from ._prioritized import PrioritizedReplayBuffer
+from ._sampler import Sampler
 from ._samples import Samples
 
 #: The samples of a uniform draw (the name of 0.2): :class:`Samples`.
@@ -38,5 +41,6 @@ __all__ = [
     "PrioritizedSamples",
     "ReplayBuffer",
     "ReplaySamples",
+    "Sampler",
     "Samples",
 ]

@@ -13,6 +13,7 @@ ring gave. Nothing is stored when an error is raised.
 from __future__ import annotations
 
 import operator
+import weakref
 
 import numpy as np
 
@@ -21,7 +22,8 @@ from .. import _core
 from . import _archive
 from ._args import Parser, options
 from ._ring import Ring
-from ._samples import Samples, constant, gather, outputs
+from ._sampler import DrawGate, Sampler
+from ._samples import Drawn, Samples, constant, draw, fill, outputs
 from ._store import FrameStore, VectorStore, check_pool, pool_memory, stores_for
 
 
@@ -182,6 +184,8 @@ class ReplayBuffer:
         self._frames: tuple = ()  # the indices of the frame stores among the stores
         self._vectors: tuple = ()  # and of the vector stores
         self._tables: tuple = ()  # the frame stores' SlotTables
+        self._samplers: weakref.WeakSet = weakref.WeakSet()  # closed by clear()
+        self._draws = DrawGate()  # what they owe: waited for before the buffer changes
 
     # -- properties -------------------------------------------------------------------
     @property
@@ -299,6 +303,7 @@ class ReplayBuffer:
             it holds none). For Dict observations the figures are summed over the frame
             leaves' pools (``compression``: the first frame leaf's).
         """
+        self._draws.wait()
         n = len(self)
         table = self._ring.memory() + sum(s.table_bytes() for s in self._stores)
         m = pool_memory([s for s in self._stores if isinstance(s, FrameStore)], n)
@@ -391,6 +396,7 @@ class ReplayBuffer:
                 buffer's SlotTable stores slot ids as int32).
             Nothing is stored when an error is raised.
         """
+        self._draws.wait()  # a sampler's draw asked for before this add
         envs, E, batched, values, obs, next_obs, final, keys = self._parser.parse(
             obs, action, reward, next_obs, terminated, truncated, autoreset, env_ids,
             final_obs, final_mask,
@@ -463,10 +469,99 @@ class ReplayBuffer:
                 overlapping).
             TypeError: an unsupported conversion or ``out`` of the wrong dtype.
         """
+        self._draws.wait()
         B = self._batch_size(batch_size)
         outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)
-        idx = self._ring.draw(self._rng, B)
-        return gather(self._ring, self._stores, self._keys, idx, outs, scale, idx, constant(B, 1.0))
+        return fill(self._drawn(B, {}), self._keys, outs, scale)
+
+    def sampler(self, batch_size, *, prefetch=2, dtype=None, scale=None) -> Sampler:
+        """An iterator of batches drawn as :meth:`sample` draws them, gathered in a thread.
+
+        The learner does not wait for its batch: a background thread draws each batch and
+        copies (in a compressing buffer, decodes) its frames into preallocated arrays,
+        with the GIL released, while the caller learns; ``next(sampler)`` returns a
+        :class:`Samples`. The draws are :meth:`sample`'s, from the buffer's RNG, each at a
+        definite point of the caller's calls: with no add in between, a sampler yields the
+        batches that successive ``sample(batch_size, dtype=dtype, scale=scale)`` calls
+        would (and leaves the RNG where they would), and a seeded run is the same
+        whatever the thread's timing.
+
+        **A batch is the buffer at its draw.** When ``next()`` returns a batch it asks the
+        thread for the one it will return ``prefetch`` calls later (a new sampler draws
+        its first ``prefetch`` batches at once), and that draw sees the buffer as it is at
+        that moment: every later call that changes the buffer or reads what a draw reads
+        (:meth:`add`, :meth:`sample`, :meth:`gather`, :meth:`clear`, :meth:`flush`,
+        :meth:`save`, :meth:`memory`, ``update_priorities``) first waits for the draws
+        asked for before it (at once in a learner's loop: the thread draws during the
+        learner's step). The batch's fields are read and its frames pinned (references
+        taken) at its draw, so adds made afterwards, evicting its transitions, compressing
+        or freeing their frames, do not change it; the ``prefetch`` batches returned after
+        an add were drawn before it.
+
+        **A batch's observations are valid until the next** ``next()``. There are
+        ``prefetch + 1`` sets of observation arrays, used in turn: calling ``next()``
+        refills, in the background, the set of the batch the previous call returned
+        (with the batch it will return ``prefetch`` calls later). Copy the observations
+        (``torch.from_numpy(batch.observations).to(device)`` does) before asking for the
+        next batch; the other fields are fresh arrays.
+
+        Stop a sampler with :meth:`Sampler.close` or a ``with`` block; dropping it and
+        :meth:`clear` stop it too. A stopped sampler raises StopIteration. A draw that
+        raises (nothing sampleable yet) is raised by the ``next()`` that would have
+        returned its batch, as :meth:`sample` would raise, and the sampler goes on; an
+        exception in the copy (e.g. MemoryError) is raised by the next ``next()``, with
+        its traceback, and stops the sampler. Like :meth:`sample`, use it from the
+        thread that adds. The thread needs the GIL for a few tens of microseconds per
+        batch: a learner step that releases it (torch kernels, waits on a GPU) lets the
+        thread run beside it.
+
+        Args:
+            batch_size: number of transitions ``B`` per batch, at least 1.
+            prefetch: batches drawn and gathered ahead of the one returned, at least 0
+                (0: each batch is drawn and copied when asked for, while the caller
+                waits). The sampler holds ``prefetch + 1`` pairs of ``(B,
+                *observation_shape)`` arrays of the output dtype.
+            dtype: output dtype of the observations, as :meth:`sample`.
+            scale: as :meth:`sample`.
+
+        Returns:
+            A :class:`~lazyframes.replay.Sampler`, an iterator of :class:`Samples`.
+
+        Raises:
+            ValueError: an empty buffer, ``batch_size`` < 1, ``prefetch`` < 0, no
+                sampleable transition yet (when ``prefetch`` > 0).
+            TypeError: an unsupported conversion, non-integer ``batch_size`` or
+                ``prefetch``.
+            Nothing is drawn and no thread started when an error is raised.
+
+        Example:
+            >>> rb = ReplayBuffer(1000, seed=0)
+            >>> frames = np.repeat(np.arange(30, dtype=np.uint8), 84 * 84).reshape(30, 84, 84)
+            >>> for t in range(20):  # frame t is filled with t; transition t's action is t
+            ...     rb.add(frames[t : t + 4], t, 1.0, frames[t + 1 : t + 5], False, False)
+            >>> with rb.sampler(32, prefetch=2) as batches:
+            ...     for t, batch in zip(range(20, 25), batches):
+            ...         assert (batch.observations[:, 0, 0, 0] == batch.actions).all()
+            ...         rb.add(frames[t : t + 4], t, 1.0, frames[t + 1 : t + 5], False, False)
+            >>> batch.observations.shape, len(rb), int(batch.actions.max()) < 22
+            ((32, 4, 84, 84), 25, True)
+        """
+        return self._sampler(batch_size, prefetch, dtype, scale, {})
+
+    def _sampler(self, batch_size, prefetch, dtype, scale, options: dict) -> Sampler:
+        """A sampler of ``_drawn(B, options)`` (the options checked by the caller)."""
+        self._draws.wait()
+        P = operator.index(prefetch)
+        if P < 0:
+            raise ValueError(f"prefetch must be at least 0, got {P}")
+        B = self._batch_size(batch_size)
+        sets = [
+            outputs(self._stores, self._frames, self._keys, B, None, dtype, scale, fresh=True)
+            for _ in range(P + 1)
+        ]
+        sampler = Sampler(lambda: self._drawn(B, options), self._draws, self._keys, sets, scale)
+        self._samplers.add(sampler)
+        return sampler
 
     def gather(self, indices, *, out=None, dtype=None, scale=None) -> Samples:
         """The samples of the stored transitions at ring positions ``indices``.
@@ -480,6 +575,7 @@ class ReplayBuffer:
             IndexError: a position outside ``[0, len(rb))``. TypeError, ValueError: as
                 :meth:`sample`.
         """
+        self._draws.wait()
         idx = np.asarray(indices)
         if idx.dtype.kind not in "iu" or idx.ndim != 1:
             raise TypeError(f"indices must be a 1-D array of integers, got {idx.dtype} {idx.shape}")
@@ -489,7 +585,21 @@ class ReplayBuffer:
             raise IndexError(f"indices out of range [0, {len(self)})")
         idx = idx.astype(np.int64)
         outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)
-        return gather(self._ring, self._stores, self._keys, idx, outs, scale, idx, constant(B, 1.0))
+        drawn = draw(self._ring, self._stores, idx, idx, constant(B, 1.0))
+        return fill(drawn, self._keys, outs, scale)
+
+    def _drawn(self, batch_size: int, options: dict) -> Drawn:
+        """One batch drawn now (checked arguments): fields read, frames pinned.
+
+        ``sample``'s draw and a sampler's; ``options`` are a subclass's (``beta``).
+        """
+        pos, indices, weights = self._pick(batch_size, options)
+        return draw(self._ring, self._stores, pos, indices, weights)
+
+    def _pick(self, batch_size: int, options: dict) -> tuple:
+        """``(positions, indices, weights)`` of one draw: uniform, every weight 1."""
+        idx = self._ring.draw(self._rng, batch_size)
+        return idx, idx, constant(batch_size, 1.0)
 
     def _batch_size(self, batch_size) -> int:
         B = operator.index(batch_size)
@@ -515,12 +625,19 @@ class ReplayBuffer:
         Raises:
             MemoryError: no memory to compress (the frames wait, uncompressed).
         """
+        self._draws.wait()
         for i in self._frames:
             self._stores[i].release()
             self._stores[i].pool.flush()
 
     def clear(self) -> None:
-        """Drop every transition (releasing their frames); keeps geometry, pool and RNG."""
+        """Drop every transition (releasing their frames); keeps geometry, pool and RNG.
+
+        Closes the buffer's samplers (:meth:`sampler`).
+        """
+        self._draws.wait()
+        for sampler in list(self._samplers):
+            sampler.close()
         self._ring.clear()
         for s in self._stores:
             s.clear()
@@ -598,6 +715,7 @@ class ReplayBuffer:
 
     def _checkpoint(self) -> _archive.State:
         """What a checkpoint holds of this buffer (its waiting frames compressed first)."""
+        self._draws.wait()
         for i in self._frames:
             self._stores[i].pool.flush()
         bg = self._rng.bit_generator

@@ -31,7 +31,8 @@ import numpy as np
 from .. import _core
 from ._buffer import ReplayBuffer
 from ._ring import SKIP
-from ._samples import Samples, gather, outputs
+from ._sampler import Sampler
+from ._samples import Samples, fill, outputs
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedSamples"]
 
@@ -45,6 +46,13 @@ def _real(x, name: str) -> float:
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(x).__name__}")
     return float(x)
+
+
+def _beta(beta) -> float:
+    b = _real(beta, "beta")
+    if not 0.0 <= b <= 1.0:
+        raise ValueError(f"beta must be in [0, 1], got {beta!r}")
+    return b
 
 
 def _alpha(alpha) -> float:
@@ -158,20 +166,34 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         what = "was evicted (or cleared)" if v < lo else "was never written"
         return f"indices[{j}] = {v} {what}: the stored transitions are numbers {lo} to {hi - 1}"
 
-    def _positions(self, indices) -> np.ndarray:
+    def _positions(self, indices, stored=None) -> np.ndarray:
         """The ring positions of transition numbers ``indices`` (flat), each checked stored.
 
+        ``stored``: None, or an array that receives, per index, whether its transition is
+        stored; those evicted are then not refused (their positions are meaningless).
+
         Raises:
-            ValueError: a transition that was evicted or never written.
+            ValueError: a transition that was evicted (unless ``stored`` is given) or never
+                written.
             TypeError: non-integer indices.
         """
         t = np.asarray(indices)
         if t.dtype.kind not in "iu":
             raise TypeError(f"indices must be integers, got dtype {t.dtype}")
         pos, bad = self._ring.positions(t)
-        if bad >= 0:
-            raise ValueError(self._stale(bad, int(t.reshape(-1)[bad])))
-        return pos
+        if bad < 0:
+            if stored is not None:
+                stored[...] = True
+            return pos
+        flat = t.reshape(-1)
+        if stored is not None:  # evicted transitions are marked, never-written ones refused
+            lo, hi = self._window()
+            beyond = np.flatnonzero(flat >= hi)
+            if beyond.size:
+                raise ValueError(self._stale(int(beyond[0]), int(flat[beyond[0]])))
+            stored[...] = flat >= lo
+            return (flat % self._ring.capacity).astype(np.int64, copy=False)
+        raise ValueError(self._stale(bad, int(flat[bad])))
 
     def priorities(self, indices) -> np.ndarray:
         """The priorities (float64) of stored transitions, by number (as ``indices``).
@@ -206,18 +228,62 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             TypeError: as :meth:`ReplayBuffer.sample`.
             The buffer and its RNG are unchanged when an error is raised.
         """
+        self._draws.wait()
         B = self._batch_size(batch_size)
-        b = _real(beta, "beta")
-        if not 0.0 <= b <= 1.0:
-            raise ValueError(f"beta must be in [0, 1], got {beta!r}")
+        b = _beta(beta)
         outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)
+        return fill(self._drawn(B, {"beta": b}), self._keys, outs, scale)
+
+    def sampler(self, batch_size, *, beta=0.4, prefetch=2, dtype=None, scale=None) -> Sampler:
+        """An iterator of prioritized batches, gathered in a thread: :meth:`ReplayBuffer.sampler`.
+
+        The batches are :meth:`sample`'s (``beta`` as there): with no add and no update
+        in between, the batches successive ``sample(batch_size, beta=beta, dtype=dtype,
+        scale=scale)`` calls would return.
+
+        **Priorities are those at the draw.** When ``next()`` returns batch ``j`` it asks
+        for batch ``j + prefetch``, drawn with the priorities of that moment (an
+        :meth:`update_priorities` waits for it), so the ``prefetch`` batches drawn ahead do
+        not see the priorities the caller then updates from the batch it got: an update
+        after ``next()`` returned batch ``j`` changes the draws of batch ``j + prefetch +
+        1`` on, and a batch's ``weights`` are those of its draw. Ape-X's learner samples
+        with priorities as stale. By the time a batch's priorities are updated,
+        ``prefetch`` learner steps of adds may have evicted some of its transitions: pass
+        ``skip_evicted=True`` to :meth:`update_priorities` to leave those out instead of
+        refusing the update.
+
+        Raises:
+            ValueError: as :meth:`ReplayBuffer.sampler`, or ``beta`` outside ``[0, 1]``.
+            TypeError: as :meth:`ReplayBuffer.sampler`.
+
+        Example:
+            >>> rb = PrioritizedReplayBuffer(60, alpha=0.6, seed=0)
+            >>> frame = np.zeros((4, 84, 84), np.uint8)
+            >>> for t in range(50):
+            ...     rb.add(frame, t, 1.0, frame, False, False)
+            >>> with rb.sampler(8, beta=0.4, prefetch=1) as batches:
+            ...     for t, batch in zip(range(50, 90), batches):
+            ...         td_error = np.where(batch.actions % 10 == 0, 10.0, 0.01)  # the learner
+            ...         rb.update_priorities(batch.indices, td_error, skip_evicted=True)
+            ...         rb.add(frame, t, 1.0, frame, False, False)  # evicts from t = 60 on
+            >>> batch.actions.tolist(), len(rb)  # mostly multiples of 10
+            ([60, 70, 80, 85, 87, 30, 40, 50], 60)
+        """
+        b = _beta(beta)
+        return self._sampler(batch_size, prefetch, dtype, scale, {"beta": b})
+
+    def _pick(self, batch_size: int, options: dict) -> tuple:
+        """``(positions, numbers, weights)`` of one prioritized draw (``options["beta"]``).
+
+        Raises:
+            ValueError: no transition is sampleable yet.
+        """
         if not self._tree.total() > 0.0:
             raise ValueError(
                 "no transition can be sampled yet: every stored n-step window is "
                 "still open (add more steps) or an autoreset placeholder"
             )
-        pos, numbers, weights = self._draw(B, b)
-        return gather(self._ring, self._stores, self._keys, pos, outs, scale, numbers, weights)
+        return self._draw(batch_size, options["beta"])
 
     def _draw(self, batch_size: int, beta: float) -> tuple:
         """``(positions, numbers, weights)`` of ``batch_size`` prioritized draws (checked args).
@@ -228,7 +294,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         pos, weights = self._tree.sample_weighted(self._rng.random(batch_size), beta)
         return pos, self._ring.numbers(pos), weights
 
-    def update_priorities(self, indices, priorities) -> None:
+    def update_priorities(self, indices, priorities, *, skip_evicted=False) -> None:
         """Set the priorities of the transitions ``indices`` (from :meth:`sample`).
 
         Typically ``|TD error| + eps``. Any number of transitions in one call; a
@@ -241,23 +307,32 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 e.g. ``(B, 1)``): positive and finite, and ``priority ** alpha`` must be
                 a positive float64 no larger than ``float64 max / capacity`` (so the
                 total stays finite).
+            skip_evicted: leave out the transitions evicted since they were sampled
+                instead of refusing the call (a :meth:`sampler`'s batches are drawn
+                ahead, and adds go on meanwhile); their priorities are checked all the
+                same, and do not count towards :attr:`max_priority`.
 
         Raises:
-            ValueError: a transition that was evicted or never written, a priority that
-                is not positive and finite (or overflows / underflows ``** alpha``),
-                sizes that differ.
+            ValueError: a transition that was evicted (unless ``skip_evicted``) or never
+                written, a priority that is not positive and finite (or overflows /
+                underflows ``** alpha``), sizes that differ.
             TypeError: non-integer indices, non-numeric priorities.
             Nothing changes when an error is raised.
         """
+        self._draws.wait()  # a sampler's draw asked for before: with the old priorities
         # converted first: an __array__ callback may add or clear, which moves the window
         indices, priorities = np.asarray(indices), np.asarray(priorities)
         if priorities.dtype.kind not in "biuf":
             raise TypeError(f"priorities must be real numbers, got dtype {priorities.dtype}")
-        pos = self._positions(indices)
+        stored = np.empty(indices.size, bool) if skip_evicted else None
+        pos = self._positions(indices, stored)
         p = priorities.reshape(-1)
         if p.size != pos.size:
             raise ValueError(f"indices and priorities differ in size: {pos.size} and {p.size}")
-        most = self._tree.update(pos, p, self._alpha)  # only the sampleable leaves
+        # only the sampleable leaves; those of evicted transitions checked, not written
+        most = self._tree.update(pos, p, self._alpha, stored)
+        if stored is not None:
+            pos, p = pos[stored], p[stored]
         np.put(self._prio, pos, p)  # in order: a repeated index keeps its last
         if most > self._max_p:
             self._max_p = most

@@ -3,7 +3,12 @@
 A batch of the transitions at some ring positions is their fields from the ring
 (:meth:`~._ring.Ring.fields`: n-step returns, dones, truncations, discounts) and each
 store's observations of them and of their windows' last steps, copied into arrays
-checked beforehand (:func:`outputs`).
+checked beforehand (:func:`outputs`). It is gathered in two steps, one path for
+``sample``, ``gather`` and a sampler: :func:`draw` reads everything but the frames and
+pins those (owners of them: :meth:`~._store.FrameStore.pin`), at a point of the caller's
+calls (a sampler's thread draws while the buffer waits for it: :mod:`._sampler`);
+:func:`fill` copies the pinned frames out, at once or later in a sampler's thread, and
+reads nothing an add can change.
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .. import _core
 from ._store import FrameStore
+
+_LazyBatch = _core.LazyBatch
 
 
 @functools.lru_cache(maxsize=16)
@@ -69,12 +77,13 @@ class Samples(NamedTuple):
     weights: np.ndarray
 
 
-def outputs(stores: tuple, frames: tuple, keys, B: int, out, dtype, scale) -> list:
+def outputs(stores: tuple, frames: tuple, keys, B: int, out, dtype, scale, fresh=False) -> list:
     """Per frame store, the checked ``(obs_out, next_out, dtype)`` a batch of ``B`` fills.
 
     ``frames``: the indices of the frame stores among ``stores``; ``out``: None (each
-    store's reused arrays), or the pair ``(obs_out, next_obs_out)`` of arrays (of dicts
-    of arrays by frame key, for Dict observations: ``keys``).
+    store's reused arrays, or new ones with ``fresh``), or the pair ``(obs_out,
+    next_obs_out)`` of arrays (of dicts of arrays by frame key, for Dict observations:
+    ``keys``).
 
     Raises:
         TypeError, ValueError: a bad ``out`` (type, shape, dtype, contiguity, overlap).
@@ -82,7 +91,7 @@ def outputs(stores: tuple, frames: tuple, keys, B: int, out, dtype, scale) -> li
     outs = []
     if out is None:
         for i in frames:
-            outs.append(stores[i].outputs(B, None, dtype, scale))
+            outs.append(stores[i].outputs(B, None, dtype, scale, fresh))
         return outs
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise TypeError("out must be a pair (obs_out, next_obs_out) of ndarrays")
@@ -105,27 +114,59 @@ def outputs(stores: tuple, frames: tuple, keys, B: int, out, dtype, scale) -> li
     return outs
 
 
-def gather(ring, stores: tuple, keys, idx: np.ndarray, outs: list, scale, indices, weights):
-    """The :class:`Samples` of the transitions at ring positions ``idx``, into ``outs``.
+class Drawn(NamedTuple):
+    """A drawn batch: every field read, every frame pinned; what :func:`fill` copies out.
+
+    Attributes:
+        leaves: a list, per store, of a frame store's owners ``(obs, next_obs)`` (LazyBatches,
+            :meth:`~._store.FrameStore.pin`), or a vector store's arrays ``(obs,
+            next_obs)`` (fresh copies).
+        actions, dones, rewards, truncations, indices, discounts, weights: the fields of
+            :class:`Samples`.
+    """
+
+    leaves: list
+    actions: np.ndarray
+    dones: np.ndarray
+    rewards: np.ndarray
+    truncations: np.ndarray
+    indices: np.ndarray
+    discounts: np.ndarray
+    weights: np.ndarray
+
+
+def draw(ring, stores: tuple, idx: np.ndarray, indices, weights) -> Drawn:
+    """The batch of the transitions at ring positions ``idx`` as the buffer holds them now.
 
     ``indices`` and ``weights`` are the batch's (ring positions, or a prioritized
-    buffer's transition numbers; its importance weights).
+    buffer's transition numbers; its importance weights). Runs while no call changes the
+    buffer (in the caller's thread, or in a sampler's while the buffer's calls wait for
+    it): the fields and vector leaves are copied, the frames pinned.
     """
     last, actions, dones, rewards, truncs, discounts = ring.fields(idx)
-    if keys is None:  # one frame store
-        o0, o1, dst = outs[0]
-        o, n = stores[0].gather(idx, last, o0, o1, dst, scale)
-    else:
-        obs, nxt = [], []
-        frame_outs = iter(outs)
-        for s in stores:
-            if isinstance(s, FrameStore):
-                o0, o1, dst = next(frame_outs)
-                a, b = s.gather(idx, last, o0, o1, dst, scale)
-            else:
-                a, b = s.gather(idx, last)
-            obs.append(a)
-            nxt.append(b)
-        o, n = dict(zip(keys, obs, strict=True)), dict(zip(keys, nxt, strict=True))
+    leaves = [s.pin(idx, last) if type(s) is FrameStore else s.gather(idx, last) for s in stores]
     idx64 = indices.astype(np.int64, copy=False)
-    return Samples(o, actions, n, dones, rewards, truncs, idx64, discounts, weights)
+    return Drawn(leaves, actions, dones, rewards, truncs, idx64, discounts, weights)
+
+
+def fill(drawn: Drawn, keys, outs: list, scale) -> Samples:
+    """The :class:`Samples` of a drawn batch, its frames copied into ``outs`` (:func:`outputs`).
+
+    Reads only ``drawn`` (its owners' frames never change), so it may run in another
+    thread than the one that adds; the copy releases the GIL.
+    """
+    obs, nxt = [], []
+    frame_outs = iter(outs)
+    for a, b in drawn.leaves:
+        if type(a) is _LazyBatch:
+            o0, o1, dst = next(frame_outs)
+            a, b = a.numpy_pairs(b, out=(o0, o1), dtype=dst, scale=scale)
+        obs.append(a)
+        nxt.append(b)
+    if keys is None:  # one frame store
+        o, n = obs[0], nxt[0]
+    else:
+        o, n = dict(zip(keys, obs, strict=True)), dict(zip(keys, nxt, strict=True))
+    d = drawn
+    return Samples(o, d.actions, n, d.dones, d.rewards, d.truncations, d.indices, d.discounts,
+                   d.weights)  # fmt: skip

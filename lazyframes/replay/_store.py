@@ -5,8 +5,11 @@ A plain buffer has one :class:`FrameStore`; a Dict buffer has one per frame leaf
 :meth:`prepare` checks its leaf of the observations and makes what it will store,
 without changing the buffer (frames given as ndarrays are pushed into the pool then, as
 owners that nothing stores yet), and :meth:`put` stores it at the ring positions the add
-was given, which cannot fail. Sampling is :meth:`gather` (the observations of drawn
-transitions and of their windows' last steps) into arrays :meth:`outputs` checked.
+was given, which cannot fail. Sampling reads a frame store's frames in two steps:
+:meth:`FrameStore.pin` takes owners of the frames of the drawn transitions and of their
+windows' last steps when they are drawn, and the copy out of those owners into arrays
+:meth:`outputs` checked may come later, in another thread (``_samples.fill``); a vector
+store's rows are copied when they are drawn (:meth:`VectorStore.gather`).
 
 A frame store keeps, per transition, the ``2 k`` slot ids of its observation and next
 observation (a row of a core ``SlotTable``: a frame is stored once, in a
@@ -447,10 +450,11 @@ class FrameStore:
         self.release()
 
     # -- sampling ---------------------------------------------------------------------
-    def outputs(self, B: int, out, dtype, scale) -> tuple:
+    def outputs(self, B: int, out, dtype, scale, fresh: bool = False) -> tuple:
         """``(obs_out, next_out, dtype)``: the arrays a sample fills, checked.
 
-        Without ``out``, a pair of arrays made once per ``(B, dtype)`` and reused.
+        Without ``out``, a pair of arrays made once per ``(B, dtype)`` and reused, or with
+        ``fresh`` a new pair (a sampler's output sets, which no ``sample`` overwrites).
         """
         g = self._geom
         if out is None:
@@ -459,9 +463,11 @@ class FrameStore:
                 if dtype is None and scale is None
                 else C.output_dtype(g.dtype, dtype, scale)
             )
+            full = (B,) + g.obs_shape
+            if fresh:
+                return np.empty(full, dst), np.empty(full, dst), dst
             pair = self._outs.get((B, dst))
             if pair is None:
-                full = (B,) + g.obs_shape
                 pair = self._outs[(B, dst)] = (np.empty(full, dst), np.empty(full, dst))
             return pair[0], pair[1], dst
         o0, o1 = out
@@ -472,17 +478,22 @@ class FrameStore:
             C.check_out(a, (B,) + g.obs_shape, dst)
         return o0, o1, dst
 
-    def gather(self, idx, last, obs_out, next_out, dst, scale) -> tuple:
-        """The observations of ``idx`` and the next observations of ``last``, copied out.
+    def pin(self, idx, last) -> tuple:
+        """Owners of the frames of ``idx``'s observations and ``last``'s next observations.
 
-        Frames waiting to be compressed are compressed first (``FramePool.flush``).
+        Two LazyBatches in the store's layout (``SlotTable.batch``): they hold a reference
+        on each frame, so the frames the rows hold now stay live and unchanged (a frame
+        an owner holds is not compressed) whatever adds overwrite the rows afterwards;
+        ``LazyBatch.numpy_pairs`` copies them out, in any thread. Frames waiting to be
+        compressed are compressed first (``FramePool.flush``).
         """
         g = self._geom
         self._pool.flush()
-        return self._table.gather_pairs(
-            idx, (0, g.k), last, (g.k, 2 * g.k), out=(obs_out, next_out),
-            layout=g.layout, dtype=dst, scale=scale,
-        )  # fmt: skip
+        table = self._table
+        return (
+            table.batch(idx, 0, g.k, layout=g.layout),
+            table.batch(last, g.k, 2 * g.k, layout=g.layout),
+        )
 
     # -- memory and checkpoints -------------------------------------------------------
     def frame_ids(self, n: int) -> np.ndarray:

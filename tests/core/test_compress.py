@@ -75,6 +75,13 @@ def check_values(store, rows, layouts=LAYOUTS):
         a, b = store.pairs(rows, layout=layout)
         assert np.array_equal(a, store.expected(rows, 0, layout))
         assert np.array_equal(b, store.expected(rows, 1, layout))
+        owners = (
+            store.table.batch(rows, 0, K, layout=layout),
+            store.table.batch(rows, 1, K + 1, layout=layout),
+        )
+        a, b = owners[0].numpy_pairs(owners[1])
+        assert np.array_equal(a, store.expected(rows, 0, layout))
+        assert np.array_equal(b, store.expected(rows, 1, layout))
         g = store.table.gather(rows, 0, K, layout=layout, dtype=np.float32, scale=1 / 255)
         want = store.expected(rows, 0, layout).astype(np.float32) * np.float32(1 / 255)
         assert np.array_equal(g, want)
@@ -224,6 +231,50 @@ def test_gathers_in_threads_while_the_table_changes():
     for t in readers:
         t.join()
     assert not errors
+
+
+def test_gathers_in_threads_while_the_pool_grows():
+    """A copy decodes without the GIL while another thread's pushes grow the chunk table.
+
+    One frame per chunk: the pool's chunk table is reallocated at every power of two, in
+    each of several fresh pools, while a reader copies pinned rows of cold frames out.
+    """
+    import threading
+
+    frames = recorded("pong")[0]
+    n, rows_per_round = len(frames), 600
+    for rnd in range(8):
+        pool = core.FramePool((84, 84), np.uint8, chunk_bytes=84 * 84, compress={"group": 4})
+        table = core.SlotTable(pool, rows_per_round, K + 1)
+        ring = [pool.push(frames[j]) for j in range(K)]
+        written = [0]
+        stop = threading.Event()
+        errors = []
+
+        def read(written=written, table=table, stop=stop, errors=errors, rnd=rnd):
+            rng = np.random.default_rng(rnd)
+            while not stop.is_set():
+                if written[0] < 2:
+                    continue
+                rows = rng.integers(0, written[0], 32)
+                obs = table.batch(rows, 0, K, layout="stack")  # pinned: then copied, GIL off
+                nxt = table.batch(rows, 1, K + 1, layout="stack")
+                a, b = obs.numpy_pairs(nxt)
+                want = frames[(rows[:, None] + np.arange(K + 1)) % n]
+                if not (np.array_equal(a, want[:, :K]) and np.array_equal(b, want[:, 1:])):
+                    errors.append(rows)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        for i in range(rows_per_round):  # row i: frames i .. i + K (mod n)
+            new = pool.push(frames[(i + K) % n])
+            table.set([i], (pool.lazy_batch([[r.slot for r in ring] + [new.slot]]),))
+            ring = ring[1:] + [new]
+            written[0] = i + 1
+        stop.set()
+        reader.join()
+        assert not errors
+        assert pool.stats()["cold_frames"] > rows_per_round // 2
 
 
 def test_enable_compression():

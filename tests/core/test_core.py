@@ -668,6 +668,73 @@ def test_gather_pairs_equals_two_gathers(layout):
     np.testing.assert_array_equal(outs[1], want[1])
 
 
+# -- LazyBatch.numpy_pairs: gather_pairs from two owners (a sampler's pinned draw) ---------
+
+
+@pytest.mark.parametrize("layout", ["last", "first", "stack"])
+def test_numpy_pairs_equals_two_copies(layout):
+    pool = make_pool(LAYOUT_SHAPES[layout])
+    refs = [pool.push(fr) for fr in rand_frames(12, LAYOUT_SHAPES[layout])]
+    rng = np.random.default_rng(1)
+    a = pool.lazy_batch(np.array(ids(refs))[rng.integers(0, 12, (5, 4))], layout=layout)
+    b = pool.lazy_batch(np.array(ids(refs))[rng.integers(0, 12, (5, 4))], layout=layout)
+    for kw in ({}, {"dtype": np.float32, "scale": 0.5}, {"dtype": np.int16}):
+        got = a.numpy_pairs(b, **kw)
+        for g, w in zip(got, (a.numpy(**kw), b.numpy(**kw)), strict=True):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
+    outs = (np.empty(a.shape, np.float64), np.empty(b.shape, np.float64))
+    res = a.numpy_pairs(b, outs, scale=2.0)
+    assert res[0] is outs[0] and res[1] is outs[1]
+    np.testing.assert_array_equal(outs[1], b.numpy(dtype=np.float64, scale=2.0))
+
+
+def test_numpy_pairs_bad_input_writes_nothing():
+    pool = make_pool()
+    refs = [pool.push(fr) for fr in rand_frames(6)]
+    a = pool.lazy_batch([ids(refs[:4]), ids(refs[1:5])], layout="last")
+    good = np.zeros(a.shape, np.float32)
+    keep = good.copy()
+    before = snapshot(pool, ids(refs))
+    other_pool = make_pool()
+    theirs = [other_pool.push(fr) for fr in rand_frames(4)]
+    foreign = other_pool.lazy_batch([ids(theirs)] * 2, layout="last")
+    refused(TypeError, "other must be a LazyBatch", a.numpy_pairs, a.slots)
+    refused(ValueError, "another pool", a.numpy_pairs, foreign)
+    refused(ValueError, "shape", a.numpy_pairs, a[:1])
+    refused(ValueError, "shape", a.numpy_pairs, pool.lazy_batch([ids(refs[:3])] * 2, layout="last"))
+    refused(ValueError, "layout", a.numpy_pairs, pool.lazy_batch(a.slots, layout="stack"))
+    refused(TypeError, "pair", a.numpy_pairs, a, good)
+    f64 = np.zeros(a.shape, np.float64)
+    refused(TypeError, "different dtypes", a.numpy_pairs, a, (good, f64))
+    refused(ValueError, "overlap", a.numpy_pairs, a, (good, good))
+    refused(ValueError, "shape", a.numpy_pairs, a, (good, np.zeros((3,) + a.shape[1:], np.float32)))
+    assert snapshot(pool, ids(refs)) == before
+    np.testing.assert_array_equal(good, keep)
+
+
+def test_numpy_pairs_of_a_table_batch_outlives_the_rows():
+    """A batch the table's rows gave keeps its frames: rows overwritten, then copied."""
+    pool = make_pool()
+    frames = rand_frames(8)
+    refs = [pool.push(fr) for fr in frames]
+    table = _table(pool, rows=2, width=5)
+    table.set([0, 1], (pool.lazy_batch([ids(refs[:5]), ids(refs[3:])]),))
+    a, b = table.batch([1, 0], 0, 4, layout="stack"), table.batch([1, 0], 1, 5, layout="stack")
+    table.set([0, 1], (pool.lazy_batch([ids(refs[:1]) * 5] * 2),))
+    del refs
+    table.clear()
+    assert pool.live_frames == 8  # only the batches hold them
+    obs, nxt = a.numpy_pairs(b)
+    np.testing.assert_array_equal(obs[0, :, :, :, 0], frames[3:7, :, :, 0])
+    np.testing.assert_array_equal(nxt[1, :, :, :, 0], frames[1:5, :, :, 0])
+    del a, b
+    assert pool.live_frames == 0
+
+
+# -- _push_dedup: stacked ndarray observations cost one new frame per step ------------------
+
+
 def test_push_dedup_reuses_candidates_and_earlier_frames():
     pool = make_pool()
     prev = pool.lazy_batch([[pool.push(f(v)) for v in (1, 2, 3, 4)]])

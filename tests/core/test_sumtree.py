@@ -73,6 +73,24 @@ def test_update_sets_the_non_empty_leaves_to_values_powered():
         assert t.get(np.arange(4)).tolist() == before, (idx, values)
 
 
+def test_update_where_checks_every_value_and_writes_those_marked():
+    t = core.SumTree(4)
+    t.set([0, 1, 2, 3], [1.0, 1.0, 1.0, 1.0])
+    assert t.update([0, 1, 2], [4.0, 9.0, 16.0], 0.5, np.array([True, False, True])) == 16.0
+    assert t.get(np.arange(4)).tolist() == [2.0, 1.0, 4.0, 1.0]
+    assert t.update([1, 3], [25.0, 36.0], 1.0, [False, False]) == 0.0  # nothing written
+    before = t.get(np.arange(4)).tolist()
+    for where, values, exc, match in [
+        ([True, False], [1.0, np.nan], ValueError, r"priorities\[1\]"),  # unwritten: checked
+        ([False, True], [-1.0, 1.0], ValueError, r"priorities\[0\]"),
+        ([True], [1.0, 1.0], ValueError, "where differ in size"),
+        ([1, 0], [1.0, 1.0], TypeError, "bools"),
+    ]:
+        with pytest.raises(exc, match=match):
+            t.update([0, 1], values, 1.0, where)
+        assert t.get(np.arange(4)).tolist() == before, (where, values)
+
+
 def test_sumtree_no_drift():
     """The drift guard: after many updates the tree equals one built from its leaves."""
     rng = np.random.default_rng(7)

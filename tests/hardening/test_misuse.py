@@ -644,6 +644,7 @@ def test_out_subclasses_are_refused():
         lambda o: core.stack(list(pool.lazy_batch(batch.slots, layout="last")), o),
         lambda o: table.gather([0, 1], 0, 2, o),
         lambda o: table.gather_pairs([0, 1], (0, 2), [0, 1], (0, 2), out=(o, np.empty_like(o))),
+        lambda o: batch.numpy_pairs(batch, out=(np.empty_like(o), o)),
     ]
     calls.append(lambda o: core._memcpy_gather(pool, batch.slots, o))
     for out in outs:
@@ -689,6 +690,8 @@ def test_out_or_frames_resized_by_a_callback_are_refused():
         lambda: table.gather(rows, 0, 2, o1, dtype=np.float32, scale=Scale(1.0)),
         lambda: table.gather_pairs(rows, (0, 2), rows, (0, 2), (o2, o1), dtype=Shrinks()),
         lambda: table.gather_pairs(rows, (0, 2), rows, (0, 2), (o1, o2), dtype=Shrinks()),
+        lambda: batch.numpy_pairs(batch, (o2, o1), dtype=Shrinks()),
+        lambda: batch.numpy_pairs(batch, (o1, o2), dtype=np.float32, scale=Scale(1.0)),
     ]
     for attack in attacks:
         o1.resize((16, 84, 84, 2), refcheck=False)

@@ -1,0 +1,256 @@
+"""A sampler: batches drawn and copied out ahead by a background thread, in the caller's order.
+
+``ReplayBuffer.sampler`` returns a :class:`Sampler`, an iterator of :class:`Samples`.
+When ``next()`` returns batch ``j``, it asks the sampler's thread for batch ``j +
+prefetch`` (the first ``prefetch`` batches are drawn when the sampler is made, in the
+caller's thread). The thread draws it (:func:`._samples.draw`: the RNG, the ring's
+fields, the priorities, and references taken on its frames, which fixes the batch),
+then copies the frames into one of ``prefetch + 1`` preallocated output sets
+(:func:`._samples.fill`, the GIL released during the copy and the decoding), while the
+caller learns. Copies read only the frames their batch holds references on, never the
+table's rows, so an add's evictions, growth and compression never touch a frame a copy
+reads (docs/DESIGN.md, "Threads and limits").
+
+A draw reads what the caller's calls change, so it must happen at a definite point of
+their sequence: right after the ``next()`` that asked for it. The buffer's
+:class:`DrawGate` counts the draws its samplers owe; every buffer call that changes or
+reads what a draw reads (``add``, ``sample``, ``update_priorities``, ``clear``, ...)
+waits for them first (at once, when none is owed: in a learner's loop the thread drew
+during the learner's step). So a sampler draws the batches ``sample`` would at the same
+points of the caller's calls, whatever the thread's timing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import threading
+import weakref
+from collections.abc import Callable
+
+from . import _samples
+
+#: Every sampler not closed yet; closed at exit, before the interpreter winds down.
+_live: weakref.WeakSet = weakref.WeakSet()
+#: Every gate, for a forked child (which has none of the threads that owe its draws).
+_gates: weakref.WeakSet = weakref.WeakSet()
+
+
+class DrawGate:
+    """The draws a buffer's samplers owe it; the buffer waits for them before it changes.
+
+    A sampler owes a draw (:meth:`owe`) when it asks its thread for one, the thread pays
+    it (:meth:`pay`) once drawn, skipped or failed; the buffer calls :meth:`wait` first in
+    every call that changes or reads what a draw reads.
+    """
+
+    __slots__ = ("__weakref__", "_cond", "_owed")
+
+    def __init__(self):
+        self._cond = threading.Condition(threading.Lock())
+        self._owed = 0
+        _gates.add(self)
+
+    def owe(self) -> None:
+        with self._cond:
+            self._owed += 1
+
+    def pay(self) -> None:
+        with self._cond:
+            self._owed -= 1
+            if not self._owed:
+                self._cond.notify_all()
+
+    def wait(self) -> None:
+        """Return once no draw is owed: at once (one attribute read) when none is."""
+        if self._owed:
+            with self._cond:
+                while self._owed:
+                    self._cond.wait()
+
+    def _forked(self) -> None:
+        """In a forked child: the threads that owed draws are not there."""
+        self._cond = threading.Condition(threading.Lock())
+        self._owed = 0
+
+
+def _work(jobs: queue.SimpleQueue, done: queue.SimpleQueue, stop: threading.Event) -> None:
+    """A sampler's thread: draw and fill the batches it is asked for, in order, until stopped.
+
+    A job is ``(drawn, draw, gate, keys, outs, scale)``: a batch drawn already, or None
+    and the draw to make (then paid to ``gate``; made after a stop too, so that the
+    buffer's RNG is where the caller's calls left it). The thread holds no reference to
+    the sampler, so dropping the sampler closes it. Each result is ``(True, samples)``,
+    ``("draw", exception)`` (a draw that raised, as ``sample`` would: nothing changed) or
+    ``(False, exception)`` (a copy that raised); a batch's owners are dropped once it is
+    copied (or its copy skipped after a stop).
+    """
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        drawn, draw, gate, keys, outs, scale = job
+        del job
+        result: tuple[object, object]
+        if drawn is None:  # drawn even after a stop: the RNG moves on as the caller asked
+            try:
+                drawn = draw()
+            except BaseException as e:  # e.g. nothing sampleable: as sample() would raise
+                drawn, result = None, ("draw", e)
+            finally:
+                gate.pay()
+        if drawn is not None:
+            if stop.is_set():
+                del drawn
+                continue
+            try:
+                result = (True, _samples.fill(drawn, keys, outs, scale))
+            except BaseException as e:  # re-raised by the caller's next(), which closes
+                result = (False, e)
+            del drawn  # the pins go now, not when the caller takes the batch
+        done.put(result)
+        del result
+
+
+class Sampler:
+    """An iterator of sampled batches, each drawn and gathered ahead in a background thread.
+
+    Made by :meth:`ReplayBuffer.sampler` (see there); not constructed directly.
+    ``next(sampler)`` returns a :class:`Samples`, the same type :meth:`ReplayBuffer.sample`
+    returns, and asks the thread for the batch that comes ``prefetch`` calls later. Use
+    it from the thread that adds. :meth:`close` (or a ``with`` block, or dropping the
+    sampler, or :meth:`ReplayBuffer.clear`) stops its thread; ``next()`` then raises
+    StopIteration.
+
+    Args:
+        draw: the buffer's draw of one batch (a :class:`~._samples.Drawn`).
+        gate: the buffer's :class:`DrawGate`.
+        keys: the buffer's Dict keys, or None.
+        sets: ``prefetch + 1`` output sets (:func:`._samples.outputs`, fresh arrays).
+        scale: the scale the copy applies (None: none).
+    """
+
+    def __init__(self, draw: Callable[[], _samples.Drawn], gate: DrawGate, keys, sets, scale):
+        self._closed = True  # until the thread runs: close() and __del__ have nothing to do
+        self._draw, self._gate, self._keys, self._scale = draw, gate, keys, scale
+        self._sets = list(sets)
+        self._count = 0  # batches asked for: the next one goes to set _count % len(sets)
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop = threading.Event()
+        first = [draw() for _ in range(len(self._sets) - 1)]  # one that raises starts nothing
+        self._thread = threading.Thread(
+            target=_work, args=(self._jobs, self._done, self._stop),
+            name="lazyframes-sampler", daemon=True,
+        )  # fmt: skip
+        self._thread.start()
+        self._closed = False
+        _live.add(self)
+        for drawn in first:
+            self._submit(drawn)
+
+    @property
+    def prefetch(self) -> int:
+        """Batches drawn and gathered ahead of the one ``next()`` returns."""
+        return len(self._sets) - 1
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran (or the buffer was cleared): the thread has stopped."""
+        return self._closed
+
+    def _submit(self, drawn) -> None:
+        """Ask the thread for the next batch: ``drawn``, or None to draw it there (owed)."""
+        outs = self._sets[self._count % len(self._sets)]
+        self._count += 1
+        if drawn is None:
+            self._gate.owe()
+        self._jobs.put((drawn, self._draw, self._gate, self._keys, outs, self._scale))
+
+    def __iter__(self) -> Sampler:
+        return self
+
+    def __next__(self) -> _samples.Samples:
+        """The next batch; asks the thread for the one ``prefetch`` calls later first.
+
+        Raises:
+            StopIteration: the sampler is closed.
+            ValueError: the draw of this batch raised, as ``sample`` would (e.g. nothing
+                sampleable yet): it changed nothing, and the sampler goes on.
+            Any exception the thread's copy raised (e.g. MemoryError), with its
+            traceback; the sampler is closed then.
+        """
+        if self._closed:
+            raise StopIteration
+        try:
+            self._submit(None)  # into the set of the batch the previous call returned
+            ok, result = self._done.get()
+        except BaseException:  # interrupted (KeyboardInterrupt): the order of sets is lost
+            self.close()
+            raise
+        if ok is True:
+            return result
+        if ok is None:  # closed from another thread meanwhile
+            raise StopIteration
+        if ok is False:  # a copy that failed: the sampler cannot go on
+            self.close()
+        raise result
+
+    def close(self) -> None:
+        """Stop the thread and drop the batches drawn ahead (their frames with them).
+
+        Waits for a draw or copy in progress to end; idempotent. The batches returned so
+        far stay valid.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        _live.discard(self)
+        self._stop.set()
+        self._jobs.put(None)
+        if self._thread is not threading.current_thread():  # a collection in the thread
+            self._thread.join()  # it skipped (and paid) every job left
+        while not self._done.empty():
+            self._done.get()
+        self._done.put((None, None))  # wakes a next() waiting in another thread
+
+    def _forked(self) -> None:
+        """Closed in a child process after ``fork``, which has no thread of this sampler.
+
+        ``next()`` then raises StopIteration instead of waiting for a thread forever.
+        """
+        self._closed = True
+
+    def __enter__(self) -> Sampler:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self._closed else f"prefetch={self.prefetch}"
+        return f"<lazyframes Sampler ({state})>"
+
+
+@atexit.register
+def _close_all() -> None:
+    """Stop every sampler's thread before the interpreter winds down."""
+    for sampler in list(_live):
+        sampler.close()
+
+
+def _forget_all() -> None:
+    """In a child process after ``fork``: every sampler is closed (its thread is not there)."""
+    for sampler in list(_live):
+        sampler._forked()
+    _live.clear()
+    for gate in list(_gates):
+        gate._forked()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_all)

@@ -1,0 +1,457 @@
+"""ReplayBuffer.sampler: batches drawn ahead in the caller's thread, copied out in another.
+
+The same batches as successive ``sample`` calls (every kind of buffer); adds while the
+thread copies, every frame checked against what the buffer stored (frames carry their
+step number); the lifetime of a batch's arrays; priorities as of the draw and updates of
+evicted transitions; refused arguments; close, ``with``, garbage collection, ``clear``
+and interpreter exit stop the thread; an exception in the thread reaches ``next()``.
+"""
+
+import contextlib
+import gc
+import itertools
+import os
+import threading
+import time
+import traceback
+import weakref
+
+import numpy as np
+import pytest
+from conftest import run
+
+from lazyframes import FramePool, PrioritizedReplayBuffer, ReplayBuffer
+from lazyframes.replay import Sampler, Samples, _samples
+
+FS = (84, 84)  # large enough that a batch's copy releases the GIL
+
+
+def frame(t):
+    """Frame ``t``: its number in its first 8 bytes, then a pattern that drifts with it."""
+    f = ((np.arange(FS[0] * FS[1]) * 7 + t // 16) % 251).astype(np.uint8)
+    f[:8] = np.frombuffer(np.int64(t).tobytes(), np.uint8)
+    f[8 + (t * 13) % 1000] = t % 256  # a small change from frame t - 1: a patch
+    return f.reshape(FS)
+
+
+FRAMES = np.stack([frame(t) for t in range(4000)])
+
+
+def add(rb, t, **kw):
+    """Transition ``t`` of one stream: frames ``t .. t + 3``, then ``t + 1 .. t + 4``."""
+    rb.add(FRAMES[t : t + 4], t, float(t % 1000), FRAMES[t + 1 : t + 5], False, False, **kw)
+
+
+def filled(kind="plain", steps=60, cls=ReplayBuffer, **kw):
+    """A buffer of ``steps`` transitions of one of several kinds; two made alike are equal."""
+    if kind == "streams":  # two streams, 3-step windows, episodes that end
+        rb = cls(100, num_envs=2, n_step=3, gamma=0.9, seed=5, **kw)
+        for t in range(steps // 2):
+            rb.add(FRAMES[[t, t + 1]][:, None].repeat(4, 1), [t, t + 1], [1.0, 2.0],
+                   FRAMES[[t + 1, t + 2]][:, None].repeat(4, 1), [t % 7 == 6, False],
+                   [False, t % 11 == 10])  # fmt: skip
+        return rb
+    if kind == "dict":  # a frame leaf and a vector leaf
+        rb = cls(100, seed=5, frame_keys=["image"], **kw)
+        for t in range(steps):
+            obs = {"image": FRAMES[t : t + 4], "vec": np.full(3, t, np.float32)}
+            nxt = {"image": FRAMES[t + 1 : t + 5], "vec": np.full(3, t + 1, np.float32)}
+            rb.add(obs, t, 1.0, nxt, False, False)
+        return rb
+    rb = cls(100, seed=5, compress=kind == "compressed", **kw)
+    for t in range(steps):
+        add(rb, t)
+    return rb
+
+
+def copied(s):
+    """A Samples whose arrays are copies (a sampler's and sample's observations are reused)."""
+
+    def cp(x):
+        return {k: v.copy() for k, v in x.items()} if isinstance(x, dict) else x.copy()
+
+    return Samples(*(cp(x) for x in s))
+
+
+def assert_same(a, b, what=""):
+    for name, x, y in zip(Samples._fields, a, b, strict=True):
+        if isinstance(x, dict):
+            assert x.keys() == y.keys(), what
+            for key in x:
+                assert x[key].dtype == y[key].dtype, f"{what} {name}[{key}]"
+                np.testing.assert_array_equal(x[key], y[key], err_msg=f"{what} {name}[{key}]")
+        else:
+            assert x.dtype == y.dtype, f"{what} {name}"
+            np.testing.assert_array_equal(x, y, err_msg=f"{what} {name}")
+
+
+def sampler_threads():
+    return [t for t in threading.enumerate() if t.name == "lazyframes-sampler"]
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_left():
+    """Every test stops the threads it started."""
+    yield
+    gc.collect()
+    assert sampler_threads() == []
+
+
+# -- the batches of sample() --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["plain", "compressed", "streams", "dict", "prioritized"])
+@pytest.mark.parametrize("prefetch", [0, 1, 3])
+def test_the_batches_of_successive_samples(kind, prefetch):
+    cls = PrioritizedReplayBuffer if kind == "prioritized" else ReplayBuffer
+    a, b = (filled("plain" if kind == "prioritized" else kind, cls=cls) for _ in range(2))
+    opts = {"dtype": np.float32, "scale": 1 / 255} if kind != "dict" else {}
+    if kind == "prioritized":
+        opts["beta"] = 0.5
+        for rb in (a, b):
+            rb.update_priorities(np.arange(60), np.linspace(0.1, 5.0, 60))
+    with a.sampler(7, prefetch=prefetch, **opts) as batches:
+        got = [copied(s) for _, s in zip(range(10), batches, strict=False)]
+        assert batches.prefetch == prefetch
+    want = [copied(b.sample(7, **opts)) for _ in range(10)]
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert_same(g, w, f"batch {i}")
+    # the sampler drew `prefetch` batches more: the RNG is where as many samples leave it
+    for _ in range(prefetch):
+        b.sample(7, **opts)
+    assert_same(a.sample(3, **opts), b.sample(3, **opts), "after")
+
+
+def test_a_batch_is_valid_until_the_next_call_then_its_set_is_reused():
+    rb = filled()
+    P = 2
+    batches = rb.sampler(5, prefetch=P)
+    seen = []
+    for j in range(8):
+        s = next(batches)
+        keep = copied(s)
+        for t in range(60 + 3 * j, 63 + 3 * j):  # adds evict nothing here; the thread copies
+            add(rb, t)
+        time.sleep(0.01)
+        assert_same(s, keep, f"batch {j} changed before the next call")
+        check_batch(s, j)
+        seen.append(s)
+    # P + 1 sets in turn: batch j's arrays are batch j + P + 1's, the others' are not
+    for j in range(len(seen) - P - 1):
+        assert seen[j].observations is seen[j + P + 1].observations
+        assert seen[j].next_observations is seen[j + P + 1].next_observations
+        assert not any(seen[j].observations is seen[j + d].observations for d in range(1, P + 1))
+        assert not np.shares_memory(seen[j].observations, seen[j + 1].next_observations)
+    assert all(s.actions is not t.actions for s, t in itertools.pairwise(seen))  # fresh
+    out = rb.sample(5)  # sample's own arrays: not a sampler's
+    assert not any(np.shares_memory(out.observations, s.observations) for s in seen[-P - 1 :])
+    batches.close()
+
+
+# -- adds while the thread copies ---------------------------------------------------------
+
+
+def check_batch(s, j):
+    """Every frame of batch ``j`` is the frame its transition stored (``add``), whole."""
+    t = s.actions
+    assert t.min() >= 0, j
+    assert np.array_equal(s.rewards, (t % 1000).astype(np.float32)), j
+    k = np.arange(4)
+    obs, nxt = s.observations, s.next_observations
+    for i in range(len(t)):
+        if not (np.array_equal(obs[i], FRAMES[t[i] + k])
+                and np.array_equal(nxt[i], FRAMES[t[i] + 1 + k])):  # fmt: skip
+            got = obs[i].reshape(4, -1)[:, :8].copy().view(np.int64).ravel().tolist()
+            raise AssertionError(f"batch {j} row {i}: transition {t[i]}, frames {got}")
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["raw", "compressed"])
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_adds_while_the_thread_copies_never_tear_a_frame(compress, prefetch):
+    """Adds evict, make chunks, compress and flush while the thread copies: no torn frame.
+
+    A small buffer's pool has one frame per chunk, so its chunk table grows as it fills.
+    Every frame is exact, and every batch is one draw of the buffer (the fields and the
+    frames of the same transitions, stored when it was drawn).
+    """
+    rb = ReplayBuffer(300, seed=1, compress=compress)
+    t = 0
+    for t in range(40):
+        add(rb, t)
+    t += 1
+    with rb.sampler(32, prefetch=prefetch, dtype=np.uint8) as batches:
+        for j in range(150):
+            s = next(batches)
+            for _ in range(5):  # the buffer wraps after ~50 batches: evictions from then on
+                add(rb, t)
+                t += 1
+            if j % 17 == 0:
+                rb.flush()
+            check_batch(s, j)
+            newest = 39 + 5 * max(j - prefetch, 0)  # at its draw, `prefetch` calls ago
+            assert newest - 299 <= s.actions.min() and s.actions.max() <= newest, j
+    assert rb.memory()["transitions"] == 300
+    if compress:
+        assert rb.memory()["cold_frames"] > 0
+    del batches, s
+    rb.clear()
+    assert rb.pool.live_frames == 0
+
+
+def test_adds_from_lazyframes_of_a_wrapper_pool_while_copying():
+    """The buffer shares the wrapper's pool: the ring's frames stay hot, the rest evicted."""
+    pool = FramePool(FS, np.uint8)
+    rb = ReplayBuffer(200, seed=2)
+    ring = [pool.push(FRAMES[j]) for j in range(4)]
+    for t in range(600):
+        new = pool.push(FRAMES[t + 4])
+        rb.add(pool.lazy(ring, layout="stack"), t, float(t), pool.lazy(ring[1:] + [new],
+               layout="stack"), False, False)  # fmt: skip
+        ring = ring[1:] + [new]
+        if t == 30:
+            batches = rb.sampler(16, prefetch=2)
+        if t > 30 and t % 3 == 0:
+            check_batch(next(batches), t)
+    batches.close()
+
+
+def test_a_draw_is_made_where_the_caller_asked_for_it():
+    """A call that changes the buffer waits for the draws the sampler asked its thread for.
+
+    The thread draws batch j + prefetch after next() returned batch j; however slow that
+    draw, it sees the buffer as it was then.
+    """
+    rb = filled()
+    seen = []
+    pick = rb._pick
+
+    def slow_pick(batch_size, options):  # the draw of the thread, slowed down
+        time.sleep(0.05)
+        seen.append(len(rb))
+        return pick(batch_size, options)
+
+    rb._pick = slow_pick
+    with rb.sampler(4, prefetch=1) as batches:
+        for t in range(60, 64):
+            next(batches)
+            add(rb, t)  # waits for the draw asked for above
+            assert seen[-1] == t, seen  # which saw the buffer without transition t
+    assert seen == [60, 60, 61, 62, 63]  # at creation, then one per next()
+
+
+# -- priorities ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
+def test_priorities_are_those_of_the_draw(prefetch):
+    """Batch j + prefetch is drawn when batch j is returned, before its priorities change.
+
+    The twin makes the same draws with ``sample`` at the same points: ``prefetch`` at the
+    start, then one before handing each batch over.
+    """
+    a, b = (filled(cls=PrioritizedReplayBuffer, steps=80) for _ in range(2))
+    rng = np.random.default_rng(0)
+    drawn = [copied(b.sample(8, beta=0.7)) for _ in range(prefetch)]
+    with a.sampler(8, beta=0.7, prefetch=prefetch) as batches:
+        for j in range(25):
+            s = copied(next(batches))
+            drawn.append(copied(b.sample(8, beta=0.7)))
+            assert_same(s, drawn[j], f"batch {j}")
+            td = rng.uniform(0.01, 10.0, 8)
+            for rb in (a, b):  # skewed priorities: a draw that used other ones would differ
+                rb.update_priorities(s.indices, td**3, skip_evicted=True)
+            add(a, 80 + j)
+            add(b, 80 + j)
+
+
+def test_update_priorities_skips_evicted_transitions_when_asked():
+    rb = filled(cls=PrioritizedReplayBuffer, steps=100)  # capacity 100: numbers 0 .. 99
+    with rb.sampler(16, prefetch=2) as batches:
+        s = next(batches)
+        for t in range(100, 120):  # numbers 0 .. 19 evicted
+            add(rb, t)
+        idx = np.concatenate([s.indices, [3, 150, 119]])[:-1]  # 3 evicted, 150 never written
+        with pytest.raises(ValueError, match="never written"):
+            rb.update_priorities(idx, np.ones(idx.size), skip_evicted=True)
+        idx = np.array([3, 50, 119, 4])
+        with pytest.raises(ValueError, match="evicted"):
+            rb.update_priorities(idx, [1.0, 2.0, 3.0, 4.0])
+        with pytest.raises(ValueError, match=r"priorities\[0\]"):  # an evicted one: checked
+            rb.update_priorities(idx, [np.nan, 2.0, 3.0, 4.0], skip_evicted=True)
+        assert rb.priorities([50, 119]).tolist() == [1.0, 1.0]
+        rb.update_priorities(idx, [99.0, 2.0, 3.0, 4.0], skip_evicted=True)
+        assert rb.priorities([50, 119]).tolist() == [2.0, 3.0]
+        assert rb.max_priority == 3.0  # the evicted transition's priority was left out
+        rb.update_priorities(s.indices, np.full(16, 0.5), skip_evicted=True)
+        assert next(batches).weights.dtype == np.float32
+
+
+# -- arguments ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, exc, match",
+    [
+        ((0,), {}, ValueError, "batch_size must be at least 1"),
+        ((4,), {"prefetch": -1}, ValueError, "prefetch must be at least 0"),
+        ((4,), {"prefetch": 1.5}, TypeError, "integer"),
+        ((4.0,), {}, TypeError, "integer"),
+        ((4,), {"dtype": np.complex64}, TypeError, "complex64"),
+        ((4,), {"scale": 0.5}, TypeError, "scale needs a float"),
+        ((4,), {"beta": 1.5}, ValueError, "beta"),
+        ((4, 2), {}, TypeError, "positional"),
+    ],
+)  # fmt: skip
+def test_bad_arguments_start_nothing(args, kwargs, exc, match):
+    cls = PrioritizedReplayBuffer if "beta" in kwargs else ReplayBuffer
+    rb, twin = filled(cls=cls), filled(cls=cls)
+    with pytest.raises(exc, match=match):
+        rb.sampler(*args, **kwargs)
+    assert sampler_threads() == []
+    assert_same(rb.sample(4), twin.sample(4))  # nothing drawn
+
+
+def test_empty_or_unsampleable_buffers_are_refused():
+    with pytest.raises(ValueError, match="empty"):
+        ReplayBuffer(10).sampler(4)
+    rb = ReplayBuffer(10, n_step=3, seed=0)
+    add(rb, 0)  # its 3-step window is open
+    with pytest.raises(ValueError, match="no transition can be sampled yet"):
+        rb.sampler(4)
+    assert sampler_threads() == []
+    with rb.sampler(4, prefetch=0) as batches:  # no draw before the first next()
+        with pytest.raises(ValueError, match="no transition can be sampled yet"):
+            next(batches)
+        add(rb, 1)
+        add(rb, 2)
+        assert next(batches).actions.tolist() == [0, 0, 0, 0]  # it works once one can
+
+
+# -- stopping -----------------------------------------------------------------------------
+
+
+def test_close_with_and_clear_stop_the_thread():
+    rb = filled()
+    s = rb.sampler(4)
+    assert isinstance(s, Sampler) and iter(s) is s and not s.closed
+    assert len(sampler_threads()) == 1 and "prefetch=2" in repr(s)
+    kept = copied(batch := next(s))
+    s.close()
+    s.close()  # idempotent
+    assert s.closed and sampler_threads() == [] and "closed" in repr(s)
+    with pytest.raises(StopIteration):
+        next(s)
+    assert_same(batch, kept)  # a batch returned before close stays valid
+    with rb.sampler(4) as s2:
+        next(s2)
+    assert s2.closed and sampler_threads() == []
+    s3, s4 = rb.sampler(4), rb.sampler(4, prefetch=0)
+    for _ in zip(range(3), s3, strict=False):
+        pass
+    rb.clear()
+    assert s3.closed and s4.closed and sampler_threads() == []
+    assert list(s3) == []
+    add(rb, 0)
+    assert next(rb.sampler(2)).actions.tolist() == [0, 0]  # the buffer samples on
+
+
+def test_a_dropped_sampler_stops_its_thread_and_releases_its_frames():
+    rb = filled(kind="compressed")
+    rb.flush()  # every frame compressed now: a draw's flush then codes no new delta
+    ids = np.unique(rb._stores[0].frame_ids(len(rb)))
+    before = [rb.pool.refcount(int(i)) for i in ids]
+    s = rb.sampler(16, prefetch=4)
+    next(s)
+    assert [rb.pool.refcount(int(i)) for i in ids] != before  # the batches drawn ahead
+    ref = weakref.ref(s)
+    del s  # no reference from the thread: the sampler goes now
+    assert ref() is None and sampler_threads() == []
+    assert [rb.pool.refcount(int(i)) for i in ids] == before  # their references dropped
+    for _ in zip(range(5), rb.sampler(8), strict=False):  # a loop that stops drops it too
+        pass
+    assert sampler_threads() == []
+    batches = [rb.sampler(2, prefetch=p) for p in range(4) for _ in range(5)]
+    assert len(sampler_threads()) == 20
+    del batches
+    assert sampler_threads() == []
+
+
+def test_close_from_another_thread_wakes_a_waiting_next(monkeypatch):
+    fill = _samples.fill
+
+    def slow(*args):
+        time.sleep(0.3)
+        return fill(*args)
+
+    monkeypatch.setattr(_samples, "fill", slow)
+    rb = filled()
+    s = rb.sampler(4, prefetch=0)
+    timer = threading.Timer(0.05, s.close)
+    timer.start()
+    with contextlib.suppress(StopIteration):
+        next(s)  # the copy in progress ends (a batch), or close() wins (StopIteration)
+    timer.join()
+    assert s.closed
+    with pytest.raises(StopIteration):
+        next(s)
+
+
+def _boom_in_the_thread(*args):
+    raise RuntimeError("boom")
+
+
+def test_an_exception_in_the_thread_is_raised_by_next_with_its_traceback(monkeypatch):
+    rb = filled()
+    monkeypatch.setattr(_samples, "fill", _boom_in_the_thread)
+    s = rb.sampler(4, prefetch=2)
+    with pytest.raises(RuntimeError, match="boom") as info:
+        next(s)
+    names = [frame.name for frame in traceback.extract_tb(info.value.__traceback__)]
+    assert names[-3:] == ["__next__", "_work", "_boom_in_the_thread"], names
+    assert s.closed and sampler_threads() == []
+    with pytest.raises(StopIteration):
+        next(s)
+    monkeypatch.undo()
+    assert next(rb.sampler(4)).observations.shape == (4, 4, *FS)
+
+
+@pytest.mark.parametrize("how", ["global", "cycle", "iterating", "fork"])
+def test_the_interpreter_exits_with_a_live_sampler(how):
+    """No hang, no crash, no message: the sampler is closed at exit, whatever holds it."""
+    if how == "fork" and not hasattr(os, "fork"):
+        pytest.skip("no os.fork on this platform")
+    code = f"""
+import numpy as np, threading, time
+from lazyframes import ReplayBuffer
+rb = ReplayBuffer(500, seed=0, compress=True)
+frames = np.random.default_rng(0).integers(0, 255, (300, 84, 84), dtype=np.uint8)
+for t in range(290):
+    rb.add(frames[t : t + 4], t, 1.0, frames[t + 1 : t + 5], False, False)
+s = rb.sampler(64, prefetch=4, dtype=np.float32, scale=1 / 255)
+next(s)
+how = {how!r}
+if how == "cycle":
+    s.me = s
+    del s
+elif how == "iterating":
+    def learn():
+        for batch in s:
+            pass
+    threading.Thread(target=learn, daemon=True).start()
+    time.sleep(0.05)
+elif how == "fork":  # the child has no sampler thread: its samplers are closed
+    import os
+    pid = os.fork()
+    if pid == 0:
+        try:
+            next(s)
+        except StopIteration:
+            os._exit(0)
+        os._exit(3)
+    assert os.waitpid(pid, 0)[1] == 0
+    next(s)  # the parent's goes on
+print("done")
+"""
+    res = run("-W", "ignore::DeprecationWarning", "-c", code, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "done" and res.stderr == ""

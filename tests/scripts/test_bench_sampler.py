@@ -1,0 +1,16 @@
+"""bench/bench_sampler.py: a smoke run (the figures of a short run on a busy host mean little)."""
+
+
+def test_bench_sampler_runs_and_reports_every_row(capsys):
+    from bench import bench_sampler
+
+    rows = bench_sampler.main(["--quick", "--transitions", "600", "--steps", "20"])
+    out = capsys.readouterr().out
+    assert [r["row"] for r in rows] == [
+        "raw uint8", "raw float32/255", "pong compressed uint8", "pong compressed float32/255",
+    ]  # fmt: skip
+    for r in rows:
+        assert r["sample_us"] > 0 and r["next_us"] > 0 and r["learn_us"] > 0
+    assert "next/sample" in out and "measured on" in out  # the machine line
+    texts = [t for t, _ in bench_sampler.check_targets(rows)]
+    assert len(texts) == 4 and all("target <= 10.0%" in t for t in texts)
