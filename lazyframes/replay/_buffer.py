@@ -498,12 +498,13 @@ class ReplayBuffer:
         or freeing their frames, do not change it; the ``prefetch`` batches returned after
         an add were drawn before it.
 
-        **A batch's observations are valid until the next** ``next()``. There are
-        ``prefetch + 1`` sets of observation arrays, used in turn: calling ``next()``
-        refills, in the background, the set of the batch the previous call returned
-        (with the batch it will return ``prefetch`` calls later). Copy the observations
-        (``torch.from_numpy(batch.observations).to(device)`` does) before asking for the
-        next batch; the other fields are fresh arrays.
+        **A batch's observations are valid until the** ``(prefetch + 1)``-th next
+        ``next()``. There are ``2 * prefetch + 1`` sets of observation arrays, used in
+        turn: calling ``next()`` refills, in the background, the set of the batch
+        returned ``prefetch + 1`` calls earlier (with the batch it will return
+        ``prefetch`` calls later). Copy the observations you keep longer
+        (``torch.from_numpy(batch.observations).to(device)`` does); the other fields
+        are fresh arrays.
 
         Stop a sampler with :meth:`Sampler.close` or a ``with`` block; dropping it and
         :meth:`clear` stop it too. A stopped sampler raises StopIteration. A draw that
@@ -519,7 +520,7 @@ class ReplayBuffer:
             batch_size: number of transitions ``B`` per batch, at least 1.
             prefetch: batches drawn and gathered ahead of the one returned, at least 0
                 (0: each batch is drawn and copied when asked for, while the caller
-                waits). The sampler holds ``prefetch + 1`` pairs of ``(B,
+                waits). The sampler holds ``2 * prefetch + 1`` pairs of ``(B,
                 *observation_shape)`` arrays of the output dtype.
             dtype: output dtype of the observations, as :meth:`sample`.
             scale: as :meth:`sample`.
@@ -557,9 +558,9 @@ class ReplayBuffer:
         B = self._batch_size(batch_size)
         sets = [
             outputs(self._stores, self._frames, self._keys, B, None, dtype, scale, fresh=True)
-            for _ in range(P + 1)
+            for _ in range(2 * P + 1)
         ]
-        sampler = Sampler(lambda: self._drawn(B, options), self._draws, self._keys, sets, scale)
+        sampler = Sampler(lambda: self._drawn(B, options), self._draws, self._keys, P, sets, scale)
         self._samplers.add(sampler)
         return sampler
 

@@ -5,7 +5,7 @@ When ``next()`` returns batch ``j``, it asks the sampler's thread for batch ``j 
 prefetch`` (the first ``prefetch`` batches are drawn when the sampler is made, in the
 caller's thread). The thread draws it (:func:`._samples.draw`: the RNG, the ring's
 fields, the priorities, and references taken on its frames, which fixes the batch),
-then copies the frames into one of ``prefetch + 1`` preallocated output sets
+then copies the frames into one of ``2 * prefetch + 1`` preallocated output sets
 (:func:`._samples.fill`, the GIL released during the copy and the decoding), while the
 caller learns. Copies read only the frames their batch holds references on, never the
 table's rows, so an add's evictions, growth and compression never touch a frame a copy
@@ -127,19 +127,23 @@ class Sampler:
         draw: the buffer's draw of one batch (a :class:`~._samples.Drawn`).
         gate: the buffer's :class:`DrawGate`.
         keys: the buffer's Dict keys, or None.
-        sets: ``prefetch + 1`` output sets (:func:`._samples.outputs`, fresh arrays).
+        prefetch: batches asked for ahead of the one ``next()`` returns.
+        sets: ``2 * prefetch + 1`` output sets (:func:`._samples.outputs`, fresh arrays),
+            used in turn: a batch's set is refilled ``prefetch + 1`` calls after it.
         scale: the scale the copy applies (None: none).
     """
 
-    def __init__(self, draw: Callable[[], _samples.Drawn], gate: DrawGate, keys, sets, scale):
+    def __init__(
+        self, draw: Callable[[], _samples.Drawn], gate: DrawGate, keys, prefetch: int, sets, scale
+    ):
         self._closed = True  # until the thread runs: close() and __del__ have nothing to do
         self._draw, self._gate, self._keys, self._scale = draw, gate, keys, scale
-        self._sets = list(sets)
+        self._prefetch, self._sets = prefetch, list(sets)
         self._count = 0  # batches asked for: the next one goes to set _count % len(sets)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._done: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
-        first = [draw() for _ in range(len(self._sets) - 1)]  # one that raises starts nothing
+        first = [draw() for _ in range(prefetch)]  # one that raises starts nothing
         self._thread = threading.Thread(
             target=_work, args=(self._jobs, self._done, self._stop),
             name="lazyframes-sampler", daemon=True,
@@ -153,7 +157,7 @@ class Sampler:
     @property
     def prefetch(self) -> int:
         """Batches drawn and gathered ahead of the one ``next()`` returns."""
-        return len(self._sets) - 1
+        return self._prefetch
 
     @property
     def closed(self) -> bool:
@@ -184,7 +188,7 @@ class Sampler:
         if self._closed:
             raise StopIteration
         try:
-            self._submit(None)  # into the set of the batch the previous call returned
+            self._submit(None)  # into the set of the batch returned prefetch + 1 calls ago
             ok, result = self._done.get()
         except BaseException:  # interrupted (KeyboardInterrupt): the order of sets is lost
             self.close()

@@ -122,7 +122,7 @@ def test_the_batches_of_successive_samples(kind, prefetch):
     assert_same(a.sample(3, **opts), b.sample(3, **opts), "after")
 
 
-def test_a_batch_is_valid_until_the_next_call_then_its_set_is_reused():
+def test_a_batch_is_valid_for_prefetch_plus_one_calls_then_its_set_is_reused():
     rb = filled()
     P = 2
     batches = rb.sampler(5, prefetch=P)
@@ -133,18 +133,24 @@ def test_a_batch_is_valid_until_the_next_call_then_its_set_is_reused():
         for t in range(60 + 3 * j, 63 + 3 * j):  # adds evict nothing here; the thread copies
             add(rb, t)
         time.sleep(0.01)
-        assert_same(s, keep, f"batch {j} changed before the next call")
         check_batch(s, j)
-        seen.append(s)
-    # P + 1 sets in turn: batch j's arrays are batch j + P + 1's, the others' are not
-    for j in range(len(seen) - P - 1):
-        assert seen[j].observations is seen[j + P + 1].observations
-        assert seen[j].next_observations is seen[j + P + 1].next_observations
-        assert not any(seen[j].observations is seen[j + d].observations for d in range(1, P + 1))
+        seen.append((s, keep))
+        for i, (old, kept) in enumerate(seen[-P - 1 :]):  # the last P + 1 batches: intact
+            assert_same(old, kept, f"batch {len(seen) - P - 1 + i} changed within P + 1 calls")
+    seen = [s for s, _ in seen]
+    # 2P + 1 sets in turn: batch j's arrays are batch j + 2P + 1's, the others' are not
+    for j in range(len(seen) - 2 * P - 1):
+        assert seen[j].observations is seen[j + 2 * P + 1].observations
+        assert seen[j].next_observations is seen[j + 2 * P + 1].next_observations
+    for j in range(len(seen) - 1):
+        assert not any(
+            seen[j].observations is seen[j + d].observations
+            for d in range(1, min(2 * P + 1, len(seen) - j))
+        )
         assert not np.shares_memory(seen[j].observations, seen[j + 1].next_observations)
     assert all(s.actions is not t.actions for s, t in itertools.pairwise(seen))  # fresh
     out = rb.sample(5)  # sample's own arrays: not a sampler's
-    assert not any(np.shares_memory(out.observations, s.observations) for s in seen[-P - 1 :])
+    assert not any(np.shares_memory(out.observations, s.observations) for s in seen[-2 * P - 1 :])
     batches.close()
 
 
