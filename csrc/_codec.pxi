@@ -108,7 +108,7 @@ def decode_frames(payload, offsets, kinds, frame_shape, dtype):
     shape = C.frame_shape(frame_shape)
     dt = C.frame_dtype(dtype)
     cdef size_t fb = math.prod(shape) * dt.itemsize
-    data, offs, kds = C.check_container(payload, offsets, kinds, fb)
+    data, offs, kds = _check_container(payload, offsets, kinds, fb)
     cdef Py_ssize_t n = kds.shape[0], i
     out = np.empty((n, *shape), dt)
     if n == 0:

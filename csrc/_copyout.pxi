@@ -97,12 +97,12 @@ cdef bint _extent(cnp.ndarray a, size_t *lo, size_t *hi) noexcept:
 
 
 cdef bint _apart(object out, object x) noexcept:
-    """Whether ``C.check_no_overlap`` surely passes for ``out`` and one input ``x``.
+    """Whether ``_check_no_overlap`` surely passes for ``out`` and one input ``x``.
 
     Judged from C fields only (no Python code runs): ``out`` is None, or a plain
     ndarray and ``x`` is not an ndarray, or both are plain non-empty ndarrays whose
     bounds are disjoint (``np.may_share_memory`` reports no overlap then). False
-    means: ask ``C.check_no_overlap``, which decides, and raises if they overlap.
+    means: ask ``_check_no_overlap``, which decides, and raises if they overlap.
     """
     cdef size_t lo1, hi1, lo2, hi2
     if out is None:
@@ -450,7 +450,7 @@ def _memcpy_gather(FramePool pool, slots, out):
     else:
         flat = out  # refused by _target
     if not _apart(out, slots):
-        C.check_no_overlap(out, {"slots": slots})
+        _check_no_overlap(out, {"slots": slots})
     _target(flat, &c, np.dtype(np.uint8), 0)
     _copy(&c)
     return out

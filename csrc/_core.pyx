@@ -8,6 +8,7 @@ references to slots (:class:`FrameRef`, :class:`LazyFrames`, :class:`LazyBatch`,
 The documentation is written here, once (the stub ``lazyframes/_core.pyi`` has only the
 signatures, for type checkers). The module is split by topic:
 
+- ``_checks.pxi``: checks of the core's own arguments (containers, rows, overlaps);
 - ``_pool.pxi``: :class:`FramePool` and :class:`FrameRef` (push, get, refcounts, stats);
 - ``_copyout.pxi``: the one copy-out routine every gather goes through, and the two
   phases every call that reads ids or frames follows (convert, then check and act);
@@ -47,7 +48,11 @@ __all__ = [
     "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW", "SumTree", "RowRing",
 ]
 
-KIND_KEY, KIND_DELTA, KIND_RAW = C.KIND_KEY, C.KIND_DELTA, C.KIND_RAW  # == _KEY, _DELTA, _RAW
+#: Kinds of blob in an :func:`encode_frames` container: a compressed frame, a compressed
+#: XOR delta against the previous frame, or the frame's raw bytes (``_KEY``, ... in C).
+KIND_KEY, KIND_DELTA, KIND_RAW = 0, 1, 2
+#: A slot id a SlotTable cannot store.
+_ID_OVER_INT32 = "a SlotTable stores slot ids as int32: this id is above 2**31 - 1"
 
 
 cdef extern from "layout.h" nogil:
@@ -141,6 +146,7 @@ cdef extern from "pool.h" nogil:
 cdef enum:
     MAX_NDIM = 32  # axes of a frame
 
+include "_checks.pxi"
 include "_pool.pxi"
 include "_copyout.pxi"
 include "_lazy.pxi"

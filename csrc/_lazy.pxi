@@ -796,7 +796,7 @@ cdef class LazyBatch:
             raise TypeError("out must be a pair of ndarrays")
         o1, o2 = (None, None) if out is None else out
         if not _apart(o1, o2):
-            C.check_no_overlap(out, {})
+            _check_no_overlap(out, {})
         cdef Py_ssize_t n = self._n, k = self._k, i
         cdef _Copy c
         memset(&c, 0, sizeof(c))

@@ -108,7 +108,7 @@ cdef cnp.ndarray _row_ids(object rows, Py_ssize_t n, bint distinct):
 
     Compared, never computed with, so no value (``2**63 - 1``, a huge uint64) can wrap.
     The common inputs (an int64 or int32 array, a list of ints) are checked in C;
-    anything else, and any error, goes through ``_checks.as_rows``, which raises.
+    anything else, and any error, goes through ``_as_rows``, which raises.
     """
     cdef cnp.ndarray a = None
     cdef cnp.npy_intp m, i, j
@@ -144,7 +144,7 @@ cdef cnp.ndarray _row_ids(object rows, Py_ssize_t n, bint distinct):
         elif np.unique(a).shape[0] != a.shape[0]:
             a = None
     if a is None:
-        a = np.ascontiguousarray(C.as_rows(rows, n, distinct=distinct), dtype=np.int64)
+        a = np.ascontiguousarray(_as_rows(rows, n, distinct=distinct), dtype=np.int64)
     return a
 
 
@@ -880,7 +880,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
             raise ValueError(f"slots must have shape (B, k) with k >= 1, got {(<object>a).shape}")
         cdef lf_layout code = self._layout(layout)
         if not _apart(out, slots):
-            C.check_no_overlap(out, {"slots": slots})
+            _check_no_overlap(out, {"slots": slots})
         cdef _Copy c
         memset(&c, 0, sizeof(c))
         c.n_out = 1

@@ -64,6 +64,10 @@ cdef inline cnp.ndarray _f64(object x, str name):
     return _vec(x, cnp.NPY_FLOAT64, name, "iuf")
 
 
+cdef str _lengths(Py_ssize_t a, Py_ssize_t b, str what="values"):
+    return f"indices and {what} differ in size: {a} and {b}"
+
+
 @cython.final
 @cython.no_gc
 cdef class SumTree:
@@ -167,7 +171,7 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
         cdef cnp.ndarray idx = _i64(indices, "indices")
         cdef cnp.ndarray val = _f64(values, "values")
         if cnp.PyArray_SIZE(idx) != cnp.PyArray_SIZE(val):
-            raise ValueError(C.prio_lengths(cnp.PyArray_SIZE(idx), cnp.PyArray_SIZE(val)))
+            raise ValueError(_lengths(cnp.PyArray_SIZE(idx), cnp.PyArray_SIZE(val)))
         cdef const int64_t *iv = <const int64_t *>cnp.PyArray_DATA(idx)
         cdef const double *vv = <const double *>cnp.PyArray_DATA(val)
         cdef size_t m = cnp.PyArray_SIZE(idx)
@@ -231,9 +235,11 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
                 lf_sumtree_weights(&self._t, iv, m, b, wv)
         if rc != 0:
             if not lf_sumtree_total(&self._t) > 0.0:
-                raise ValueError(C.prio_empty())
+                raise ValueError("no transition can be sampled: every leaf of the SumTree is empty")
             if not isfinite(lf_sumtree_total(&self._t)):
-                raise ValueError(C.prio_infinite())
+                raise ValueError(
+                    "cannot sample: the leaves of the SumTree sum to more than float64 max"
+                )
             raise ValueError("u must hold numbers in [0, 1)")
         return idx, w
 
@@ -265,7 +271,7 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
         cdef cnp.ndarray vv = _f64(values, "priorities")
         cdef size_t m = cnp.PyArray_SIZE(ii), j, live = 0, n = self._t.n
         if <size_t>cnp.PyArray_SIZE(vv) != m:
-            raise ValueError(C.prio_lengths(m, cnp.PyArray_SIZE(vv), "priorities"))
+            raise ValueError(_lengths(m, cnp.PyArray_SIZE(vv), "priorities"))
         cdef cnp.ndarray ww = None
         cdef const cnp.npy_bool *wv = NULL
         if where is not None:
@@ -273,7 +279,7 @@ A sum-tree and a min-tree of ``capacity`` float64 leaves, for proportional sampl
             if ww.dtype != np.bool_:
                 raise TypeError(f"where must be bools, got dtype {ww.dtype}")
             if <size_t>cnp.PyArray_SIZE(ww) != m:
-                raise ValueError(C.prio_lengths(m, cnp.PyArray_SIZE(ww), "where"))
+                raise ValueError(_lengths(m, cnp.PyArray_SIZE(ww), "where"))
             wv = <const cnp.npy_bool *>cnp.PyArray_DATA(ww)
         cdef const int64_t *iv = <const int64_t *>cnp.PyArray_DATA(ii)
         cdef const double *pv = <const double *>cnp.PyArray_DATA(vv)

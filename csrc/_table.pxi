@@ -292,7 +292,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
                 raise ValueError(f"part {q} has {ks[q]} frames per row, the table "
                                  f"{self._W // n} per part")
             if _first_over_int32(src[q], e * ks[q]) >= 0:
-                raise OverflowError(C.ID_OVER_INT32)
+                raise OverflowError(_ID_OVER_INT32)
         return n
 
     def clear(self, rows=None):
@@ -373,7 +373,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         a, z = _columns((start, stop), self._W)
         cdef lf_layout code = self._pool._layout(layout)
         if not _apart(out, rows):
-            C.check_no_overlap(out, {"rows": rows})
+            _check_no_overlap(out, {"rows": rows})
         cdef _Copy c
         memset(&c, 0, sizeof(c))
         c.n_out = 1
@@ -428,7 +428,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         cdef lf_layout code = self._pool._layout(layout)
         if not (_apart(o1, o2) and _apart(o1, rows1) and _apart(o1, rows2)
                 and _apart(o2, rows1) and _apart(o2, rows2)):
-            C.check_no_overlap(out, {"rows1": rows1, "rows2": rows2})
+            _check_no_overlap(out, {"rows1": rows1, "rows2": rows2})
         cdef Py_ssize_t e = r1.shape[0], k = z1 - a1
         cdef _Copy c
         memset(&c, 0, sizeof(c))
@@ -476,7 +476,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         cdef cnp.ndarray r = _row_ids(rows, self._R, True)
         cdef LazyBatch s = _check_batch(self._pool, source, "source")
         cdef Py_ssize_t e = r.shape[0], i, j, m = s._n * s._k
-        idx = C.as_ints(index, "index")
+        idx = _as_ints(index, "index")
         if idx.shape != (e, self._W):
             raise ValueError(f"index has shape {idx.shape}, expected ({e}, {self._W})")
         bad = np.flatnonzero((idx < -1) | (idx >= m))
@@ -488,7 +488,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         cdef const int64_t *x = <const int64_t *>cnp.PyArray_DATA(ix)
         for i in range(e * self._W):
             if x[i] >= 0 and s._slots[x[i]] > INT32_MAX:
-                raise OverflowError(C.ID_OVER_INT32)
+                raise OverflowError(_ID_OVER_INT32)
         # all checked: new references, then the old ones dropped, then written
         cdef lf_pool *p = &self._pool.p
         for i in range(e * self._W):

@@ -77,44 +77,6 @@ def compression(compress) -> dict | None:
     return opts
 
 
-#: Kinds of blob in an :func:`encode_frames` container: a compressed frame, a compressed
-#: XOR delta against the previous frame, or the frame's raw bytes.
-KIND_KEY, KIND_DELTA, KIND_RAW = 0, 1, 2
-
-
-def check_container(payload, offsets, kinds, frame_bytes: int) -> tuple:
-    """Check an :func:`encode_frames` container's sizes and offsets, before any allocation.
-
-    Returns:
-        ``(payload, offsets, kinds)`` as a uint8 array, an int64 array and a uint8 array.
-
-    Raises:
-        TypeError: a payload that is not bytes-like, non-integer offsets or kinds.
-        ValueError: shapes that disagree, offsets that are not 0 then increasing up to
-            the payload's end, an unknown kind, a delta first, or a raw blob whose size
-            is not the frame's.
-    """
-    try:
-        data = np.frombuffer(memoryview(payload).cast("B"), np.uint8)
-    except TypeError:
-        raise TypeError(f"payload must be bytes-like, got {type(payload).__name__}") from None
-    offs, kds = as_ints(offsets, "offsets"), as_ints(kinds, "kinds")
-    if offs.ndim != 1 or kds.ndim != 1 or offs.shape[0] != kds.shape[0] + 1:
-        raise ValueError(f"offsets {offs.shape} and kinds {kds.shape} must be (n + 1,) and (n,)")
-    # compared in their own dtype first: no value wraps when converted
-    if ((offs < 0) | (offs > data.size)).any() or ((kds < KIND_KEY) | (kds > KIND_RAW)).any():
-        raise ValueError("offsets must be in [0, len(payload)], kinds KIND_KEY/DELTA/RAW")
-    offs, kds = offs.astype(np.int64), kds.astype(np.uint8)
-    sizes = np.diff(offs)
-    if offs[0] != 0 or offs[-1] != data.size or (sizes <= 0).any():
-        raise ValueError("offsets must start at 0 and increase up to the payload's length")
-    if kds.size and kds[0] == KIND_DELTA:
-        raise ValueError("the first blob is a delta: it has no previous frame")
-    if (sizes[kds == KIND_RAW] != frame_bytes).any():
-        raise ValueError(f"a raw blob is not {frame_bytes} bytes, one frame")
-    return data, offs, kds
-
-
 # dtypes the fused conversion kernels know (kind, itemsize); any other numeric dtype
 # can still be stored and copied out unconverted.
 _CONVERTIBLE = frozenset(map(np.dtype, "?bBhHiIqQfd"))  # bool, (u)int8-64, float32, float64
@@ -317,46 +279,6 @@ def as_frame(frame, shape: tuple, dtype: np.dtype) -> np.ndarray:
     return arr
 
 
-# -- rows, frames and outputs -------------------------------------------------------
-def as_ints(x, what: str) -> np.ndarray:
-    """``x`` as an ndarray of an integer dtype (an empty list is fine), not yet converted.
-
-    Raises:
-        TypeError: non-integer values.
-    """
-    arr = np.asarray(x)
-    if arr.dtype.kind in "iu":
-        return arr
-    if arr.size == 0 and arr.dtype.kind == "f":
-        return arr.astype(np.int64)
-    raise TypeError(f"{what} must be integers, got dtype {arr.dtype}")
-
-
-def as_rows(rows, n: int, *, distinct: bool = False) -> np.ndarray:
-    """Row indices as a fresh int64 array, each in ``[0, n)`` (no negative indexing).
-
-    The range is checked on the caller's values before any conversion, so no value
-    (e.g. ``2**63 - 1`` or a huge uint64) can wrap or overflow.
-
-    Raises:
-        TypeError: non-integer rows.
-        ValueError: not 1-D, or (``distinct``) a row given twice.
-        IndexError: a row out of range.
-    """
-    arr = as_ints(rows, "rows")
-    if arr.ndim != 1:
-        raise ValueError(f"rows must be a 1-D array, got shape {arr.shape}")
-    bad = np.flatnonzero((arr < 0) | (arr >= n))
-    if bad.size:
-        raise IndexError(f"row {int(arr[bad[0]])} is out of range for {n} rows")
-    arr = arr.astype(np.int64)
-    if distinct:
-        uniq, counts = np.unique(arr, return_counts=True)
-        if uniq.size != arr.size:
-            raise ValueError(f"row {int(uniq[counts > 1][0])} appears more than once in rows")
-    return arr
-
-
 def as_frames(frames, shape: tuple, dtype: np.dtype, lead: str = "n") -> np.ndarray:
     """View frames ``(*lead, *shape)`` (``lead``: ``"n"`` or ``"E, k"``) as :func:`as_frame` does.
 
@@ -371,54 +293,7 @@ def as_frames(frames, shape: tuple, dtype: np.dtype, lead: str = "n") -> np.ndar
     return as_frame(arr, arr.shape[:nlead] + shape, dtype)
 
 
-def check_no_overlap(out, inputs: dict) -> None:
-    """``out`` (an array, or a pair of arrays) may not share memory with any input array.
-
-    Runs before the other output checks; an ``out`` that is not an ndarray is left to them.
-
-    Raises:
-        ValueError: the two arrays of a pair overlap, or ``out`` overlaps the named input.
-    """
-    outs = [
-        o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, np.ndarray)
-    ]
-    if len(outs) == 2 and np.may_share_memory(outs[0], outs[1]):
-        raise ValueError("the two arrays of out overlap")
-    for o in outs:
-        for name, x in inputs.items():
-            if isinstance(x, np.ndarray) and np.may_share_memory(o, x):
-                raise ValueError(f"out overlaps {name}")
-
-
-# -- messages raised in more than one place ------------------------------------------
-#: A slot id a SlotTable cannot store (csrc/_table.pxi and lazyframes/replay/_dict.py).
-ID_OVER_INT32 = "a SlotTable stores slot ids as int32: this id is above 2**31 - 1"
-
-
 def out_not_ndarray(out) -> str:
     """The TypeError of an ``out`` that is not a plain ndarray (a subclass: how to pass it)."""
     hint = "; pass out.view(np.ndarray)" if isinstance(out, np.ndarray) else ""
     return f"out must be a numpy.ndarray, got {type(out).__name__}{hint}"
-
-
-def step_arrays(n: int) -> str:
-    """The TypeError of ``SlotTable.step_fields`` given other arrays."""
-    return (
-        f"flags and rewards must be C-contiguous 1-D ndarrays of uint8 and float32 of at "
-        f"least {n} entries"
-    )
-
-
-def prio_lengths(a: int, b: int, what: str = "values") -> str:
-    """The ValueError of ``SumTree.set`` / ``update_priorities`` given sizes that differ."""
-    return f"indices and {what} differ in size: {a} and {b}"
-
-
-def prio_empty() -> str:
-    """The ValueError of a draw from a SumTree whose leaves are all empty."""
-    return "no transition can be sampled: every leaf of the SumTree is empty"
-
-
-def prio_infinite() -> str:
-    """The ValueError of a draw from a SumTree whose leaves overflow their sum."""
-    return "cannot sample: the leaves of the SumTree sum to more than float64 max"

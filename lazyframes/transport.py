@@ -651,4 +651,4 @@ def _rounds(env: np.ndarray) -> list:
 
 def _raw(m: int) -> np.ndarray:
     """``kinds`` of ``m`` raw blobs."""
-    return np.full(m, C.KIND_RAW, np.uint8)
+    return np.full(m, _core.KIND_RAW, np.uint8)

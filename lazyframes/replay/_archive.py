@@ -668,9 +668,9 @@ def read_blobs(ar: Archive, table, index: np.ndarray, sfx: str) -> None:
                 if len(payload) != hi - lo:
                     raise ValueError("frame_blobs entry is truncated")
                 offs, kds = offsets[done : stop + 1] - lo, kinds[done:stop]
-                if kds[0] == C.KIND_DELTA and prev is not None:  # the previous frame, raw
+                if kds[0] == _core.KIND_DELTA and prev is not None:  # the previous frame, raw
                     payload, offs = prev.tobytes() + payload, np.append(0, offs + fb)
-                    kds = np.append(np.uint8(C.KIND_RAW), kds)
+                    kds = np.append(np.uint8(_core.KIND_RAW), kds)
                 frames = decode(payload, offs, kds, fs, dt)[-(stop - done) :]
                 part = pool.push_batch(frames, k=1)
                 slots[done:stop] = part.slots[:, 0]

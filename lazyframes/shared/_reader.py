@@ -174,8 +174,9 @@ class _Reader(_Mapping):
         pos, ln, back = words[..., 0], words[..., 1] & 0xFFFFFFFF, words[..., 1] >> 32
         kind = (words[..., 2] >> 32) & 0xFF
         good = (num >= 0) & (seq0 == num) & (seq1 == num) & (pos >= head - L)
-        delta = kind == C.KIND_DELTA
-        bad = (kind > C.KIND_RAW) | (ln < 1) | (ln > top) | ((kind == C.KIND_RAW) & (ln != fb))
+        delta = kind == _core.KIND_DELTA
+        raw = kind == _core.KIND_RAW
+        bad = (kind > _core.KIND_RAW) | (ln < 1) | (ln > top) | (raw & (ln != fb))
         bad |= (pos % L + ln > L) | (pos + ln > head) | (delta != (back > 0))
         whole = (good | ~has).all(axis=1)  # every blob of the chain read consistently
         if (good & has & bad).any() or (deep & whole).any():
@@ -218,7 +219,7 @@ class _Reader(_Mapping):
             at.append(idx * G + g)
             nums.append(cur)
             recs.append(rec)
-            more = ((rec[:, 2] >> 32) & 0xFF) == C.KIND_DELTA
+            more = ((rec[:, 2] >> 32) & 0xFF) == _core.KIND_DELTA
             idx, cur = idx[more], (cur - (rec[:, 1] >> 32))[more]
             if not idx.size:
                 break

@@ -228,7 +228,7 @@ class _Writer(_Mapping):
             pairs[0::2][~new] = self._raw[p[~new] % C_]
             pairs[1::2] = a8[dl]
             encode(pairs, 2, dl)
-        plain = kinds != C.KIND_DELTA  # a frame that does not compress is stored raw
+        plain = kinds != _core.KIND_DELTA  # a frame that does not compress is stored raw
         depth[plain], base[plain] = 0, nums[plain]
         rec["back"], rec["base"], rec["depth"] = np.where(plain, 0, nums - prev), nums - base, depth
         rec["len"] = [len(x) for x in blobs]

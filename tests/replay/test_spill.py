@@ -8,7 +8,7 @@ from conftest import recorded
 from test_shared import K, check, race_two_readers, write_rows
 from test_transport import SHAPE, vector_run
 
-from lazyframes import _checks as C
+from lazyframes import _core
 from lazyframes.shared import (
     _GROUP,
     _LOG_BYTES,
@@ -82,7 +82,7 @@ def test_values_equal_the_frames_written_over_wraparound(tmp_path):
         np.testing.assert_array_equal(b.rewards, np.where(b.indices % 2, -0.5, 0.5))
     # deltas, chains of at most 4 blobs
     kinds, depth = r._blobs["kind"].copy(), r._blobs["depth"].copy()
-    assert (kinds == C.KIND_DELTA).sum() > 2 * (kinds == C.KIND_KEY).sum()
+    assert (kinds == _core.KIND_DELTA).sum() > 2 * (kinds == _core.KIND_KEY).sum()
     assert depth.max() == 3
     r.close()
     w.close(unlink=True)
@@ -108,7 +108,7 @@ def test_ingest_transport_messages_compressed(tmp_path):
     b = plain.sample(300, rng=np.random.default_rng(1))
     for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
-    assert (w._blobs["kind"][: w.frames_written] == C.KIND_DELTA).mean() > 0.5
+    assert (w._blobs["kind"][: w.frames_written] == _core.KIND_DELTA).mean() > 0.5
     del a
     w.close(unlink=True)
     plain.close(unlink=True)
@@ -160,8 +160,8 @@ def _poke(path, offset, value):
         ({"len": FB + 33}, "corrupt frame record"),
         ({"len": 2**32 - 1}, "corrupt frame record"),
         ({"kind": 7}, "corrupt frame record"),
-        ({"kind": C.KIND_RAW, "len": 100}, "corrupt frame record"),  # raw: one frame long
-        ({"kind": C.KIND_DELTA, "back": 0}, "corrupt frame record"),  # no reference
+        ({"kind": _core.KIND_RAW, "len": 100}, "corrupt frame record"),  # raw: one frame long
+        ({"kind": _core.KIND_DELTA, "back": 0}, "corrupt frame record"),  # no reference
         ({"pos": 1 << 40}, "corrupt frame record"),  # beyond the log's head
         ({"pos": -(1 << 40)}, None),  # long gone from the log: the row is never read
     ],
@@ -193,7 +193,7 @@ def test_forged_chains_and_blobs_raise_on_read(tmp_path):
     log = np.array(r._log[:4096])
     r.close()
     loop = rec.copy()
-    loop["kind"][:44] = C.KIND_DELTA  # every frame a delta against the one before...
+    loop["kind"][:44] = _core.KIND_DELTA  # every frame a delta against the one before...
     loop["back"][1:44] = 1
     loop["back"][0] = 1  # ... and frame 0 against frame -1: never consistent
     _poke(path, lay["blobs"], loop.tobytes())
@@ -201,7 +201,7 @@ def test_forged_chains_and_blobs_raise_on_read(tmp_path):
         SharedReplay.attach(path).sample(64, rng=np.random.default_rng(0))
     _poke(path, lay["blobs"], rec.tobytes())
     _poke(path, lay["log"], (log ^ 0x5A).tobytes())  # the first blobs' bytes, scrambled
-    assert not (rec["kind"] == C.KIND_RAW).any()  # compressed blobs: checksums to fail
+    assert not (rec["kind"] == _core.KIND_RAW).any()  # compressed blobs: checksums to fail
     with pytest.raises(ValueError, match="corrupt blob"):
         SharedReplay.attach(path).sample(64, rng=np.random.default_rng(0))
     _poke(path, lay["log"], log.tobytes())
