@@ -1,45 +1,8 @@
-"""ReplayBuffer checkpoints: the ``.npz`` file format, written and read.
+"""ReplayBuffer checkpoints: the ``.npz`` file format (docs/CHECKPOINTS.md), written and read.
 
-An archive (zip, stored uncompressed) of ``.npy`` entries, no pickled objects:
-
-- ``meta``: a JSON string (``format``, ``version``, the constructor arguments, the
-  geometry, the compression options, the write position and the sampling RNG state);
-- ``actions``, ``rewards``, ``flags``: the first ``n`` entries of the ring's columns;
-  ``env_ids`` (version 2 and later): int32 ``(n,)``, each transition's env stream. The
-  links of each stream (its transitions in ring order) are rebuilt from them;
-- a frame store's entries (a plain buffer's, with no suffix; leaf ``i`` of a Dict
-  buffer's, with the suffix ``_i``): ``obs_index``, ``next_index``, int32 ``(n, k)``,
-  each transition's frames as indices into the frames of the entry ``frames``
-  ``(F, *frame_shape)``, every frame the stored transitions refer to, once; when the
-  buffer compresses (``meta["compression"]``), the same frames as an ``encode_frames``
-  container of those options: ``frame_blobs`` (uint8, the payload), ``frame_offsets``
-  (int64 ``(F + 1,)``), ``frame_kinds`` (uint8 ``(F,)``). Frames are numbered in the
-  order each stream's transitions first show them, so the XOR deltas of a container are
-  mostly against the previous frame in time;
-- Dict observations (version 2 and later): ``meta["leaves"]`` lists the leaves (key,
-  and the geometry of a frame leaf or the shape and dtype of a vector leaf); a vector
-  leaf ``i`` has ``obs_i`` and ``next_obs_i`` ``(n, *shape)``;
-- optional entries of subclasses (``_OPTIONAL``), with their meta keys
-  (``ReplayBuffer._extra_state``): ``priorities``, float64 ``(n,)``, and meta
-  ``prioritized`` of a ``PrioritizedReplayBuffer``. A plain ``ReplayBuffer`` loads
-  such a file and ignores them.
-
-Version 4 stores a compressing Dict buffer's frame leaves compressed (versions 2 and 3
-stored them raw whatever the options). Version 3 added the compression options and the
-container (a version-2 file holds raw frames and loads as a buffer that does not
-compress). Version 1 (one transition per env per row) has ``row`` in place of ``pos``
-and no ``env_ids``: position ``i`` holds env ``i % num_envs``. Every version is read.
-
-A checkpoint is untrusted input: before anything is allocated, every entry's declared
-size is checked against the bytes the file really holds (stored, not deflated, zip
-members inside the file; ``.npy`` headers whose shape and dtype are the expected ones
-and whose data is exactly the member's size), and the sizes declared in ``meta`` are
-bounded by the file's size (:func:`check_capacity`); the tables are sized by the
-transitions the file holds, not by its declared capacity. So a load costs time and
-memory of a small multiple of the file. Frames are streamed in chunks both ways
-(:func:`write_frames` and :func:`read_frames`, :func:`write_blobs` and
-:func:`read_blobs`), so neither needs a second copy of the buffer; a compressed
-container also bounds the bytes it decodes to, in all and at once, by the file's size.
+An archive of ``.npy`` entries, no pickled objects. A checkpoint is untrusted input: every
+declared size is checked against the bytes the file really holds, and bounded by the file's
+size, before anything is allocated; frames are streamed in chunks both ways.
 """
 
 from __future__ import annotations
