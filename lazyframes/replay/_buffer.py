@@ -478,43 +478,30 @@ class ReplayBuffer:
         """An iterator of batches drawn as :meth:`sample` draws them, gathered in a thread.
 
         The learner does not wait for its batch: a background thread draws each batch and
-        copies (in a compressing buffer, decodes) its frames into preallocated arrays,
-        with the GIL released, while the caller learns; ``next(sampler)`` returns a
-        :class:`Samples`. The draws are :meth:`sample`'s, from the buffer's RNG, each at a
-        definite point of the caller's calls: with no add in between, a sampler yields the
-        batches that successive ``sample(batch_size, dtype=dtype, scale=scale)`` calls
-        would (and leaves the RNG where they would), and a seeded run is the same
-        whatever the thread's timing.
+        copies (or decodes) its frames into preallocated arrays with the GIL released,
+        while the caller learns. The draws are :meth:`sample`'s, from the buffer's RNG:
+        with no add in between, a sampler yields the batches successive ``sample(batch_size,
+        dtype=dtype, scale=scale)`` calls would, whatever the thread's timing.
 
-        **A batch is the buffer at its draw.** When ``next()`` returns a batch it asks the
-        thread for the one it will return ``prefetch`` calls later (a new sampler draws
-        its first ``prefetch`` batches at once), and that draw sees the buffer as it is at
-        that moment: every later call that changes the buffer or reads what a draw reads
-        (:meth:`add`, :meth:`sample`, :meth:`gather`, :meth:`clear`, :meth:`flush`,
-        :meth:`save`, :meth:`memory`, ``update_priorities``) first waits for the draws
-        asked for before it (at once in a learner's loop: the thread draws during the
-        learner's step). The batch's fields are read and its frames pinned (references
-        taken) at its draw, so adds made afterwards, evicting its transitions, compressing
-        or freeing their frames, do not change it; the ``prefetch`` batches returned after
-        an add were drawn before it.
+        **A batch is the buffer at its draw.** ``next()`` asks the thread for the batch it
+        will return ``prefetch`` calls later (a new sampler draws its first ``prefetch`` at
+        once). Every call that changes the buffer or reads what a draw reads (:meth:`add`,
+        :meth:`sample`, :meth:`gather`, :meth:`clear`, :meth:`flush`, :meth:`save`,
+        :meth:`memory`, ``update_priorities``) first waits for the draws asked for before
+        it. A draw reads the batch's fields and pins its frames, so later adds (evicting,
+        compressing, freeing) do not change it.
 
-        **A batch's observations are valid until the** ``(prefetch + 1)``-th next
-        ``next()``. There are ``2 * prefetch + 1`` sets of observation arrays, used in
-        turn: calling ``next()`` refills, in the background, the set of the batch
-        returned ``prefetch + 1`` calls earlier (with the batch it will return
-        ``prefetch`` calls later). Copy the observations you keep longer
-        (``torch.from_numpy(batch.observations).to(device)`` does); the other fields
-        are fresh arrays.
+        **Observations are valid until the** ``(prefetch + 1)``-th next ``next()``: the
+        ``2 * prefetch + 1`` sets of observation arrays are refilled in turn. Copy what you
+        keep longer (``torch.from_numpy(batch.observations).to(device)`` does); the other
+        fields are fresh arrays.
 
-        Stop a sampler with :meth:`Sampler.close` or a ``with`` block; dropping it and
-        :meth:`clear` stop it too. A stopped sampler raises StopIteration. A draw that
-        raises (nothing sampleable yet) is raised by the ``next()`` that would have
-        returned its batch, as :meth:`sample` would raise, and the sampler goes on; an
-        exception in the copy (e.g. MemoryError) is raised by the next ``next()``, with
-        its traceback, and stops the sampler. Like :meth:`sample`, use it from the
-        thread that adds. The thread needs the GIL for a few tens of microseconds per
-        batch: a learner step that releases it (torch kernels, waits on a GPU) lets the
-        thread run beside it.
+        :meth:`Sampler.close`, a ``with`` block, dropping the sampler or :meth:`clear`
+        stop it; a stopped sampler raises StopIteration. A draw that raises (nothing
+        sampleable yet) is raised by the ``next()`` that would have returned its batch,
+        and the sampler goes on; an error in the copy (e.g. MemoryError) is raised by the
+        next ``next()`` and stops it. Use it from the thread that adds; a learner step
+        that releases the GIL (torch kernels) lets the thread run beside it.
 
         Args:
             batch_size: number of transitions ``B`` per batch, at least 1.
@@ -646,15 +633,11 @@ class ReplayBuffer:
     def save(self, path) -> None:
         """Write the buffer to ``path`` (an ``.npz`` archive), atomically.
 
-        The archive holds every live frame once, the slot tables as indices into those
-        frames, the actions, rewards, flags, the compression options and the sampling
-        RNG state; no pickled objects. A compressing buffer's frames are stored
-        compressed with its options (XOR deltas, ``encode_frames``), Dict observations'
-        frame leaves too: the file is about as large as the buffer's memory. It is
-        written to a temporary file in the same directory and renamed over ``path``
-        (``os.replace``), so a failed or interrupted save leaves an existing checkpoint
-        intact. Frames are streamed in chunks: saving needs no second copy of the buffer
-        in memory.
+        Every live frame is stored once (compressed with the buffer's options when it
+        compresses), with the tables, the compression options and the sampling RNG state;
+        no pickled objects (docs/CHECKPOINTS.md). Written to a temporary file in the same
+        directory and renamed over ``path``, so a failed save leaves an existing
+        checkpoint intact; frames are streamed, with no second copy of the buffer.
 
         Raises:
             OSError: the directory is not writable.
@@ -676,14 +659,10 @@ class ReplayBuffer:
                 the buffer (LazyFrames of the wrapper's pool added later are then copied
                 in, de-duplicated, see the class docs).
 
-        The file is untrusted input: every declared size is checked against the bytes
-        it really holds before anything is allocated, and the tables are sized by the
-        transitions the file holds (they grow as transitions are added, up to the
-        declared capacity), so a load costs time and memory of a small multiple of the
-        file; compressed frames are decoded in chunks, which a compressing pool
-        compresses again as the load goes, and may decode to at most ``max(1 GiB, 1024 x
-        the file's size)``, of which at most ``max(1 GiB, 16 x the file's size)`` is held
-        uncompressed at once. Files of format versions 1 to 4 are read.
+        The file is untrusted input: every declared size is checked against the bytes it
+        holds before anything is allocated, so a load costs time and memory of a small
+        multiple of the file (docs/CHECKPOINTS.md gives the bounds). Files of format
+        versions 1 to 4 are read.
 
         Raises:
             TypeError: ``pool`` is not a FramePool.
