@@ -3,17 +3,9 @@
 One :class:`~lazyframes.FramePool` for all sub-environments; the rings of the last k
 frames are one :class:`LazyBatch` (``num_envs`` rows of k frames), which is also the
 observation returned. Each step is one ``LazyBatch.shift`` call (push the batch of new
-frames, shift every ring, restart the rings of new episodes); ``np.asarray`` materialises
-the batch as ``(num_envs, *observation_shape)`` in one copy.
-
-Episode boundaries follow the vector env's autoreset mode
-(``envs.metadata["autoreset_mode"]``, Gymnasium's ``AutoresetMode``), so an observation
-never mixes frames of two episodes (case C14 of docs/CASES.md).
-
-Asynchronous vector envs (ale-py's ``batch_size < num_envs``, EnvPool's async mode)
-return some envs per step, keyed by ``info["env_id"]``: the stacker shifts those envs'
-rings only, and puts in ``info`` each row's previous observation and action, so a step is
-stored in a replay buffer in one ``add`` (case C16 of docs/CASES.md).
+frames, shift every ring, restart the rings of new episodes, following the vector env's
+autoreset mode: case C14 of docs/CASES.md). Asynchronous vector envs, which return some
+envs per step keyed by ``info["env_id"]``, shift those envs' rings only (case C16).
 
 Needs Gymnasium >= 1.1 (``AutoresetMode``); the rest of lazyframes works with 0.29.1.
 """
@@ -389,9 +381,7 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
     def _in_order(self, info: dict, rows: int) -> bool:
         """Whether a batch of ``rows`` observations is every env in order (synchronous)."""
         ids = info.get("env_id")
-        if rows != self._n:
-            return False
-        return ids is None or np.array_equal(ids, np.arange(self._n))
+        return rows == self._n and (ids is None or np.array_equal(ids, np.arange(self._n)))
 
     def _env_ids(self, ids, rows: int | None, what: str = "info['env_id']") -> np.ndarray:
         """``ids`` as checked env ids (intp): integers in ``[0, num_envs)``, distinct.
