@@ -6,10 +6,7 @@ Each new frame is copied once into a :class:`~lazyframes.FramePool` (``wrapper.p
 the one given as ``pool=``, or a new one); every observation is a
 :class:`~lazyframes.LazyFrames` owning references to its k frames (no frame bytes
 copied), and each step is ``obs.shift(frame)``. ``np.asarray(obs)`` is the one copy out.
-
-``FrameStackObservation`` takes every observation space Gymnasium's does: each ``Box``
-leaf of a ``Dict`` or ``Tuple`` space is stacked lazily in a pool of its own, and every
-other leaf (``Discrete``, ``MultiDiscrete``, ...) eagerly, exactly as Gymnasium stacks it.
+``FrameStackObservation`` also stacks ``Dict``/``Tuple`` spaces, as Gymnasium's does.
 
 These wrappers work with Gymnasium 0.29.1 and 1.x; ``lazyframes.vector`` needs 1.1.
 """
@@ -377,11 +374,8 @@ def make_leaf(space: gym.Space, path: tuple, k: int, layout: str, pool, padding,
 class _RingWrapper(LeafStacks, gym.Wrapper):
     """Holds one stacker per leaf of the observation space and the current ring.
 
-    A Box leaf's ring is its current observation, a LazyFrames: each step is one
-    ``LazyFrames.shift(frame)`` call (push the frame, share the k-1 newer frames).
-    Observations own their frames' references, so a frame lives exactly as long as some
-    observation holds it. For a Box space (the hot path) the ring is that LazyFrames;
-    otherwise it is a list of each leaf's ring.
+    For a Box space (the hot path) the ring is the current observation, a LazyFrames, and
+    a step is one ``LazyFrames.shift(frame)``; otherwise it is a list of each leaf's ring.
     """
 
     def _setup(
