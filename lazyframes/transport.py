@@ -106,15 +106,11 @@ class Sender:
     """The actor side: turns transitions into messages that carry each new frame once.
 
     :meth:`add` takes what :meth:`ReplayBuffer.add <lazyframes.ReplayBuffer.add>`
-    takes (LazyFrames, a ``LazyBatch``, lists of LazyFrames or stacked ndarrays; the
-    same flags, ``autoreset``, ``final_obs``/``final_mask`` and ``env_ids``) and keeps
-    references to the frames until :meth:`flush` turns everything added since the last
-    flush into one message. A frame is identified by its slot in the observations'
-    pool, so the frames an observation shares with the previous one are sent once;
-    ndarray observations are split into frames and de-duplicated against the same env's
-    previous observation, as the replay buffer does. After a flush the sender keeps the
-    frames of each env's latest observation (the receiver keeps them too): the next
-    message refers to them instead of sending them again.
+    takes and keeps references to the frames until :meth:`flush` turns everything added
+    since the last flush into one message. Frames are identified by slot (ndarray
+    observations are de-duplicated against the same env's previous one, as the replay
+    buffer does), so each is sent once; the frames of each env's latest observation are
+    kept, by both sides, for the next message to refer to (docs/TRANSPORT.md).
 
     Args:
         num_envs: env streams of this sender (the receiver's ``open(num_envs)``).
@@ -360,11 +356,9 @@ class Receiver:
 
     Each sender is a *stream*, opened with :meth:`open`, which gives it its own
     ``num_envs`` env streams of the buffer (``env_ids`` ``offset .. offset + num_envs``):
-    the buffer's ``num_envs`` must cover every sender's envs. :meth:`ingest` decodes a
-    message's new frames, pushes them once into the buffer's pool and adds its
-    transitions as ``LazyBatch`` es of slot references, one ``ReplayBuffer.add`` per
-    vector step. Works with any buffer of the ``ReplayBuffer`` API (a prioritized one
-    too: the transitions are added as a local ``add`` would).
+    the buffer's ``num_envs`` must cover every sender's envs. :meth:`ingest` pushes a
+    message's new frames once into the buffer's pool and adds its transitions as a local
+    ``add`` would, to any buffer of the ``ReplayBuffer`` API (a prioritized one too).
 
     Args:
         replay: the :class:`~lazyframes.ReplayBuffer` to fill. Its pool is made by the
