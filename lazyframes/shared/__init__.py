@@ -58,11 +58,8 @@ SharedSamples = Samples
 class SharedReplay(_Writer, _Reader):
     """Transitions in a memory-mapped file, written by one process and sampled by many.
 
-    Made by :meth:`create` (the writer) or :meth:`attach` (a reader), never directly.
-    Frame ``f`` (numbered from 0 in the order written) lives in slot ``f % frame_capacity``
-    until frame ``f + frame_capacity`` replaces it; row ``t`` in row ``t % capacity``. A
+    Made by :meth:`create` (the writer) or :meth:`attach` (a reader), never directly. A
     row whose frames were replaced is skipped by :meth:`sample`, so ``frame_capacity``
-    should hold the frames of ``capacity`` transitions (about one new frame per
-    transition, plus the ``k`` frames of each env's current observation): the default is
-    twice ``capacity``.
+    (default ``2 * capacity``) should hold the frames of ``capacity`` transitions
+    (docs/SHARED.md, "The file").
     """
