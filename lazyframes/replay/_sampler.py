@@ -67,12 +67,10 @@ def _work(jobs: queue.SimpleQueue, done: queue.SimpleQueue, stop: threading.Even
     """A sampler's thread: draw and fill the batches it is asked for, in order, until stopped.
 
     A job is ``(drawn, draw, gate, keys, outs, scale)``: a batch drawn already, or None
-    and the draw to make (then paid to ``gate``; made after a stop too, so that the
-    buffer's RNG is where the caller's calls left it). The thread holds no reference to
-    the sampler, so dropping the sampler closes it. Each result is ``(True, samples)``,
-    ``("draw", exception)`` (a draw that raised, as ``sample`` would: nothing changed) or
-    ``(False, exception)`` (a copy that raised); a batch's owners are dropped once it is
-    copied (or its copy skipped after a stop).
+    and the draw to make (then paid to ``gate``, after a stop too). The thread holds no
+    reference to the sampler, so dropping the sampler closes it. Each result is ``(True,
+    samples)``, ``("draw", exception)`` (nothing changed) or ``(False, exception)`` (a
+    copy that raised).
     """
     while True:
         job = jobs.get()
