@@ -11,14 +11,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-#: The three ways to lay out k frames of shape ``S`` (see docs/DESIGN.md, "Layouts").
-#:
-#: - ``"last"``: concatenate on the last (channel) axis, ``(..., C) -> (..., k*C)``,
-#:   as baselines' ``LazyFrames``/``FrameStack`` (the default, so it is a drop-in);
-#: - ``"first"``: concatenate on the first (channel) axis, ``(C, H, W) -> (k*C, H, W)``,
-#:   as SB3's ``VecFrameStack(channels_order="first")`` and EnvPool;
-#: - ``"stack"``: stack on a new leading axis, ``S -> (k, *S)``, as Gymnasium's
-#:   ``FrameStackObservation`` and PyTorch's ``(k, H, W)``.
+#: The layouts of k frames of shape ``S`` (docs/DESIGN.md, "Layouts"): ``"last"``,
+#: ``(..., C) -> (..., k*C)`` (baselines, the default); ``"first"``, ``(C, H, W) ->
+#: (k*C, H, W)`` (SB3, EnvPool); ``"stack"``, ``S -> (k, *S)`` (Gymnasium, PyTorch).
 LAYOUTS = ("last", "first", "stack")
 
 #: Most axes a frame may have (an observation batch adds two; NumPy allows 64).
@@ -178,20 +173,9 @@ def stack_size(k) -> int:
     k = operator.index(k)
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
-    check_batch_size(1, k)
+    if k > INT64_MAX // 8:  # its slot ids would need over 2**63 - 1 bytes
+        raise ValueError(f"a batch of 1 x {k} frames is too large")
     return k
-
-
-def check_batch_size(n: int, k: int) -> None:
-    """Refuse ``n`` observations of ``k`` frames whose ids would need over 2**63 - 1 bytes.
-
-    Compared, not multiplied, so nothing can overflow.
-
-    Raises:
-        ValueError: too large.
-    """
-    if k > INT64_MAX // 8 // max(1, n):
-        raise ValueError(f"a batch of {n} x {k} frames is too large")
 
 
 def observation_shape(shape: tuple, k: int, layout: str) -> tuple:

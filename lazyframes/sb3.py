@@ -7,22 +7,16 @@
 
     model = DQN("CnnPolicy", env, replay_buffer_class=lazyframes.sb3.ReplayBuffer)
 
-(rl-baselines3-zoo: ``replay_buffer_class: lazyframes.sb3.ReplayBuffer`` in the
-hyperparameters). They keep SB3's constructor, ``add``, ``sample``, ``pos``/``full``/
-``size()``, torch ``ReplayBufferSamples`` with ``(B, 1)`` fields and pickling
-(``model.save_replay_buffer``), and they draw the same random numbers as SB3's buffers,
-so a seeded run samples the same transitions. The frames are stored once, in a
-:class:`lazyframes.ReplayBuffer`: no up-front allocation of ``buffer_size``
-observations, about 7 KB per 84x84 transition instead of 28 KB
-(``optimize_memory_usage=True``) or 56 KB.
+(rl-baselines3-zoo: ``replay_buffer_class: lazyframes.sb3.ReplayBuffer``). They keep
+SB3's constructor, ``add``, ``sample``, ``pos``/``full``/``size()``, torch
+``ReplayBufferSamples`` with ``(B, 1)`` fields, pickling and random draws (a seeded run
+samples the same transitions), and store each frame once, in a
+:class:`lazyframes.ReplayBuffer`: nothing allocated up front, about 7 KB per 84x84
+transition instead of 28 KB (``optimize_memory_usage=True``) or 56 KB.
 
-``VecFrameStack`` is a drop-in for SB3's wrapper (same spaces, values, zero padding,
-``terminal_observation`` and channel orders, Box and Dict spaces) that stacks by frame
-reference and returns one fresh ndarray per step. It does not hand its frame references
-to the buffer: between the two, SB3 transposes the observations (``VecTransposeImage``)
-and copies them, so the buffer could not trust a reference without comparing the bytes
-anyway. The buffer de-duplicates by comparing each frame with those of the previous
-observation of the same env (a ``memcmp`` of one frame per candidate).
+``VecFrameStack`` is a drop-in for SB3's wrapper that stacks by frame reference and
+returns one fresh ndarray per step (docs/DESIGN.md says why it does not hand its
+references to the buffer).
 
 Needs Stable-Baselines3 (``python -m pip install "stable-baselines3>=2.7"``).
 """
@@ -247,11 +241,7 @@ class ReplayBuffer(_buffers.ReplayBuffer):
         t = a if isinstance(a, th.Tensor) else th.from_numpy(np.ascontiguousarray(a))
         return t.to(self.device)
 
-    def __getstate__(self):
-        # the buffer pickles as its checkpoint (lazyframes.ReplayBuffer.__reduce__)
-        return self.__dict__.copy()
-
-    def __setstate__(self, state):
+    def __setstate__(self, state):  # _rb pickles as its checkpoint (ReplayBuffer.__reduce__)
         state.pop("_compression", None)  # the options are in the checkpoint (0.2's pickles)
         if isinstance(state["_rb"], bytes):  # 0.2's pickles held the checkpoint's bytes
             state["_rb"] = _from_bytes(_replay.ReplayBuffer, state["_rb"])

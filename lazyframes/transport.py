@@ -1,28 +1,15 @@
 """Transitions across processes and machines with each frame sent once.
 
-An actor (an env worker process, a Ray actor) feeds a :class:`Sender` the observations
-it produces, exactly as it would feed :meth:`ReplayBuffer.add
-<lazyframes.ReplayBuffer.add>`; :meth:`Sender.flush` returns a *message*: the frames
-the receiver has not seen yet, each once (compressed with the core's ``encode_frames``
-when compression is on), and the transitions as references into those frames. On the
-replay side a :class:`Receiver` checks a message and adds it to a
-:class:`~lazyframes.ReplayBuffer`: the new frames are pushed once into the buffer's
-pool, and each transition is stored as the slot references of its observation and next
-observation (``ReplayBuffer.add`` with ``LazyBatch`` arguments, so episode boundaries,
-autoreset placeholders, truncation's real final observation and n-step windows are
-exactly those of a local ``add``). No observation is stacked, and no frame is sent
-twice: with 4 stacked frames a transition costs one compressed frame on the wire
-(~150-250 bytes for Atari) instead of two stacked observations (56,448 bytes).
-
-A message is a ``dict`` of ints, strings, ``bytes`` and small NumPy arrays (the format
-is docs/TRANSPORT.md), so any transport that pickles carries it: Ray, multiprocessing
-queues and pipes. The messages of one stream refer to the frames kept by the one
-before (the frames of each env's latest observation), so they must arrive in order:
-each carries a sequence number, and a stream's messages are refused out of order. A
-message is untrusted input: :meth:`Receiver.ingest` checks every field, id and size
-before it writes anything (``ValueError``/``TypeError`` naming the problem).
-
-This module imports no distributed framework; examples/apex_ray.py runs it on Ray.
+An actor feeds a :class:`Sender` what it would feed :meth:`ReplayBuffer.add
+<lazyframes.ReplayBuffer.add>`; :meth:`Sender.flush` returns a *message*: the frames the
+receiver has not seen yet, each once (compressed with the core's ``encode_frames`` when
+compression is on), and the transitions as references into them. A :class:`Receiver`
+checks a message, untrusted input, before it writes anything, then adds it to a
+:class:`~lazyframes.ReplayBuffer` as the same ``add`` calls made locally would. A message
+is a ``dict`` of plain values, so any transport that pickles carries it (Ray,
+multiprocessing queues); a stream's messages must arrive in order. The format, the checks
+and the costs: docs/TRANSPORT.md. This module imports no distributed framework;
+examples/apex_ray.py runs it on Ray.
 
 Example:
     >>> import numpy as np, lazyframes
@@ -93,8 +80,6 @@ KEYS = frozenset(
 )
 #: Flag bits of a transition on the wire: those of the replay buffer.
 TERM, TRUNC, SKIP = _ring.TERM, _ring.TRUNC, _ring.SKIP
-#: The names of the observation arguments in messages.
-_NAMES = ("obs", "next_obs", "final_obs")
 
 
 def wire_bytes(obj) -> int:
@@ -121,15 +106,11 @@ class Sender:
     """The actor side: turns transitions into messages that carry each new frame once.
 
     :meth:`add` takes what :meth:`ReplayBuffer.add <lazyframes.ReplayBuffer.add>`
-    takes (LazyFrames, a ``LazyBatch``, lists of LazyFrames or stacked ndarrays; the
-    same flags, ``autoreset``, ``final_obs``/``final_mask`` and ``env_ids``) and keeps
-    references to the frames until :meth:`flush` turns everything added since the last
-    flush into one message. A frame is identified by its slot in the observations'
-    pool, so the frames an observation shares with the previous one are sent once;
-    ndarray observations are split into frames and de-duplicated against the same env's
-    previous observation, as the replay buffer does. After a flush the sender keeps the
-    frames of each env's latest observation (the receiver keeps them too): the next
-    message refers to them instead of sending them again.
+    takes and keeps references to the frames until :meth:`flush` turns everything added
+    since the last flush into one message. Frames are identified by slot (ndarray
+    observations are de-duplicated against the same env's previous one, as the replay
+    buffer does), so each is sent once; the frames of each env's latest observation are
+    kept, by both sides, for the next message to refer to (docs/TRANSPORT.md).
 
     Args:
         num_envs: env streams of this sender (the receiver's ``open(num_envs)``).
@@ -375,11 +356,9 @@ class Receiver:
 
     Each sender is a *stream*, opened with :meth:`open`, which gives it its own
     ``num_envs`` env streams of the buffer (``env_ids`` ``offset .. offset + num_envs``):
-    the buffer's ``num_envs`` must cover every sender's envs. :meth:`ingest` decodes a
-    message's new frames, pushes them once into the buffer's pool and adds its
-    transitions as ``LazyBatch`` es of slot references, one ``ReplayBuffer.add`` per
-    vector step. Works with any buffer of the ``ReplayBuffer`` API (a prioritized one
-    too: the transitions are added as a local ``add`` would).
+    the buffer's ``num_envs`` must cover every sender's envs. :meth:`ingest` pushes a
+    message's new frames once into the buffer's pool and adds its transitions as a local
+    ``add`` would, to any buffer of the ``ReplayBuffer`` API (a prioritized one too).
 
     Args:
         replay: the :class:`~lazyframes.ReplayBuffer` to fill. Its pool is made by the
@@ -517,12 +496,7 @@ class Parsed:
 
     def flag_masks(self) -> tuple:
         """``(terminated, truncated, autoreset)`` bool ``(T,)`` from the flag bits."""
-        f = self.flags
-        return (
-            (f & TERM).astype(np.bool_),
-            (f & TRUNC).astype(np.bool_),
-            (f & SKIP).astype(np.bool_),
-        )
+        return tuple((self.flags & bit).astype(np.bool_) for bit in (TERM, TRUNC, SKIP))
 
     def advance(self) -> None:
         """The message is stored: the stream takes its geometry and expects the next one."""

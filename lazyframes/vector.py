@@ -3,17 +3,9 @@
 One :class:`~lazyframes.FramePool` for all sub-environments; the rings of the last k
 frames are one :class:`LazyBatch` (``num_envs`` rows of k frames), which is also the
 observation returned. Each step is one ``LazyBatch.shift`` call (push the batch of new
-frames, shift every ring, restart the rings of new episodes); ``np.asarray`` materialises
-the batch as ``(num_envs, *observation_shape)`` in one copy.
-
-Episode boundaries follow the vector env's autoreset mode
-(``envs.metadata["autoreset_mode"]``, Gymnasium's ``AutoresetMode``), so an observation
-never mixes frames of two episodes (case C14 of docs/CASES.md).
-
-Asynchronous vector envs (ale-py's ``batch_size < num_envs``, EnvPool's async mode)
-return some envs per step, keyed by ``info["env_id"]``: the stacker shifts those envs'
-rings only, and puts in ``info`` each row's previous observation and action, so a step is
-stored in a replay buffer in one ``add`` (case C16 of docs/CASES.md).
+frames, shift every ring, restart the rings of new episodes, following the vector env's
+autoreset mode: case C14 of docs/CASES.md). Asynchronous vector envs, which return some
+envs per step keyed by ``info["env_id"]``, shift those envs' rings only (case C16).
 
 Needs Gymnasium >= 1.1 (``AutoresetMode``); the rest of lazyframes works with 0.29.1.
 """
@@ -253,33 +245,18 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
     ``(k, 84, 84)``). ``copy.deepcopy`` copies the vector env and the rings, and shares
     the pools (frames never change).
 
-    **Asynchronous vector envs** return at each ``reset`` and ``step`` a batch of some of
-    their envs, each row's env in ``info["env_id"]`` (ale-py's ``AtariVectorEnv`` with
-    ``batch_size < num_envs``, EnvPool's asynchronous mode), and ``step(actions)`` takes
-    one action per row of the batch returned last (``actions[i]`` goes to that batch's
-    env ``i``, as ale-py sends them). The stacker keeps one ring per env id, shifts only
-    the rings of the envs returned, and returns their new observations in the order of
-    ``info["env_id"]``. It is asynchronous (``asynchronous`` is True) when the vector env
-    says so (ale-py's ``batch_size``, EnvPool's ``config["batch_size"]``) or from the first
-    batch that is not every env in order. Each step's ``info`` then also holds what pairs
-    the step into one transition per row, so storing them is one line
-    (``rb.add(info["prev_obs"], info["prev_action"], rewards, obs, terminations,
-    truncations, env_ids=info["env_id"], autoreset=info["autoreset"])``):
-
-    - ``info["prev_obs"]``: each row's env's observation before this step (the one its
-      action was taken in), a :class:`LazyBatch` (an ndarray with ``lazy=False``).
-    - ``info["prev_action"]``: the action each row's env was last sent (present when
-      ``step`` takes an array of one action per row).
-    - ``info["autoreset"]``: bool per row, True where the row is no transition: the reset
-      frame of an env whose episode ended at its previous step (``NEXT_STEP``), or an
-      env's first frame since a ``reset`` (async envs return envs' reset frames as they
-      come; such a row's ``prev_obs`` is the frame itself). The buffer stores those rows
-      as placeholders it never samples.
-
-    Autoreset follows each env's own steps in every mode (``SAME_STEP``: pass
-    ``final_obs=info["final_obs"], final_mask=info["_final_obs"]`` too, whose rows are the
-    batch's). ``reset`` restarts the envs it returns and marks the others, which restart
-    when they next appear. :meth:`observations` returns any envs' current observations.
+    **Asynchronous vector envs** (ale-py's ``AtariVectorEnv`` with ``batch_size <
+    num_envs``, EnvPool's asynchronous mode) return a batch of some of their envs, each
+    row's env in ``info["env_id"]``, and ``step(actions)`` takes one action per row of the
+    batch returned last. The stacker (``asynchronous`` True) keeps one ring per env id,
+    shifts only the rings of the envs returned and returns their observations in the order
+    of ``info["env_id"]``; each step's ``info`` also holds, per row, ``prev_obs`` (the env's
+    observation before this step), ``prev_action`` (the action it was last sent) and
+    ``autoreset`` (True where the row is no transition), so the batch is stored in one
+    ``rb.add`` (the example below; ``SAME_STEP``: with ``final_obs=info["final_obs"],
+    final_mask=info["_final_obs"]``). ``reset`` restarts the envs it returns and the
+    others when they next appear; :meth:`observations` returns any envs' current
+    observations. The protocol in full: case C16 of docs/CASES.md.
 
     Args:
         envs: a ``gymnasium.vector.VectorEnv``.
@@ -389,9 +366,7 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
     def _in_order(self, info: dict, rows: int) -> bool:
         """Whether a batch of ``rows`` observations is every env in order (synchronous)."""
         ids = info.get("env_id")
-        if rows != self._n:
-            return False
-        return ids is None or np.array_equal(ids, np.arange(self._n))
+        return rows == self._n and (ids is None or np.array_equal(ids, np.arange(self._n)))
 
     def _env_ids(self, ids, rows: int | None, what: str = "info['env_id']") -> np.ndarray:
         """``ids`` as checked env ids (intp): integers in ``[0, num_envs)``, distinct.

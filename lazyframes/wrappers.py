@@ -6,10 +6,7 @@ Each new frame is copied once into a :class:`~lazyframes.FramePool` (``wrapper.p
 the one given as ``pool=``, or a new one); every observation is a
 :class:`~lazyframes.LazyFrames` owning references to its k frames (no frame bytes
 copied), and each step is ``obs.shift(frame)``. ``np.asarray(obs)`` is the one copy out.
-
-``FrameStackObservation`` takes every observation space Gymnasium's does: each ``Box``
-leaf of a ``Dict`` or ``Tuple`` space is stacked lazily in a pool of its own, and every
-other leaf (``Discrete``, ``MultiDiscrete``, ...) eagerly, exactly as Gymnasium stacks it.
+``FrameStackObservation`` also stacks ``Dict``/``Tuple`` spaces, as Gymnasium's does.
 
 These wrappers work with Gymnasium 0.29.1 and 1.x; ``lazyframes.vector`` needs 1.1.
 """
@@ -188,14 +185,10 @@ def check_padding(padding_type, space) -> tuple:
         return padding_type, zero_value(space)
     if padding_type in space:
         return "_custom", padding_type
-    if isinstance(padding_type, str):
-        raise ValueError(
-            "Unexpected `padding_type`, expected 'reset', 'zero' or a custom observation space, "
-            f"actual value: {padding_type!r}"
-        )
+    why = "" if isinstance(padding_type, str) else f" not an instance of env observation ({space})"
     raise ValueError(
         "Unexpected `padding_type`, expected 'reset', 'zero' or a custom observation space, "
-        f"actual value: {padding_type!r} not an instance of env observation ({space})"
+        f"actual value: {padding_type!r}{why}"
     )
 
 
@@ -361,12 +354,16 @@ class _EagerLeaf:
         """Nothing to drop."""
 
 
-def make_leaf(space: gym.Space, k: int, layout: str, pool, pad, who: str):
-    """The stacker of one leaf: lazy for a Box, eager (as Gymnasium) otherwise.
+def make_leaf(space: gym.Space, path: tuple, k: int, layout: str, pool, padding, who: str):
+    """The stacker of the leaf ``space`` at ``path``: lazy for a Box, else eager (as Gymnasium).
+
+    ``pool`` and ``padding`` are the whole space's (:func:`leaf_pool`; None: reset padding).
 
     Raises:
         TypeError: a pool given for a leaf that is not a Box.
     """
+    pool = leaf_pool(pool, path, who)
+    pad = None if padding is None else at(padding, path)
     if isinstance(space, gym.spaces.Box):
         return _LazyLeaf(space, k, layout, pool, pad, who)
     if pool is not None:
@@ -377,11 +374,8 @@ def make_leaf(space: gym.Space, k: int, layout: str, pool, pad, who: str):
 class _RingWrapper(LeafStacks, gym.Wrapper):
     """Holds one stacker per leaf of the observation space and the current ring.
 
-    A Box leaf's ring is its current observation, a LazyFrames: each step is one
-    ``LazyFrames.shift(frame)`` call (push the frame, share the k-1 newer frames).
-    Observations own their frames' references, so a frame lives exactly as long as some
-    observation holds it. For a Box space (the hot path) the ring is that LazyFrames;
-    otherwise it is a list of each leaf's ring.
+    For a Box space (the hot path) the ring is the current observation, a LazyFrames, and
+    a step is one ``LazyFrames.shift(frame)``; otherwise it is a list of each leaf's ring.
     """
 
     def _setup(
@@ -393,15 +387,7 @@ class _RingWrapper(LeafStacks, gym.Wrapper):
         self._layout = layout
         self._lazy = lazy
         self._leaves = [
-            make_leaf(
-                leaf,
-                k,
-                layout,
-                leaf_pool(pool, path, who),
-                None if padding is None else at(padding, path),
-                who,
-            )
-            for path, leaf in leaves(space)
+            make_leaf(leaf, path, k, layout, pool, padding, who) for path, leaf in leaves(space)
         ]
         self._paths = [path for path, _ in leaves(space)]
         self._box = isinstance(space, gym.spaces.Box)
@@ -424,10 +410,7 @@ class _RingWrapper(LeafStacks, gym.Wrapper):
     def _shifted(self, ring, obs):
         """The ring after ``obs``: a new one, so a failure leaves ``ring`` as it was."""
         if self._box:
-            try:  # one core call: push the frame, share the k-1 newer ones
-                return ring.shift(obs)
-            except TypeError:  # another dtype: cast as Gymnasium does, or raise its error
-                return ring.shift(as_frames(obs, self._leaves[0].dtype))
+            return self._leaves[0].shift(ring, obs)
         return [
             leaf.shift(r, at(obs, path))
             for leaf, r, path in zip(self._leaves, ring, self._paths, strict=True)
@@ -594,15 +577,8 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
         self.padding_value = padding_value
         self.lazy = bool(lazy)
         # "zero" and custom padding: one slot pushed once per Box leaf; "reset" needs none.
-        self._setup(
-            space,
-            k,
-            layout,
-            "FrameStackObservation",
-            pool,
-            None if padding_type == "reset" else padding_value,
-            self.lazy,
-        )
+        pad = None if padding_type == "reset" else padding_value
+        self._setup(space, k, layout, "FrameStackObservation", pool, pad, self.lazy)
         self.observation_space = stacked_space(space, k, layout)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -11,19 +11,9 @@ It plays the role of SB3's ``ReplayBuffer(optimize_memory_usage=True)``, Dopamin
 circular replay buffer and cpprb's ``stack_compress``, with exact episode boundaries and
 the real next observation of truncated transitions (case C15).
 
-The package, one concern a module:
-
-- ``_args``: the one parser of ``add()`` arguments (used by ``transport.Sender`` too);
-- ``_ring``: the ring of transitions (positions, env streams, actions, rewards, flags),
-  n-step windows and draws;
-- ``_store``: the stores of observation leaves (frames, or plain arrays);
-- ``_buffer``: :class:`ReplayBuffer`, a ring and its stores;
-- ``_samples``: :class:`Samples`, the one type of a sampled batch, drawn then filled;
-- ``_sampler``: :class:`Sampler`, batches drawn ahead and filled in a background thread
-  (``ReplayBuffer.sampler``);
-- ``_prioritized``: :class:`PrioritizedReplayBuffer`, a subclass with sum-trees;
-- ``_archive``: the checkpoint file format, written and read (every version), in
-  ``_npz``'s archive of checked members.
+The package has one concern a module (``_args``, ``_ring``, ``_store``, ``_buffer``,
+``_samples``, ``_sampler``, ``_prioritized``, ``_archive``): docs/DESIGN.md, "The replay
+engine".
 """
 
 from ._buffer import ReplayBuffer

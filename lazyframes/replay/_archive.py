@@ -39,31 +39,19 @@ _VERSION = 4
 _CHUNK_BYTES = 64 << 20  # frames are written/read this many bytes at a time
 _PIECE = 256  # frames a compressed container is encoded this many at a time
 _DECODE_BYTES = 8 << 20  # and decoded (and spooled, copied) this many bytes at a time
-#: The per-env table ``load`` allocates (8 bytes per env) is bounded by this many envs,
-#: or the file's size in bytes if larger. The per-transition tables are sized by the
-#: transitions the file holds, not by the declared capacity (:func:`check_capacity`).
-_ENV_FLOOR = 1 << 20
-#: A transition's table bytes (slot ids, action, ...) are bounded by this many bytes,
-#: or the file's size if larger.
-_ROW_FLOOR = 1 << 20
-#: What ``load`` may allocate from declared numbers at once: a subclass's tables of the
-#: whole declared capacity (the priority trees of a ``PrioritizedReplayBuffer``) and the
-#: frames of a compressed container held uncompressed at once are bounded by this many
-#: bytes, or ``_TABLE_FACTOR`` times the file's size if larger.
-_TABLE_FLOOR = 1 << 30
-_TABLE_FACTOR = 16
-#: Frames a compressed container may make ``load`` decode: ``_TABLE_FLOOR`` bytes, or
-#: this many times the file's size if larger (Atari frames compress ~15-50x).
-_INFLATE_FACTOR = 1024
-#: Entries of the archive (a plain buffer's), by version.
-_ENTRIES = {
-    1: {"meta", "frames", "obs_index", "next_index", "actions", "rewards", "flags"},
-}
-_ENTRIES[2] = _ENTRIES[1] | {"env_ids"}
-#: Version 3: the frames of a compressing buffer as a compressed container, else as in 2.
+#: What ``load`` allocates from declared numbers (docs/CHECKPOINTS.md, "Bounds"): at most
+#: a floor, or a multiple of the file's size if larger.
+_ENV_FLOOR = 1 << 20  # envs of the per-env table (8 bytes each), or the file's bytes
+_ROW_FLOOR = 1 << 20  # bytes of a transition's tables, or the file's bytes
+_TABLE_FLOOR = 1 << 30  # bytes of whole-capacity tables and of frames held decoded at once,
+_TABLE_FACTOR = 16  # or this many times the file's bytes
+_INFLATE_FACTOR = 1024  # frames decoded in all: _TABLE_FLOOR, or this many times the file's bytes
+#: Entries of the archive (a plain buffer's), by version; version 3 adds the compressed
+#: container of a compressing buffer's frames.
 _BLOBS = ("frame_blobs", "frame_offsets", "frame_kinds")
-_ENTRIES[3] = _ENTRIES[2] | set(_BLOBS)
-_ENTRIES[4] = _ENTRIES[3]
+_ENTRIES = {1: {"meta", "frames", "obs_index", "next_index", "actions", "rewards", "flags"}}
+_ENTRIES[2] = _ENTRIES[1] | {"env_ids"}
+_ENTRIES[3] = _ENTRIES[4] = _ENTRIES[2] | set(_BLOBS)
 #: Entries a subclass may add to any version (read by its ``_restore_extra``).
 _OPTIONAL = {"priorities"}
 #: At most this many leaves in a checkpoint's ``meta["leaves"]``.
@@ -195,7 +183,8 @@ def load(path, cls, pool) -> Any:
     ``cls`` is a ReplayBuffer class: ``cls._restore(restored)`` makes the buffer, and
     ``cls._EXTRA_BYTES_PER_TRANSITION`` bounds what it allocates for the capacity.
     """
-    _check_pools(pool)
+    for p in pool.values() if isinstance(pool, dict) else [pool]:
+        check_pool(p)  # TypeError unless None or a FramePool
     try:
         # O_NONBLOCK: opening a FIFO would block until a writer came
         fh = os.fdopen(os.open(os.fspath(path), os.O_RDONLY | os.O_NONBLOCK), "rb")
@@ -231,12 +220,6 @@ def read_file(cls, fh, size: int, pool, where: str = "") -> Any:
         raise ValueError(f"{where}{e}") from e
     except Exception as e:
         raise ValueError(f"{where}corrupt ReplayBuffer checkpoint ({type(e).__name__}: {e})") from e
-
-
-def _check_pools(pool) -> None:
-    """Raises TypeError unless ``pool`` is None, a FramePool or a dict of FramePools."""
-    for p in pool.values() if isinstance(pool, dict) else [pool]:
-        check_pool(p)
 
 
 def read(ar: Archive, pool, extra_bytes: int) -> Restored:
@@ -437,15 +420,9 @@ def bounded_int(meta: dict, key: str, lo: int, hi: int) -> int:
 def check_capacity(meta: dict, file_size: int, extra: int = 0) -> None:
     """Refuse declared sizes that would make ``load`` or the next add cost more than the file.
 
-    ``load`` sizes the per-transition tables by the transitions the file holds (whose
-    entries are checked against the file, :class:`Archive`), not by the declared
-    capacity: a large capacity costs memory only as transitions are added. What it
-    allocates from declared numbers alone is bounded here: the per-env table
-    (``num_envs`` up to ``max(_ENV_FLOOR, file_size)``), a transition's table bytes
-    (up to ``max(_ROW_FLOOR, file_size)``, the rows the next add grows by) and
-    ``extra`` bytes per transition of the whole capacity that a subclass allocates at
-    once (a ``PrioritizedReplayBuffer``'s trees: up to ``max(_TABLE_FLOOR,
-    _TABLE_FACTOR * file_size)``).
+    The bounds (docs/CHECKPOINTS.md, "Bounds"): ``num_envs``, a transition's table bytes
+    and the ``extra`` bytes per transition of the whole capacity that a subclass
+    allocates at once (a ``PrioritizedReplayBuffer``'s trees).
 
     Raises:
         ValueError: a capacity, number of envs, stack size or action shape out of
@@ -507,12 +484,9 @@ def write_frames(f, pool, frame_ids: np.ndarray, frame_shape: tuple, dtype: np.d
 def write_blobs(zf: zipfile.ZipFile, pool, frame_ids: np.ndarray, opts: dict, sfx: str) -> None:
     """The frames ``frame_ids`` of ``pool`` as a compressed container: three entries.
 
-    ``frame_blobs`` (uint8, the payload), ``frame_offsets`` (int64 ``(F + 1,)``) and
-    ``frame_kinds`` (uint8 ``(F,)``), as ``encode_frames(frames, **opts)`` returns them
-    for all ``F`` frames: each piece of ``_PIECE`` frames (a multiple of the group) is
-    gathered, encoded and spooled, so no second copy of the buffer is made (and the
+    ``frame_blobs``, ``frame_offsets`` and ``frame_kinds``, as ``encode_frames(frames,
+    **opts)`` returns them for all the frames, encoded ``_PIECE`` frames at a time (the
     gather's scratch stays small: the pool keeps it as its spare).
-    :func:`read_blobs` decodes it.
     """
     encode = _core.encode_frames
     fb, group = pool.frame_bytes, opts["group"]
@@ -569,12 +543,9 @@ def read_blobs(ar: Archive, table, index: np.ndarray, sfx: str) -> None:
     """Decode the compressed container into ``table``'s pool, and fill the table.
 
     ``index`` ``(n, 2k)`` numbers each transition's frames in the container. The rows
-    are filled in chunks, in the order of the newest frame they need, the frames
-    decoded as they are first needed and dropped once every row that refers to them
-    is filled: a compressing pool compresses them while loading, so the frames held
-    uncompressed at once are about one chunk's. Before any frame is decoded:
-    ``F`` is checked against the references, every frame must be referred to, and the
-    bytes decoded in all and held at once against the file's size.
+    are filled in chunks, in the order of the newest frame they need, each frame decoded
+    when first needed and dropped once the last row that needs it is filled
+    (docs/CHECKPOINTS.md, "Bounds", checked before any frame is decoded).
     """
     pool = table.pool
     fs, dt = tuple(pool.frame_shape), np.dtype(pool.dtype)

@@ -1,9 +1,7 @@
 """An ``.npz`` archive read as untrusted input: members checked before they are read.
 
-The container of replay checkpoints (``_archive``): a zip of stored (not deflated)
-``.npy`` members. :class:`Archive` checks each member's declared size against the
-bytes the file really holds, and each ``.npy`` header's shape and dtype against the
-expected ones, before anything is allocated; :func:`write_entry` writes one member.
+The container of replay checkpoints (``_archive``, docs/CHECKPOINTS.md): a zip of stored
+(not deflated) ``.npy`` members, read by :class:`Archive`, written by :func:`write_entry`.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """A sampler: batches drawn and copied out ahead by a background thread, in the caller's order.
 
-``ReplayBuffer.sampler`` returns a :class:`Sampler`, an iterator of :class:`Samples`.
-When ``next()`` returns batch ``j``, it asks the sampler's thread for batch ``j +
-prefetch`` (the first ``prefetch`` batches are drawn when the sampler is made, in the
-caller's thread). The thread draws it (:func:`._samples.draw`: the RNG, the ring's
-fields, the priorities, and references taken on its frames, which fixes the batch),
-then copies the frames into one of ``2 * prefetch + 1`` preallocated output sets
-(:func:`._samples.fill`, the GIL released during the copy and the decoding), while the
-caller learns. Copies read only the frames their batch holds references on, never the
-table's rows, so an add's evictions, growth and compression never touch a frame a copy
-reads (docs/DESIGN.md, "Threads and limits").
-
-A draw reads what the caller's calls change, so it must happen at a definite point of
-their sequence: right after the ``next()`` that asked for it. The buffer's
-:class:`DrawGate` counts the draws its samplers owe; every buffer call that changes or
-reads what a draw reads (``add``, ``sample``, ``update_priorities``, ``clear``, ...)
-waits for them first (at once, when none is owed: in a learner's loop the thread drew
-during the learner's step). So a sampler draws the batches ``sample`` would at the same
-points of the caller's calls, whatever the thread's timing.
+``ReplayBuffer.sampler`` returns a :class:`Sampler`, an iterator of :class:`Samples`
+whose thread draws each batch and copies its frames out (the GIL released) while the
+caller learns. The buffer's :class:`DrawGate` makes every buffer call that changes or
+reads what a draw reads wait for the draws its samplers owe, so a sampler draws the
+batches ``sample`` would at the same points of the caller's calls, whatever the thread's
+timing. The design: docs/DESIGN.md, "Threads and limits".
 """
 
 from __future__ import annotations
@@ -79,12 +67,10 @@ def _work(jobs: queue.SimpleQueue, done: queue.SimpleQueue, stop: threading.Even
     """A sampler's thread: draw and fill the batches it is asked for, in order, until stopped.
 
     A job is ``(drawn, draw, gate, keys, outs, scale)``: a batch drawn already, or None
-    and the draw to make (then paid to ``gate``; made after a stop too, so that the
-    buffer's RNG is where the caller's calls left it). The thread holds no reference to
-    the sampler, so dropping the sampler closes it. Each result is ``(True, samples)``,
-    ``("draw", exception)`` (a draw that raised, as ``sample`` would: nothing changed) or
-    ``(False, exception)`` (a copy that raised); a batch's owners are dropped once it is
-    copied (or its copy skipped after a stop).
+    and the draw to make (then paid to ``gate``, after a stop too). The thread holds no
+    reference to the sampler, so dropping the sampler closes it. Each result is ``(True,
+    samples)``, ``("draw", exception)`` (nothing changed) or ``(False, exception)`` (a
+    copy that raised).
     """
     while True:
         job = jobs.get()

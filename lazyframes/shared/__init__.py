@@ -10,14 +10,9 @@ from the mapping into the batch. Transitions are one-step: ``next_observations``
 transition's own next observation (an episode's final one); autoreset placeholders are
 not stored.
 
-Ownership and locking (docs/SHARED.md): the one writer creates the file (published
-complete, by an atomic rename) and removes it (``close(unlink=True)``). Readers map it
-read-only (the OS refuses their writes) and take no lock: a reader that dies, even
-mid-copy, leaves nothing behind and the writer never waits. Every frame slot and row has
-a sequence word, the number of the frame (row) it holds or -1 while it is rewritten: a
-reader keeps a copy only if the word read before and after it is the number it wanted
-(a *seqlock*), else draws again, so a torn or evicted read is never returned. This
-relies on stores becoming visible in program order (x86-64).
+The one writer owns the file; readers map it read-only and take no lock: a seqlock per
+frame slot and row keeps a torn or evicted read from ever being returned (x86-64). The
+file, ownership, locking and failure: docs/SHARED.md.
 
 The modules: ``_file`` the header, the layout and the mapping; ``_writer``; ``_reader``.
 
@@ -63,11 +58,8 @@ SharedSamples = Samples
 class SharedReplay(_Writer, _Reader):
     """Transitions in a memory-mapped file, written by one process and sampled by many.
 
-    Made by :meth:`create` (the writer) or :meth:`attach` (a reader), never directly.
-    Frame ``f`` (numbered from 0 in the order written) lives in slot ``f % frame_capacity``
-    until frame ``f + frame_capacity`` replaces it; row ``t`` in row ``t % capacity``. A
+    Made by :meth:`create` (the writer) or :meth:`attach` (a reader), never directly. A
     row whose frames were replaced is skipped by :meth:`sample`, so ``frame_capacity``
-    should hold the frames of ``capacity`` transitions (about one new frame per
-    transition, plus the ``k`` frames of each env's current observation): the default is
-    twice ``capacity``.
+    (default ``2 * capacity``) should hold the frames of ``capacity`` transitions
+    (docs/SHARED.md, "The file").
     """
