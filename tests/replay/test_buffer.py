@@ -7,7 +7,7 @@ import gc
 
 import numpy as np
 import pytest
-from conftest import buffer_state, f
+from conftest import assert_same_samples, buffer_state, f
 
 from lazyframes import FramePool, ReplayBuffer
 from lazyframes.replay import Samples
@@ -36,11 +36,6 @@ def filled(num_envs=2, steps=12, **kw):
             np.arange(num_envs) == t % 5, np.zeros(num_envs, bool),
         )  # fmt: skip
     return rb
-
-
-def assert_same_samples(a, b, name=""):
-    for field, x, y in zip(Samples._fields, a, b, strict=True):
-        np.testing.assert_array_equal(x, y, err_msg=f"{name} {field}")
 
 
 @pytest.mark.parametrize(
