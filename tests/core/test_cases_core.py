@@ -1,7 +1,4 @@
-"""Cases C01-C10 of the fault catalogue (layout, array behaviour, memory), with their exact values.
-
-C08's wrapper part (the stacked ``observation_space``) is the wrapper tests'; here, its core part.
-"""
+"""Cases C01-C10 of the fault catalogue, exact values (C08's wrapper part: the wrapper tests)."""
 
 import gc
 import pickle

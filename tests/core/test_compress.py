@@ -1,8 +1,4 @@
-"""Compressed frame pools (docs/COMPRESSION.md): values, hot/cold states, the container.
-
-Every value copied out equals the same store's uncompressed, bit for bit, on recorded Atari
-frames (tests/data: Pong and Breakout, 84x84 gray, across episodes) and synthetic worst cases.
-"""
+"""Compressed pools (docs/COMPRESSION.md): values bit-exact as uncompressed, hot/cold, container."""
 
 import numpy as np
 import pytest

@@ -1,8 +1,4 @@
-"""API behaviour of the core (FramePool, FrameRef, LazyFrames, LazyBatch, SlotTable, stack).
-
-Bad input: the exception, a message naming the problem, and nothing written (pool stats,
-refcounts, ``out`` and the inputs as before). Frames are freed by deleting their owners.
-"""
+"""The core's API; bad input: its exception, a message naming the problem, nothing written."""
 
 import copy
 import gc

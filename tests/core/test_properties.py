@@ -1,8 +1,4 @@
-"""Property tests of the core (hypothesis) against the NumPy oracle (tests/oracle/core.py).
-
-Every copy out equals the restatement bit for bit (layouts, dtypes, shapes, stack sizes 1-16,
-fused conversions); a refused conversion or ``out`` writes nothing. Random calls: the fuzzer.
-"""
+"""Hypothesis: every copy out equals the NumPy oracle's, bit for bit; refused ones write nothing."""
 
 import gc
 

@@ -1,7 +1,4 @@
-"""The core's SumTree (a sum-tree and a min-tree in C): its API, update, and no drift.
-
-Its draws and weights against the oracle's, under random sets, are the fuzzer's.
-"""
+"""The core's SumTree: API, update, no drift (its draws and weights against the oracle: fuzzer)."""
 
 import math
 

@@ -1,8 +1,4 @@
-"""Compile and run csrc/test_kernels.c: the plain-C kernels, pool, codec and sum tree.
-
-With ``cc``, under ASan and UBSan where this machine has them, linked with C-Blosc2 from the
-installed ``blosc2`` package as setup.py links it.
-"""
+"""csrc/test_kernels.c built with cc (ASan + UBSan if there) and C-Blosc2 as setup.py links it."""
 
 import importlib.util
 import os

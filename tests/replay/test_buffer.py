@@ -1,7 +1,4 @@
-"""ReplayBuffer's public behaviour beyond the values the model checks (test_model.py).
-
-A refused call changes nothing: the buffer's pickle (its whole checkpoint) and its pools' stats.
-"""
+"""ReplayBuffer beyond the values test_model.py checks; a refused call changes nothing."""
 
 import gc
 

@@ -1,8 +1,4 @@
-"""ReplayBuffer checkpoints: golden files of every format version, and untrusted input.
-
-A golden file loads to what its recipe builds today; a crafted file is refused with a
-ValueError, having held no more than a small multiple of the file at once.
-"""
+"""Checkpoints: golden files load as their recipes build; crafted files are refused, in bounds."""
 
 import io
 import json

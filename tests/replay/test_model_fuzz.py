@@ -1,7 +1,4 @@
-"""A seeded fuzzer: random buffers and operations through test_model.py's ``Run``.
-
-``LAZYFRAMES_FUZZ_SEEDS=200`` runs more seeds than the default.
-"""
+"""A seeded fuzzer through test_model.py's ``Run`` (LAZYFRAMES_FUZZ_SEEDS=200: more seeds)."""
 
 import os
 

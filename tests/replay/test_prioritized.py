@@ -1,7 +1,4 @@
-"""PrioritizedReplayBuffer's public behaviour beyond the values the model checks.
-
-A refused call changes nothing: the buffer's pickle holds the priorities, count and RNG state.
-"""
+"""PrioritizedReplayBuffer beyond the values the model checks; a refused call changes nothing."""
 
 import numpy as np
 import pytest

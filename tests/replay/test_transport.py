@@ -1,7 +1,4 @@
-"""lazyframes.transport: frames cross processes once; messages are checked before any write.
-
-A buffer a Receiver fills equals one of local adds of the same transitions, sample for sample.
-"""
+"""lazyframes.transport: frames cross once, messages checked before writing, buffers equal local."""
 
 import copy
 import gc

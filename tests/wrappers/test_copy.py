@@ -1,8 +1,4 @@
-"""copy.deepcopy of the stackers, and the padding after close().
-
-A deep copy goes on as Gymnasium's deep-copied wrapper, leaves the original alone, and shares
-the pool: the copy itself pushes and copies no frame.
-"""
+"""copy.deepcopy of the stackers (as Gymnasium's, sharing the pool); the padding after close()."""
 
 import copy
 import gc

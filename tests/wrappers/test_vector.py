@@ -1,8 +1,4 @@
-"""lazyframes.vector.FrameStackObservation equals stacking each sub-env alone, in every mode.
-
-The reference: Gymnasium's FrameStackObservation per sub-env in a ``SyncVectorEnv``, on counter
-envs with seeded random episode lengths (1-step ones included).
-"""
+"""lazyframes.vector.FrameStackObservation equals Gymnasium's stacker per sub-env, in every mode."""
 
 import gc
 
