@@ -201,12 +201,10 @@ def test_stats_and_repr():
 
 def test_stack_accepts_observations_from_different_pools():
     fa, fb = rand_frames(4, seed=1), rand_frames(4, seed=2)
-    pa, sa = pool_with(fa)
-    pb, sb = pool_with(fb)
+    (pa, sa), (pb, sb) = pool_with(fa), pool_with(fb)
     out = core.stack([pa.lazy(sa, layout="last"), pb.lazy(sb, layout="last")])
-    np.testing.assert_array_equal(
-        out, np.stack([ref.observation(list(fa), "last"), ref.observation(list(fb), "last")])
-    )
+    want = [ref.observation(list(fa), "last"), ref.observation(list(fb), "last")]
+    np.testing.assert_array_equal(out, np.stack(want))
 
 
 def test_frameref_pickles_as_its_frame_into_the_default_pool():
@@ -665,8 +663,6 @@ def test_gather_pairs_equals_two_gathers(layout):
 
 
 # -- LazyBatch.numpy_pairs: gather_pairs from two owners (a sampler's pinned draw) ---------
-
-
 @pytest.mark.parametrize("layout", ["last", "first", "stack"])
 def test_numpy_pairs_equals_two_copies(layout):
     pool = make_pool(LAYOUT_SHAPES[layout])
@@ -729,8 +725,6 @@ def test_numpy_pairs_of_a_table_batch_outlives_the_rows():
 
 
 # -- _push_dedup: stacked ndarray observations cost one new frame per step ------------------
-
-
 def test_push_dedup_reuses_candidates_and_earlier_frames():
     pool = make_pool()
     prev = pool.lazy_batch([[pool.push(f(v)) for v in (1, 2, 3, 4)]])
