@@ -57,14 +57,10 @@ def conversions(draw, src):
     targets = [None] + [t for t in TARGETS if np.can_cast(src, t, casting="same_kind")]
     dst = draw(st.sampled_from(targets))
     out_dt = src if dst is None else np.dtype(dst)
-    scale = None
-    if out_dt.kind == "f" and draw(st.booleans()):
-        scale = draw(
-            st.one_of(
-                st.sampled_from(SCALES), st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
-            )
-        )
-    return dst, scale
+    if out_dt.kind != "f" or not draw(st.booleans()):
+        return dst, None
+    finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
+    return dst, draw(st.one_of(st.sampled_from(SCALES), finite))
 
 
 @st.composite
@@ -75,11 +71,8 @@ def cases(draw):
     k = draw(st.integers(1, 4 if big else 16))
     batch = draw(st.integers(1, 2 if big else 4))
     n = draw(st.integers(1, k + 2))
-    idx = draw(
-        st.lists(
-            st.lists(st.integers(0, n - 1), min_size=k, max_size=k), min_size=batch, max_size=batch
-        )
-    )
+    row = st.lists(st.integers(0, n - 1), min_size=k, max_size=k)
+    idx = draw(st.lists(row, min_size=batch, max_size=batch))
     layout = draw(st.sampled_from(LAYOUTS))
     conv = draw(conversions(dtype))
     seed = draw(st.integers(0, 2**32 - 1))
