@@ -252,7 +252,7 @@ class Scene:
 
 PAIRS = ([0], (0, 3), [0], (1, 4))  # gather_pairs' rows and ranges of Scene.t
 Z, LAYOUT = np.zeros, "layout must be one of"
-#: name: (exception, message, a call on a Scene); more bad rows and ids: test_misuse
+#: name: (exception, message, a call on a Scene); bad rows, ids, pads, sizes: test_misuse
 REFUSED = {
     "FramePool object": (TypeError, "numeric dtype", lambda s: core.FramePool(FRAME, object)),
     "FramePool str": (TypeError, "numeric dtype", lambda s: core.FramePool(FRAME, "U3")),
@@ -265,7 +265,6 @@ REFUSED = {
     "push_batch none": (ValueError, "", lambda s: s.pool.push_batch(s.good[:0])),
     "push_batch k 0": (ValueError, "k", lambda s: s.pool.push_batch(s.good, k=0)),
     "push_batch k -1": (ValueError, "k", lambda s: s.pool.push_batch(s.good, k=-1)),
-    "push_batch pad int": (TypeError, "", lambda s: s.pool.push_batch(s.good, k=2, pad=3)),
     "layout push_batch": (ValueError, LAYOUT, lambda s: s.pool.push_batch(s.good, layout="")),
     "layout lazy": (ValueError, LAYOUT, lambda s: s.pool.lazy([1], layout="middle")),
     "layout gather": (ValueError, LAYOUT, lambda s: s.pool.gather([[1]], layout="middle")),
@@ -273,15 +272,12 @@ REFUSED = {
     "layout LazyFrames": (ValueError, LAYOUT, lambda s: core.LazyFrames([f(0)], layout="x")),
     "shift rows": (ValueError, "frames have shape", lambda s: s.b.shift(s.good[:1])),
     "shift restart": (ValueError, "restart has shape", lambda s: s.b.shift(s.good, [True])),
-    "shift pad int": (TypeError, "", lambda s: s.b.shift(s.good, [True, False], pad=0)),
     "replace repeats": (ValueError, "", lambda s: s.b3.replace([0, 0], s.b)),
-    "replace row": (IndexError, "", lambda s: s.b3.replace([0, 3], s.b)),
     "replace rows": (ValueError, "", lambda s: s.b3.replace([0], s.b)),
     "replace k": (ValueError, "", lambda s: s.b3.replace([0, 1], s.b1)),
     "replace layout": (ValueError, "", lambda s: s.b3.replace([0, 1], s.last)),
     "replace ints": (TypeError, "", lambda s: s.b3.replace([0, 1], s.b.slots)),
     "set repeats": (ValueError, "", lambda s: s.t.set([1, 1], (s.b, s.b))),
-    "set row": (IndexError, "", lambda s: s.t.set([0, 3], (s.b, s.b))),
     "set width": (ValueError, "", lambda s: s.t.set([0, 1], (s.b,))),
     "set rows": (ValueError, "", lambda s: s.t.set([0, 1, 2], (s.b, s.b))),
     "set ints": (TypeError, "", lambda s: s.t.set([0, 1], (s.b, s.b.slots))),
@@ -304,7 +300,6 @@ REFUSED = {
                      lambda s: s.t.gather_pairs(*PAIRS, s.halves)),
     "pairs shape": (ValueError, "shape", lambda s: s.t.gather_pairs(*PAIRS, (s.out, s.two))),
     "pairs empty": (ValueError, "row 2 is", lambda s: s.t.gather_pairs([0], (0, 3), [2], (1, 4))),
-    "take index": (IndexError, "", lambda s: s.t.take([2], s.b, np.array([[0, 4, 0, 0]]))),
     "take width": (ValueError, "", lambda s: s.t.take([2], s.b, np.array([[0, 1, 2]]))),
     "take repeats": (ValueError, "", lambda s: s.t.take([2, 2], s.b, Z((2, 4), np.int64))),
     "take ints": (TypeError, "", lambda s: s.t.take([2], s.b.slots, Z((1, 4), np.int64))),
