@@ -1,6 +1,7 @@
 """ReplayBuffer.sampler: batches drawn ahead in the caller's thread, copied out in another."""
 
 import contextlib
+import copy
 import gc
 import itertools
 import os
@@ -14,7 +15,7 @@ import pytest
 from conftest import assert_same_samples, run
 
 from lazyframes import FramePool, PrioritizedReplayBuffer, ReplayBuffer
-from lazyframes.replay import Sampler, Samples, _samples
+from lazyframes.replay import Sampler, _samples
 
 FS = (84, 84)  # large enough that a batch's copy releases the GIL
 
@@ -57,13 +58,8 @@ def filled(kind="plain", steps=60, cls=ReplayBuffer, **kw):
     return rb
 
 
-def copied(s):
-    """A Samples whose arrays are copies (a sampler's and sample's observations are reused)."""
-
-    def cp(x):
-        return {k: v.copy() for k, v in x.items()} if isinstance(x, dict) else x.copy()
-
-    return Samples(*(cp(x) for x in s))
+#: A Samples whose arrays are copies (a sampler's and sample's observations are reused).
+copied = copy.deepcopy
 
 
 def sampler_threads():
