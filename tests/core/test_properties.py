@@ -172,15 +172,11 @@ def test_refused_conversions_and_outs_write_nothing(case, conv, out_kind):
             except ValueError:
                 full = (len(idx), 1)
             out_dt = np.dtype(dst) if dst is not None else np.dtype(dtype)
-            out = {
-                "none": None,
-                "right": np.zeros(full, out_dt),
-                "shape": np.zeros(full[:-1] + (full[-1] + 1,), out_dt),
-                "dtype": np.zeros(full, np.complex128),
-                "fortran": np.asfortranarray(np.zeros(full + (2,), out_dt))[..., 0],
-                "readonly": np.zeros(full, out_dt),
-                "list": [[0]],
-            }[out_kind]
+            out = {"none": None, "right": np.zeros(full, out_dt), "list": [[0]],
+                   "shape": np.zeros(full[:-1] + (full[-1] + 1,), out_dt),
+                   "dtype": np.zeros(full, np.complex128), "readonly": np.zeros(full, out_dt),
+                   "fortran": np.asfortranarray(np.zeros(full + (2,), out_dt))[..., 0],
+                   }[out_kind]  # fmt: skip
             if out_kind == "readonly":
                 out.flags.writeable = False
             keep = None if out is None or isinstance(out, list) else out.copy()
