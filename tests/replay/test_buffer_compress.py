@@ -247,13 +247,10 @@ def test_frames_released_after_the_last_add_are_compressed(how, tmp_path):
     del w  # the ring's frames are now held by the stored transitions only
     m = rb.memory()
     assert (m["pending_frames"], m["hot_frames"]) == (K + 1, K + 1)
-    {
-        "sample": lambda: rb.sample(2),
-        "gather": lambda: rb.gather([0, 1]),
-        "save": lambda: rb.save(tmp_path / "rb.npz"),
-        "flush": rb.flush,
-        "pickle": lambda: pickle.dumps(rb),
-    }[how]()
+    calls = {"sample": lambda: rb.sample(2), "gather": lambda: rb.gather([0, 1]),
+             "save": lambda: rb.save(tmp_path / "rb.npz"), "flush": rb.flush,
+             "pickle": lambda: pickle.dumps(rb)}  # fmt: skip
+    calls[how]()
     m = rb.memory()
     assert (m["pending_frames"], m["hot_frames"]) == (0, 0)
     assert m["cold_frames"] == rb.pool.live_frames == m["unique_frames"]
