@@ -1,6 +1,5 @@
 """SharedReplay(compress=True): frames as blobs in a circular byte log (docs/SHARED.md)."""
 
-
 import numpy as np
 import pytest
 from conftest import recorded
@@ -155,16 +154,14 @@ def _poke(path, offset, value):
 @pytest.mark.parametrize(
     "forged,match",
     [
-        ({"len": 0}, "corrupt frame record"),
-        ({"len": FB + 33}, "corrupt frame record"),
-        ({"len": 2**32 - 1}, "corrupt frame record"),
-        ({"kind": 7}, "corrupt frame record"),
+        ({"len": 0}, "corrupt frame record"), ({"len": FB + 33}, "corrupt frame record"),
+        ({"len": 2**32 - 1}, "corrupt frame record"), ({"kind": 7}, "corrupt frame record"),
         ({"kind": C.KIND_RAW, "len": 100}, "corrupt frame record"),  # raw: one frame long
         ({"kind": C.KIND_DELTA, "back": 0}, "corrupt frame record"),  # no reference
         ({"pos": 1 << 40}, "corrupt frame record"),  # beyond the log's head
         ({"pos": -(1 << 40)}, None),  # long gone from the log: the row is never read
     ],
-)
+)  # fmt: skip
 def test_forged_records_raise_on_read(tmp_path, forged, match):
     path = tmp_path / "r.lfr"
     lay = _compressed_file(path)
