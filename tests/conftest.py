@@ -82,6 +82,16 @@ def snapshot(pool, slots=()):
     return pool.stats(), [pool.refcount(s) for s in slots]
 
 
+def assert_same_samples(a, b, what=""):
+    """Two ``Samples`` equal field by field, dtypes too (dict observations key by key)."""
+    for name, x, y in zip(a._fields, a, b, strict=True):
+        xs, ys = (x, y) if isinstance(x, dict) else ({"": x}, {"": y})
+        assert xs.keys() == ys.keys(), f"{what} {name}"
+        for key in xs:
+            assert xs[key].dtype == ys[key].dtype, f"{what} {name}[{key}]"
+            np.testing.assert_array_equal(xs[key], ys[key], err_msg=f"{what} {name}[{key}]")
+
+
 def buffer_state(rb):
     """What a refused call must leave: the buffer's pickle (its checkpoint) and its pools' stats."""
     gc.collect()

@@ -1,7 +1,4 @@
-"""Cases C01-C10 of the fault catalogue (layout, array behaviour, memory), with their exact values.
-
-C08's wrapper part (the stacked ``observation_space``) is the wrapper tests'; here, its core part.
-"""
+"""Cases C01-C10 of the fault catalogue, exact values (C08's wrapper part: the wrapper tests)."""
 
 import gc
 import pickle
@@ -18,6 +15,19 @@ from bench.baselines import BaselinesLazyFrames
 from lazyframes import _core as core
 
 FB = 84 * 84  # bytes of f(v)
+
+
+def retained_by(fn):
+    """Bytes of Python allocations ``fn()`` leaves behind (traced, cycles collected)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        fn()
+        gc.collect()
+        return sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    finally:
+        tracemalloc.stop()
 
 
 def test_c01_indexing_follows_the_layout():
@@ -49,16 +59,12 @@ def test_c03_array_like_without_materialising():
     refs = [pool.push(f(v)) for v in range(4)]
     lz = pool.lazy(refs, layout="last")
     del refs  # the observation is the frames' only owner now
-    tracemalloc.start()
-    try:
-        snap0 = tracemalloc.take_snapshot()
-        shape, dtype, ndim, size, nbytes = lz.shape, lz.dtype, lz.ndim, lz.size, lz.nbytes
-        grew = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(snap0, "filename"))
-    finally:
-        tracemalloc.stop()
-    assert grew < 4 * FB  # reading the metadata allocated no observation
+    meta = []  # reading the metadata allocates no observation
+    assert (
+        retained_by(lambda: meta.append((lz.shape, lz.dtype, lz.ndim, lz.size, lz.nbytes))) < 4 * FB
+    )
     a = np.asarray(lz)
-    assert (shape, dtype, ndim, size, nbytes) == (a.shape, a.dtype, a.ndim, a.size, a.nbytes)
+    assert meta == [(a.shape, a.dtype, a.ndim, a.size, a.nbytes)]
     space = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # gymnasium warns it casts non-ndarrays
@@ -212,18 +218,8 @@ def test_c09_conversion_never_retains_a_copy():
         assert a.shape == (84, 84, 4) and a[0, 0].tolist() == [i, i + 1, i + 2, i + 3]
     del a
     assert pool.stats() == before and pool.live_bytes == 726_768
-    # converting again allocates nothing that stays
-    gc.collect()
-    tracemalloc.start()
-    try:
-        snap0 = tracemalloc.take_snapshot()
-        for o in obs:
-            np.asarray(o)
-        gc.collect()
-        grew = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(snap0, "filename"))
-    finally:
-        tracemalloc.stop()
-    assert grew < FB  # far below one frame, let alone 100 materialised stacks
+    # converting again keeps nothing: far below one frame, let alone 100 materialised stacks
+    assert retained_by(lambda observations=obs: [np.asarray(o) for o in observations]) < FB
     del obs, o
     assert pool.live_frames == 0
 

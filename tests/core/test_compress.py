@@ -1,8 +1,4 @@
-"""Compressed frame pools (docs/COMPRESSION.md): values, hot/cold states, the container.
-
-Every value copied out equals the same store's uncompressed, bit for bit, on recorded Atari
-frames (tests/data: Pong and Breakout, 84x84 gray, across episodes) and synthetic worst cases.
-"""
+"""Compressed pools (docs/COMPRESSION.md): values bit-exact as uncompressed, hot/cold, container."""
 
 import numpy as np
 import pytest
@@ -75,11 +71,8 @@ def check_values(store, rows, layouts=LAYOUTS):
         a, b = store.pairs(rows, layout=layout)
         assert np.array_equal(a, store.expected(rows, 0, layout))
         assert np.array_equal(b, store.expected(rows, 1, layout))
-        owners = (
-            store.table.batch(rows, 0, K, layout=layout),
-            store.table.batch(rows, 1, K + 1, layout=layout),
-        )
-        a, b = owners[0].numpy_pairs(owners[1])
+        obs = store.table.batch(rows, 0, K, layout=layout)
+        a, b = obs.numpy_pairs(store.table.batch(rows, 1, K + 1, layout=layout))
         assert np.array_equal(a, store.expected(rows, 0, layout))
         assert np.array_equal(b, store.expected(rows, 1, layout))
         g = store.table.gather(rows, 0, K, layout=layout, dtype=np.float32, scale=1 / 255)
@@ -234,16 +227,12 @@ def test_gathers_in_threads_while_the_table_changes():
 
 
 def test_gathers_in_threads_while_the_pool_grows():
-    """A copy decodes without the GIL while another thread's pushes grow the chunk table.
-
-    One frame per chunk: the pool's chunk table is reallocated at every power of two, in
-    each of several fresh pools, while a reader copies pinned rows of cold frames out.
-    """
+    """A copy of pinned cold rows decodes without the GIL while pushes grow the chunk table."""
     import threading
 
     frames = recorded("pong")[0]
     n, rows_per_round = len(frames), 600
-    for rnd in range(8):
+    for rnd in range(8):  # one frame a chunk: the table is reallocated at each power of two
         pool = core.FramePool((84, 84), np.uint8, chunk_bytes=84 * 84, compress={"group": 4})
         table = core.SlotTable(pool, rows_per_round, K + 1)
         ring = [pool.push(frames[j]) for j in range(K)]

@@ -1,8 +1,4 @@
-"""The compiled module itself: names, docstrings and their examples, its stub, the layout codes.
-
-Its doctests run here (``--doctest-modules`` collects ``.py`` files only); the stub mypy checks
-against must name every public function, class and method, with the same parameters.
-"""
+"""The compiled module: names, docstrings and their doctests, its stub (mypy's), layout codes."""
 
 import ast
 import doctest

@@ -1,8 +1,4 @@
-"""Property tests of the core (hypothesis) against the NumPy oracle (tests/oracle/core.py).
-
-Every copy out equals the restatement bit for bit (layouts, dtypes, shapes, stack sizes 1-16,
-fused conversions); a refused conversion or ``out`` writes nothing. Random calls: the fuzzer.
-"""
+"""Hypothesis: every copy out equals the NumPy oracle's, bit for bit; refused ones write nothing."""
 
 import gc
 
@@ -61,14 +57,10 @@ def conversions(draw, src):
     targets = [None] + [t for t in TARGETS if np.can_cast(src, t, casting="same_kind")]
     dst = draw(st.sampled_from(targets))
     out_dt = src if dst is None else np.dtype(dst)
-    scale = None
-    if out_dt.kind == "f" and draw(st.booleans()):
-        scale = draw(
-            st.one_of(
-                st.sampled_from(SCALES), st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
-            )
-        )
-    return dst, scale
+    if out_dt.kind != "f" or not draw(st.booleans()):
+        return dst, None
+    finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
+    return dst, draw(st.one_of(st.sampled_from(SCALES), finite))
 
 
 @st.composite
@@ -79,11 +71,8 @@ def cases(draw):
     k = draw(st.integers(1, 4 if big else 16))
     batch = draw(st.integers(1, 2 if big else 4))
     n = draw(st.integers(1, k + 2))
-    idx = draw(
-        st.lists(
-            st.lists(st.integers(0, n - 1), min_size=k, max_size=k), min_size=batch, max_size=batch
-        )
-    )
+    row = st.lists(st.integers(0, n - 1), min_size=k, max_size=k)
+    idx = draw(st.lists(row, min_size=batch, max_size=batch))
     layout = draw(st.sampled_from(LAYOUTS))
     conv = draw(conversions(dtype))
     seed = draw(st.integers(0, 2**32 - 1))
@@ -183,15 +172,11 @@ def test_refused_conversions_and_outs_write_nothing(case, conv, out_kind):
             except ValueError:
                 full = (len(idx), 1)
             out_dt = np.dtype(dst) if dst is not None else np.dtype(dtype)
-            out = {
-                "none": None,
-                "right": np.zeros(full, out_dt),
-                "shape": np.zeros(full[:-1] + (full[-1] + 1,), out_dt),
-                "dtype": np.zeros(full, np.complex128),
-                "fortran": np.asfortranarray(np.zeros(full + (2,), out_dt))[..., 0],
-                "readonly": np.zeros(full, out_dt),
-                "list": [[0]],
-            }[out_kind]
+            out = {"none": None, "right": np.zeros(full, out_dt), "list": [[0]],
+                   "shape": np.zeros(full[:-1] + (full[-1] + 1,), out_dt),
+                   "dtype": np.zeros(full, np.complex128), "readonly": np.zeros(full, out_dt),
+                   "fortran": np.asfortranarray(np.zeros(full + (2,), out_dt))[..., 0],
+                   }[out_kind]  # fmt: skip
             if out_kind == "readonly":
                 out.flags.writeable = False
             keep = None if out is None or isinstance(out, list) else out.copy()

@@ -1,7 +1,4 @@
-"""The core's SumTree (a sum-tree and a min-tree in C): its API, update, and no drift.
-
-Its draws and weights against the oracle's, under random sets, are the fuzzer's.
-"""
+"""The core's SumTree: API, update, no drift (its draws and weights against the oracle: fuzzer)."""
 
 import math
 
@@ -24,15 +21,11 @@ def test_sumtree_api():
     assert t.sample_weighted([0.5], None)[1] is None
     before = t.get(np.arange(5)).tolist()
     for bad_i, bad_v, exc, msg in [
-        ([5], [1.0], ValueError, "out of range"),
-        ([-1], [1.0], ValueError, "out of range"),
-        ([1], [-1.0], ValueError, ">= 0"),
-        ([1], [np.nan], ValueError, ">= 0"),
-        ([1], [np.inf], ValueError, ">= 0"),
-        ([1, 2], [1.0], ValueError, "differ in size"),
-        ([1.0], [1.0], TypeError, "integers"),
-        ([1], ["a"], TypeError, "real numbers"),
-    ]:
+        ([5], [1.0], ValueError, "out of range"), ([-1], [1.0], ValueError, "out of range"),
+        ([1], [-1.0], ValueError, ">= 0"), ([1], [np.nan], ValueError, ">= 0"),
+        ([1], [np.inf], ValueError, ">= 0"), ([1, 2], [1.0], ValueError, "differ in size"),
+        ([1.0], [1.0], TypeError, "integers"), ([1], ["a"], TypeError, "real numbers"),
+    ]:  # fmt: skip
         with pytest.raises(exc, match=msg):
             t.set(bad_i, bad_v)
     assert t.get(np.arange(5)).tolist() == before and t.total() == 8.0

@@ -1,8 +1,4 @@
-"""Compile and run csrc/test_kernels.c: the plain-C kernels, pool, codec and sum tree.
-
-With ``cc``, under ASan and UBSan where this machine has them, linked with C-Blosc2 from the
-installed ``blosc2`` package as setup.py links it.
-"""
+"""csrc/test_kernels.c built with cc (ASan + UBSan if there) and C-Blosc2 as setup.py links it."""
 
 import importlib.util
 import os
@@ -47,11 +43,8 @@ def test_c_kernels_and_pool(tmp_path):
     if _sanitizers_work(cc, tmp_path):
         flags += SANITIZE
     exe = tmp_path / "test_kernels"
-    build = subprocess.run(
-        [cc, *flags, *map(str, SOURCES), str(lib), "-o", str(exe), "-lpthread", "-ldl", "-lm"],
-        capture_output=True,
-        text=True,
-    )
+    cmd = [cc, *flags, *map(str, SOURCES), str(lib), "-o", str(exe), "-lpthread", "-ldl", "-lm"]
+    build = subprocess.run(cmd, capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
                UBSAN_OPTIONS="print_stacktrace=1")  # fmt: skip

@@ -1,7 +1,4 @@
-"""The fuzzer (fuzz_worker.py here), a subprocess per batch of seeds: a crash names its seed.
-
-``LAZYFRAMES_FUZZ_SEEDS=N`` runs N seeds (40 by default).
-"""
+"""fuzz_worker.py, a subprocess per batch of seeds (LAZYFRAMES_FUZZ_SEEDS=N, 40 by default)."""
 
 import os
 import subprocess

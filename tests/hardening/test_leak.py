@@ -1,8 +1,4 @@
-"""Memory stays flat over many create / convert / stack / pickle / drop cycles.
-
-Python's allocations (``tracemalloc``) do not grow past the warm-up's, the pools end empty
-with at most one spare chunk; a checksum shows the cycles ran (1,000,000 with LAZYFRAMES_LONG=1).
-"""
+"""Traced memory and pools flat over create/convert/stack/pickle/drop cycles (LAZYFRAMES_LONG=1)."""
 
 import gc
 import os

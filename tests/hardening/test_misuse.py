@@ -1,8 +1,4 @@
-"""Misuse of the public core (0.1.0's findings, M12-M19 of docs/CASES.md): refused, no change.
-
-Each attack checks the exception, its message and the state it aimed at (live frames,
-refcounts, frame values), in a child interpreter: a crash fails the test, not the session.
-"""
+"""Misuse of the public core (M12-M19 of docs/CASES.md): refused, no change; each in a child."""
 
 import contextlib
 import functools
@@ -608,22 +604,9 @@ def test_crafted_pickles_are_refused():
 
 
 # -- the v2 review: out=, phases, layouts, k, reentrant __init__, ABA, ids -----------------
-class _LiesShape(np.ndarray):
-    @property
-    def shape(self):
-        return (64, 84, 84, 2)
-
-
-class _LiesDtype(np.ndarray):
-    @property
-    def dtype(self):
-        return np.dtype(np.float64)
-
-
-class _LiesFlags(np.ndarray):
-    @property
-    def flags(self):
-        return type("Flags", (), {"c_contiguous": True, "writeable": True, "aligned": True})()
+def _lies(name, value):
+    """An ndarray subclass ``_Lies<name>`` whose property ``name`` answers ``value``."""
+    return type(f"_Lies{name.capitalize()}", (np.ndarray,), {name: property(lambda _: value)})
 
 
 @isolated
@@ -633,10 +616,11 @@ def test_out_subclasses_are_refused():
     table.set([0, 1], (batch,))
     w = Witness(pool, batch.slots)
     frozen = b"\x07" * (2 * 84 * 84 * 2)  # the bytes of an immutable object
+    flags = type("Flags", (), {"c_contiguous": True, "writeable": True, "aligned": True})()
     outs = [
-        np.zeros(16, np.uint8).view(_LiesShape),  # 16 bytes that claim (64, 84, 84, 2)
-        np.zeros((2, 84, 84, 2), np.uint8).view(_LiesDtype),  # uint8 that claims float64
-        np.frombuffer(frozen, np.uint8).reshape(2, 84, 84, 2).view(_LiesFlags),  # read-only
+        np.zeros(16, np.uint8).view(_lies("shape", (64, 84, 84, 2))),  # 16 bytes
+        np.zeros((2, 84, 84, 2), np.uint8).view(_lies("dtype", np.dtype(np.float64))),  # uint8
+        np.frombuffer(frozen, np.uint8).reshape(2, 84, 84, 2).view(_lies("flags", flags)),  # r-o
     ]
     calls = [
         lambda o: pool.gather(batch.slots, o),

@@ -1,13 +1,10 @@
-"""ReplayBuffer's public behaviour beyond the values the model checks (test_model.py).
-
-A refused call changes nothing: the buffer's pickle (its whole checkpoint) and its pools' stats.
-"""
+"""ReplayBuffer beyond the values test_model.py checks; a refused call changes nothing."""
 
 import gc
 
 import numpy as np
 import pytest
-from conftest import buffer_state, f
+from conftest import assert_same_samples, buffer_state, f
 
 from lazyframes import FramePool, ReplayBuffer
 from lazyframes.replay import Samples
@@ -36,11 +33,6 @@ def filled(num_envs=2, steps=12, **kw):
             np.arange(num_envs) == t % 5, np.zeros(num_envs, bool),
         )  # fmt: skip
     return rb
-
-
-def assert_same_samples(a, b, name=""):
-    for field, x, y in zip(Samples._fields, a, b, strict=True):
-        np.testing.assert_array_equal(x, y, err_msg=f"{name} {field}")
 
 
 @pytest.mark.parametrize(
@@ -152,26 +144,22 @@ def test_a_refused_batched_add_changes_nothing(bad, exc, match):
 ONE = {"obs": stack(1, 2, 3), "action": 1, "reward": 1.0, "next_obs": stack(2, 3, 4),
        "terminated": False, "truncated": False}  # fmt: skip
 REFUSED_ONES = [  # (Python rewards nan, inf, 1e39, 10**400: VALUES, on every path)
-    ({"reward": np.float64(-1e39)}, ValueError, "reward"),
-    ({"reward": "1"}, TypeError, "reward"),
-    ({"action": 1 << 63}, ValueError, "action"),
-    ({"action": -1}, ValueError, "action"),
+    ({"reward": np.float64(-1e39)}, ValueError, "reward"), ({"reward": "1"}, TypeError, "reward"),
+    ({"action": 1 << 63}, ValueError, "action"), ({"action": -1}, ValueError, "action"),
     ({"action": np.uint64(1 << 63)}, ValueError, "action"),
     ({"action": np.int64(-1)}, ValueError, "action"),
     ({"action": np.float32(1.0)}, TypeError, "action"),
     ({"reward": np.float32("nan")}, ValueError, "reward"),
     ({"reward": np.float16("inf")}, ValueError, "reward"),
     ({"terminated": np.int64(2)}, TypeError, "terminated"),
-    ({"action": 0.5}, TypeError, "action"),
-    ({"action": np.timedelta64(1)}, TypeError, "action"),
+    ({"action": 0.5}, TypeError, "action"), ({"action": np.timedelta64(1)}, TypeError, "action"),
     ({"reward": np.datetime64(1, "s")}, TypeError, "reward"),
     ({"action": [1, 2]}, ValueError, "action has shape"),
-    ({"terminated": 2}, TypeError, "terminated"),
-    ({"truncated": "yes"}, TypeError, "truncated"),
+    ({"terminated": 2}, TypeError, "terminated"), ({"truncated": "yes"}, TypeError, "truncated"),
     ({"obs": stack(1, 2, 3).astype(np.int16)}, TypeError, "dtype"),
     ({"next_obs": np.zeros((K, 2, 4), np.uint8)}, ValueError, "shape"),
     ({"next_obs": stack(1, 2, 3)[None, None]}, ValueError, "next_obs has shape"),
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("bad, exc, match", REFUSED_ONES)

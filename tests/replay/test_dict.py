@@ -1,7 +1,4 @@
-"""ReplayBuffer of Dict observations (image + vector), exact values.
-
-Against the model of tests/oracle/replay.py and SB3's ``DictReplayBuffer``.
-"""
+"""ReplayBuffer of Dict observations: exact values against the model and SB3's DictReplayBuffer."""
 
 import pickle
 

@@ -1,7 +1,4 @@
-"""A seeded fuzzer: random buffers and operations through test_model.py's ``Run``.
-
-``LAZYFRAMES_FUZZ_SEEDS=200`` runs more seeds than the default.
-"""
+"""A seeded fuzzer through test_model.py's ``Run`` (LAZYFRAMES_FUZZ_SEEDS=200: more seeds)."""
 
 import os
 
@@ -19,19 +16,13 @@ def test_fuzz(seed, tmp_path):
     num_envs = int(rng.integers(1, 5))
     capacity = int(rng.integers(num_envs, 8 * num_envs + 10))
     layout = str(rng.choice(list(SHAPES)))
-    run = Run(
-        capacity,
-        num_envs=num_envs,
-        n_step=int(rng.integers(1, min(4, capacity // num_envs * num_envs) + 1)),
-        layout=layout,
-        seed=seed,
-        prioritized=seed % 2 == 1,
-        alpha=float(rng.choice([0.0, 0.6, 1.0])),
-        gamma=float(rng.choice([0.0, 0.5, 0.99, 1.0])),
-        tell=layout != "stack" or rng.random() < 0.5,  # else decided by the first add
-        compress=bool(rng.random() < 0.25),
-        action_dtype=rng.choice([np.int64, np.uint8, np.float32]),
-    )
+    run = Run(capacity, num_envs=num_envs, layout=layout, seed=seed, prioritized=seed % 2 == 1,
+              n_step=int(rng.integers(1, min(4, capacity // num_envs * num_envs) + 1)),
+              alpha=float(rng.choice([0.0, 0.6, 1.0])),
+              gamma=float(rng.choice([0.0, 0.5, 0.99, 1.0])),
+              tell=layout != "stack" or rng.random() < 0.5,  # else decided by the first add
+              compress=bool(rng.random() < 0.25),
+              action_dtype=rng.choice([np.int64, np.uint8, np.float32]))  # fmt: skip
     p_end = float(rng.choice([0.05, 0.2, 0.5]))
     for _ in range(OPS):
         op = rng.random()

@@ -7,7 +7,6 @@ row ``t`` is frames ``t .. t + 4`` with action ``t``. A torn or evicted row brea
 import copy
 import multiprocessing
 import os
-import time
 
 import numpy as np
 import pytest
@@ -172,13 +171,13 @@ def test_ingest_refuses_a_forged_message_before_writing(tmp_path):
     w.close(unlink=True)
 
 
-def _reader(path, seconds, queue, report_every):
-    """A learner: samples and checks batches until ``seconds`` pass; reports its counts."""
+def _reader(path, rows, queue, report_every):
+    """A learner: samples and checks batches (10 at least) until ``rows`` rows are written."""
     r = SharedReplay.attach(path)
     rng = np.random.default_rng(os.getpid())
-    end, n = time.monotonic() + seconds, 0
+    n = 0
     queue.put(("started", os.getpid()))
-    while time.monotonic() < end:
+    while n < 10 or r.rows_written < rows:
         check(r.sample(32, rng=rng))
         n += 1
         if n % report_every == 0:
@@ -186,19 +185,21 @@ def _reader(path, seconds, queue, report_every):
     queue.put(("done", n))
 
 
-def race_two_readers(w, path, t0, seconds):
-    """Write rows flat out while two readers sample: one is killed mid-loop, one finishes."""
+def race_two_readers(w, path, t0, rows):
+    """Write rows while two readers sample: one killed mid-loop, one until ``rows`` are written."""
     ctx = multiprocessing.get_context("spawn")
     q_live, q_doomed = ctx.Queue(), ctx.Queue()
-    live = ctx.Process(target=_reader, args=(str(path), seconds, q_live, 10**9), daemon=True)
-    doomed = ctx.Process(target=_reader, args=(str(path), 60.0, q_doomed, 5), daemon=True)
+    live = ctx.Process(target=_reader, args=(str(path), rows, q_live, 10**9), daemon=True)
+    doomed = ctx.Process(target=_reader, args=(str(path), 2**62, q_doomed, 5), daemon=True)
     live.start()
     doomed.start()
     try:
         assert q_live.get(timeout=120)[0] == "started"
         assert q_doomed.get(timeout=120)[0] == "started"
         killed, kind, n = False, None, 0
-        while kind != "done" and (live.is_alive() or not q_live.empty()):
+        while kind != "done" or not killed:
+            assert kind == "done" or live.is_alive() or not q_live.empty(), "the reader died"
+            assert killed or doomed.is_alive(), "the other reader died before it was killed"
             write_rows(w, t0, 20)  # the rings (or the log) wrap, rows and frames are replaced
             t0 += 20
             if not killed and not q_doomed.empty() and q_doomed.get()[0] == "batches":
@@ -206,8 +207,7 @@ def race_two_readers(w, path, t0, seconds):
                 killed = True
             if not q_live.empty():
                 kind, n = q_live.get()
-        assert killed
-        assert kind == "done" and n > 0  # the other reader saw only whole rows
+        assert n >= 10 and w.rows_written >= rows  # the live reader saw only whole rows
         check(SharedReplay.attach(path).sample(64, rng=np.random.default_rng(2)))
     finally:
         for p in (live, doomed):
@@ -222,8 +222,7 @@ def test_readers_sample_while_the_writer_writes_and_one_is_killed(tmp_path):
         path, capacity=64, frame_shape=(84, 84), stack_size=K, frame_capacity=96
     )
     write_rows(w, 0, 60)
-    race_two_readers(w, path, 60, 4.0)
-    assert w.rows_written > 300  # while the writer wrapped the rings
+    race_two_readers(w, path, 60, rows=400)  # while the writer wraps the rings
     w.close(unlink=True)
 
 

@@ -1,7 +1,5 @@
 """SharedReplay(compress=True): frames as blobs in a circular byte log (docs/SHARED.md)."""
 
-import os
-
 import numpy as np
 import pytest
 from conftest import recorded
@@ -156,16 +154,14 @@ def _poke(path, offset, value):
 @pytest.mark.parametrize(
     "forged,match",
     [
-        ({"len": 0}, "corrupt frame record"),
-        ({"len": FB + 33}, "corrupt frame record"),
-        ({"len": 2**32 - 1}, "corrupt frame record"),
-        ({"kind": 7}, "corrupt frame record"),
+        ({"len": 0}, "corrupt frame record"), ({"len": FB + 33}, "corrupt frame record"),
+        ({"len": 2**32 - 1}, "corrupt frame record"), ({"kind": 7}, "corrupt frame record"),
         ({"kind": _core.KIND_RAW, "len": 100}, "corrupt frame record"),  # raw: one frame long
         ({"kind": _core.KIND_DELTA, "back": 0}, "corrupt frame record"),  # no reference
         ({"pos": 1 << 40}, "corrupt frame record"),  # beyond the log's head
         ({"pos": -(1 << 40)}, None),  # long gone from the log: the row is never read
     ],
-)
+)  # fmt: skip
 def test_forged_records_raise_on_read(tmp_path, forged, match):
     path = tmp_path / "r.lfr"
     lay = _compressed_file(path)
@@ -216,28 +212,17 @@ def test_forged_chains_and_blobs_raise_on_read(tmp_path):
         (_LOG_BYTES, 0, "corrupt header"),  # no log, but a group
         (_GROUP, 0, "corrupt header"),  # group 0
         (_GROUP, 65, "corrupt header"),
-        (_LOG_BYTES, 128 * (FB + 32) + 8, "does not match"),
+        (_LOG_BYTES, 128 * (FB + 32) + 8, "does not match"),  # the file is short of it
     ],
 )
 def test_attach_checks_the_compressed_header(tmp_path, word, value, match):
     path = tmp_path / "r.lfr"
     lay = _compressed_file(path, rows=10)
     assert word * 8 < HEADER_WORDS * 8 and lay["size"] == path.stat().st_size
+    assert BLOB_RECORD.itemsize == 24
     _poke(path, 8 * word, np.int64(value).tobytes())
     with pytest.raises(ValueError, match=match):
         SharedReplay.attach(path)
-
-
-def test_truncated_compressed_file(tmp_path):
-    path = tmp_path / "r.lfr"
-    lay = _compressed_file(path, rows=10)
-    os.truncate(path, lay["size"] - 100)
-    with pytest.raises(ValueError, match="does not match"):
-        SharedReplay.attach(path)
-    os.truncate(path, lay["log"] + 100)
-    with pytest.raises(ValueError, match=r"corrupt header|does not match"):
-        SharedReplay.attach(path)
-    assert BLOB_RECORD.itemsize == 24
 
 
 def test_a_reader_samples_while_the_writer_laps_a_small_log(tmp_path):
@@ -247,8 +232,8 @@ def test_a_reader_samples_while_the_writer_laps_a_small_log(tmp_path):
     opts = {"frame_capacity": 2000, "compress": {"group": 4}, "log_bytes": log}
     w = SharedReplay.create(path, capacity=1000, frame_shape=(84, 84), stack_size=K, **opts)
     write_rows(w, 0, 100)
-    race_two_readers(w, path, 100, 3.0)
-    assert int(w._head[_LOG_HEAD]) // log >= 2  # the writer lapped the log,
+    race_two_readers(w, path, 100, rows=1000)  # ~83 bytes a row: the writer laps the log
+    assert int(w._head[_LOG_HEAD]) // log >= 2  # twice at least,
     assert len(w) < 1000  # which bound what was held
     w.close(unlink=True)
 

@@ -1,7 +1,4 @@
-"""The source checkout's commands: ``python examples/demo.py`` on real Atari, ``python -m bench``.
-
-Each runs in a subprocess from the root, as the README says; the package has no command line.
-"""
+"""The checkout's commands, run from the root as the README says: examples/demo.py, -m bench."""
 
 import importlib.util
 import json
@@ -46,10 +43,8 @@ def test_demo_help_explains_every_option():
     r = run(DEMO, "--help")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("usage: demo.py ")
-    options = "--env --steps --num-envs --capacity --batch-size --seed --plot --json"
-    for opt in (
-        options + " --stack-size --train-freq --compress --no-compress --no-progress"
-    ).split():
+    opts = "--env --steps --num-envs --capacity --batch-size --seed --plot --json --stack-size"
+    for opt in [*opts.split(), "--train-freq", "--compress", "--no-compress", "--no-progress"]:
         assert opt in r.stdout, opt
     assert "ALE/Pong-v5" in r.stdout
 
@@ -112,27 +107,14 @@ def test_demo_refuses_a_bad_env_or_output_path_in_one_line_before_running(args, 
         (["cv2"], [], "--env ALE/Pong-v5 needs the package 'opencv-python-headless'"),
         (["tqdm"], [], "the progress bar (or --no-progress) needs the package 'tqdm'"),
         (["matplotlib"], ["--plot", "m.png"], "--plot needs the package 'matplotlib'"),
+        (["lazyframes"], [], "the package lazyframes is not installed"),
     ],
 )
-def test_demo_names_the_clone_install_command_of_a_missing_extra(block, args, message):
+def test_demo_names_the_clone_install_command_of_a_missing_package(block, args, message):
     r = run_guarded(DEMO, *args, block=block)
+    clone = " (in the clone)" * (block == ["lazyframes"])
+    assert r.stderr == f"demo.py: error: {message}: {INSTALL_DEMO}{clone}\n"
     assert_one_line_error(r, f"{message}: {INSTALL_DEMO}")
-    assert r.stderr == f"demo.py: error: {message}: {INSTALL_DEMO}\n"
-
-
-def test_demo_without_lazyframes_names_the_install_command():
-    r = run_guarded(DEMO, block=["lazyframes"])
-    assert_one_line_error(r, f"the package lazyframes is not installed: {INSTALL_DEMO}")
-
-
-def test_demo_check_args_names_a_missing_extra(demo, monkeypatch):
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "tqdm" else real(name, *a)
-    )
-    args = demo.build_parser().parse_args([])
-    with pytest.raises(demo.UsageError, match=r"needs the package 'tqdm': python -m pip install"):
-        demo.check_args(args)
 
 
 @pytest.fixture(scope="module")
@@ -212,16 +194,13 @@ def test_demo_vector_envs_store_real_transitions_uncompressed(tmp_path):
     assert m["lazyframes_uncompressed"] <= m["lazyframes"] < m["sb3_optimized"]  # whole chunks
 
 
-def test_bench_help_lists_its_options_and_benchmarks():
+def test_bench_help_lists_its_options_and_benchmarks_and_refuses_an_unknown_one():
     r = run("-m", "bench", "--help")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("usage: python -m bench ")
     assert "--quick" in r.stdout and "--only" in r.stdout
     for name in ("core", "wrappers", "replay", "sb3", "compress"):
         assert name in r.stdout
-
-
-def test_bench_refuses_an_unknown_benchmark():
     r = run("-m", "bench", "--only", "nope")
     assert r.returncode == 2 and "invalid choice: 'nope'" in r.stderr and r.stdout == ""
 
@@ -235,12 +214,8 @@ def test_bench_reports_missing_peer_and_failure_in_one_line(tmp_path):
     (bench / "bench_replay.py").write_text(
         "def main(argv):\n    print('replay table, quick =', argv == ['--quick'])\n"
     )
-    code = (
-        "import sys; from bench.__main__ import run_benches; "
-        f"sys.exit(run_benches(['core', 'wrappers', 'replay', 'sb3'], quick=True, "
-        f"root={str(bench)!r}))"
-    )
-    r = run("-c", code)
+    code = "from bench.__main__ import run_benches as b; exit(b({}, quick=True, root={!r}))"
+    r = run("-c", code.format(["core", "wrappers", "replay", "sb3"], str(bench)))
     assert r.returncode == 1, r.stdout + r.stderr  # the failing one sets the status...
     assert "needs the package 'not_a_real_peer_package_xyz'" in r.stdout
     assert "python -m pip install -e '.[bench]'" in r.stdout
@@ -249,11 +224,7 @@ def test_bench_reports_missing_peer_and_failure_in_one_line(tmp_path):
     assert f"bench: bench_sb3.py is not in {bench}; skipped" in r.stdout
     assert "Traceback" not in r.stdout + r.stderr
 
-    r = run(
-        "-c",
-        "import sys; from bench.__main__ import run_benches; "
-        f"sys.exit(run_benches(['core'], quick=True, root={str(tmp_path / 'nowhere')!r}))",
-    )
+    r = run("-c", code.format(["core"], str(tmp_path / "nowhere")))
     assert r.returncode == 1
     assert len(r.stdout.strip().splitlines()) == 1 and "not a benchmark folder" in r.stdout
 

@@ -50,7 +50,6 @@ INSTALL_TORCH = (
     "python -m pip install torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu"
 )
 INSTALL_ATARI = "python -m pip install -e '.[atari]'"
-INSTALL_BOTH = f"{INSTALL_TORCH} && {INSTALL_ATARI}"
 
 
 @pytest.mark.parametrize(
@@ -81,17 +80,21 @@ def test_dqn_atari_refuses_a_bad_option_in_one_line_before_any_work(args, messag
 
 
 @pytest.mark.parametrize(
-    "block, message",
+    "script, block, command",
     [
-        (["torch"], f"needs torch, not installed: {INSTALL_TORCH}"),
-        (["ale_py"], f"needs ale-py, not installed: {INSTALL_ATARI}"),
-        (["torch", "cv2"], f"needs torch, opencv-python-headless, not installed: {INSTALL_BOTH}"),
+        ("dqn_atari.py", ["torch"], INSTALL_TORCH),
+        ("dqn_atari.py", ["ale_py"], INSTALL_ATARI),
+        ("dqn_atari.py", ["torch", "cv2"], f"{INSTALL_TORCH} && {INSTALL_ATARI}"),
+        ("apex_ray.py", ["ray"], "python -m pip install -e '.[distributed]'"),
+        ("apex_ray.py", ["ray", "cv2"], "python -m pip install -e '.[atari,distributed]'"),
     ],
 )
-def test_dqn_atari_names_the_install_commands_of_missing_packages(block, message):
-    r = run_guarded("examples/dqn_atari.py", block=block)
+def test_examples_name_the_install_commands_of_missing_packages(script, block, command):
+    r = run_guarded(f"examples/{script}", *["--smoke"] * (script == "apex_ray.py"), block=block)
+    names = {"cv2": "opencv-python-headless", "ale_py": "ale-py"}
+    message = f"needs {', '.join(names.get(m, m) for m in block)}, not installed: {command}"
     assert_one_line_error(r, message)
-    assert r.stderr == f"dqn_atari.py: error: {message}\n"
+    assert r.stderr == f"{script}: error: {message}\n"
 
 
 @pytest.mark.parametrize(
@@ -111,21 +114,6 @@ def test_dqn_atari_names_the_install_commands_of_missing_packages(block, message
 )
 def test_apex_ray_refuses_a_bad_option_in_one_line_before_ray_starts(args, message):
     assert_one_line_error(run_guarded("examples/apex_ray.py", *args), message)
-
-
-@pytest.mark.parametrize(
-    "block, command",
-    [
-        (["ray"], "python -m pip install -e '.[distributed]'"),
-        (["ray", "cv2"], "python -m pip install -e '.[atari,distributed]'"),
-    ],
-)
-def test_apex_ray_without_ray_names_the_install_command(block, command):
-    r = run_guarded("examples/apex_ray.py", "--smoke", block=block)
-    names = {"cv2": "opencv-python-headless"}
-    message = f"needs {', '.join(names.get(m, m) for m in block)}, not installed: {command}"
-    assert_one_line_error(r, message)
-    assert r.stderr == f"apex_ray.py: error: {message}\n"
 
 
 def test_cleanrl_dqn_atari_example_trains_a_few_steps(tmp_path):

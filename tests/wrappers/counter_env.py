@@ -80,6 +80,8 @@ class CounterEnv(gym.Env):
 
 
 def values(obs):
-    """The frame values of a stacked observation (stack layout): one number per frame."""
+    """One number per frame: of a LazyFrames (any layout) or a stacked ndarray ("stack")."""
+    if hasattr(obs, "get_frame"):
+        return [int(obs.get_frame(i).flat[0]) for i in range(obs.stack_size)]
     a = np.asarray(obs)
     return [int(x) for x in a.reshape(a.shape[0], -1)[:, 0]]

@@ -1,8 +1,4 @@
-"""copy.deepcopy of the stackers, and the padding after close().
-
-A deep copy goes on as Gymnasium's deep-copied wrapper, leaves the original alone, and shares
-the pool: the copy itself pushes and copies no frame.
-"""
+"""copy.deepcopy of the stackers (as Gymnasium's, sharing the pool); the padding after close()."""
 
 import copy
 import gc
@@ -10,7 +6,7 @@ import gc
 import numpy as np
 import pytest
 from conftest import f
-from counter_env import CounterEnv, mk
+from counter_env import CounterEnv, mk, values
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import FrameStackObservation as GymFSO
 from test_spaces import SpaceEnv, assert_same, image_vector_space, pools_of
@@ -19,19 +15,11 @@ from lazyframes import vector
 from lazyframes.wrappers import FrameStack, FrameStackObservation
 
 
-def vals(obs):
-    """The counter value of each frame of a LazyFrames (any layout) or stacked ndarray."""
-    if hasattr(obs, "get_frame"):
-        return [int(obs.get_frame(i).flat[0]) for i in range(obs.stack_size)]
-    a = np.asarray(obs)
-    return [int(x) for x in a.reshape(a.shape[0], -1)[:, 0]]
-
-
 def run(env, steps=3):
     """Observations of ``steps`` steps, then of a reset and a step (the padding)."""
-    out = [vals(env.step(0)[0]) for _ in range(steps)]
-    out.append(vals(env.reset()[0]))
-    out.append(vals(env.step(0)[0]))
+    out = [values(env.step(0)[0]) for _ in range(steps)]
+    out.append(values(env.reset()[0]))
+    out.append(values(env.step(0)[0]))
     return out
 
 
@@ -67,9 +55,9 @@ def test_deepcopy_of_framestack_and_before_reset_and_refcounts():
     assert run(twin) == run(env) == expected
     env = mk(FrameStackObservation, CounterEnv(length=50), 3, padding_type="zero")
     twin = copy.deepcopy(env)  # nothing stacked yet
-    assert vals(twin.reset()[0]) == [0, 0, 10]
+    assert values(twin.reset()[0]) == [0, 0, 10]
     assert env.pool.live_frames == 2  # the zero frame, shared, and the twin's reset frame
-    assert vals(env.reset()[0]) == [0, 0, 10]
+    assert values(env.reset()[0]) == [0, 0, 10]
     pool = env.pool
     del env, twin
     gc.collect()
@@ -101,12 +89,12 @@ def test_deepcopy_of_the_vector_stacker(mode):
     live = envs.pool.live_frames
     twin = copy.deepcopy(envs)
     assert twin.pool is envs.pool and envs.pool.live_frames == live
-    steps = [[vals(x) for x in twin.step(np.zeros(2, np.int64))[0]] for _ in range(3)]
+    steps = [[values(x) for x in twin.step(np.zeros(2, np.int64))[0]] for _ in range(3)]
     if mode == AutoresetMode.NEXT_STEP:
         assert steps == [[[10, 11, 12]] * 2, [[11, 12, 13]] * 2, [[20, 20, 20]] * 2]
     else:
         assert steps == [[[10, 11, 12]] * 2, [[20, 20, 20]] * 2, [[20, 20, 21]] * 2]
-    assert [[vals(x) for x in envs.step(np.zeros(2, np.int64))[0]] for _ in range(3)] == steps
+    assert [[values(x) for x in envs.step(np.zeros(2, np.int64))[0]] for _ in range(3)] == steps
 
 
 @pytest.mark.parametrize("padding", ["zero", "custom"])
@@ -118,7 +106,7 @@ def test_reset_after_close_keeps_the_padding(padding):
     envs.reset()
     envs.close()
     assert envs.pool.live_frames == 0
-    assert [vals(x) for x in envs.reset()[0]] == [[first, first, 20]] * 2
+    assert [values(x) for x in envs.reset()[0]] == [[first, first, 20]] * 2
 
 
 def test_custom_padding_is_copied_when_given():
@@ -126,4 +114,4 @@ def test_custom_padding_is_copied_when_given():
     pad = f(7)
     env = mk(FrameStackObservation, CounterEnv(), 3, padding_type=pad)
     pad[...] = 99
-    assert vals(env.reset()[0]) == [7, 7, 10]
+    assert values(env.reset()[0]) == [7, 7, 10]

@@ -1,7 +1,4 @@
-"""The Gymnasium versions lazyframes supports: exact values with no Gymnasium 1.x-only API.
-
-Runs on whatever Gymnasium is installed (CI: the newest; by hand: 0.29.1, CleanRL's pin).
-"""
+"""Every Gymnasium version supported (CI: newest; by hand: 0.29.1): no 1.x-only API used."""
 
 import copy
 import importlib

@@ -1,8 +1,4 @@
-"""Every observation space Gymnasium's FrameStackObservation takes, against Gymnasium itself.
-
-Box leaves stack lazily (a pool each), the others as Gymnasium stacks them; the vector
-reference is Gymnasium's wrapper per sub-env in a ``SyncVectorEnv``.
-"""
+"""Every space Gymnasium's FrameStackObservation takes, against it; Box leaves lazy, a pool each."""
 
 import gymnasium as gym
 import numpy as np

@@ -1,8 +1,4 @@
-"""lazyframes.vector.FrameStackObservation over asynchronous vector envs, keyed by env id.
-
-Each env of an asynchronous run must see the observations, and hold in the buffer the
-transitions, of a synchronous run of it alone under Gymnasium's own stacker.
-"""
+"""The vector stacker over asynchronous envs: each env as a synchronous run of it alone."""
 
 import gymnasium as gym
 import numpy as np

@@ -106,23 +106,6 @@ def test_same_errors_as_gymnasium(kwargs):
     assert ours == ref
 
 
-def test_numpy_integer_stack_size():
-    env = mk(FrameStackObservation, CounterEnv(), np.int64(3))
-    obs, _ = env.reset()
-    assert values(obs) == [10, 10, 10]
-
-
-def test_step_before_reset_as_gymnasium():
-    for pad in ["reset", "zero", f(9)]:
-        ours = mk(FrameStackObservation, CounterEnv(), 3, padding_type=pad)
-        ref = GymFSO(CounterEnv(), 3, padding_type=pad)
-        for _ in range(4):
-            a, b = ours.step(0)[0], ref.step(0)[0]
-            np.testing.assert_array_equal(np.asarray(a), b)
-        a, b = ours.reset()[0], ref.reset()[0]
-        np.testing.assert_array_equal(np.asarray(a), b)
-
-
 @pytest.mark.parametrize(
     "kw",
     [{"shape": (4,), "dtype": np.float32, "out_dtype": np.float64, "rng_seed": 1},  # cast
@@ -139,7 +122,7 @@ def test_odd_frames_stack_as_gymnasium(kw):
 
 # -- docs/CASES.md -----------------------------------------------------------------------
 def test_c13_reset_padding_and_zero_padding():
-    env = mk(FrameStackObservation, CounterEnv(), 4)
+    env = mk(FrameStackObservation, CounterEnv(), np.int64(4))  # a NumPy integer stack_size
     obs, _ = env.reset()
     assert values(obs) == [10, 10, 10, 10]
     assert env.pool.live_frames == 1  # repeated reset frame: one slot
@@ -168,11 +151,7 @@ def test_c11_env_reusing_its_output_buffer():
     assert run(lambda e: FrameStackObservation(e, 4, lazy=False)) == [10, 11, 12, 13]
     # the fault, in the peer: Gymnasium 1.4 stacks four references to one buffer
     assert run(lambda e: GymFSO(e, 4)) == [13, 13, 13, 13]
-    env = FrameStack(CounterEnv(reuse_buffer=True, length=10), 4)
-    env.reset()
-    for _ in range(3):
-        obs = env.step(0)[0]
-    assert np.asarray(obs)[0, 0].tolist() == [10, 11, 12, 13]
+    assert run(lambda e: FrameStack(e, 4)) == [10, 11, 12, 13]
 
 
 @pytest.mark.parametrize("lazy", [True, False])
