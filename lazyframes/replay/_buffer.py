@@ -411,14 +411,12 @@ class ReplayBuffer:
             f = final and (final[0], final[1][i])
             parts.append(s.prepare(obs[i], next_obs[i], f, E, batched, ring, envs, values)[0])
         if not self._stores:  # the first add: the new frame stores' tables
-            frames = tuple(i for i, s in enumerate(stores) if isinstance(s, FrameStore))
-            vectors = tuple(i for i, s in enumerate(stores) if isinstance(s, VectorStore))
-            tables = tuple(stores[i].writing for i in frames)
+            frames, vectors, tables = _kinds(stores)
         if vectors:  # Dict observations: their plain arrays grow before the ring appends
             rows = ring.rows_for(E)
             for i in vectors:
                 stores[i].grow(rows, parts[i])
-            pos = ring.append(envs, values, tables, tuple(parts[i] for i in frames))
+            pos = ring.append(envs, values, tables, tuple([parts[i] for i in frames]))
             idx = [(pos + j) % ring.capacity for j in range(E)]
             for i in vectors:
                 stores[i].put(idx, parts[i])
@@ -739,9 +737,7 @@ class ReplayBuffer:
     def _keep(self, stores: tuple, keys) -> None:
         """The stores of the first add (or a checkpoint), for good: one per leaf of ``keys``."""
         self._stores, self._keys = stores, keys
-        self._frames = tuple(i for i, s in enumerate(stores) if isinstance(s, FrameStore))
-        self._vectors = tuple(i for i, s in enumerate(stores) if isinstance(s, VectorStore))
-        self._tables = tuple(stores[i].table for i in self._frames)
+        self._frames, self._vectors, self._tables = _kinds(stores)
         self._parser.keys, self._parser.decided = keys, True
 
     @classmethod
@@ -782,6 +778,13 @@ class ReplayBuffer:
 
     def _restore_extra(self, meta: dict, archive) -> None:
         """Called last by :meth:`load` to read what :meth:`_extra_state` wrote."""
+
+
+def _kinds(stores: tuple) -> tuple:
+    """``(frames, vectors, tables)``: the indices of the frame and vector stores, their tables."""
+    frames = tuple([i for i, s in enumerate(stores) if isinstance(s, FrameStore)])
+    vectors = tuple([i for i, s in enumerate(stores) if isinstance(s, VectorStore)])
+    return frames, vectors, tuple([stores[i].writing for i in frames])
 
 
 def _from_bytes(cls, data) -> ReplayBuffer:
