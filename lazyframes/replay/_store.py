@@ -67,15 +67,17 @@ def check_pool_geometry(pool, frame_shape: tuple, dtype: np.dtype) -> None:
         )
 
 
-def frames_view(arr: np.ndarray, layout: str, k: int) -> np.ndarray:
-    """``(E, *observation_shape)`` -> a view ``(E, k, *S)`` of the frames (may be strided)."""
-    E = arr.shape[0]
+def frames_view(arr: np.ndarray, layout: str, k: int, lead: int = 1) -> np.ndarray:
+    """``(E, *observation_shape)`` -> a view ``(E, k, *S)`` of the frames (may be strided).
+
+    With ``lead`` 0, one observation ``observation_shape`` -> ``(k, *S)``.
+    """
     if layout == "stack":
         return arr
     if layout == "first":
-        return arr.reshape((E, k, arr.shape[1] // k) + arr.shape[2:])
+        return arr.reshape(arr.shape[:lead] + (k, arr.shape[lead] // k) + arr.shape[lead + 1 :])
     c = arr.shape[-1] // k
-    return np.moveaxis(arr.reshape(arr.shape[:-1] + (k, c)), -2, 1)
+    return np.moveaxis(arr.reshape(arr.shape[:-1] + (k, c)), -2, lead)
 
 
 class Geometry:
@@ -281,14 +283,12 @@ class FrameStore:
         """``(obs, next_obs, final, geometry, pool)`` described and checked, nothing pushed.
 
         Stacked ndarrays of the stored shape and dtype are their own description (with
-        a leading axis of ``E``), any other argument an :class:`_Obs`.
+        a leading axis of ``E`` when batched), any other argument an :class:`_Obs`.
         """
         g = self._geom
         if g is not None and final is None and type(obs) is _ndarray and type(nxt) is _ndarray:
             want = (E,) + g.obs_shape if batched else g.obs_shape
             if obs.shape == want == nxt.shape and obs.dtype == g.dtype == nxt.dtype:
-                if not batched:
-                    obs, nxt = obs[None], nxt[None]
                 return obs, nxt, None, g, self._pool
         names = self._names
         o = describe(obs, names[0], E, batched)
@@ -515,7 +515,8 @@ class FrameStore:
 def _as_part(o, pool, geom: Geometry, candidates):
     """One described argument as an owner of ``pool``'s slots, ready for ``SlotTable.set``.
 
-    ``o``: an :class:`_Obs`, or stacked ndarrays ``(E, *obs_shape)`` of the geometry.
+    ``o``: an :class:`_Obs`, or stacked ndarrays ``(E, *obs_shape)`` of the geometry
+    (or one ``obs_shape``).
 
     Lazy input of ``pool`` is its own owner (no frame copied). Frames (ndarrays, or
     LazyFrames of another pool) are pushed in one ``_push_dedup`` call, reusing the slot
@@ -524,7 +525,7 @@ def _as_part(o, pool, geom: Geometry, candidates):
     """
     k = geom.k
     if type(o) is _ndarray:
-        frames = frames_view(o, geom.layout, k)
+        frames = frames_view(o, geom.layout, k, o.ndim - len(geom.obs_shape))
     elif o.owner is not None and o.pool is pool:
         return o.owner
     elif o.owner is not None:  # another pool: copy its frames out once
