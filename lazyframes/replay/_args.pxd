@@ -8,3 +8,6 @@ cdef class Parser:
     cdef bint _scalar_action, _float_action
     cdef public object keys
     cdef public bint decided
+
+    cpdef tuple parse(self, obs, action, reward, next_obs, terminated, truncated, autoreset,
+                      env_ids, final_obs, final_mask)
