@@ -1,6 +1,4 @@
-# Compiled declarations of _args.py (Cython's pure-Python mode): Parser is an extension
-# type, so an add reads its fields from C.
-
+# _args.py's compiled declarations (Cython pure-Python mode): fields read from C.
 cdef class Parser:
     cdef Py_ssize_t _num_envs
     cdef tuple _action_shape
@@ -8,6 +6,5 @@ cdef class Parser:
     cdef bint _scalar_action, _float_action
     cdef public object keys
     cdef public bint decided
-
     cpdef tuple parse(self, obs, action, reward, next_obs, terminated, truncated, autoreset,
                       env_ids, final_obs, final_mask)

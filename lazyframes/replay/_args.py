@@ -128,11 +128,9 @@ class Parser:
         # as they are, anything else converted here; for a batch, as given (the ring takes
         # ndarrays of the stored dtype and shape, and has ``convert`` convert the others)
         if not batched:
-            if ta is int or ta is float:
-                pass
-            elif ta in _NP_INTS:
+            if ta is not int and ta is not float and ta in _NP_INTS:
                 action, ta = int(action), int
-            elif ta in _NP_FLOATS:
+            elif ta is not int and ta is not float and ta in _NP_FLOATS:
                 action, ta = float(action), float
             if not (self._scalar_action and (ta is int or (ta is float and self._float_action))):
                 action = self._action(action, 1, False)

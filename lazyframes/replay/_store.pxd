@@ -1,6 +1,4 @@
-# Compiled declarations of _store.py (Cython's pure-Python mode): the frame store and the
-# descriptions it makes are extension types, so an add reads their fields from C.
-
+# _store.py's compiled declarations (Cython pure-Python mode): fields read from C.
 cdef class Geometry:
     cdef public object dtype, frame_shape, layout, obs_shape
     cdef public Py_ssize_t k
@@ -14,3 +12,5 @@ cdef class FrameStore:
     cdef tuple _names, _owners
     cdef Geometry _geom
     cdef dict _outs, _newest
+
+cpdef object _as_part(object o, object pool, Geometry geom, object candidates)
