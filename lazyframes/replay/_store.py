@@ -199,11 +199,6 @@ class FrameStore:
         return self._geom
 
     @property
-    def table(self):
-        """The SlotTable of the stored transitions' frames (None before the first add)."""
-        return self._table
-
-    @property
     def compression(self) -> dict | None:
         """The compression options of the pool (or those it will be given)."""
         return self._compress if self._pool is None else self._pool.compression
