@@ -591,9 +591,10 @@ cdef LazyBatch _step(FramePool pool, lf_layout code, LazyBatch prev, Py_ssize_t 
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef LazyBatch _dedup(FramePool pool, cnp.ndarray arr, LazyBatch cand):
+cdef LazyBatch _dedup(FramePool pool, cnp.ndarray arr, Py_ssize_t E, Py_ssize_t k,
+                      LazyBatch cand):
     """:meth:`FramePool._push_dedup` on checked C-contiguous frames ``(E, k, *S)``."""
-    cdef Py_ssize_t E = arr.shape[0], k = arr.shape[1], m = 0, e, j, jj, q
+    cdef Py_ssize_t m = 0, e, j, jj, q
     cdef const int64_t *cp = NULL
     if cand is not None:
         m = cand._k

@@ -828,7 +828,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         return _step(self, code, None, kk, arr, NULL, pad)
 
     def _push_dedup(self, frames, candidates=None):
-        """Push ``(E, k, *S)`` frames as a :class:`LazyBatch`, reusing slots whose bytes are equal.
+        """Push ``(E, k, *S)`` frames (or ``(k, *S)``: one observation) as a :class:`LazyBatch`,
+        reusing slots whose bytes are equal.
 
         Frame j of row e reuses, in this order, a frame of row e of ``candidates`` (a
         LazyBatch ``(E, m)`` of this pool, e.g. that env's previous observation) with
@@ -842,15 +843,17 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
                 another pool or with another number of rows. Checked first.
         """
         self._ready()
-        cdef cnp.ndarray arr = self._as_frames(frames, 2)
+        cdef bint one = cnp.PyArray_Check(frames) and cnp.PyArray_NDIM(frames) == self._nd + 1
+        cdef cnp.ndarray arr = self._as_frames(frames, 1 if one else 2)
+        cdef Py_ssize_t E = 1 if one else arr.shape[0], k = arr.shape[0 if one else 1]
         cdef LazyBatch cand = None
         if candidates is not None:
             cand = _check_batch(self, candidates, "candidates", "a LazyBatch or None")
-            if cand._n != arr.shape[0]:
-                raise ValueError(f"candidates has {cand._n} rows, expected {arr.shape[0]}")
+            if cand._n != E:
+                raise ValueError(f"candidates has {cand._n} rows, expected {E}")
         if not cnp.PyArray_IS_C_CONTIGUOUS(arr):  # checked above: no Python code runs
             arr = np.ascontiguousarray(arr)
-        return _dedup(self, arr, cand)
+        return _dedup(self, arr, E, k, cand)
 
     def gather(self, slots, out=None, *, layout="last", dtype=None, scale=None):
         """Copy ``B`` observations of ``k`` slots each (ints ``(B, k)``) into one array.

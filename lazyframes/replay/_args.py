@@ -122,15 +122,15 @@ class Parser:
         else:
             envs = None
             batched = E > 1 or to in _BATCHES
-            if not batched and tr not in _ONE_REWARD:
+            if not batched and tr is not float and tr not in _ONE_REWARD:
                 batched = isinstance(obs, (list, tuple, _LazyBatch)) or np.ndim(reward) == 1
         # the values go to the ring, which checks them: for one transition, Python scalars
         # as they are, anything else converted here; for a batch, as given (the ring takes
         # ndarrays of the stored dtype and shape, and has ``convert`` convert the others)
         if not batched:
-            if ta in _NP_INTS:
+            if ta is not int and ta is not float and ta in _NP_INTS:
                 action, ta = int(action), int
-            elif ta in _NP_FLOATS:
+            elif ta is not int and ta is not float and ta in _NP_FLOATS:
                 action, ta = float(action), float
             if not (self._scalar_action and (ta is int or (ta is float and self._float_action))):
                 action = self._action(action, 1, False)

@@ -235,9 +235,7 @@ class ReplayBuffer:
         None before the first add, unless one was given to the constructor. For Dict
         observations, a dict of the frame leaves' pools by key.
         """
-        if not self._stores:
-            return self._pool_opt
-        return self._by_key(lambda s: s.pool)
+        return self._by_key(lambda s: s.pool) if self._stores else self._pool_opt
 
     @property
     def layout(self):
@@ -411,22 +409,18 @@ class ReplayBuffer:
             f = final and (final[0], final[1][i])
             parts.append(s.prepare(obs[i], next_obs[i], f, E, batched, ring, envs, values)[0])
         if not self._stores:  # the first add: the new frame stores' tables
-            frames = tuple(i for i, s in enumerate(stores) if isinstance(s, FrameStore))
-            vectors = tuple(i for i, s in enumerate(stores) if isinstance(s, VectorStore))
-            tables = tuple(stores[i].writing for i in frames)
+            frames, vectors, tables = self._kinds(stores)
         if vectors:  # Dict observations: their plain arrays grow before the ring appends
             rows = ring.rows_for(E)
             for i in vectors:
                 stores[i].grow(rows, parts[i])
-            pos = ring.append(envs, values, tables, tuple(parts[i] for i in frames))
+            pos = ring.append(envs, values, tables, tuple([parts[i] for i in frames]))
             idx = [(pos + j) % ring.capacity for j in range(E)]
             for i in vectors:
                 stores[i].put(idx, parts[i])
         else:
             pos = ring.append(envs, values, tables, tuple(parts))
         if not self._stores:  # the first add: the buffer keeps its stores
-            for i in frames:
-                stores[i].adopt()
             self._keep(stores, keys)
         for i in frames:  # frames a store pushed: it holds each stream's newest (FrameStore.hold)
             if parts[i][1] is not next_obs[i]:
@@ -718,10 +712,17 @@ class ReplayBuffer:
     def _keep(self, stores: tuple, keys) -> None:
         """The stores of the first add (or a checkpoint), for good: one per leaf of ``keys``."""
         self._stores, self._keys = stores, keys
-        self._frames = tuple(i for i, s in enumerate(stores) if isinstance(s, FrameStore))
-        self._vectors = tuple(i for i, s in enumerate(stores) if isinstance(s, VectorStore))
-        self._tables = tuple(stores[i].table for i in self._frames)
+        self._frames, self._vectors, self._tables = self._kinds(stores)
         self._parser.keys, self._parser.decided = keys, True
+        for i in self._frames:  # a first add's stores take what they staged
+            stores[i].adopt()
+
+    @staticmethod
+    def _kinds(stores: tuple) -> tuple:
+        """``(frames, vectors, tables)``: the frame and vector stores' indices, the tables."""
+        frames = tuple([i for i, s in enumerate(stores) if isinstance(s, FrameStore)])
+        vectors = tuple([i for i, s in enumerate(stores) if isinstance(s, VectorStore)])
+        return frames, vectors, tuple([stores[i].writing for i in frames])
 
     @classmethod
     def _restore(cls, ck: _archive.Restored) -> ReplayBuffer:
@@ -749,10 +750,9 @@ class ReplayBuffer:
     _ON_ADD = False
 
     def _on_add(self, pos: int, count: int) -> None:
-        """Called at the end of :meth:`add` (cannot fail).
+        """Called at the end of :meth:`add` (cannot fail): ``count`` transitions were written.
 
-        ``count`` transitions were written from ring position ``pos`` on, wrapping at the
-        capacity.
+        From ring position ``pos`` on, wrapping at the capacity.
         """
 
     def _extra_state(self) -> tuple[dict, dict]:

@@ -67,21 +67,18 @@ def check_pool_geometry(pool, frame_shape: tuple, dtype: np.dtype) -> None:
         )
 
 
-def frames_view(arr: np.ndarray, layout: str, k: int) -> np.ndarray:
-    """``(E, *observation_shape)`` -> a view ``(E, k, *S)`` of the frames (may be strided)."""
-    E = arr.shape[0]
+def frames_view(arr: np.ndarray, layout: str, k: int, lead: int = 1) -> np.ndarray:
+    """``(E, *obs_shape)`` -> a view ``(E, k, *S)`` (may be strided); ``lead`` 0: ``(k, *S)``."""
     if layout == "stack":
         return arr
     if layout == "first":
-        return arr.reshape((E, k, arr.shape[1] // k) + arr.shape[2:])
+        return arr.reshape(arr.shape[:lead] + (k, arr.shape[lead] // k) + arr.shape[lead + 1 :])
     c = arr.shape[-1] // k
-    return np.moveaxis(arr.reshape(arr.shape[:-1] + (k, c)), -2, 1)
+    return np.moveaxis(arr.reshape(arr.shape[:-1] + (k, c)), -2, lead)
 
 
 class Geometry:
     """How a frame store splits observations into frames: decided by the first add."""
-
-    __slots__ = ("dtype", "frame_shape", "k", "layout", "obs_shape")
 
     def __init__(self, layout: str, k: int, frame_shape: tuple, dtype: np.dtype):
         self.layout, self.k, self.frame_shape, self.dtype = layout, k, frame_shape, dtype
@@ -99,8 +96,6 @@ class Geometry:
 
 class _Obs:
     """One observation argument of one frame leaf, described: lazy (``owner``) or ``arr``."""
-
-    __slots__ = ("arr", "k", "layout", "owner", "pool")
 
     def __init__(self, owner=None, arr=None, layout=None):
         self.owner, self.arr, self.layout = owner, arr, layout
@@ -132,12 +127,8 @@ def describe(x, name: str, E: int, batched: bool) -> _Obs:
         if len(x) != E:
             raise ValueError(f"{name} has {len(x)} observations, expected {E} {PER_ADD}")
         return _Obs(owner=x)
-    if (
-        batched
-        and isinstance(x, (list, tuple))
-        and x
-        and all(isinstance(o, _LazyFrames) for o in x)
-    ):
+    lazies = isinstance(x, (list, tuple)) and all(isinstance(o, _LazyFrames) for o in x)
+    if batched and lazies and x:
         if len(x) != E:
             raise ValueError(f"{name} has {len(x)} observations, expected {E} {PER_ADD}")
         if len({(o.stack_size, o.frame_shape, o.dtype) for o in x}) != 1:
@@ -208,11 +199,6 @@ class FrameStore:
         return self._geom
 
     @property
-    def table(self):
-        """The SlotTable of the stored transitions' frames (None before the first add)."""
-        return self._table
-
-    @property
     def compression(self) -> dict | None:
         """The compression options of the pool (or those it will be given)."""
         return self._compress if self._pool is None else self._pool.compression
@@ -249,7 +235,6 @@ class FrameStore:
             ValueError, TypeError: observations of another geometry than the store's
                 (or its pool's), that cannot be split into frames, or of another dtype;
                 values the ring refuses. MemoryError: the pool cannot grow.
-                OverflowError: a slot id above ``2**31 - 1`` (the table holds int32 ids).
         """
         owner = self._owners[batched]
         if type(obs) is owner and type(nxt) is owner and final is None:
@@ -267,12 +252,6 @@ class FrameStore:
         op = _as_part(o, pool, geom, cand)
         plain = _as_part(n, pool, geom, op)
         np_ = plain if f is None else _with_final(pool, plain, f[0], f[1], geom, op)
-        if pool.capacity > 2**31:  # the table holds slot ids as int32
-            for part in (op, np_):
-                if int(np.max(part.slots)) > 2**31 - 1:
-                    raise OverflowError(
-                        "a frame's slot id is above 2**31 - 1: the pool is too large"
-                    )
         if self._geom is None:  # the first add: what the store takes once it succeeds
             self._staged = (geom, pool, _core.SlotTable(pool, 0, 2 * geom.k))
         return (op, np_), plain
@@ -281,14 +260,13 @@ class FrameStore:
         """``(obs, next_obs, final, geometry, pool)`` described and checked, nothing pushed.
 
         Stacked ndarrays of the stored shape and dtype are their own description (with
-        a leading axis of ``E``), any other argument an :class:`_Obs`.
+        a leading axis of ``E`` when batched), any other argument an :class:`_Obs`.
         """
         g = self._geom
         if g is not None and final is None and type(obs) is _ndarray and type(nxt) is _ndarray:
             want = (E,) + g.obs_shape if batched else g.obs_shape
-            if obs.shape == want == nxt.shape and obs.dtype == g.dtype == nxt.dtype:
-                if not batched:
-                    obs, nxt = obs[None], nxt[None]
+            same = obs.dtype is g.dtype is nxt.dtype or obs.dtype == g.dtype == nxt.dtype
+            if obs.shape == want == nxt.shape and same:
                 return obs, nxt, None, g, self._pool
         names = self._names
         o = describe(obs, names[0], E, batched)
@@ -340,7 +318,8 @@ class FrameStore:
         """
         if envs is None:
             self._every = nxt
-            self._newest.clear()
+            if self._newest:
+                self._newest.clear()
         else:
             self._newest.update(dict.fromkeys(envs.tolist(), nxt))
 
@@ -439,10 +418,8 @@ class FrameStore:
             if not have:
                 return None
             rows = [r if r >= 0 else have[0] for r in rows]
-        if self._table is None:
-            return None
-        k = self._geom.k
-        return self._table.batch(rows, k, 2 * k)
+        k = self._geom.k if self._table is not None else 0
+        return self._table.batch(rows, k, 2 * k) if k else None
 
     def clear(self) -> None:
         if self._table is not None:
@@ -515,7 +492,8 @@ class FrameStore:
 def _as_part(o, pool, geom: Geometry, candidates):
     """One described argument as an owner of ``pool``'s slots, ready for ``SlotTable.set``.
 
-    ``o``: an :class:`_Obs`, or stacked ndarrays ``(E, *obs_shape)`` of the geometry.
+    ``o``: an :class:`_Obs`, or stacked ndarrays ``(E, *obs_shape)`` of the geometry
+    (or one ``obs_shape``).
 
     Lazy input of ``pool`` is its own owner (no frame copied). Frames (ndarrays, or
     LazyFrames of another pool) are pushed in one ``_push_dedup`` call, reusing the slot
@@ -524,14 +502,14 @@ def _as_part(o, pool, geom: Geometry, candidates):
     """
     k = geom.k
     if type(o) is _ndarray:
-        frames = frames_view(o, geom.layout, k)
+        frames = frames_view(o, geom.layout, k, o.ndim - len(geom.obs_shape))
     elif o.owner is not None and o.pool is pool:
         return o.owner
     elif o.owner is not None:  # another pool: copy its frames out once
         frames = o.pool.gather(np.reshape(o.owner.slots, (-1, k)), layout="stack")
     else:
         frames = frames_view(o.arr, o.layout or geom.layout, k)
-    if candidates is not None and isinstance(candidates, _LazyFrames):
+    if type(candidates) is _LazyFrames:
         candidates = pool.lazy_batch([candidates.slots])
     return pool._push_dedup(frames, candidates)
 
