@@ -109,8 +109,9 @@ def outputs(stores: tuple, frames: tuple, keys, B: int, out, dtype, scale, fresh
         outs.append(stores[i].outputs(B, pair, dtype, scale))
     arrays = [a for o in outs for a in o[:2]]
     for j, a in enumerate(arrays):
-        if any(np.may_share_memory(a, b) for b in arrays[:j]):
-            raise ValueError("the arrays of out overlap")
+        for b in arrays[:j]:
+            if np.may_share_memory(a, b):
+                raise ValueError("the arrays of out overlap")
     return outs
 
 
