@@ -65,6 +65,15 @@ cdef bint _exact_rows(object v, int type_num, Py_ssize_t e, int nd,
     return True
 
 
+cdef cnp.ndarray _int64s(object x, str name):
+    """``x``, integers of any shape, as ``np.ascontiguousarray(x, dtype=np.int64)``: C calls."""
+    cdef cnp.ndarray a = cnp.PyArray_FROM_O(x)
+    if not cnp.PyArray_ISINTEGER(a):
+        raise TypeError(f"{name} must be integers, got dtype {a.dtype}")
+    return cnp.PyArray_FROMANY(a, cnp.NPY_INT64, 0, 0,
+                               cnp.NPY_ARRAY_IN_ARRAY | cnp.NPY_ARRAY_FORCECAST)
+
+
 @cython.no_gc
 cdef class RowRing:
     """RowRing(capacity, num_streams, columns, counted=None)
@@ -806,13 +815,10 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             4
         """
         self._ready()
-        a = np.asarray(numbers)
-        if a.dtype.kind not in "iu":
-            raise TypeError(f"row numbers must be integers, got dtype {a.dtype}")
         # uint64 numbers above INT64_MAX become negative: not held either way
-        cdef cnp.ndarray src = np.ascontiguousarray(a.reshape(-1), dtype=np.int64)
-        cdef Py_ssize_t n = src.shape[0], i
-        cdef cnp.ndarray out = np.empty(n, np.int64)
+        cdef cnp.ndarray src = _int64s(numbers, "row numbers")
+        cdef cnp.npy_intp n = cnp.PyArray_SIZE(src), i
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &n, cnp.NPY_INT64, 0)
         cdef const int64_t *v = <const int64_t *>cnp.PyArray_DATA(src)
         cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
         cdef int64_t hi = self._appended, cap = self._capacity
@@ -831,12 +837,9 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                 holds no row.
         """
         self._ready()
-        a = np.asarray(positions)
-        if a.dtype.kind not in "iu":
-            raise TypeError(f"positions must be integers, got dtype {a.dtype}")
-        cdef cnp.ndarray src = np.ascontiguousarray(a, dtype=np.int64)
-        cdef cnp.ndarray out = np.empty_like(src)
-        cdef Py_ssize_t n = src.size, i
+        cdef cnp.ndarray src = _int64s(positions, "positions")
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(src.ndim, src.shape, cnp.NPY_INT64, 0)
+        cdef Py_ssize_t n = cnp.PyArray_SIZE(src), i
         cdef const int64_t *v = <const int64_t *>cnp.PyArray_DATA(src)
         cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
         cdef int64_t size = self._capacity if self._full else self._pos, cap = self._capacity

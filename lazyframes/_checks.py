@@ -232,11 +232,12 @@ def check_out(out, shape: tuple, dtype: np.dtype) -> None:
         raise ValueError(f"out has shape {out.shape}, expected {shape}")
     if out.dtype != dtype:
         raise TypeError(f"out has dtype {out.dtype}, expected {dtype}")
-    if not out.flags.c_contiguous:
+    flags = out.flags  # a new flags object at each read: read once
+    if not flags.c_contiguous:
         raise ValueError("out must be C-contiguous (use np.ascontiguousarray or a fresh np.empty)")
-    if not out.flags.writeable:
+    if not flags.writeable:
         raise ValueError("out is read-only")
-    if not out.flags.aligned:
+    if not flags.aligned:
         raise ValueError("out is not aligned")
 
 

@@ -43,7 +43,7 @@ PrioritizedSamples = Samples
 
 def _real(x, name: str) -> float:
     """``x`` as a float: a real number, not a string or a bool (``float`` takes both)."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (float, numbers.Real)):
         raise TypeError(f"{name} must be a real number, got {type(x).__name__}")
     return float(x)
 
@@ -333,7 +333,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         most = self._tree.update(pos, p, self._alpha, stored)
         if stored is not None:
             pos, p = pos[stored], p[stored]
-        np.put(self._prio, pos, p)  # in order: a repeated index keeps its last
+        self._prio.put(pos, p)  # in order: a repeated index keeps its last
         if most > self._max_p:
             self._max_p = most
 

@@ -109,8 +109,9 @@ def outputs(stores: tuple, frames: tuple, keys, B: int, out, dtype, scale, fresh
         outs.append(stores[i].outputs(B, pair, dtype, scale))
     arrays = [a for o in outs for a in o[:2]]
     for j, a in enumerate(arrays):
-        if any(np.may_share_memory(a, b) for b in arrays[:j]):
-            raise ValueError("the arrays of out overlap")
+        for b in arrays[:j]:
+            if np.may_share_memory(a, b):
+                raise ValueError("the arrays of out overlap")
     return outs
 
 
@@ -138,15 +139,14 @@ class Drawn(NamedTuple):
 def draw(ring, stores: tuple, idx: np.ndarray, indices, weights) -> Drawn:
     """The batch of the transitions at ring positions ``idx`` as the buffer holds them now.
 
-    ``indices`` and ``weights`` are the batch's (ring positions, or a prioritized
+    ``indices`` (int64) and ``weights`` are the batch's (ring positions, or a prioritized
     buffer's transition numbers; its importance weights). Runs while no call changes the
     buffer (in the caller's thread, or in a sampler's while the buffer's calls wait for
     it): the fields and vector leaves are copied, the frames pinned.
     """
     last, actions, dones, rewards, truncs, discounts = ring.fields(idx)
     leaves = [s.pin(idx, last) if type(s) is FrameStore else s.gather(idx, last) for s in stores]
-    idx64 = indices.astype(np.int64, copy=False)
-    return Drawn(leaves, actions, dones, rewards, truncs, idx64, discounts, weights)
+    return Drawn._make((leaves, actions, dones, rewards, truncs, indices, discounts, weights))
 
 
 def fill(drawn: Drawn, keys, outs: list, scale) -> Samples:
@@ -167,6 +167,4 @@ def fill(drawn: Drawn, keys, outs: list, scale) -> Samples:
         o, n = obs[0], nxt[0]
     else:
         o, n = dict(zip(keys, obs, strict=True)), dict(zip(keys, nxt, strict=True))
-    d = drawn
-    return Samples(o, d.actions, n, d.dones, d.rewards, d.truncations, d.indices, d.discounts,
-                   d.weights)  # fmt: skip
+    return Samples._make((o, drawn.actions, n, *drawn[2:]))  # _make: no Python __new__
