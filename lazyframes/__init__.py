@@ -25,19 +25,9 @@ default_pool = _core.default_pool
 __version__ = "0.2.0"
 
 __all__ = [
-    "LAYOUTS",
-    "FramePool",
-    "FrameRef",
-    "FrameStack",
-    "FrameStackObservation",
-    "LazyBatch",
-    "LazyFrames",
-    "PrioritizedReplayBuffer",
-    "ReplayBuffer",
-    "default_pool",
-    "stack",
-    "vector",
-]
+    "LAYOUTS", "FramePool", "FrameRef", "FrameStack", "FrameStackObservation", "LazyBatch",
+    "LazyFrames", "PrioritizedReplayBuffer", "ReplayBuffer", "default_pool", "stack", "vector",
+]  # fmt: skip
 
 _LAZY = {
     "FrameStack": ("wrappers", "FrameStack"),

@@ -17,21 +17,9 @@ Scale: TypeAlias = float | None
 Compress: TypeAlias = bool | Mapping[str, Any] | None
 
 __all__ = [
-    "KIND_DELTA",
-    "KIND_KEY",
-    "KIND_RAW",
-    "FramePool",
-    "FrameRef",
-    "LazyBatch",
-    "LazyFrames",
-    "RowRing",
-    "SlotTable",
-    "SumTree",
-    "decode_frames",
-    "default_pool",
-    "encode_frames",
-    "stack",
-]
+    "KIND_DELTA", "KIND_KEY", "KIND_RAW", "FramePool", "FrameRef", "LazyBatch", "LazyFrames",
+    "RowRing", "SlotTable", "SumTree", "decode_frames", "default_pool", "encode_frames", "stack",
+]  # fmt: skip
 
 KIND_KEY: int
 KIND_DELTA: int

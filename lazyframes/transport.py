@@ -54,30 +54,11 @@ __all__ = ["FORMAT", "Receiver", "Sender", "wire_bytes"]
 FORMAT = "lazyframes.transport"
 VERSION = 1
 #: Keys of a message (docs/TRANSPORT.md).
-KEYS = frozenset(
-    {
-        "format",
-        "version",
-        "stream",
-        "seq",
-        "frame_shape",
-        "dtype",
-        "stack_size",
-        "layout",
-        "carry",
-        "payload",
-        "sizes",
-        "kinds",
-        "transitions",
-        "obs",
-        "next_obs",
-        "env",
-        "action",
-        "reward",
-        "flags",
-        "retain",
-    }
-)
+KEYS = frozenset((
+    "format", "version", "stream", "seq", "frame_shape", "dtype", "stack_size", "layout",
+    "carry", "payload", "sizes", "kinds", "transitions", "obs", "next_obs", "env", "action",
+    "reward", "flags", "retain",
+))  # fmt: skip
 #: Flag bits of a transition on the wire: those of the replay buffer.
 TERM, TRUNC, SKIP = _ring.TERM, _ring.TRUNC, _ring.SKIP
 

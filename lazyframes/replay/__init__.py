@@ -27,10 +27,6 @@ ReplaySamples = Samples
 PrioritizedSamples = Samples
 
 __all__ = [
-    "PrioritizedReplayBuffer",
-    "PrioritizedSamples",
-    "ReplayBuffer",
-    "ReplaySamples",
-    "Sampler",
+    "PrioritizedReplayBuffer", "PrioritizedSamples", "ReplayBuffer", "ReplaySamples", "Sampler",
     "Samples",
-]
+]  # fmt: skip

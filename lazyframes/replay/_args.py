@@ -1,15 +1,9 @@
 """The one parser of ``add()`` arguments: everything but the observations' frames, checked.
 
 :meth:`Parser.parse` turns the arguments of :meth:`ReplayBuffer.add
-<lazyframes.ReplayBuffer.add>` (and of ``transport.Sender.add``) into a checked batch:
-the env streams of the add, the action, reward and flag values as the ring stores them,
-and the observation arguments split by leaf (one leaf for a plain buffer, one per key
-for Dict observations), still as given: each store checks and converts its own leaf.
-The usual arguments (Python scalars for one transition, ndarrays of the stored dtypes
-for a batch) are taken as they are; anything else is converted exactly (an integer
-never wraps, a float is finite), or refused with a message naming the argument. The
-range of a Python scalar and the finiteness of a float array are checked by the ring
-itself, before it writes.
+<lazyframes.ReplayBuffer.add>` (and of ``transport.Sender.add``) into the env streams,
+the ring's values and the observations split by leaf, still as given (each store checks
+its own). Usual arguments pass as they are; others are converted exactly or refused.
 """
 
 from __future__ import annotations

@@ -30,38 +30,34 @@ from ._store import FrameStore, VectorStore, check_pool, pool_memory, stores_for
 class ReplayBuffer:
     """A FIFO replay buffer of transitions whose observations share frames.
 
-    Each transition ``(obs, action, reward, next_obs, terminated, truncated)`` stores
-    ``2 k`` slot references (a row of a ``SlotTable``) instead of ``2 k`` frames; a frame
-    is stored once however many observations (of however many transitions) contain it.
-    At 84x84 uint8 frames and ``k = 4`` a transition costs the frame floor (7,056 bytes)
-    plus 53 bytes of tables (SB3's ``optimize_memory_usage=True`` stores one whole
-    observation, 28,224 bytes).
+    A transition ``(obs, action, reward, next_obs, terminated, truncated)`` stores frame
+    references, and a frame is stored once however many observations contain it: at 84x84
+    uint8 and ``k = 4``, the frame floor (7,056 bytes) plus 53 bytes of tables (SB3's
+    ``optimize_memory_usage=True``: 28,224 bytes).
 
     Observations can be given as:
 
-    - :class:`~lazyframes.LazyFrames` (from ``lazyframes.FrameStack`` /
+    - :class:`~lazyframes.LazyFrames` (``lazyframes.FrameStack`` /
       ``FrameStackObservation``) or a ``lazyframes.vector`` ``LazyBatch``: stored as slot
-      references; no frame byte is copied. Unless ``pool`` is given, the buffer uses
-      the pool of the first observation it sees (the wrapper's pool).
+      references, no frame byte copied (unless ``pool`` is given, the buffer uses the
+      first observation's pool, the wrapper's).
     - ndarrays of the stacked observation (EnvPool, ale-py, SB3 ``VecFrameStack``):
-      split into ``k`` frames according to ``layout`` and pushed into the buffer's pool,
-      de-duplicated against the previous observation of the same env (so consecutive
-      stacks cost one new frame per step) and against repeated frames within an
-      observation (reset padding). LazyFrames of another pool are copied in the same way.
+      split into ``k`` frames by ``layout`` and pushed into the buffer's pool,
+      de-duplicated against the same env's previous observation (one new frame per step)
+      and within an observation (reset padding). LazyFrames of another pool likewise.
 
     Dict observations (a Gymnasium ``Dict`` space of image and vector leaves) are dicts
     of such values by key: the frame leaves (``frame_keys``) are stored as above, each in
     a pool of its own, the other leaves as given, one row per transition; :meth:`sample`
     returns dicts with the same keys.
 
-    With ``num_envs > 1`` every argument of :meth:`add` has a leading ``num_envs`` axis
-    and each call stores one transition per env, or, with ``env_ids``, one per listed
-    env (EnvPool async mode, ale-py ``batch_size < num_envs``, several actors). The
-    storage is a ring of ``capacity`` transitions over all env streams, oldest evicted
-    first, whatever the interleaving; each transition is linked to the next one of its
-    stream, so episode boundaries and n-step windows follow each stream exactly. When
-    every env adds at each step, position ``row * num_envs + env`` holds env ``env``'s
-    transition of that row (SB3's layout).
+    With ``num_envs > 1`` every argument of :meth:`add` has a leading ``num_envs`` axis,
+    one transition per env, or per listed env with ``env_ids`` (EnvPool async mode, ale-py
+    ``batch_size < num_envs``, several actors). The storage is one ring of ``capacity``
+    transitions over all streams, oldest evicted first; each transition is linked to the
+    next of its stream, so episodes and n-step windows follow each stream exactly. When
+    every env adds each step, position ``row * num_envs + env`` holds env ``env``'s
+    transition (SB3's layout).
 
     Args:
         capacity: maximum number of transitions stored, over all env streams (rounded
@@ -72,11 +68,9 @@ class ReplayBuffer:
             actors); :meth:`add`'s ``env_ids`` are in ``[0, num_envs)``.
         n_step: length of the n-step return window (1 = plain one-step transitions).
         gamma: discount factor of the n-step return, in ``[0, 1]``.
-        seed: seed of the sampling ``np.random.default_rng(seed)``. Two buffers with
-            the same seed that hold the same transitions at the same ring positions
-            (the same transitions added in the same order, however they were batched,
-            whether as LazyFrames or ndarrays, or restored by :meth:`load`) draw the same
-            samples from the same sequence of :meth:`sample` calls.
+        seed: seed of the sampling ``np.random.default_rng(seed)``: buffers with the same
+            seed and the same transitions at the same positions (however batched, lazy or
+            ndarray, or restored by :meth:`load`) draw the same samples.
         action_shape: shape of one action, ``()`` for a discrete action.
         action_dtype: dtype the actions are stored and returned in.
         layout: layout of sampled observations and of ndarray observations given to
@@ -91,13 +85,11 @@ class ReplayBuffer:
             added, or (for ndarrays) a new pool owned by the buffer. For Dict
             observations, a dict of pools by frame key (keys left out get the default).
         compress: compress the stored frames (docs/COMPRESSION.md): True (the default
-            codec), or a mapping of some of ``codec``, ``level``, ``group`` as
-            ``FramePool(..., compress=)`` takes. The buffer makes the pool it uses
-            compress (``pool.enable_compression``): the one given, else the wrapper's
-            pool it adopts, else its own, whatever the input. A frame is compressed
-            once, when only stored transitions refer to it: the frames of the live
-            observations (a wrapper's ring) stay uncompressed. Sampled values are the
-            same bit for bit. False (default): the pool is left as it is.
+            codec) or a mapping of some of ``codec``, ``level``, ``group``. The buffer
+            makes the pool it uses compress (the one given, the wrapper's it adopts, or
+            its own); a frame is compressed once only stored transitions refer to it (a
+            wrapper's live frames stay uncompressed); samples are the same bit for bit.
+            False (default): the pool is left as it is.
         frame_keys: for Dict observations, the keys of the leaves stored as frames
             (de-duplicated, converted by ``sample``'s ``dtype`` and ``scale``); the other
             leaves are stored as given (numeric arrays, e.g. float32 feature vectors) and
@@ -144,19 +136,10 @@ class ReplayBuffer:
         num_envs, action_shape, action_dtype, layout, stack_size = options(
             num_envs, action_shape, action_dtype, layout, stack_size
         )
-        capacity = operator.index(capacity)
-        n_step = operator.index(n_step)
-        if capacity < num_envs:
-            raise ValueError(
-                f"capacity ({capacity}) must be at least num_envs ({num_envs}): the buffer "
-                f"holds capacity // num_envs rows of one transition per env"
-            )
-        capacity = capacity // num_envs * num_envs
-        if not 1 <= n_step <= capacity:
-            raise ValueError(f"n_step must be in [1, capacity={capacity}], got {n_step}")
-        gamma = float(gamma)
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        self._parser = Parser(num_envs, action_shape, action_dtype)
+        self._ring = Ring(
+            capacity, num_envs, n_step, gamma, action_shape, action_dtype, self._parser.convert
+        )  # checks capacity, n_step and gamma
         for p in pool.values() if isinstance(pool, dict) else [pool]:
             check_pool(p)
         if frame_keys is not None:
@@ -169,18 +152,12 @@ class ReplayBuffer:
         if compress is not None and pool is not None:
             for p in pool.values() if isinstance(pool, dict) else [pool]:
                 p.enable_compression(compress)
-        self._parser = Parser(num_envs, action_shape, action_dtype)
-        self._ring = Ring(
-            capacity, num_envs, n_step, gamma, action_shape, action_dtype, self._parser.convert
-        )
         self._rng = np.random.default_rng(seed)
         self._action_shape, self._action_dtype = action_shape, action_dtype
         self._layout_opt, self._k_opt, self._compress = layout, stack_size, compress
         self._pool_opt, self._frame_keys = pool, frame_keys
-        # set by the first add (or load): the stores, one per leaf, and for a Dict
-        # buffer the keys of the leaves; the names of each leaf's arguments in messages
-        self._stores: tuple = ()
-        self._keys: tuple | None = None
+        self._stores: tuple = ()  # set by the first add (or load): one store per leaf
+        self._keys: tuple | None = None  # and a Dict buffer's keys of the leaves
         self._frames: tuple = ()  # the indices of the frame stores among the stores
         self._vectors: tuple = ()  # and of the vector stores
         self._tables: tuple = ()  # the frame stores' SlotTables
@@ -230,35 +207,22 @@ class ReplayBuffer:
 
     @property
     def pool(self):
-        """The :class:`~lazyframes.FramePool` holding the frames.
-
-        None before the first add, unless one was given to the constructor. For Dict
-        observations, a dict of the frame leaves' pools by key.
-        """
+        """The frames' pool (a dict by key for Dict; before the first add, the one given)."""
         return self._by_key(lambda s: s.pool) if self._stores else self._pool_opt
 
     @property
     def layout(self):
-        """Layout of sampled observations (None before the first add).
-
-        For Dict observations, a dict of the frame leaves' layouts by key.
-        """
+        """Layout of sampled observations (None before the first add); by key for Dict."""
         return self._by_key(lambda s: s.geometry.layout)
 
     @property
     def stack_size(self):
-        """``k``, the frames per observation (None before the first add).
-
-        For Dict observations, a dict of the frame leaves' stack sizes by key.
-        """
+        """``k``, the frames per observation (None before the first add); by key for Dict."""
         return self._by_key(lambda s: s.geometry.k)
 
     @property
     def observation_shape(self):
-        """Shape of one observation, e.g. ``(4, 84, 84)`` (None before the first add).
-
-        For Dict observations, a dict of every leaf's shape by key.
-        """
+        """Shape of one observation, e.g. ``(4, 84, 84)`` (None before the first add); by key."""
         return self._by_key(
             lambda s: s.geometry.obs_shape if isinstance(s, FrameStore) else s.shape,
             frames_only=False,
@@ -284,22 +248,16 @@ class ReplayBuffer:
         """Memory held, for comparing with other buffers.
 
         Returns:
-            dict with ``bytes_held`` (frame memory held by the pool: whole chunks, or in
-            a compressing pool the compressed frames, the uncompressed ones and the
-            per-frame state; when the buffer shares the wrapper's pool this includes
-            the frames of the live observations), ``unique_frames`` (distinct frames
-            the stored transitions refer to), ``transitions`` (``len(self)``),
-            ``table_bytes`` (the buffer's own arrays: frame references, actions,
-            rewards, flags), ``bytes_per_transition`` (``(bytes_held + table_bytes) /
-            transitions``; 0.0 when empty), ``frame_bytes`` (bytes of one frame),
-            ``compression`` (the pool's options, None when it does not compress),
-            ``hot_frames`` and ``cold_frames`` (the pool's frames held uncompressed and
-            compressed), ``pending_frames`` (of the hot ones, those only stored
-            transitions hold, waiting to be compressed: see :meth:`flush`),
-            ``cold_bytes`` (the compressed frames' bytes) and ``ratio``
-            (the uncompressed size of the pool's frames over ``bytes_held``; 0.0 when
-            it holds none). For Dict observations the figures are summed over the frame
-            leaves' pools (``compression``: the first frame leaf's).
+            dict with ``bytes_held`` (the pool's frame memory: whole chunks, or compressed
+            frames, uncompressed ones and per-frame state; with the wrapper's pool, the
+            live observations' frames too), ``unique_frames`` (distinct frames stored
+            transitions refer to), ``transitions``, ``table_bytes`` (the buffer's own
+            arrays), ``bytes_per_transition`` (``(bytes_held + table_bytes) /
+            transitions``, 0.0 when empty), ``frame_bytes``, ``compression`` (the pool's
+            options or None), ``hot_frames``/``cold_frames`` (uncompressed/compressed),
+            ``pending_frames`` (hot frames waiting to be compressed, :meth:`flush`),
+            ``cold_bytes`` and ``ratio`` (uncompressed size over ``bytes_held``, 0.0 when
+            empty). Dict observations: summed over the frame leaves' pools.
         """
         self._draws.wait()
         n = len(self)
@@ -357,26 +315,22 @@ class ReplayBuffer:
             terminated: bool (``(num_envs,)``): the MDP ended, don't bootstrap.
             truncated: bool (``(num_envs,)``): cut by a time limit; ``next_obs`` is kept
                 for bootstrapping.
-            autoreset: optional bool (``(num_envs,)``) marking the extra step a
-                Gymnasium 1.x vector env takes to reset a finished env under its default
-                next-step autoreset: that "transition" joins two episodes, so it is
-                stored as a placeholder (it keeps the row layout) that is never sampled
-                and ends every n-step window.
+            autoreset: optional bool (``(num_envs,)``) marking the reset step of a
+                Gymnasium 1.x vector env under next-step autoreset: stored as a
+                placeholder (keeping the row layout), never sampled, ending every n-step
+                window.
             env_ids: optional env streams of these transitions, in ``[0, num_envs)``,
                 distinct: a 1-D array (EnvPool's ``info["env_id"]``) for batched
                 arguments of ``len(env_ids)`` transitions, or an int for one transition
                 given without a leading axis. Default: every env, in order.
-            final_obs: optional final observations of the envs whose episode ended,
-                stored as ``next_obs`` of the rows ``final_mask`` marks instead of
-                ``next_obs``'s, which are stored as they are (no copy of the batch):
-                Gymnasium's ``infos["final_obs"]`` under same-step autoreset (a
-                ``num_envs`` object array, None for the other envs; of dicts for Dict
-                observations), or anything ``next_obs`` takes. Only the marked entries
-                are read.
+            final_obs: optional final observations, stored as the ``next_obs`` of the rows
+                ``final_mask`` marks (the other rows' ``next_obs`` stored as given, no copy
+                of the batch): Gymnasium's ``infos["final_obs"]`` under same-step
+                autoreset (a ``num_envs`` object array, None for the other envs), or
+                anything ``next_obs`` takes. Only the marked entries are read.
             final_mask: bool (``(num_envs,)``): the rows to take from ``final_obs``
-                (``infos["_final_obs"]``, or ``truncations`` to bootstrap only those);
-                needed with ``final_obs``. When it marks no env, ``final_obs`` is not
-                read (it may be None).
+                (``infos["_final_obs"]``, or ``truncations``); needed with ``final_obs``,
+                which is not read (may be None) when it marks no env.
 
         Raises:
             ValueError: a wrong shape or number of envs, frames of another shape or
@@ -432,35 +386,28 @@ class ReplayBuffer:
     def sample(self, batch_size, *, out=None, dtype=None, scale=None) -> Samples:
         """Sample ``batch_size`` transitions uniformly, with replacement.
 
-        Only transitions whose n-step window is complete (``n_step`` steps of its env
-        stream written) or ended (terminated or truncated) are drawn; autoreset
-        placeholders never are. Any ``batch_size`` works once one transition is
-        sampleable (as SB3 and baselines: a ``learning_starts`` below the batch size
-        is fine); it may exceed ``len(rb)``.
+        Only transitions whose n-step window is complete or ended (terminated or
+        truncated) are drawn, autoreset placeholders never. Any ``batch_size`` works once
+        one transition is sampleable (it may exceed ``len(rb)``, as in SB3 and baselines).
 
         Args:
             batch_size: number of transitions ``B``, at least 1.
             out: optional pair ``(obs_out, next_obs_out)`` of C-contiguous writeable
-                arrays ``(B, *observation_shape)`` (for Dict observations, of dicts of
-                them by frame key) to fill (e.g. pinned memory as
-                ``torch.empty(..., pin_memory=True).numpy()``); their dtype is the
-                output dtype when ``dtype`` is None.
+                arrays ``(B, *observation_shape)`` (Dict: dicts of them by frame key) to
+                fill, e.g. pinned memory; their dtype is the output dtype by default.
             dtype: output dtype of the observations (default: the frames', e.g. uint8).
             scale: multiply by this after converting (float dtypes only), fused into the
                 copy: ``dtype=np.float32, scale=1/255`` gives ``[0, 1]`` floats.
 
         Returns:
-            :class:`Samples`; for Dict observations ``observations`` and
-            ``next_observations`` are dicts ``key -> (B, *shape)`` (the other leaves'
-            arrays are fresh copies). Without ``out``, ``observations`` and
-            ``next_observations`` are arrays allocated once per ``(B, dtype)`` and
-            **overwritten by the next call** with the same ``B`` and dtype; copy them to
-            keep them.
+            :class:`Samples` (Dict observations: dicts ``key -> (B, *shape)``, the other
+            leaves' arrays fresh copies). Without ``out``, the observation arrays are
+            allocated once per ``(B, dtype)`` and **overwritten by the next call** with
+            the same ``B`` and dtype; copy them to keep them.
 
         Raises:
-            ValueError: an empty buffer, ``batch_size`` < 1, no
-                sampleable transition yet, a bad ``out`` (shape, contiguity, read-only,
-                overlapping).
+            ValueError: an empty buffer, ``batch_size`` < 1, no sampleable transition yet,
+                a bad ``out`` (shape, contiguity, read-only, overlapping).
             TypeError: an unsupported conversion or ``out`` of the wrong dtype.
         """
         self._draws.wait()
@@ -471,38 +418,31 @@ class ReplayBuffer:
     def sampler(self, batch_size, *, prefetch=2, dtype=None, scale=None) -> Sampler:
         """An iterator of batches drawn as :meth:`sample` draws them, gathered in a thread.
 
-        The learner does not wait for its batch: a background thread draws each batch and
-        copies (or decodes) its frames into preallocated arrays with the GIL released,
-        while the caller learns. The draws are :meth:`sample`'s, from the buffer's RNG:
-        with no add in between, a sampler yields the batches successive ``sample(batch_size,
-        dtype=dtype, scale=scale)`` calls would, whatever the thread's timing.
+        A background thread draws each batch and copies (or decodes) its frames into
+        preallocated arrays with the GIL released while the caller learns. With no add in
+        between, it yields the batches successive ``sample(batch_size, dtype=dtype,
+        scale=scale)`` calls would, whatever the thread's timing.
 
-        **A batch is the buffer at its draw.** ``next()`` asks the thread for the batch it
-        will return ``prefetch`` calls later (a new sampler draws its first ``prefetch`` at
-        once). Every call that changes the buffer or reads what a draw reads (:meth:`add`,
-        :meth:`sample`, :meth:`gather`, :meth:`clear`, :meth:`flush`, :meth:`save`,
-        :meth:`memory`, ``update_priorities``) first waits for the draws asked for before
-        it. A draw reads the batch's fields and pins its frames, so later adds (evicting,
-        compressing, freeing) do not change it.
+        **A batch is the buffer at its draw.** ``next()`` asks for the batch it returns
+        ``prefetch`` calls later; every call that changes the buffer or reads what a draw
+        reads (:meth:`add`, :meth:`sample`, :meth:`gather`, :meth:`clear`, :meth:`flush`,
+        :meth:`save`, :meth:`memory`, ``update_priorities``) first waits for the draws asked
+        for before it. A draw reads the fields and pins the frames: later adds do not
+        change the batch.
 
-        **Observations are valid until the** ``(prefetch + 1)``-th next ``next()``: the
-        ``2 * prefetch + 1`` sets of observation arrays are refilled in turn. Copy what you
-        keep longer (``torch.from_numpy(batch.observations).to(device)`` does); the other
-        fields are fresh arrays.
+        **Observations are valid until the** ``(prefetch + 1)``-th next ``next()`` (the
+        ``2 * prefetch + 1`` sets of arrays are refilled in turn): copy what you keep
+        longer. The other fields are fresh arrays.
 
-        :meth:`Sampler.close`, a ``with`` block, dropping the sampler or :meth:`clear`
-        stop it; a stopped sampler raises StopIteration. A draw that raises (nothing
-        sampleable yet) is raised by the ``next()`` that would have returned its batch,
-        and the sampler goes on; an error in the copy (e.g. MemoryError) is raised by the
-        next ``next()`` and stops it. Use it from the thread that adds; a learner step
-        that releases the GIL (torch kernels) lets the thread run beside it.
+        :meth:`Sampler.close`, ``with``, dropping it or :meth:`clear` stop it (then
+        StopIteration). A draw that raises (nothing sampleable yet) is raised by the
+        ``next()`` of its batch, and the sampler goes on; an error in the copy is raised
+        by the next ``next()`` and stops it. Use it from the thread that adds.
 
         Args:
             batch_size: number of transitions ``B`` per batch, at least 1.
-            prefetch: batches drawn and gathered ahead of the one returned, at least 0
-                (0: each batch is drawn and copied when asked for, while the caller
-                waits). The sampler holds ``2 * prefetch + 1`` pairs of ``(B,
-                *observation_shape)`` arrays of the output dtype.
+            prefetch: batches gathered ahead of the one returned, at least 0 (0: each is
+                copied when asked for, while the caller waits).
             dtype: output dtype of the observations, as :meth:`sample`.
             scale: as :meth:`sample`.
 
@@ -513,8 +453,7 @@ class ReplayBuffer:
             ValueError: an empty buffer, ``batch_size`` < 1, ``prefetch`` < 0, no
                 sampleable transition yet (when ``prefetch`` > 0).
             TypeError: an unsupported conversion, non-integer ``batch_size`` or
-                ``prefetch``.
-            Nothing is drawn and no thread started when an error is raised.
+                ``prefetch``. Nothing is drawn and no thread started then.
 
         Example:
             >>> rb = ReplayBuffer(1000, seed=0)
@@ -548,10 +487,9 @@ class ReplayBuffer:
     def gather(self, indices, *, out=None, dtype=None, scale=None) -> Samples:
         """The samples of the stored transitions at ring positions ``indices``.
 
-        What :meth:`sample` returns, for positions the caller chose (SB3's buffers draw
-        their own): nothing is drawn, nothing checked for sampleability (an n-step
-        window still open at its stream's newest transition ends there, as in SB3's
-        ``NStepReplayBuffer``). ``out``, ``dtype`` and ``scale`` as :meth:`sample`.
+        What :meth:`sample` returns for positions the caller chose (SB3's buffers draw
+        their own), unchecked for sampleability (an open n-step window ends at its
+        stream's newest transition, as in SB3). ``out``, ``dtype``, ``scale``: as there.
 
         Raises:
             IndexError: a position outside ``[0, len(rb))``. TypeError, ValueError: as
@@ -595,14 +533,12 @@ class ReplayBuffer:
     def flush(self) -> None:
         """Compress now every frame of a compressing buffer that only the buffer holds.
 
-        A frame is compressed once only stored transitions refer to it, at the next
-        :meth:`add`, :meth:`sample`, :meth:`gather` or :meth:`save` after the last
-        observation outside the buffer that held it went (``memory()["pending_frames"]``
-        counts the frames waiting). The newest observation of each env stream given as
-        an ndarray stays uncompressed (at most ``k`` frames a stream) for the stream's
-        next add to share its frames with; this call compresses those too, after which
-        each stream's next add stores its stack's frames anew. A buffer that does not
-        compress only lets those frames go.
+        A frame is compressed at the next :meth:`add`, :meth:`sample`, :meth:`gather` or
+        :meth:`save` once only stored transitions refer to it (``memory()["pending_frames"]``
+        counts those waiting), except each stream's newest ndarray observation, kept for
+        its next add to share frames with: this call compresses those too (the stream's
+        next add then stores its frames anew). A buffer that does not compress only lets
+        them go.
 
         Raises:
             MemoryError: no memory to compress (the frames wait, uncompressed).
@@ -613,10 +549,7 @@ class ReplayBuffer:
             self._stores[i].pool.flush()
 
     def clear(self) -> None:
-        """Drop every transition (releasing their frames); keeps geometry, pool and RNG.
-
-        Closes the buffer's samplers (:meth:`sampler`).
-        """
+        """Drop every transition (and its frames), keep geometry, pool, RNG; close samplers."""
         self._draws.wait()
         for sampler in list(self._samplers):
             sampler.close()
@@ -643,15 +576,13 @@ class ReplayBuffer:
         """Restore a buffer written by :meth:`save`: same transitions, same RNG state.
 
         The same ``sample`` calls give the same samples as the saved buffer would have,
-        and the buffer compresses with the same options (its pool, or ``pool``, is made
-        to compress as the constructor's ``compress`` does).
+        and it compresses with the same options.
 
         Args:
             path: the ``.npz`` file.
-            pool: the :class:`~lazyframes.FramePool` to load the frames into (a dict of
-                them by frame key for Dict observations); default: a new pool owned by
-                the buffer (LazyFrames of the wrapper's pool added later are then copied
-                in, de-duplicated, see the class docs).
+            pool: the :class:`~lazyframes.FramePool` to load the frames into (Dict: by
+                frame key); default: a new pool the buffer owns (a wrapper's LazyFrames
+                added later are copied in, de-duplicated).
 
         The file is untrusted input: every declared size is checked against the bytes it
         holds before anything is allocated, so a load costs time and memory of a small
@@ -694,16 +625,11 @@ class ReplayBuffer:
             self._stores[i].pool.flush()
         bg = self._rng.bit_generator
         meta = {
-            "capacity": self.capacity,
-            "num_envs": self.num_envs,
-            "n_step": self.n_step,
-            "gamma": self.gamma,
-            "action_shape": list(self._action_shape),
-            "action_dtype": self._action_dtype.str,
-            "layout_opt": self._layout_opt,
-            "stack_size_opt": self._k_opt,
-            "rng": {"name": type(bg).__name__, "state": bg.state},
-        }
+            "capacity": self.capacity, "num_envs": self.num_envs, "n_step": self.n_step,
+            "gamma": self.gamma, "action_shape": list(self._action_shape),
+            "action_dtype": self._action_dtype.str, "layout_opt": self._layout_opt,
+            "stack_size_opt": self._k_opt, "rng": {"name": type(bg).__name__, "state": bg.state},
+        }  # fmt: skip
         extra_meta, extra = self._extra_state()
         meta.update(extra_meta)
         compression = self.memory()["compression"] if self._stores else self._compress
@@ -750,10 +676,7 @@ class ReplayBuffer:
     _ON_ADD = False
 
     def _on_add(self, pos: int, count: int) -> None:
-        """Called at the end of :meth:`add` (cannot fail): ``count`` transitions were written.
-
-        From ring position ``pos`` on, wrapping at the capacity.
-        """
+        """At the end of :meth:`add` (cannot fail): ``count`` rows written from ``pos`` on."""
 
     def _extra_state(self) -> tuple[dict, dict]:
         """``(meta, arrays)`` a checkpoint adds: meta keys and optional entries."""

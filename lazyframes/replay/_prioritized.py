@@ -1,24 +1,8 @@
 """Prioritized replay (Schaul et al., 2016, proportional variant) over deduplicated frames.
 
-:class:`PrioritizedReplayBuffer` is a :class:`ReplayBuffer` whose draws follow the
-priorities of the transitions. The priorities live in a ``SumTree`` of the core (a
-sum-tree and a min-tree in plain C, ``csrc/sumtree.c``), one leaf per ring position:
-leaf ``i`` holds ``p_i ** alpha`` while transition ``i`` is sampleable, 0 (empty)
-otherwise. A batch is one ``SumTree.sample_weighted`` call.
-
-Indices: :meth:`PrioritizedReplayBuffer.sample` returns *transition numbers*, not ring
-positions: the ``t``-th transition ever added (0-based) has number ``t``, and sits at
-ring position ``t % capacity`` while it is stored, that is while ``newest - len(rb) <
-t <= newest``. A number outside that window was evicted (or never written) and
-:meth:`update_priorities` refuses it, so a stale index can never update the
-transition that has since taken its ring position. :meth:`clear` moves the count on
-to the next multiple of ``capacity``, so numbers issued before it are stale after it.
-
-Sampleability: a transition enters the trees when its n-step window closes (at once
-for ``n_step == 1``), with the priority it was given (the largest priority seen when it
-was added, or a later update); autoreset placeholders never enter; a ring position
-leaves the trees when it is overwritten. The positions whose windows are still open are
-kept in ``_open`` and re-checked at each add.
+A :class:`ReplayBuffer` plus a core ``SumTree`` (one leaf per ring position, ``p ** alpha``
+while sampleable, else empty) and transition numbers as sampled indices, so a stale index
+never updates the transition that took its position (docs/DESIGN.md, "Prioritized replay").
 """
 
 from __future__ import annotations

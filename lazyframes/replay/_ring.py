@@ -1,22 +1,14 @@
 """The ring of a replay buffer: where each transition is, and which ones can be drawn.
 
-A :class:`Ring` keeps, for every stored transition, its action, reward and episode flags
-and its place in its env stream, in a compiled ``RowRing`` of the core: a ring of
-``capacity`` positions over all env streams, oldest overwritten first however the
-streams interleave, each stream's transitions linked oldest to newest. What the replay
-makes of them is here, in NumPy over the ring's arrays: n-step windows along a
-stream's links, which transitions are sampleable, uniform draws, and the one-step and
-n-step fields of a sample.
-
-A transition is sampleable when it is not an autoreset placeholder and its n-step
-window is complete (``n_step`` steps of its stream written) or ended (terminated or
-truncated). Draws depend only on the RNG state and the stored transitions (their flags
-and links at their ring positions): indices are drawn uniformly over ``[0, len)`` and
-redrawn where not sampleable, or, when few are surely sampleable, drawn from the
-enumerated sampleable positions.
+A :class:`Ring` is the core's ``RowRing`` (positions over all env streams, each stream's
+transitions linked, the action, reward and flags columns) plus the replay's reading of
+it: n-step windows along a stream's links, sampleability (not an autoreset placeholder,
+n-step window complete or ended), uniform draws and the fields of a sample.
 """
 
 from __future__ import annotations
+
+import operator
 
 import numpy as np
 
@@ -36,17 +28,32 @@ class Ring(_core.RowRing):
     autoreset placeholders it holds, and the replay's reading of it: windows and draws.
 
     Args:
-        capacity: transitions held at most, over all streams.
-        num_envs: env streams.
-        n_step: length of the n-step return window.
-        gamma: discount of the n-step return.
+        capacity: transitions held at most, over all streams (rounded down to a multiple
+            of ``num_envs``).
+        num_envs: env streams (checked by the caller).
+        n_step: length of the n-step return window, in ``[1, capacity]``.
+        gamma: discount of the n-step return, in ``[0, 1]``.
         action_shape: shape of one action.
         action_dtype: dtype of the actions.
         convert: what converts the values the ring does not take as they are
             (``_args.Parser.convert``).
+
+    Raises:
+        ValueError: ``capacity < num_envs``, ``n_step`` or ``gamma`` out of range.
     """
 
     def __init__(self, capacity, num_envs, n_step, gamma, action_shape, action_dtype, convert):
+        capacity, n_step, gamma = operator.index(capacity), operator.index(n_step), float(gamma)
+        if capacity < num_envs:
+            raise ValueError(
+                f"capacity ({capacity}) must be at least num_envs ({num_envs}): the buffer "
+                f"holds capacity // num_envs rows of one transition per env"
+            )
+        capacity = capacity // num_envs * num_envs
+        if not 1 <= n_step <= capacity:
+            raise ValueError(f"n_step must be in [1, capacity={capacity}], got {n_step}")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
         columns = (
             ("action", action_shape, action_dtype),
             ("reward", (), np.float32),

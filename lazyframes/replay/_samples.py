@@ -1,14 +1,8 @@
 """Sampled batches: the one type of a batch of transitions, and how one is gathered.
 
-A batch of the transitions at some ring positions is their fields from the ring
-(:meth:`~._ring.Ring.fields`: n-step returns, dones, truncations, discounts) and each
-store's observations of them and of their windows' last steps, copied into arrays
-checked beforehand (:func:`outputs`). It is gathered in two steps, one path for
-``sample``, ``gather`` and a sampler: :func:`draw` reads everything but the frames and
-pins those (owners of them: :meth:`~._store.FrameStore.pin`), at a point of the caller's
-calls (a sampler's thread draws while the buffer waits for it: :mod:`._sampler`);
-:func:`fill` copies the pinned frames out, at once or later in a sampler's thread, and
-reads nothing an add can change.
+One path for ``sample``, ``gather`` and a sampler: :func:`draw` reads the fields and pins
+the frames (at a point of the caller's calls), :func:`fill` copies them into arrays
+:func:`outputs` checked, at once or later in a sampler's thread.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
-"""The stores of a replay buffer: one per observation leaf.
+"""The stores of a replay buffer: one per observation leaf (docs/DESIGN.md, "The replay engine").
 
-A plain buffer has one :class:`FrameStore`; a Dict buffer has one per frame leaf and a
-:class:`VectorStore` per other leaf. Every store follows the same two steps per add:
-:meth:`prepare` checks its leaf of the observations and makes what it will store,
-without changing the buffer (frames given as ndarrays are pushed into the pool then, as
-owners that nothing stores yet), and :meth:`put` stores it at the ring positions the add
-was given, which cannot fail. Sampling reads a frame store's frames in two steps:
-:meth:`FrameStore.pin` takes owners of the frames of the drawn transitions and of their
-windows' last steps when they are drawn, and the copy out of those owners into arrays
-:meth:`outputs` checked may come later, in another thread (``_samples.fill``); a vector
-store's rows are copied when they are drawn (:meth:`VectorStore.gather`).
-
-A frame store keeps, per transition, the ``2 k`` slot ids of its observation and next
-observation (a row of a core ``SlotTable``: a frame is stored once, in a
-:class:`~lazyframes.FramePool`, however many observations contain it). Its geometry
-(layout, stack size, frame shape and dtype) and its pool are decided by the first add,
-unless given: LazyFrames of the buffer's pool are stored as their slot ids, anything
-else (ndarrays, LazyFrames of another pool) is split into frames and pushed,
-de-duplicated against the same env's previous observation and within the observation.
+A plain buffer has one :class:`FrameStore` (a leaf's pool, geometry and ``SlotTable`` of
+``2 k`` slot ids per transition); a Dict buffer one per frame leaf and a
+:class:`VectorStore` per other leaf. An add prepares each leaf without changing the buffer
+(:meth:`FrameStore.prepare`: ndarray frames pushed, de-duplicated, as owners nothing
+stores yet); a sample pins the drawn frames (:meth:`FrameStore.pin`), copied out later.
 """
 
 from __future__ import annotations
