@@ -12,7 +12,7 @@ import subprocess
 
 CSRC = pathlib.Path(__file__).resolve().parents[2] / "csrc"
 SOURCES = [CSRC / "test_kernels.c", CSRC / "kernels.c", CSRC / "pool.c",
-           CSRC / "codec.c", CSRC / "sumtree.c"]  # fmt: skip
+           CSRC / "codec.c", CSRC / "sumtree.c", CSRC / "parallel.c"]  # fmt: skip
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
 
 
