@@ -296,11 +296,32 @@ cdef int _decode_copy(const _Copy *c, _Readers *rs, const int64_t *entry,
     return rc
 
 
-# A copy of at least 2 * _part_bytes output bytes is split into parts of consecutive rows,
-# one per thread (lf_parallel_for, csrc/parallel.h), up to get_num_threads() parts of at
-# least _part_bytes each: below that, waking a worker costs more than the part saves.
-cdef size_t _part_bytes = 1 << 19
+# A copy of at least 2 * _part_bytes of work is split into parts of consecutive rows, one
+# per thread (lf_parallel_for, csrc/parallel.h), up to get_num_threads() parts of at least
+# _part_bytes of work each: below that, waking a worker costs about what the part saves
+# (bench/bench_parallel.py --split measures it). The work is the output's bytes plus, for
+# each cold frame the copy reads, _COLD_WEIGHT times its bytes: decoding a frame costs a
+# few copies of it (an uncompressed sample(32) of Atari observations with their next
+# ones, 1.8 MB, is one part; a compressed one is two).
+cdef size_t _part_bytes = 1 << 20
+cdef size_t _COLD_WEIGHT = 2
 _PART_BYTES = _part_bytes  # for the tests and benchmarks: where a copy starts to split
+
+
+def _set_part_bytes(n):
+    """Set the part size (``_part_bytes``, at least 65,536) and return the previous one.
+
+    For benchmarks that measure where splitting starts to pay (bench/bench_parallel.py).
+    """
+    global _part_bytes
+    cdef size_t old = _part_bytes
+    n = operator.index(n)
+    if n < 65536:
+        raise ValueError(f"the part size must be at least 65536 bytes, got {n}")
+    _part_bytes = n
+    return old
+
+
 cdef enum:
     _COPY_PARTS = 64  # LF_PARALLEL_MAX: the most parts a copy splits into
 
@@ -439,15 +460,17 @@ cdef int _copy(_Copy *c) except -1:
             raise RuntimeError("out changed while the call was checking its other arguments")
         c.dst[o] = <unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>c.out[o])
     c.obs_bytes = c.k * c.outer * c.inner * c.out_itemsize
-    cdef size_t nbytes = c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out
+    cdef size_t nbytes = c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out, work = nbytes
+    for i in range(m):  # the cold frames' decoding is work too
+        p = c.pool if c.pools == NULL else c.pools[i // per]
+        if lf_pool_is_live(p, c.ids[i]) and not lf_pool_is_hot(p, c.ids[i]):
+            work += _COLD_WEIGHT * p.frame_bytes
     cdef _Parts w
     w.c = c
-    w.n = 1
-    if nbytes >= _NOGIL_BYTES:  # else the GIL stays held: one part
-        w.n = <int>min(<size_t>lf_parallel_threads(), nbytes // _part_bytes,
-                       <size_t>c.n_obs, <size_t>_COPY_PARTS)
-        if w.n < 1:
-            w.n = 1
+    # two parts or more only when the GIL is released: work >= 2 * _part_bytes >= 128 KiB
+    # means cold frames or nbytes >= _NOGIL_BYTES
+    w.n = <int>max(1, min(<size_t>lf_parallel_threads(), work // _part_bytes,
+                          <size_t>c.n_obs, <size_t>_COPY_PARTS))
     cdef _Readers rs[_COPY_PARTS]
     cdef int t
     for t in range(w.n):
