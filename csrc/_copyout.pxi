@@ -19,7 +19,9 @@
 #      scratch, then decode and copy (_copy releases the GIL for large copies and for
 #      any decoding, after taking a reference on each hot frame, unless the call holds
 #      the owners of every id: an owner's own method; the references and pins keep every
-#      frame alive and in place meanwhile) or hand the references to a new owner.
+#      frame alive and in place meanwhile; a large copy runs as parts of its rows in
+#      several threads, each part with its own readers, prepared here) or hand the
+#      references to a new owner.
 #
 # Only phase 2 is trusted for memory safety; phase 1 checks exist to raise clear
 # error messages early. An output resized in phase 1 (ndarray.resize(refcheck=False)
