@@ -41,7 +41,14 @@ extra = [os.environ.get("LAZYFRAMES_OPT", "-O3"), "-std=c99"] if os.name != "nt"
 
 ext = Extension(
     "lazyframes._core",
-    sources=["csrc/_core.pyx", "csrc/pool.c", "csrc/codec.c", "csrc/kernels.c", "csrc/sumtree.c"],
+    sources=[
+        "csrc/_core.pyx",
+        "csrc/pool.c",
+        "csrc/codec.c",
+        "csrc/kernels.c",
+        "csrc/sumtree.c",
+        "csrc/parallel.c",
+    ],
     include_dirs=["csrc", np.get_include(), BLOSC2_INCLUDE],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
     extra_compile_args=extra,

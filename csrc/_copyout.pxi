@@ -19,7 +19,9 @@
 #      scratch, then decode and copy (_copy releases the GIL for large copies and for
 #      any decoding, after taking a reference on each hot frame, unless the call holds
 #      the owners of every id: an owner's own method; the references and pins keep every
-#      frame alive and in place meanwhile) or hand the references to a new owner.
+#      frame alive and in place meanwhile; a large copy runs as parts of its rows in
+#      several threads, each part with its own readers, prepared here) or hand the
+#      references to a new owner.
 #
 # Only phase 2 is trusted for memory safety; phase 1 checks exist to raise clear
 # error messages early. An output resized in phase 1 (ndarray.resize(refcheck=False)
@@ -248,8 +250,8 @@ cdef int _resolve(_Readers *rs, lf_pool *p, int64_t slot, int64_t *entry) except
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int _decode_copy(const _Copy *c, _Readers *rs, const int64_t *entry,
-                      const unsigned char **src) noexcept nogil:
-    """Decode the cold frames of ``c`` and copy, row by row.
+                      const unsigned char **src, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
+    """Decode the cold frames of rows ``[r0, r1)`` of ``c`` (``rs``: theirs) and copy, row by row.
 
     Each row's frames are decoded (those an earlier row did not) just before the row is
     copied, so the kernel reads them from the cache. When the copy is a plain one
@@ -264,10 +266,10 @@ cdef int _decode_copy(const _Copy *c, _Readers *rs, const int64_t *entry,
                        and not c.floor)
     cdef size_t fb = c.inner * c.out_itemsize  # bytes of one frame in the output
     cdef unsigned char *at
-    cdef void *dctx = lf_dctx_new()  # one per call: calls may run in parallel threads
+    cdef void *dctx = lf_dctx_new()  # one per part: parts and calls run in parallel threads
     if dctx == NULL:
         return _NO_MEMORY
-    for row in range(c.n_obs):
+    for row in range(r0, r1):
         if plain:  # place q of the row: output q // k, frame q % k
             for q in range(per):
                 i = row * per + q
@@ -296,6 +298,133 @@ cdef int _decode_copy(const _Copy *c, _Readers *rs, const int64_t *entry,
     return rc
 
 
+# A copy of at least 2 * _part_bytes of work is split into parts of consecutive rows, one
+# per thread (lf_parallel_for, csrc/parallel.h), up to get_num_threads() parts of at least
+# _part_bytes of work each: below that, waking a worker costs about what the part saves
+# (bench/bench_parallel.py --split measures it). The work is the output's bytes plus, for
+# each cold frame the copy reads, _COLD_WEIGHT times its bytes: decoding a frame costs a
+# few copies of it (an uncompressed sample(32) of Atari observations with their next
+# ones, 1.8 MB, is one part; a compressed one is two).
+cdef size_t _part_bytes = 1 << 20
+cdef size_t _COLD_WEIGHT = 2
+_PART_BYTES = _part_bytes  # for the tests and benchmarks: where a copy starts to split
+
+
+def _set_part_bytes(n):
+    """Set the part size (``_part_bytes``, at least 65,536) and return the previous one.
+
+    For benchmarks that measure where splitting starts to pay (bench/bench_parallel.py).
+    """
+    global _part_bytes
+    cdef size_t old = _part_bytes
+    n = operator.index(n)
+    if n < 65536:
+        raise ValueError(f"the part size must be at least 65536 bytes, got {n}")
+    _part_bytes = n
+    return old
+
+
+cdef enum:
+    _COPY_PARTS = 64  # LF_PARALLEL_MAX: the most parts a copy splits into
+
+
+cdef struct _Parts:
+    const _Copy *c
+    _Readers *rs                 # each part's readers: it decodes the cold frames of its rows
+    const int64_t *entry
+    const unsigned char **src
+    int n
+    int rc[_COPY_PARTS]
+
+
+cdef inline Py_ssize_t _part_start(Py_ssize_t n_obs, int n, int t) noexcept nogil:
+    """The first row of part ``t`` of ``n`` over ``n_obs`` rows (``n_obs`` for ``t == n``)."""
+    return <Py_ssize_t>((<size_t>n_obs * <size_t>t) // <size_t>n)
+
+
+cdef void _run_part(void *ctx, int t) noexcept nogil:
+    """Task ``t`` of ``lf_parallel_for``: decode and copy, or copy, the rows of part ``t``."""
+    cdef _Parts *w = <_Parts *>ctx
+    cdef Py_ssize_t r0 = _part_start(w.c.n_obs, w.n, t), r1 = _part_start(w.c.n_obs, w.n, t + 1)
+    if w.rs[t].n:
+        w.rc[t] = _decode_copy(w.c, &w.rs[t], w.entry, w.src, r0, r1)
+    else:
+        w.rc[t] = _kernel(w.c, w.src, r0, r1)
+
+
+cdef int _run_parts(_Parts *w) noexcept nogil:
+    """Run every part of ``w`` (in parallel when there are several); the first part's failure."""
+    cdef int t
+    lf_parallel_for(w.n, _run_part, w)
+    for t in range(w.n):
+        if w.rc[t] != 0:
+            return w.rc[t]
+    return 0
+
+
+def set_num_threads(n):
+    """Set how many threads a large copy out uses, the calling thread included.
+
+    Every gather, sample and conversion of a batch of at least about 1 MB of output splits
+    its rows (and the decoding of its compressed frames) across up to ``n`` threads: the
+    caller and ``n - 1`` workers of a pool made on first use. ``1`` copies in the calling
+    thread only. The default is the CPUs this process may run on
+    (``os.sched_getaffinity(0)``), or ``LAZYFRAMES_NUM_THREADS`` when set at import.
+
+    The setting is the process's, for every thread's calls. A copy made while another
+    call holds the workers runs in its own thread alone. With a ``ReplayBuffer.sampler``,
+    the copies run in its thread while the learner computes: their threads compete with
+    the learner's (``torch.set_num_threads``); see docs/DESIGN.md, "Threads and limits".
+
+    Raises:
+        TypeError: ``n`` is not an integer (a ``bool`` is not one).
+        ValueError: ``n`` is not in ``[1, 64]``.
+    """
+    if isinstance(n, bool) or not hasattr(type(n), "__index__"):
+        raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
+    cdef object v = operator.index(n)
+    if not 1 <= v <= LF_PARALLEL_MAX:
+        raise ValueError(f"set_num_threads: n must be in [1, {LF_PARALLEL_MAX}], got {v}")
+    lf_parallel_set_threads(<int>v)
+
+
+def get_num_threads():
+    """How many threads a large copy out uses, the calling thread included (``set_num_threads``)."""
+    return lf_parallel_threads()
+
+
+def _parallel_tasks():
+    """(parts run, parts run by worker threads) since the process started; for tests."""
+    return lf_parallel_tasks_run(), lf_parallel_tasks_by_workers()
+
+
+def _threads_at_import():
+    """``LAZYFRAMES_NUM_THREADS`` if set, else the CPUs this process may run on (at most 64).
+
+    Raises:
+        ValueError: the variable is not an integer in ``[1, 64]``.
+    """
+    raw = os.environ.get("LAZYFRAMES_NUM_THREADS", "").strip()
+    if raw:
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if not 1 <= n <= LF_PARALLEL_MAX:
+            raise ValueError(
+                f"LAZYFRAMES_NUM_THREADS must be an integer in [1, {LF_PARALLEL_MAX}], got {raw!r}"
+            )
+        return n
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, LF_PARALLEL_MAX))
+
+
+set_num_threads(_threads_at_import())
+
+
 cdef void _busy(const _Copy *c, int delta) noexcept:
     """Count a copy out running without the GIL on each of its pools (+1, then -1)."""
     cdef Py_ssize_t i
@@ -311,10 +440,13 @@ cdef void _busy(const _Copy *c, int delta) noexcept:
 cdef int _copy(_Copy *c) except -1:
     """Phase 2: the one copy out of ``c.ids`` into ``c.out`` (see the top of this file).
 
-    A cold (compressed) frame is decoded into per-call scratch first, each frame and
-    each member of its delta chain once per call; every slot involved is pinned
-    (a reference taken) before the GIL is released, so no other thread compresses or
-    frees it meanwhile.
+    The rows are split into parts of consecutive rows, one per thread, when the copy is
+    large (``_part_bytes``); a small one is one part, copied in the calling thread, by the
+    same code. A cold (compressed) frame is decoded into per-call scratch, each frame and
+    each member of its delta chain once per part: each part has its own readers and
+    decompression context and decodes the frames of its rows (a frame two parts share is
+    decoded in each). Every slot involved is pinned (a reference taken) before the GIL is
+    released, so no other thread compresses or frees it meanwhile.
 
     Raises:
         RuntimeError: an output changed since phase 1. IndexError, ValueError: an id
@@ -330,13 +462,29 @@ cdef int _copy(_Copy *c) except -1:
             raise RuntimeError("out changed while the call was checking its other arguments")
         c.dst[o] = <unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>c.out[o])
     c.obs_bytes = c.k * c.outer * c.inner * c.out_itemsize
+    cdef size_t nbytes = c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out, work = nbytes
+    for i in range(m):  # the cold frames' decoding is work too
+        p = c.pool if c.pools == NULL else c.pools[i // per]
+        if lf_pool_is_live(p, c.ids[i]) and not lf_pool_is_hot(p, c.ids[i]):
+            work += _COLD_WEIGHT * p.frame_bytes
+    cdef _Parts w
+    w.c = c
+    # two parts or more only when the GIL is released: work >= 2 * _part_bytes >= 128 KiB
+    # means cold frames or nbytes >= _NOGIL_BYTES
+    w.n = <int>max(1, min(<size_t>lf_parallel_threads(), work // _part_bytes,
+                          <size_t>c.n_obs, <size_t>_COPY_PARTS))
+    cdef _Readers rs[_COPY_PARTS]
+    cdef int t
+    for t in range(w.n):
+        rs[t].r = NULL
+        rs[t].n = 0
+        w.rc[t] = 0
+    w.rs = rs
+    cdef bint cold = False
     cdef const unsigned char *few[64]
     cdef const unsigned char **src = few
     cdef int64_t few_entry[64]
     cdef int64_t *entry = few_entry  # -1 for a hot frame
-    cdef _Readers rs
-    rs.r = NULL
-    rs.n = 0
     cdef int64_t e
     cdef int j
     if m > 64:
@@ -346,21 +494,26 @@ cdef int _copy(_Copy *c) except -1:
             free(src if src != few else NULL)
             free(entry if entry != few_entry else NULL)
             raise MemoryError()
+    w.src = src
+    w.entry = entry
     try:
-        for i in range(m):  # every id checked (live) before anything is written
-            p = c.pool if c.pools == NULL else c.pools[i // per]
-            if not lf_pool_is_live(p, c.ids[i]):
-                _check_ids(p, c.ids + i, 1)  # raises, naming the slot
-            if lf_pool_is_hot(p, c.ids[i]):
-                src[i] = lf_pool_addr(p, c.ids[i])
-                entry[i] = -1
-            else:
-                j = _resolve(&rs, p, c.ids[i], &e)
-                entry[i] = (<int64_t>j << 32) | e
-        for j in range(rs.n):
-            if lf_reader_reserve(&rs.r[j]) != 0:
-                raise MemoryError()
-        if rs.n or c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out >= _NOGIL_BYTES:
+        for t in range(w.n):  # every id checked (live) before anything is written
+            for i in range(_part_start(c.n_obs, w.n, t) * per,
+                           _part_start(c.n_obs, w.n, t + 1) * per):
+                p = c.pool if c.pools == NULL else c.pools[i // per]
+                if not lf_pool_is_live(p, c.ids[i]):
+                    _check_ids(p, c.ids + i, 1)  # raises, naming the slot
+                if lf_pool_is_hot(p, c.ids[i]):
+                    src[i] = lf_pool_addr(p, c.ids[i])
+                    entry[i] = -1
+                else:
+                    j = _resolve(&rs[t], p, c.ids[i], &e)  # a reader of the row's part
+                    entry[i] = (<int64_t>j << 32) | e
+            for j in range(rs[t].n):
+                if lf_reader_reserve(&rs[t].r[j]) != 0:
+                    raise MemoryError()
+            cold = cold or rs[t].n > 0
+        if cold or nbytes >= _NOGIL_BYTES:
             # a reference on every hot frame while the GIL is released (with the GIL
             # held and no Python code running, nothing can free or move one), unless
             # owners the call holds have one on each already (c.held): a frame an owner
@@ -373,20 +526,18 @@ cdef int _copy(_Copy *c) except -1:
                 n_hot = m
             _busy(c, 1)  # the pools' frames may not move (enable_compression) meanwhile
             with nogil:
-                if rs.n:
-                    rc = _decode_copy(c, &rs, entry, src)
-                else:
-                    rc = _kernel(c, src, 0, c.n_obs)
+                rc = _run_parts(&w)
             _busy(c, -1)
         else:
-            rc = _kernel(c, src, 0, c.n_obs)
+            rc = _run_parts(&w)  # one part (nbytes < _NOGIL_BYTES), in this thread
     finally:
         for i in range(n_hot):
             if entry[i] < 0:
                 lf_pool_decref(c.pool if c.pools == NULL else c.pools[i // per], c.ids[i])
-        for i in range(rs.n):
-            lf_reader_release(&rs.r[i])
-        free(rs.r)
+        for t in range(w.n):
+            for i in range(rs[t].n):
+                lf_reader_release(&rs[t].r[i])
+            free(rs[t].r)
         if src != few:
             free(src)
             free(entry)

@@ -1,9 +1,10 @@
 """The compiled core of lazyframes: a refcounted frame pool and the objects that own its slots.
 
 The bytes live in a plain-C arena (``pool.c``) and are copied out by plain-C kernels
-(``kernels.c``) with the GIL released. This module adds the Python objects that own
-references to slots (:class:`FrameRef`, :class:`LazyFrames`, :class:`LazyBatch`,
-:class:`SlotTable`), the checks that run before C trusts anything, and the NumPy glue.
+(``kernels.c``) with the GIL released, a large copy split across threads (``parallel.c``).
+This module adds the Python objects that own references to slots (:class:`FrameRef`,
+:class:`LazyFrames`, :class:`LazyBatch`, :class:`SlotTable`), the checks that run before C
+trusts anything, and the NumPy glue.
 
 The documentation is written here, once (the stub ``lazyframes/_core.pyi`` has only the
 signatures, for type checkers). The module is split by topic:
@@ -34,6 +35,7 @@ from libc.string cimport memcmp, memcpy, memset
 
 import math
 import operator
+import os
 import weakref
 
 import numpy as np
@@ -46,6 +48,7 @@ lf_codec_init()  # once per process: C-Blosc2's global state; every codec call u
 __all__ = [
     "FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool",
     "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW", "SumTree", "RowRing",
+    "set_num_threads", "get_num_threads",
 ]
 
 #: Kinds of blob in an :func:`encode_frames` container: a compressed frame, a compressed
@@ -74,6 +77,17 @@ cdef extern from "kernels.h" nogil:
     int lf_copy_stacks(const unsigned char *const *src, size_t n_obs, size_t k,
                        size_t outer, size_t inner, int src_type, int dst_type,
                        size_t itemsize, double scale, int has_scale, void *dst)
+
+
+cdef extern from "parallel.h" nogil:
+    enum:
+        LF_PARALLEL_MAX
+    ctypedef void (*lf_task_fn)(void *ctx, int task) noexcept nogil
+    int lf_parallel_for(int n_tasks, lf_task_fn fn, void *ctx)
+    void lf_parallel_set_threads(int n)
+    int lf_parallel_threads()
+    unsigned long long lf_parallel_tasks_run()
+    unsigned long long lf_parallel_tasks_by_workers()
 
 
 cdef extern from "codec.h" nogil:

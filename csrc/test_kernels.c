@@ -1,11 +1,11 @@
-/* Plain-C tests of the copy kernels (kernels.c), the frame pool (pool.c) and the
- * priority sum-tree (sumtree.c); no Python.
+/* Plain-C tests of the copy kernels (kernels.c), the frame pool (pool.c), the
+ * priority sum-tree (sumtree.c) and the worker pool (parallel.c); no Python.
  *
  * Build and run (tests/hardening/test_c_kernels.py does this, with sanitizers when available;
  * BLOSC2 is the directory of the installed blosc2 package, which ships C-Blosc2):
  *   cc -std=c99 -O1 -g -fsanitize=address,undefined -Icsrc -I$BLOSC2/include \
  *      csrc/test_kernels.c csrc/kernels.c csrc/pool.c csrc/codec.c csrc/sumtree.c \
- *      $BLOSC2/lib/libblosc2.a -lpthread -ldl -lm -o test_kernels && ./test_kernels
+ *      csrc/parallel.c $BLOSC2/lib/libblosc2.a -lpthread -ldl -lm -o test_kernels && ./test_kernels
  * Prints "N passed, 0 failed" and exits non-zero on any failure.
  *
  * The kernels are checked against naive loops written from the layouts' definitions
@@ -23,9 +23,13 @@
 #include <stdlib.h>
 #include <math.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "kernels.h"
 #include "layout.h"
+#include "parallel.h"
 #include "pool.h"
 #include "sumtree.h"
 
@@ -1175,10 +1179,212 @@ static void test_pool_threads(void) {
     }
 }
 
+/* ------------------------------------------------------------------------------ */
+/* the worker pool (parallel.c)                                                       */
+
+typedef struct {
+    int hits[64];
+    int arrived[2]; /* __atomic: the meeting tasks */
+    int met[2];
+} par_case;
+
+static void par_hit(void *ctx, int t) { ((par_case *)ctx)->hits[t]++; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Tasks 0 and 1 each wait (up to 60 s) for the other to start: both meet only if two
+ * threads run them at once, so a pool that ran its tasks one after the other fails. */
+static void par_meet(void *ctx, int t) {
+    par_case *c = ctx;
+    __atomic_store_n(&c->arrived[t], 1, __ATOMIC_SEQ_CST);
+    double end = now_s() + 60;
+    while (!__atomic_load_n(&c->arrived[1 - t], __ATOMIC_SEQ_CST) && now_s() < end)
+        sched_yield();
+    c->met[t] = __atomic_load_n(&c->arrived[1 - t], __ATOMIC_SEQ_CST);
+}
+
+/* Every task runs once, in any thread count, for 0 .. 40 tasks; the counter counts them. */
+static void test_parallel_tasks(void) {
+    int threads[] = {1, 2, 3, 8, 1000};
+    for (int h = 0; h < 5; h++) {
+        lf_parallel_set_threads(threads[h]);
+        CHECK(lf_parallel_threads() == (threads[h] > LF_PARALLEL_MAX ? LF_PARALLEL_MAX
+                                                                     : threads[h]),
+              "threads %d", lf_parallel_threads());
+        long bad = 0;
+        for (int n = 0; n <= 40; n++) {
+            par_case c;
+            memset(&c, 0, sizeof c);
+            unsigned long long before = lf_parallel_tasks_run();
+            CHECK(lf_parallel_for(n, par_hit, &c) == 0, "for");
+            for (int t = 0; t < 64; t++) bad += c.hits[t] != (t < n);
+            bad += lf_parallel_tasks_run() - before != (unsigned long long)n;
+        }
+        CHECK(bad == 0, "each task once, counted (%ld), %d threads", bad, threads[h]);
+    }
+    lf_parallel_set_threads(0);
+    CHECK(lf_parallel_threads() == 1, "clamped to 1");
+}
+
+/* Two threads really run at once, and a worker runs tasks. */
+static int par_meets(void) {
+    par_case c;
+    memset(&c, 0, sizeof c);
+    lf_parallel_set_threads(2);
+    unsigned long long before = lf_parallel_tasks_by_workers();
+    lf_parallel_for(2, par_meet, &c);
+    return c.met[0] && c.met[1] && lf_parallel_tasks_by_workers() > before;
+}
+
+static void test_parallel_meet(void) {
+    CHECK(par_meets(), "two tasks ran at once, one in a worker");
+    lf_parallel_shutdown();
+    CHECK(par_meets(), "again after shutdown: new workers");
+}
+
+/* Several threads call at once: one holds the workers, the others run alone; every
+ * call's tasks run once each. */
+typedef struct {
+    long bad;
+} par_caller;
+
+static void par_square(void *ctx, int t) { ((long *)ctx)[t] = (long)t * t; }
+
+static void *par_call_loop(void *arg) {
+    par_caller *pc = arg;
+    for (int i = 0; i < 300; i++) {
+        long out[6] = {-1, -1, -1, -1, -1, -1};
+        int n = 1 + i % 5;
+        lf_parallel_for(n, par_square, out);
+        for (int t = 0; t < 6; t++) pc->bad += out[t] != (t < n ? (long)t * t : -1);
+    }
+    return NULL;
+}
+
+static void test_parallel_callers(void) {
+    lf_parallel_set_threads(3);
+    pthread_t th[3];
+    par_caller pc[3];
+    memset(pc, 0, sizeof pc);
+    for (int i = 0; i < 3; i++) CHECK(pthread_create(&th[i], NULL, par_call_loop, &pc[i]) == 0, "t");
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    CHECK(pc[0].bad + pc[1].bad + pc[2].bad == 0, "concurrent calls (%ld)",
+          pc[0].bad + pc[1].bad + pc[2].bad);
+}
+
+/* The copy out's decoding split in parts, as csrc/_copyout.pxi does it: each part has its
+ * own reader (pins taken, blobs read, with the "GIL" held) over its rows, and its own
+ * decompression context; the parts share delta chains (consecutive rows overlap by
+ * k - 1 frames) and run in the workers. Every frame is exact. */
+#define PN 160 /* frames */
+#define PK 4
+#define PROWS (PN - PK + 1)
+
+typedef struct {
+    lf_reader r[4];
+    int64_t entry[PROWS * PK];
+    unsigned char *out; /* PROWS * PK frames */
+    int parts, rc[4];
+} par_decode;
+
+static void par_decode_part(void *ctx, int t) {
+    par_decode *d = ctx;
+    void *dctx = lf_dctx_new();
+    int r0 = t * PROWS / d->parts, r1 = (t + 1) * PROWS / d->parts;
+    d->rc[t] = dctx == NULL || lf_reader_decode(&d->r[t], dctx) != 0;
+    for (int i = r0 * PK; i < r1 * PK && !d->rc[t]; i++) {
+        const unsigned char *f = lf_reader_frame(&d->r[t], d->entry[i]);
+        if (f != d->out + (size_t)i * ZFB) memcpy(d->out + (size_t)i * ZFB, f, ZFB);
+    }
+    lf_ctx_free(dctx);
+}
+
+static void test_parallel_decode(void) {
+    lf_pool p;
+    lf_pool_init(&p, ZFB, 16 * ZFB);
+    CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 1, 16}) == 0, "enable");
+    unsigned char *want = malloc((size_t)PN * ZFB);
+    int64_t s[PN];
+    for (int i = 0; i < PN; i++) {
+        series_frame(want + (size_t)i * ZFB, i ? want + (size_t)(i - 1) * ZFB : NULL, i);
+        s[i] = lf_pool_alloc(&p);
+        memcpy(lf_pool_addr(&p, s[i]), want + (size_t)i * ZFB, ZFB);
+    }
+    for (int i = 0; i < PN; i++) {
+        lf_pool_incref_cold(&p, s[i]);
+        if (i) lf_pool_set_prev(&p, s[i], s[i - 1]);
+    }
+    for (int i = 0; i < PN; i++) lf_pool_decref(&p, s[i]);
+    CHECK(lf_pool_compress_pending(&p) == 0 && p.cold_frames == PN, "all cold");
+    par_decode *d = calloc(1, sizeof *d);
+    d->out = malloc((size_t)PROWS * PK * ZFB);
+    for (int parts = 1; parts <= 4; parts++) {
+        lf_parallel_set_threads(parts);
+        d->parts = parts;
+        memset(d->out, 0, (size_t)PROWS * PK * ZFB);
+        for (int t = 0; t < parts; t++) {
+            lf_reader_init(&d->r[t], &p);
+            for (int row = t * PROWS / parts; row < (t + 1) * PROWS / parts; row++)
+                for (int j = 0; j < PK; j++) {
+                    int i = row * PK + j;
+                    d->entry[i] = lf_reader_add(&d->r[t], s[row + j]);
+                    lf_reader_place(&d->r[t], d->entry[i], d->out + (size_t)i * ZFB);
+                }
+            CHECK(lf_reader_reserve(&d->r[t]) == 0, "reserve");
+        }
+        p.busy++;
+        lf_parallel_for(parts, par_decode_part, d);
+        p.busy--;
+        long bad = 0;
+        for (int t = 0; t < parts; t++) {
+            bad += d->rc[t] != 0;
+            lf_reader_release(&d->r[t]);
+        }
+        for (int row = 0; row < PROWS; row++)
+            for (int j = 0; j < PK; j++)
+                bad += memcmp(d->out + (size_t)(row * PK + j) * ZFB,
+                              want + (size_t)(row + j) * ZFB, ZFB) != 0;
+        CHECK(bad == 0, "decoded in %d parts (%ld bad)", parts, bad);
+    }
+    for (int i = 0; i < PN; i++) lf_pool_decref_cold(&p, s[i]);
+    CHECK(p.live_frames == 0, "all freed");
+    lf_pool_free(&p);
+    free(d->out);
+    free(d);
+    free(want);
+}
+
+/* A child forked after the parent used the workers makes its own: its tasks meet. (Not
+ * under ThreadSanitizer, which does not support threads made after a threaded fork.) */
+static void test_parallel_fork(void) {
+    CHECK(par_meets(), "the parent's workers");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) _exit(par_meets() ? 0 : 3);
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid, "fork");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's tasks met (status %d)",
+          status);
+    CHECK(par_meets(), "the parent's workers after the fork");
+}
+
+static void test_parallel(void) {
+    test_parallel_tasks();
+    test_parallel_meet();
+    test_parallel_callers();
+    test_parallel_decode();
+    lf_parallel_shutdown();
+}
+
 int main(int argc, char **argv) {
     lf_codec_init();
     if (argc > 1 && strcmp(argv[1], "threads") == 0) { /* tests/sanitize.sh, under TSan */
         test_pool_threads();
+        test_parallel();
         printf("%ld passed, %ld failed\n", n_pass, n_fail);
         return n_fail ? 1 : 0;
     }
@@ -1199,6 +1405,9 @@ int main(int argc, char **argv) {
     test_sumtree_sample();
     test_sumtree_drift();
     test_pool_threads();
+    test_parallel();
+    test_parallel_fork();
+    lf_parallel_shutdown();
     printf("%ld passed, %ld failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

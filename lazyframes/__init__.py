@@ -21,12 +21,15 @@ LazyFrames = _core.LazyFrames
 LazyBatch = _core.LazyBatch
 stack = _core.stack
 default_pool = _core.default_pool
+set_num_threads = _core.set_num_threads
+get_num_threads = _core.get_num_threads
 
 __version__ = "0.2.0"
 
 __all__ = [
     "LAYOUTS", "FramePool", "FrameRef", "FrameStack", "FrameStackObservation", "LazyBatch",
-    "LazyFrames", "PrioritizedReplayBuffer", "ReplayBuffer", "default_pool", "stack", "vector",
+    "LazyFrames", "PrioritizedReplayBuffer", "ReplayBuffer", "default_pool", "get_num_threads",
+    "set_num_threads", "stack", "vector",
 ]  # fmt: skip
 
 _LAZY = {

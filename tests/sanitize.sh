@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The sanitizer step of .ci/run (bash tests/sanitize.sh; needs gcc's libasan, libubsan and
-# libtsan): csrc/test_kernels.c under ASan + UBSan with leak checks, and its two-thread test
-# (adds against GIL-free gathers) under TSan; then the core tests and the fuzzer against the
-# extension rebuilt with ASan + UBSan in a scratch copy (libasan preloaded; CPython's exit
-# leaks unchecked), and the threaded tests against one rebuilt with TSan (CPython's GIL is a
-# pthread mutex TSan sees). Any sanitizer report fails the step.
+# libtsan): csrc/test_kernels.c under ASan + UBSan with leak checks, and its threaded tests
+# (adds against GIL-free gathers; parallel.c's workers, decoding a copy's parts) under TSan;
+# then the core tests and the fuzzer against the extension rebuilt with ASan + UBSan in a
+# scratch copy (libasan preloaded; CPython's exit leaks unchecked), and the threaded tests
+# against one rebuilt with TSan (CPython's GIL is a pthread mutex TSan sees; not the fork
+# test: TSan does not support threads made after a threaded fork). Any sanitizer report
+# fails the step.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TESTS=(tests/core/test_core.py tests/core/test_compress.py tests/core/test_module.py tests/core/test_sumtree.py
+       tests/core/test_parallel.py
        tests/hardening/test_misuse.py tests/hardening/test_fuzz.py tests/replay/test_model_fuzz.py tests/replay/test_buffer.py
        tests/replay/test_sampler.py)
 FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g"
@@ -22,7 +25,7 @@ trap 'rm -rf "$SCRATCH"' EXIT
 
 echo "-- csrc/test_kernels.c"
 gcc -std=c99 -O1 -Wall -Wextra $FLAGS -I"$ROOT/csrc" -I"$BLOSC2/include" \
-    "$ROOT"/csrc/{test_kernels,kernels,pool,codec,sumtree}.c "$BLOSC2/lib/libblosc2.a" \
+    "$ROOT"/csrc/{test_kernels,kernels,pool,codec,sumtree,parallel}.c "$BLOSC2/lib/libblosc2.a" \
     -o "$SCRATCH/test_kernels" -lpthread -ldl -lm
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 "$SCRATCH/test_kernels" \
     > "$SCRATCH/kernels.log" 2>&1 || { cat "$SCRATCH/kernels.log"; exit 1; }
@@ -31,7 +34,7 @@ if grep -Eq "$REPORT|FAIL" "$SCRATCH/kernels.log"; then cat "$SCRATCH/kernels.lo
 
 echo "-- csrc/test_kernels.c threads, under ThreadSanitizer"
 gcc -std=c99 -O1 -Wall -Wextra -fsanitize=thread -fno-omit-frame-pointer -g -I"$ROOT/csrc" \
-    -I"$BLOSC2/include" "$ROOT"/csrc/{test_kernels,kernels,pool,codec,sumtree}.c \
+    -I"$BLOSC2/include" "$ROOT"/csrc/{test_kernels,kernels,pool,codec,sumtree,parallel}.c \
     "$BLOSC2/lib/libblosc2.a" -o "$SCRATCH/test_threads" -lpthread -ldl -lm
 TSAN_OPTIONS=halt_on_error=1 "$SCRATCH/test_threads" threads > "$SCRATCH/threads.log" 2>&1 \
     || { cat "$SCRATCH/threads.log"; exit 1; }
@@ -76,11 +79,12 @@ LAZYFRAMES_OPT=-O1 CFLAGS="-fsanitize=thread -fno-omit-frame-pointer -g" \
     > "$SCRATCH/tsan-build.log" 2>&1 || { cat "$SCRATCH/tsan-build.log"; exit 1; }
 grep -q __tsan_init lazyframes/_core*.so \
     || { echo "sanitize.sh: the extension is not instrumented" >&2; exit 1; }
-THREADED=(tests/replay/test_sampler.py tests/core/test_compress.py)
+THREADED=(tests/replay/test_sampler.py tests/core/test_compress.py tests/core/test_parallel.py)
 echo "-- ${THREADED[*]} (threaded tests) against it"
 tstatus=0
 LD_PRELOAD="$LIBTSAN" TSAN_OPTIONS="log_path=$SCRATCH/tsan-report" PYTHONDONTWRITEBYTECODE=1 \
-    "$PY" -m pytest -q -p no:cacheprovider "${THREADED[@]}" -k "sampler or threads or grows" \
+    "$PY" -m pytest -q -p no:cacheprovider "${THREADED[@]}" \
+    -k "(sampler or threads or grows or parallel) and not fork" \
     || tstatus=$?
 if compgen -G "$SCRATCH/tsan-report.*" > /dev/null; then
     cat "$SCRATCH"/tsan-report.*
