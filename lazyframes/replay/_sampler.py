@@ -185,7 +185,10 @@ class Sampler:
             raise StopIteration
         if ok is False:  # a copy that failed: the sampler cannot go on
             self.close()
-        raise result
+        try:
+            raise result
+        finally:  # no cycle frame -> exception -> traceback -> frame: nothing keeps the
+            del result  # sampler for the garbage collector, which may run in its thread
 
     def close(self) -> None:
         """Stop the thread and drop the batches drawn ahead (their frames with them).
