@@ -346,12 +346,8 @@ def test_push_bad_frame_writes_nothing(bad, exc, pattern):
     lz, batch = pool.lazy(slots), pool.lazy_batch([slots, slots])
     before = snapshot(pool, slots)
     keep, many = bad.copy(), np.stack([bad, bad])
-    for call, arg in (
-        (pool.push, bad),
-        (lz.shift, bad),
-        (pool.push_batch, many),
-        (batch.shift, many),
-    ):
+    for call, arg in [(pool.push, bad), (lz.shift, bad), (pool.push_batch, many),
+                      (batch.shift, many)]:  # fmt: skip
         refused(exc, pattern, call, arg)
         assert snapshot(pool, slots) == before
     assert bad.dtype == keep.dtype and (bad == keep).all()
@@ -578,21 +574,17 @@ def _table(pool, rows=4, width=4):
 def test_slot_table_grow_keeps_rows_and_refs():
     pool = make_pool()
     table = _table(pool, rows=2, width=2)
-    a = [pool.push(f(v)) for v in (1, 2, 3)]
-    table.set([0, 1], (pool.lazy_batch([a[:2], a[1:]]),))
-    del a
+    table.set([0, 1], (_batch_of(pool, [[1, 2], [2, 3]]),))
     before = table.ids().tolist()
-    counts = [pool.refcount(s) for s in range(3)]
+    counts = [pool.refcount(s) for s in range(4)]
     refused(ValueError, "grows only", table.grow, 1)
     refused(ValueError, "too large", table.grow, 2**62)
     table.grow(2)  # no change
     table.grow(5)
     assert table.shape == (5, 2) and table.memory() == 5 * 2 * 4
     assert table.ids().tolist() == before + [[-1, -1]] * 3
-    assert [pool.refcount(s) for s in range(3)] == counts
-    b = [pool.push(f(v)) for v in (7, 8)]
-    table.set([4], (pool.lazy_batch([b]),))
-    del b
+    assert [pool.refcount(s) for s in range(4)] == counts
+    table.set([4], (_batch_of(pool, [[7, 8]]),))
     assert values(pool, table.ids([0, 4])) == [1, 2, 7, 8]
     assert table.gather([4, 1], 0, 2, layout="stack")[:, :, 0, 0, 0].tolist() == [[7, 8], [2, 3]]
     del table
@@ -604,9 +596,7 @@ def test_slot_table_grow_from_a_callback_of_set():
     """Rows checked before a callback grows the table stay valid: grow only adds rows."""
     pool = make_pool()
     table = _table(pool, rows=2, width=2)
-    a = [pool.push(f(v)) for v in (1, 2, 3)]
-    part = pool.lazy_batch([a[:2], a[1:]])
-    del a
+    part = _batch_of(pool, [[1, 2], [2, 3]])
 
     class Grows:
         def __index__(self, grow=table.grow):
@@ -637,43 +627,31 @@ def test_slot_table_set_keeps_an_id_present_in_old_and_new_rows():
     assert pool.live_frames == 0
 
 
-@pytest.mark.parametrize("layout", ["last", "stack"])
-def test_gather_pairs_equals_two_gathers(layout):
-    pool = make_pool((84, 84, 1) if layout == "last" else (84, 84))
-    rows = [[pool.push(fr) for fr in rand_frames(8, pool.frame_shape, seed=r)] for r in range(3)]
-    table = _table(pool, rows=3, width=8)
-    table.set([0, 1, 2], (pool.lazy_batch(rows),))
-    rng = np.random.default_rng(0)
-    r1, r2 = rng.integers(0, 3, 5), rng.integers(0, 3, 5)
-    got = table.gather_pairs(r1, (0, 4), r2, (1, 5), layout=layout, dtype=np.float32, scale=0.5)
-    want = (table.gather(r1, 0, 4, layout=layout, dtype=np.float32, scale=0.5),
-            table.gather(r2, 1, 5, layout=layout, dtype=np.float32, scale=0.5))  # fmt: skip
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_array_equal(g, w)
-    outs = (np.empty_like(got[0]), np.empty_like(got[1]))
-    res = table.gather_pairs(r1, (0, 4), r2, (1, 5), outs, layout=layout, scale=0.5)
-    assert res[0] is outs[0] and res[1] is outs[1]
-    np.testing.assert_array_equal(outs[0], want[0])
-    np.testing.assert_array_equal(outs[1], want[1])
-
-
-# -- LazyBatch.numpy_pairs: gather_pairs from two owners (a sampler's pinned draw) ---------
+# -- two copies in one: SlotTable.gather_pairs, LazyBatch.numpy_pairs (a sampler's pinned draw)
 @pytest.mark.parametrize("layout", ["last", "first", "stack"])
-def test_numpy_pairs_equals_two_copies(layout):
+def test_pairs_equal_two_copies(layout):
     pool = make_pool(LAYOUT_SHAPES[layout])
     refs = [pool.push(fr) for fr in rand_frames(12, LAYOUT_SHAPES[layout])]
     rng = np.random.default_rng(1)
-    a = pool.lazy_batch(np.array(ids(refs))[rng.integers(0, 12, (5, 4))], layout=layout)
-    b = pool.lazy_batch(np.array(ids(refs))[rng.integers(0, 12, (5, 4))], layout=layout)
+    table = _table(pool, rows=3, width=8)
+    table.set([0, 1, 2], (pool.lazy_batch(np.array(ids(refs))[rng.integers(0, 12, (3, 8))]),))
+    r1, r2 = rng.integers(0, 3, 5), rng.integers(0, 3, 5)
+    a, b = table.batch(r1, 0, 4, layout=layout), table.batch(r2, 1, 5, layout=layout)
     for kw in ({}, {"dtype": np.float32, "scale": 0.5}, {"dtype": np.int16}):
-        got = a.numpy_pairs(b, **kw)
-        for g, w in zip(got, (a.numpy(**kw), b.numpy(**kw)), strict=True):
-            assert g.dtype == w.dtype
-            np.testing.assert_array_equal(g, w)
-    outs = (np.empty(a.shape, np.float64), np.empty(b.shape, np.float64))
-    res = a.numpy_pairs(b, outs, scale=2.0)
-    assert res[0] is outs[0] and res[1] is outs[1]
-    np.testing.assert_array_equal(outs[1], b.numpy(dtype=np.float64, scale=2.0))
+        want = (a.numpy(**kw), b.numpy(**kw))
+        gathers = (table.gather(r1, 0, 4, layout=layout, **kw),
+                   table.gather(r2, 1, 5, layout=layout, **kw))  # fmt: skip
+        for pair in (gathers, table.gather_pairs(r1, (0, 4), r2, (1, 5), layout=layout, **kw),
+                     a.numpy_pairs(b, **kw)):  # fmt: skip
+            for g, w in zip(pair, want, strict=True):
+                np.testing.assert_array_equal(g, w, strict=True)
+    for pairs in (lambda o: table.gather_pairs(r1, (0, 4), r2, (1, 5), o, layout=layout, scale=2),
+                  lambda o: a.numpy_pairs(b, o, scale=2.0)):  # fmt: skip
+        outs = (np.empty(a.shape, np.float64), np.empty(b.shape, np.float64))
+        res = pairs(outs)
+        assert res[0] is outs[0] and res[1] is outs[1]
+        np.testing.assert_array_equal(outs[0], a.numpy(dtype=np.float64, scale=2.0))
+        np.testing.assert_array_equal(outs[1], b.numpy(dtype=np.float64, scale=2.0))
 
 
 def test_numpy_pairs_bad_input_writes_nothing():

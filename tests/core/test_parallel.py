@@ -1,9 +1,4 @@
-"""A large copy out split across threads (csrc/parallel.c, ``_copy`` in csrc/_copyout.pxi).
-
-Values only, never timings: every thread count gives the bytes one thread gives, and
-those of a NumPy restatement; the split really happens (the core counts the parts it
-runs); a forked child makes its own workers; bad input raises before anything is written.
-"""
+"""A large copy out split across threads (csrc/parallel.c): values, parts, fork; no timings."""
 
 import os
 from concurrent.futures import ThreadPoolExecutor
