@@ -7,14 +7,13 @@ import inspect
 import os
 import pickle
 import re
-import subprocess
-import sys
 import textwrap
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import ROOT, f, make_pool, raised, refused
+from conftest import ROOT, f, make_pool, raised, refused, run
 
 from lazyframes import _core as core
 
@@ -32,13 +31,9 @@ def _isolated(attack):
         getattr(attack, "__wrapped__", attack)()
         print("attack done")
     """)
-    env = dict(os.environ, PYTHONFAULTHANDLER="1")
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
-    )
-    assert r.returncode == 0 and "attack done" in r.stdout, (
-        f"{attack.__name__} exited with {r.returncode}\n{r.stdout}\n{r.stderr}"
-    )
+    r = run("-X", "faulthandler", "-c", code)
+    message = f"{attack.__name__} exited with {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.returncode == 0 and "attack done" in r.stdout, message
 
 
 def isolated(attack):
@@ -800,8 +795,6 @@ def test_layouts_are_compared_as_plain_strings():
 
 @isolated
 def test_table_reads_racing_writes_in_threads():
-    import threading
-
     pool = make_pool()
     table = core.SlotTable(pool, 16, 3)
     errors = []
@@ -827,11 +820,8 @@ def test_table_reads_racing_writes_in_threads():
                 if not (row == row[0, 0, 0]).all():
                     errors.append("torn read")
 
-    threads = [threading.Thread(target=t) for t in (writer, reader, reader)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(3) as pool_of_threads:
+        list(pool_of_threads.map(lambda fn: fn(), (writer, reader, reader)))
     assert not errors, errors[:3]
     table.clear()
     assert pool.live_frames == 0
