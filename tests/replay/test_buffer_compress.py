@@ -164,8 +164,7 @@ def test_compress_options_and_adopted_pools():
     rb = ReplayBuffer(50, pool=given)
     assert rb.memory()["compression"] == DEFAULT_COMPRESSION
     pool = FramePool(SHAPE, np.uint8, compress={"group": 8})
-    with pytest.raises(ValueError, match="already compresses"):
-        ReplayBuffer(10, pool=pool, compress={"group": 4})
+    refused(ValueError, "already compresses", ReplayBuffer, 10, pool=pool, compress={"group": 4})
     assert pool.compression["group"] == 8
     # adopting a wrapper's pool that compresses otherwise: nothing stored
     rb = ReplayBuffer(10, compress={"group": 4})

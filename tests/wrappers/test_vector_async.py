@@ -3,6 +3,7 @@
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import refused
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers import FrameStackObservation as GymFSO
@@ -276,8 +277,7 @@ def test_reset_restarts_envs_as_they_come():
     back = info["env_id"].tolist()
     others = [i for i in range(5) if i not in back]
     for env_ids in (others[:1], None):  # one of them, and all (the default)
-        with pytest.raises(ValueError, match="no observation since it was reset"):
-            envs.observations(env_ids)
+        refused(ValueError, "no observation since it was reset", envs.observations, env_ids)
     for _ in range(10):
         obs, *_, info = envs.step(np.zeros(2, np.int64))
         for j, i in enumerate(info["env_id"]):
@@ -350,17 +350,14 @@ def test_bad_env_ids_raise_before_any_ring_changes(bad, match):
     pending, autoreset = envs._pending.copy(), envs._autoreset.copy()
     last = envs._last_ids
     envs.env.force_ids, envs.env.force_rows, envs.env.no_ids = bad, 2, bad is None
-    with pytest.raises(ValueError, match=match):
-        envs.step(np.zeros(2, np.int64))
+    refused(ValueError, match, envs.step, np.zeros(2, np.int64))
     np.testing.assert_array_equal(envs._ring[0].slots, slots)
     assert envs.pool.live_frames == live
     np.testing.assert_array_equal(envs._pending, pending)
     np.testing.assert_array_equal(envs._autoreset, autoreset)
     assert envs._last_ids is last
-    with pytest.raises(ValueError, match="out of range"):
-        envs.observations([5])
-    with pytest.raises(ValueError, match="more than once"):
-        envs.observations([0, 0])
+    refused(ValueError, "out of range", envs.observations, [5])
+    refused(ValueError, "more than once", envs.observations, [0, 0])
 
 
 def test_prev_action_needs_one_action_per_row():
