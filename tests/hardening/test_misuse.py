@@ -111,6 +111,7 @@ def test_out_aliasing_an_input_is_refused():
 
 # -- row indices near 2**63, negative, or wrapping ------------------------------------------
 BAD_ROWS = [4, -1, -(2**63), 2**63 - 1, 2**62, -(2**62)]
+ROW = "out of range|row"
 
 
 @isolated
@@ -122,18 +123,17 @@ def test_row_indices_near_2_63_and_negative_are_refused():
     w = Witness(pool, batch.slots)
     for bad in BAD_ROWS:
         rows = [0, bad]
-        refused(IndexError, "out of range|row", table.set, rows, (batch,))
-        refused(IndexError, "out of range|row", table.set, np.array(rows, np.int64), (batch,))
-        refused(IndexError, "out of range|row", table.clear, rows)
-        refused(IndexError, "out of range|row", table.ids, rows)
-        refused(IndexError, "out of range|row", table.batch, rows, 0, 2)
+        refused(IndexError, ROW, table.set, rows, (batch,))
+        refused(IndexError, ROW, table.set, np.array(rows, np.int64), (batch,))
+        refused(IndexError, ROW, table.clear, rows)
+        refused(IndexError, ROW, table.ids, rows)
+        refused(IndexError, ROW, table.batch, rows, 0, 2)
         if -(2**31) <= bad < 2**31:  # int32 rows (a replay buffer's own) take a C path
-            refused(IndexError, "out of range|row", table.batch, np.array(rows, np.int32), 0, 2)
-        refused(IndexError, "out of range|row", table.gather, rows, 0, 2)
-        refused(IndexError, "out of range|row", table.gather_pairs, [0, 0], (0, 1), rows, (1, 2))
-        refused(IndexError, "out of range|row", table.take, rows, batch, np.zeros((2, 2), np.int64)
-                 )  # fmt: skip
-        refused(IndexError, "out of range|row", batch.replace, rows, batch)
+            refused(IndexError, ROW, table.batch, np.array(rows, np.int32), 0, 2)
+        refused(IndexError, ROW, table.gather, rows, 0, 2)
+        refused(IndexError, ROW, table.gather_pairs, [0, 0], (0, 1), rows, (1, 2))
+        refused(IndexError, ROW, table.take, rows, batch, np.zeros((2, 2), np.int64))
+        refused(IndexError, ROW, batch.replace, rows, batch)
     for bad in (4, -2, -(2**63), 2**63 - 1, 2**62, -(2**62)):  # -1 is an empty entry
         refused(IndexError, "out of range", table.take, [2], batch, np.array([[0, bad]]))
     wrapping = np.array([0, 2**64 - 1], np.uint64)  # -1 if cast to int64 unchecked

@@ -240,15 +240,19 @@ def declared_pool(path):
         return None
 
 
+def traced(fn, *args, **kw):
+    """``fn(*args, **kw)`` and the peak of the Python allocations traced while it ran."""
+    tracemalloc.start()
+    try:
+        return fn(*args, **kw), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def assert_refused(path, match, cls=ReplayBuffer):
     """``load`` raises ValueError(match) having held < 16x the file + 4 MiB (traced + pool peak)."""
     size, pool = os.path.getsize(path), declared_pool(path)
-    tracemalloc.start()
-    try:
-        refused(ValueError, match, cls.load, path, pool=pool)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    _, peak = traced(refused, ValueError, match, cls.load, path, pool=pool)
     held = 0 if pool is None else pool.peak_bytes
     assert peak + held < 16 * size + (4 << 20), (peak, held)
 
@@ -420,12 +424,7 @@ def test_a_tiny_file_declaring_a_huge_capacity_loads_with_small_tables(tmp_path)
     rb.save(tmp_path / "huge.npz")
     size = os.path.getsize(tmp_path / "huge.npz")
     pool = FramePool((4, 4), np.uint8)
-    tracemalloc.start()
-    try:
-        back = ReplayBuffer.load(tmp_path / "huge.npz", pool=pool)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    back, peak = traced(ReplayBuffer.load, tmp_path / "huge.npz", pool=pool)
     assert peak + pool.peak_bytes < 16 * size + (1 << 20), peak
     assert back.capacity == 2**40 and len(back) == 3
     assert back.memory()["table_bytes"] == fixed + 3 * per_row  # 3 rows, not 2**40
