@@ -35,8 +35,7 @@ def test_c01_indexing_follows_the_layout():
     a = np.asarray(lz)
     assert a.shape == (84, 84, 4)
     assert len(lz) == 84
-    assert lz.count() == 4
-    assert lz[0].shape == (84, 4)
+    assert lz.count() == 4 and lz[0].shape == (84, 4)
     for key in (0, 83, -1, slice(None), slice(2, 5), slice(None, None, -7), (0, 1),
                 (5, slice(None), 2), (Ellipsis, 3), (slice(1, 3), 4, slice(None))):  # fmt: skip
         got = lz[key]
@@ -204,8 +203,7 @@ def test_c09_conversion_never_retains_a_copy():
     refs = [pool.push(a) for a in frames]
     obs = [pool.lazy(refs[i : i + 4], layout="last") for i in range(100)]
     del refs
-    assert pool.live_frames == 103
-    assert pool.live_bytes == 726_768
+    assert pool.live_frames == 103 and pool.live_bytes == 726_768
     before = pool.stats()
     for i, o in enumerate(obs):
         a = np.asarray(o)

@@ -105,8 +105,7 @@ def test_recorded_frames_bit_exact(game, compress, channel):
     check_values(store, np.arange(store.rows), ("stack",))
     # every frame but the wrapper's ring is compressed, once
     st = store.pool.stats()
-    assert st["cold_frames"] == st["live_frames"] - K
-    assert st["hot_frames"] == K
+    assert st["cold_frames"] == st["live_frames"] - K and st["hot_frames"] == K
     assert st["cold_bytes"] < st["cold_frames"] * store.pool.frame_bytes / 4
     if compress is True and game == "pong":  # the order of docs/COMPRESSION.md's table
         assert store.pool.compression == {"codec": "lz4", "level": 9, "group": 16}
@@ -338,8 +337,7 @@ def test_take_loads_and_compresses(group):
     longest = max(len(pool._chain(s)) for s in table.ids().ravel())
     assert longest == min(group, len(frames)).bit_length()
     a, b = table.gather_pairs(np.arange(n), (0, K), np.arange(n), (1, K + 1), layout="stack")
-    assert np.array_equal(a, frames[index[:, :K]])
-    assert np.array_equal(b, frames[index[:, 1:]])
+    assert np.array_equal(a, frames[index[:, :K]]) and np.array_equal(b, frames[index[:, 1:]])
 
 
 @pytest.mark.parametrize("group", [1, 5, 16])

@@ -371,8 +371,7 @@ def test_overlapping_parts_are_read_before_anything_is_written():
     assert got[1].tolist() == want[0, 2:].tolist() + want[0, :2].tolist()
     assert got[2].tolist() == want[2].tolist()
     table.take([2, 0], table.batch([0, 2], 0, 4), np.array([[0, 1, 2, 3], [4, 5, 6, 7]]))
-    assert table.ids()[2].tolist() == got[0].tolist()
-    assert table.ids()[0].tolist() == got[2].tolist()
+    assert table.ids()[2].tolist() == got[0].tolist() and table.ids()[0].tolist() == got[2].tolist()
     replaced = batch.replace([0, 1, 2], pool.lazy_batch(batch.slots[::-1]))
     assert replaced.slots.tolist() == batch.slots[::-1].tolist()
     del replaced

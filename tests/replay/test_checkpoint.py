@@ -85,8 +85,7 @@ def checkpoint(rb):
 def assert_same_buffers(a, b, draws=(5,)):
     """The same checkpoint, the same samples at every position, the same draws."""
     ca, cb = checkpoint(a), checkpoint(b)
-    assert ca["meta"] == cb["meta"]
-    assert ca.keys() == cb.keys()
+    assert ca["meta"] == cb["meta"] and ca.keys() == cb.keys()
     for name in ca.keys() - {"meta"}:
         np.testing.assert_array_equal(ca[name], cb[name], err_msg=name)
     if len(a):
@@ -122,8 +121,7 @@ def test_golden_v1_exact_values():
     assert ck["meta"]["pos"] == 4 and ck["meta"]["version"] == 4
     assert ck["actions"].tolist() == [4, -4, 5, -5, 2, -2, 3, -3]
     assert ck["rewards"].tolist() == [4.5, -4.25, 5.5, -5.25, 2.5, -2.25, 3.5, -3.25]
-    assert ck["flags"].tolist() == [0, 2, 0, 4, 1, 0, 0, 0]
-    assert ck["env_ids"].tolist() == [0, 1] * 4
+    assert ck["flags"].tolist() == [0, 2, 0, 4, 1, 0, 0, 0] and ck["env_ids"].tolist() == [0, 1] * 4
     s = rb.gather(np.arange(8))
     assert s.observations[:, 0, 0, 0].tolist() == [4, 14, 5, 15, 2, 12, 3, 13]
     # position 6 (env 0, t=3): rewards 3.5 + 0.5 * 4.5 + 0.25 * 5.5, window complete

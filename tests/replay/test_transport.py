@@ -131,8 +131,7 @@ def test_two_senders_share_one_buffer_in_their_own_env_streams():
     for run, ids in ((rb_run, [2]), (ra, [0, 1])):  # ingested b first, then a
         for o, x, r, n, t, u, e in run:
             local.add(o, x, r, n, t, u, env_ids=ids, **e)
-    assert receiver.ingest(b.flush()) == 10
-    assert receiver.ingest(a.flush()) == 20
+    assert receiver.ingest(b.flush()) == 10 and receiver.ingest(a.flush()) == 20
     assert len(rb) == 30
     assert_same_buffers(local, rb)
 

@@ -44,8 +44,7 @@ def test_equals_gymnasium_every_step(padding, k):
                          lambda e: mk(FrameStackObservation, e, k, padding_type=pad),
                          lambda e: GymFSO(e, k, padding_type=pad))  # fmt: skip
     assert ours.observation_space == ref.observation_space
-    assert ours.observation_space.shape == (k, 84, 84, 1)
-    assert ours.padding_type == ref.padding_type
+    assert ours.observation_space.shape == (k, 84, 84, 1) and ours.padding_type == ref.padding_type
     assert ours.stack_size == ref.stack_size == k
     assert isinstance(ours.pool, core.FramePool)
 
@@ -183,8 +182,7 @@ def test_c06_layout_follows_channel_axis():
     obs = first.step(0)[0]
     assert obs.shape == (4, 84, 84) and np.asarray(obs)[:, 0, 0].tolist() == [10, 10, 10, 11]
     last = mk(FrameStack, CounterEnv((84, 84, 1)), 4)
-    assert last.observation_space.shape == (84, 84, 4)
-    assert last.reset()[0].shape == (84, 84, 4)
+    assert last.observation_space.shape == (84, 84, 4) and last.reset()[0].shape == (84, 84, 4)
 
 
 def test_c07_rgb_frames_stack_by_frame_depth():
