@@ -213,37 +213,31 @@ def test_a_freed_id_in_a_large_split_copy_writes_nothing():
 def test_a_forked_child_makes_its_own_workers():
     """A child gathers with workers of its own, not its parent's; both exit without hanging."""
     code = """
-import multiprocessing as mp
-import numpy as np
-import lazyframes
+import multiprocessing as mp, numpy as np
 from lazyframes import _core as core
-
 pool = core.FramePool((84, 84), np.uint8)
 frames = np.random.default_rng(0).integers(0, 256, (64, 84, 84), dtype=np.uint8)
 refs = [pool.push(f) for f in frames]
 pick = np.random.default_rng(1).integers(0, 64, (300, 4))
 ids = np.array([r.slot for r in refs])[pick]
-lazyframes.set_num_threads(2)
+core.set_num_threads(2)
 
-def gather_checked():
+def gather_checked():  # exact, and in 2 parts
     before = core._parallel_tasks()[0]
     out = pool.gather(ids, layout="stack")
     return bool(np.array_equal(out, frames[pick])), core._parallel_tasks()[0] - before
 
-for _ in range(5):
-    assert gather_checked() == (True, 2)
+def five():
+    return [gather_checked() for _ in range(5)]
 
-def child(q):
-    q.put([gather_checked() for _ in range(5)])
-
+assert five() == [(True, 2)] * 5
 ctx = mp.get_context("fork")
 q = ctx.Queue()
-p = ctx.Process(target=child, args=(q,))
+p = ctx.Process(target=lambda: q.put(five()))  # forked: the lambda is not pickled
 p.start()
 got = q.get(timeout=120)
 p.join(120)
-assert p.exitcode == 0, p.exitcode
-assert got == [(True, 2)] * 5, got
+assert p.exitcode == 0 and got == [(True, 2)] * 5, (p.exitcode, got)
 assert gather_checked() == (True, 2)  # the parent's workers still work
 print("done")
 """
