@@ -274,8 +274,8 @@ def test_deflated_and_missing_members_are_refused(valid, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "changes, match",
-    [
+    "base, changes, match",
+    [("valid", c, m) for c, m in [
         ({"capacity": 2**64}, "capacity"),
         ({"capacity": 2**25 * 3}, r"'actions' has shape \(6,\) .* expected shape \(100663296,\)"),
         ({"capacity": 10**9, "num_envs": 10**9}, "num_envs"),
@@ -284,15 +284,22 @@ def test_deflated_and_missing_members_are_refused(valid, tmp_path):
         ({"capacity": "6"}, "capacity"), ({"pos": 10**9}, "pos"), ({"full": 1}, "full"),
         ({"version": 5}, "version 5 is not supported"), ({"format": "other"}, "wrong format tag"),
         ({"rng": {"name": "os", "state": {}}}, "bit generator"), ({"n_skip": 5}, "autoreset count"),
-    ],
+    ]] + [("packed", c, m) for c, m in [  # a compressed container's (formats 3 and 4)
+        ({"compression": {"codec": "nope"}}, "codec"),
+        ({"compression": 5}, "bad meta 'compression'"),
+        ({"compression": None}, "the meta says the frames are not compressed"),
+        # 32 frames of 64 MiB from a 13 KB file: refused before any is decoded
+        ({"frame_shape": [8192, 8192]}, "decompression bomb"),
+    ]],
 )  # fmt: skip
-def test_bad_meta_is_refused(valid, tmp_path, changes, match):
-    assert_refused(craft(tmp_path / "bad.npz", with_meta(valid, **changes)), match)
+def test_bad_meta_is_refused(request, tmp_path, base, changes, match):
+    members = with_meta(request.getfixturevalue(base), **changes)
+    assert_refused(craft(tmp_path / "bad.npz", members), match)
 
 
 @pytest.mark.parametrize(
-    "name, data, match",
-    [
+    "base, name, data, match",
+    [("valid", *row) for row in [
         ("actions.npy", npy(np.zeros(6, np.float64)), "dtype float64"),
         ("actions.npy", npy(np.zeros((6, 1), np.int64)), r"shape \(6, 1\)"),
         ("actions.npy", npy_header((10**9,), np.int64) + bytes(48), r"shape \(1000000000,\)"),
@@ -308,26 +315,7 @@ def test_bad_meta_is_refused(valid, tmp_path, changes, match):
         ("extra.npy", npy(np.zeros(1)), "unexpected entries"),
         ("meta.npy", npy(np.zeros(1)), "bad meta entry"),
         ("notes.txt", b"hi", "unexpected member"),
-    ],
-)
-def test_bad_entries_are_refused(valid, tmp_path, name, data, match):
-    assert_refused(craft(tmp_path / "bad.npz", {**valid, name: data}), match)
-
-
-# -- crafted compressed containers (formats 3 and 4) ------------------------------------
-@pytest.fixture
-def packed():
-    """The members of the v3 golden file: 32 frames of 7,056 B as a compressed container."""
-    return entries(golden("replay_v3_compressed.npz"))
-
-
-def member(members, name):
-    return np.load(io.BytesIO(members[name + ".npy"]))
-
-
-@pytest.mark.parametrize(
-    "name, data, match",
-    [
+    ]] + [("packed", *row) for row in [  # a compressed container's (formats 3 and 4)
         ("frame_blobs.npy", npy_header((10**9,), np.uint8) + bytes(64), "size its header"),
         ("frame_offsets.npy", npy_header((10**9,), np.int64) + bytes(64), "size its header"),
         ("frame_offsets.npy", npy(np.arange(200, dtype=np.int64)), r"\(200,\) for 192 ref"),
@@ -340,10 +328,22 @@ def member(members, name):
         ("frame_kinds.npy", npy(np.zeros(32, np.float32)), "dtype float32"),
         ("frames.npy", npy(np.zeros((32, 84, 84), np.uint8)), "frames are compressed"),
         ("obs_index.npy", npy(np.full((24, 4), 32, np.int32)), "not in the file"),
-    ],
-)
-def test_bad_containers_are_refused(packed, tmp_path, name, data, match):
-    assert_refused(craft(tmp_path / "bad.npz", {**packed, name: data}), match)
+    ]],
+)  # fmt: skip
+def test_bad_entries_are_refused(request, tmp_path, base, name, data, match):
+    members = {**request.getfixturevalue(base), name: data}
+    assert_refused(craft(tmp_path / "bad.npz", members), match)
+
+
+# -- crafted compressed containers (formats 3 and 4) ------------------------------------
+@pytest.fixture
+def packed():
+    """The members of the v3 golden file: 32 frames of 7,056 B as a compressed container."""
+    return entries(golden("replay_v3_compressed.npz"))
+
+
+def member(members, name):
+    return np.load(io.BytesIO(members[name + ".npy"]))
 
 
 def test_forged_offsets_payloads_and_unreferenced_frames_are_refused(packed, tmp_path):
@@ -376,20 +376,6 @@ def test_blob_headers_declaring_other_sizes_are_refused(packed, tmp_path, at, va
     blobs[at : at + 4] = np.frombuffer(np.uint32(value).tobytes(), np.uint8)
     path = craft(tmp_path / "bomb.npz", {**packed, "frame_blobs.npy": npy(blobs)})
     assert_refused(path, "blob 0 of the container does not decode")
-
-
-@pytest.mark.parametrize(
-    "changes, match",
-    [
-        ({"compression": {"codec": "nope"}}, "codec"),
-        ({"compression": 5}, "bad meta 'compression'"),
-        ({"compression": None}, "the meta says the frames are not compressed"),
-        # 32 frames of 64 MiB from a 13 KB file: refused before any is decoded
-        ({"frame_shape": [8192, 8192]}, "decompression bomb"),
-    ],
-)
-def test_bad_meta_of_compressed_frames_is_refused(packed, tmp_path, changes, match):
-    assert_refused(craft(tmp_path / "bad.npz", with_meta(packed, **changes)), match)
 
 
 def test_frames_held_at_once_are_bounded(packed, tmp_path):
