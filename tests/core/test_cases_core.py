@@ -38,9 +38,7 @@ def test_c01_indexing_follows_the_layout():
     assert lz.count() == 4 and lz[0].shape == (84, 4)
     for key in (0, 83, -1, slice(None), slice(2, 5), slice(None, None, -7), (0, 1),
                 (5, slice(None), 2), (Ellipsis, 3), (slice(1, 3), 4, slice(None))):  # fmt: skip
-        got = lz[key]
-        np.testing.assert_array_equal(got, a[key])
-        assert np.shape(got) == a[key].shape
+        np.testing.assert_array_equal(lz[key], a[key], strict=True)
     fr = lz.frame(3)
     assert fr.shape == (84, 84) and fr.dtype == np.uint8 and (fr == 3).all()
     np.testing.assert_array_equal(a[..., 2], np.full((84, 84), 2, np.uint8))
@@ -98,11 +96,8 @@ def test_c04_numpy2_protocol():
         c = np.asarray(lz, dtype=np.float32)
         d = np.array([lz, lz])  # C02: a list of observations converts
     ref = np.concatenate([f(0), f(1), f(2), f(3)], axis=-1)
-    np.testing.assert_array_equal(a, ref)
-    np.testing.assert_array_equal(b, ref)
-    np.testing.assert_array_equal(d, np.stack([ref, ref]))
-    assert c.dtype == np.float32
-    np.testing.assert_array_equal(c, ref.astype(np.float32))
+    for got, want in ((a, ref), (b, ref), (c, ref.astype(np.float32)), (d, np.stack([ref, ref]))):
+        np.testing.assert_array_equal(got, want, strict=True)
     with pytest.raises(ValueError, match="copy=False") as info:
         np.array(lz, copy=False)
     msg = str(info.value)

@@ -118,8 +118,7 @@ def check_against_numpy(res, frames, idx, layout, conv):
     _, copies, one, arr, plain, live, refcounts, live_after = res
     want = ref.gather(list(frames), idx, layout, dst, scale)
     for got in copies:
-        assert got.shape == want.shape and got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, want, strict=True)
         assert got.tobytes() == want.tobytes()  # bit for bit, signed zeros included
     np.testing.assert_array_equal(one, want[0])
     unconverted = ref.gather(list(frames), idx, layout, None, None)

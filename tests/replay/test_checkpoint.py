@@ -449,8 +449,7 @@ def test_pickles_of_0_2_load_and_sample_as_they_did():
             (u.rewards, "u_rew"), (u.discounts, "u_disc"), (p.observations, "p_obs"),
             (p.indices, "p_idx"), (p.weights, "p_w"),
         ]:  # fmt: skip
-            assert got.dtype == want[name].dtype, name
-            np.testing.assert_array_equal(got, want[name], err_msg=name)
+            np.testing.assert_array_equal(got, want[name], err_msg=name, strict=True)
 
 
 def test_unpickling_checks_what_it_is_given():

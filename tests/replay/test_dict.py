@@ -30,8 +30,7 @@ def check(rb, model, batch, dtype=None, scale=None):
                 w = w[key]
                 if key in rb.layout and scale is not None:  # frame leaves: converted, scaled
                     w = w.astype(dtype) * np.asarray(scale, dtype)
-                assert got[key].dtype == w.dtype, key
-                np.testing.assert_array_equal(got[key][i], w, err_msg=f"{key} at {idx}")
+                np.testing.assert_array_equal(got[key][i], w, f"{key} at {idx}", strict=True)
         for name in ("actions", "dones", "truncations", "rewards", "discounts"):
             assert getattr(s, name)[i] == getattr(want, name), f"{name} at {idx}"
     return s

@@ -184,8 +184,8 @@ def assert_same_obs(a, b):
         for key in a:
             assert_same_obs(a[key], b[key])
         return
-    assert isinstance(b, np.ndarray) and a.dtype == b.dtype
-    np.testing.assert_array_equal(a, b)
+    assert isinstance(b, np.ndarray)
+    np.testing.assert_array_equal(a, b, strict=True)
 
 
 @pytest.mark.parametrize(

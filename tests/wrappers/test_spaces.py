@@ -96,8 +96,7 @@ def assert_same(ours, ref, space, lazy=True):
             assert a == b
         else:
             a = np.asarray(a)
-            assert a.dtype == b.dtype
-            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(a, b, strict=True)
 
 
 SPACES = {"dict": image_vector_space(),
