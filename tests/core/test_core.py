@@ -252,9 +252,8 @@ PAIRS = ([0], (0, 3), [0], (1, 4))  # gather_pairs' rows and ranges of Scene.t
 Z, LAYOUT = np.zeros, "layout must be one of"
 #: name: (exception, message, a call on a Scene); bad rows, ids, pads, sizes: test_misuse
 REFUSED = {
-    "FramePool object": (TypeError, "numeric dtype", lambda s: core.FramePool(FRAME, object)),
-    "FramePool str": (TypeError, "numeric dtype", lambda s: core.FramePool(FRAME, "U3")),
-    "FramePool record": (TypeError, "numeric dtype", lambda s: core.FramePool(FRAME, "u1,u1")),
+    **{f"FramePool {dt}": (TypeError, "numeric dtype", lambda s, dt=dt: core.FramePool(FRAME, dt))
+       for dt in (object, "U3", "u1,u1")},
     "FramePool 0 size": (ValueError, "not positive", lambda s: core.FramePool((84, 0), np.uint8)),
     "FramePool float": (TypeError, "tuple of ints", lambda s: core.FramePool((84.5, 3), np.uint8)),
     "FramePool chunk": (ValueError, "chunk_bytes", lambda s: make_pool(chunk_bytes=0)),
@@ -282,10 +281,8 @@ REFUSED = {
     "set float row": (TypeError, "", lambda s: s.t.set([0.5, 1], (s.b, s.b))),
     "batch empty": (ValueError, "row 2 is empty", lambda s: s.t.batch([0, 2], 0, 2)),
     "gather empty": (ValueError, "row 2 is empty", lambda s: s.t.gather([2], 0, 2)),
-    "batch 0:5": (ValueError, "columns", lambda s: s.t.batch([0], 0, 5)),
-    "batch -1:2": (ValueError, "columns", lambda s: s.t.batch([0], -1, 2)),
-    "batch 2:2": (ValueError, "columns", lambda s: s.t.batch([0], 2, 2)),
-    "batch 3:1": (ValueError, "columns", lambda s: s.t.batch([0], 3, 1)),
+    **{f"batch {a}:{b}": (ValueError, "columns", lambda s, a=a, b=b: s.t.batch([0], a, b))
+       for a, b in ((0, 5), (-1, 2), (2, 2), (3, 1))},
     "SlotTable rows": (ValueError, "a SlotTable needs", lambda s: core.SlotTable(s.pool, -1, 2)),
     "SlotTable width": (ValueError, "a SlotTable needs", lambda s: core.SlotTable(s.pool, 2, 0)),
     "SlotTable pool": (TypeError, "", lambda s: core.SlotTable(object(), 2, 2)),
@@ -311,10 +308,8 @@ REFUSED = {
                      lambda s: core.stack([s.obs[0], core.LazyFrames([f(0, dtype=np.int16)] * 2)])),
     "stack k": (ValueError, "differ", lambda s: core.stack([s.obs[0], s.obs[2]])),
     "stack layout": (ValueError, "differ", lambda s: core.stack([s.obs[0], s.obs[3]])),
-    "frame 2": (IndexError, "out of range", lambda s: s.obs[0].frame(2)),
-    "frame -3": (IndexError, "out of range", lambda s: s.obs[0].frame(-3)),
-    "get_frame 2": (IndexError, "out of range", lambda s: s.obs[0].get_frame(2)),
-    "get_frame -3": (IndexError, "out of range", lambda s: s.obs[0].get_frame(-3)),
+    **{f"{m} {j}": (IndexError, "out of range", lambda s, m=m, j=j: getattr(s.obs[0], m)(j))
+       for m in ("frame", "get_frame") for j in (2, -3)},
     "frame float": (TypeError, "", lambda s: s.obs[0].frame(1.5)),
     "index 84": (IndexError, "", lambda s: s.obs[0][84]),
 }  # fmt: skip

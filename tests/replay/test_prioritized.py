@@ -37,10 +37,8 @@ def test_exported_and_alpha_checked():
 @pytest.mark.parametrize(
     "call, exc, match",
     [
-        (("update", [0, 1], [1.0, -1.0]), ValueError, "positive and finite"),
-        (("update", [0, 1], [1.0, 0.0]), ValueError, "positive and finite"),
-        (("update", [0, 1], [1.0, np.nan]), ValueError, "positive and finite"),
-        (("update", [0, 1], [1.0, np.inf]), ValueError, "positive and finite"),
+        *[(("update", [0, 1], [1.0, p]), ValueError, "positive and finite")
+          for p in (-1.0, 0.0, np.nan, np.inf)],
         (("update", [0, 1], [1.0]), ValueError, "differ in size"),
         (("update", [0.0, 1.0], [1.0, 1.0]), TypeError, "integers"),
         (("update", [0, 1], ["a", "b"]), TypeError, "real numbers"),
@@ -49,17 +47,13 @@ def test_exported_and_alpha_checked():
         (("update", np.array([0, 2**64 - 1], np.uint64), [1.0, 1.0]), ValueError, "never written"),
         (("update", [0], [1e200]), ValueError, r"priority \*\* alpha"),  # overflows ** 2
         (("update", [0], [1e-200]), ValueError, r"priority \*\* alpha"),  # underflows to 0
-        (("sample", 4, "0.5"), TypeError, "beta must be a real number"),
-        (("sample", 4, True), TypeError, "beta must be a real number"),
-        (("sample", 4, None), TypeError, "beta must be a real number"),
-        (("sample", 4, -0.1), ValueError, "beta"),
-        (("sample", 4, 1.5), ValueError, "beta"),
-        (("sample", 4, float("nan")), ValueError, "beta"),
+        *[(("sample", 4, b), TypeError, "beta must be a real number") for b in ("0.5", True, None)],
+        *[(("sample", 4, b), ValueError, "beta") for b in (-0.1, 1.5, float("nan"))],
         (("sample", 0, 0.4), ValueError, "batch_size"),
         (("priorities", [7]), ValueError, "never written"),
         (("priorities", [0.5]), TypeError, "integers"),
     ],
-)
+)  # fmt: skip
 def test_a_refused_call_changes_nothing(call, exc, match):
     rb = filled(alpha=2.0)
     rb.update_priorities([1, 3], [0.5, 3.0])
