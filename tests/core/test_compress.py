@@ -261,8 +261,7 @@ def test_gathers_in_threads_while_the_pool_grows():
             written[0] = i + 1
         stop.set()
         reader.join()
-        assert not errors
-        assert pool.stats()["cold_frames"] > rows_per_round // 2
+        assert not errors and pool.stats()["cold_frames"] > rows_per_round // 2
 
 
 def test_enable_compression():

@@ -128,11 +128,9 @@ def test_refcounts_follow_owners():
     del lz, lz2, lz3, lz4
     assert (pool.refcount(s0), pool.refcount(s1)) == (2, 4)
     del r0, r1
-    assert (pool.refcount(s0), pool.refcount(s1)) == (1, 3)
-    assert pool.live_frames == 2
+    assert (pool.refcount(s0), pool.refcount(s1)) == (1, 3) and pool.live_frames == 2
     del batch
-    assert (pool.refcount(s0), pool.refcount(s1)) == (0, 0)
-    assert pool.live_frames == 0
+    assert (pool.refcount(s0), pool.refcount(s1)) == (0, 0) and pool.live_frames == 0
 
 
 def test_slot_reuse_most_recently_freed_first():
@@ -160,15 +158,12 @@ def test_chunks_fill_release_and_keep_one_spare():
     for i in range(4, 8):  # chunk 1 empties: a spare exists, so it is released
         refs[i] = None
     assert pool.bytes_held == 8 * FB and pool.capacity == 8
-    assert pool.peak_bytes == 12 * FB
-    assert pool.live_frames == 4 and pool.live_bytes == 4 * FB
+    assert pool.peak_bytes == 12 * FB and pool.live_frames == 4 and pool.live_bytes == 4 * FB
     # the lowest chunk with memory and a free slot is used first, then released ids
     more = [pool.push(f(i)) for i in range(5)]
-    assert ids(more) == [11, 10, 9, 8, 4]
-    assert pool.bytes_held == 12 * FB
+    assert ids(more) == [11, 10, 9, 8, 4] and pool.bytes_held == 12 * FB
     del refs, more
-    assert pool.live_frames == 0
-    assert pool.bytes_held == 4 * FB  # one empty chunk kept
+    assert pool.live_frames == 0 and pool.bytes_held == 4 * FB  # one empty chunk kept
     assert pool.refcount(5) == 0 and pool.refcount(11) == 0
     pool = make_pool(chunk_bytes=1)  # smaller than a frame: one slot per chunk
     refs = [pool.push(f(i)) for i in range(3)]
@@ -402,10 +397,8 @@ def test_bad_out_writes_nothing(layout):
         keep = np.array(out, copy=True)
         refused(exc, pattern, core.stack, obs, out)
         refused(exc, pattern, pool.gather, idx, out, layout=layout)
-        assert snapshot(pool, slots) == before
-        assert np.array_equal(np.asarray(out), keep)
-        if isinstance(out, np.ndarray):
-            assert out.dtype == keep.dtype
+        assert snapshot(pool, slots) == before and np.array_equal(np.asarray(out), keep)
+        assert not isinstance(out, np.ndarray) or out.dtype == keep.dtype  # (a list: no dtype)
     # out given with a dtype argument that does not match it
     for dt, out_dt in ((np.float32, np.uint8), (np.float32, np.float64), (None, np.int8)):
         out = np.full(full, 7, out_dt)
@@ -443,8 +436,7 @@ def test_bad_slots_write_nothing():
         refused(exc, pattern, pool.lazy, bad, layout="last")
         refused(exc, pattern, pool.lazy_batch, [bad], layout="last")
         refused(exc, pattern, pool.get, bad[-1])
-        assert snapshot(pool, [s0, s1, s2, s3]) == before
-        assert (out == 7).all()
+        assert snapshot(pool, [s0, s1, s2, s3]) == before and (out == 7).all()
         np.testing.assert_array_equal(idx, keep)
     refused(IndexError, "out of range", pool.refcount, -1)
     refused(IndexError, "out of range", pool.refcount, 2**40)
@@ -534,8 +526,7 @@ def test_shift_shares_k_minus_1_frames_and_copies_one():
     nxt = lz.shift(src)
     src[...] = 99  # the env reuses its buffer: the stored frame must not change
     assert [int(nxt.get_frame(j)[0, 0, 0]) for j in range(4)] == [0, 0, 0, 1]
-    assert nxt.slots[:3] == lz.slots[1:]
-    assert pool.live_frames == 2 and pool.refcount(s) == 4 + 3
+    assert nxt.slots[:3] == lz.slots[1:] and pool.live_frames == 2 and pool.refcount(s) == 4 + 3
     np.testing.assert_array_equal(np.asarray(lz), ref.observation([f(0)] * 4, "last"))  # unchanged
     del lz, nxt
     assert pool.live_frames == 0
@@ -687,8 +678,7 @@ def test_push_dedup_reuses_candidates_and_earlier_frames():
     # the next stacked observation: 2 3 4 5 -> only frame 5 is new
     got = pool._push_dedup(np.stack([f(2), f(3), f(4), f(5)])[None], prev)
     assert type(got) is core.LazyBatch and got.layout == "stack"
-    assert got.slots[0, :3].tolist() == prev.slots[0, 1:].tolist()
-    assert pool.live_frames == 5
+    assert got.slots[0, :3].tolist() == prev.slots[0, 1:].tolist() and pool.live_frames == 5
     # reset padding 9 9 9 9, no candidates: one frame stored, shared four times
     pad = pool._push_dedup(np.stack([f(9)] * 4)[None])
     assert len(set(pad.slots[0].tolist())) == 1 and pool.live_frames == 6

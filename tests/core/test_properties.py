@@ -125,8 +125,7 @@ def check_against_numpy(res, frames, idx, layout, conv):
     np.testing.assert_array_equal(arr, unconverted[0])
     for got in plain:
         assert got.tobytes() == unconverted.tobytes() and got.dtype == unconverted.dtype
-    assert live_after == 0
-    assert live == len(frames)
+    assert live_after == 0 and live == len(frames)
     uses = np.bincount(idx.ravel(), minlength=len(frames))
     assert refcounts == sorted(1 + 2 * uses)  # push_batch's, and one per use in obs, batch
     return True

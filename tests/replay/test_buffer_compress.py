@@ -125,8 +125,7 @@ def test_recorded_frames_bit_exact(game, kind):
     eps = episodes(*recorded(game))
     rb, w = build(True, kind, eps)
     plain, w_plain = build(False, kind, eps)
-    assert rb.pool.compression == DEFAULT_COMPRESSION
-    assert plain.pool.compression is None
+    assert rb.pool.compression == DEFAULT_COMPRESSION and plain.pool.compression is None
     m, p = rb.memory(), plain.memory()
     # every stored frame but the last few (the wrapper's ring, the delta source) is cold
     assert m["cold_frames"] >= m["unique_frames"] - 2 * K - 2 > 0

@@ -74,8 +74,7 @@ def linked(capacity, num_envs, buffer=ReplayBuffer, sender_compress=True, **kw):
 
 
 def assert_same_buffers(a, b):
-    assert len(a) == len(b)
-    assert a.memory()["unique_frames"] == b.memory()["unique_frames"]
+    assert len(a) == len(b) and a.memory()["unique_frames"] == b.memory()["unique_frames"]
     for _ in range(3):
         assert_same_samples(a.sample(64), b.sample(64))
 

@@ -45,8 +45,7 @@ def test_equals_gymnasium_every_step(padding, k):
                          lambda e: GymFSO(e, k, padding_type=pad))  # fmt: skip
     assert ours.observation_space == ref.observation_space
     assert ours.observation_space.shape == (k, 84, 84, 1) and ours.padding_type == ref.padding_type
-    assert ours.stack_size == ref.stack_size == k
-    assert isinstance(ours.pool, core.FramePool)
+    assert ours.stack_size == ref.stack_size == k and isinstance(ours.pool, core.FramePool)
 
 
 @pytest.mark.parametrize("padding", ["reset", "zero", "custom"])
@@ -101,8 +100,7 @@ def _error_of(fn):
 def test_same_errors_as_gymnasium(kwargs):
     ours = _error_of(lambda: mk(FrameStackObservation, CounterEnv(), **kwargs))
     ref = _error_of(lambda: GymFSO(CounterEnv(), **kwargs))
-    assert ref is not None
-    assert ours == ref
+    assert ref is not None and ours == ref
 
 
 @pytest.mark.parametrize(
