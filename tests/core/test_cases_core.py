@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import f, refused
+from conftest import f, raised, refused
 
 from bench.baselines import BaselinesLazyFrames
 from lazyframes import _core as core
@@ -33,8 +33,7 @@ def retained_by(fn):
 def test_c01_indexing_follows_the_layout():
     lz = core.LazyFrames([f(0), f(1), f(2), f(3)])
     a = np.asarray(lz)
-    assert a.shape == (84, 84, 4)
-    assert len(lz) == 84
+    assert a.shape == (84, 84, 4) and len(lz) == 84
     assert lz.count() == 4 and lz[0].shape == (84, 4)
     for key in (0, 83, -1, slice(None), slice(2, 5), slice(None, None, -7), (0, 1),
                 (5, slice(None), 2), (Ellipsis, 3), (slice(1, 3), 4, slice(None))):  # fmt: skip
@@ -97,10 +96,8 @@ def test_c04_numpy2_protocol():
     ref = np.concatenate([f(0), f(1), f(2), f(3)], axis=-1)
     for got, want in ((a, ref), (b, ref), (c, ref.astype(np.float32)), (d, np.stack([ref, ref]))):
         np.testing.assert_array_equal(got, want, strict=True)
-    with pytest.raises(ValueError, match="copy=False") as info:
-        np.array(lz, copy=False)
-    msg = str(info.value)
-    assert "np.asarray(obs)" in msg and "copy=False" in msg and "lazyframes.stack" in msg
+    msg = raised(ValueError, np.array, lz, copy=False)
+    assert msg and all(s in msg for s in ("np.asarray(obs)", "copy=False", "lazyframes.stack"))
     with pytest.raises(ValueError, match=r"np\.asarray\(obs\)"):
         np.array([np.array(lz, copy=False)])  # the old idiom gets the same advice
 
@@ -111,8 +108,7 @@ def test_c05_torch_converts_right(convert):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch: "list of ndarrays is slow"
         t = convert(lz)
-    assert isinstance(t, torch.Tensor)
-    assert tuple(t.shape) == (84, 84, 4) and t.dtype == torch.uint8
+    assert isinstance(t, torch.Tensor) and tuple(t.shape) == (84, 84, 4) and t.dtype == torch.uint8
     np.testing.assert_array_equal(t.numpy(), np.asarray(lz))
 
 
