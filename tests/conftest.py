@@ -88,8 +88,7 @@ def assert_same_samples(a, b, what=""):
         xs, ys = (x, y) if isinstance(x, dict) else ({"": x}, {"": y})
         assert xs.keys() == ys.keys(), f"{what} {name}"
         for key in xs:
-            assert xs[key].dtype == ys[key].dtype, f"{what} {name}[{key}]"
-            np.testing.assert_array_equal(xs[key], ys[key], err_msg=f"{what} {name}[{key}]")
+            np.testing.assert_array_equal(xs[key], ys[key], f"{what} {name}[{key}]", strict=True)
 
 
 def buffer_state(rb):

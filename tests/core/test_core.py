@@ -60,18 +60,16 @@ def test_push_copies_once_and_source_changes_never_reach_the_pool():
     assert pool.refcount(s) == 0 and pool.live_frames == 0
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        pytest.param(lambda a: a.copy(), id="contiguous"),
-        pytest.param(lambda a: np.asarray(a).copy().view(), id="view"),
-        pytest.param(
-            lambda a: np.frombuffer(a.tobytes(), a.dtype).reshape(a.shape), id="read-only"
-        ),
-        pytest.param(lambda a: np.repeat(a, 2, axis=1)[:, ::2], id="non-contiguous"),
-        pytest.param(lambda a: np.asfortranarray(a), id="fortran"),
-    ],
-)
+MAKERS = {
+    "contiguous": np.copy,
+    "view": lambda a: np.asarray(a).copy().view(),
+    "read-only": lambda a: np.frombuffer(a.tobytes(), a.dtype).reshape(a.shape),
+    "non-contiguous": lambda a: np.repeat(a, 2, axis=1)[:, ::2],
+    "fortran": np.asfortranarray,
+}
+
+
+@pytest.mark.parametrize("make", MAKERS.values(), ids=MAKERS.keys())
 def test_push_accepts_views_readonly_noncontiguous(make):
     want = rand_frames(1)[0]
     frame = make(want.copy())
@@ -130,11 +128,9 @@ def test_refcounts_follow_owners():
     del lz, lz2, lz3, lz4
     assert (pool.refcount(s0), pool.refcount(s1)) == (2, 4)
     del r0, r1
-    assert (pool.refcount(s0), pool.refcount(s1)) == (1, 3)
-    assert pool.live_frames == 2
+    assert (pool.refcount(s0), pool.refcount(s1)) == (1, 3) and pool.live_frames == 2
     del batch
-    assert (pool.refcount(s0), pool.refcount(s1)) == (0, 0)
-    assert pool.live_frames == 0
+    assert (pool.refcount(s0), pool.refcount(s1)) == (0, 0) and pool.live_frames == 0
 
 
 def test_slot_reuse_most_recently_freed_first():
@@ -162,15 +158,12 @@ def test_chunks_fill_release_and_keep_one_spare():
     for i in range(4, 8):  # chunk 1 empties: a spare exists, so it is released
         refs[i] = None
     assert pool.bytes_held == 8 * FB and pool.capacity == 8
-    assert pool.peak_bytes == 12 * FB
-    assert pool.live_frames == 4 and pool.live_bytes == 4 * FB
+    assert pool.peak_bytes == 12 * FB and pool.live_frames == 4 and pool.live_bytes == 4 * FB
     # the lowest chunk with memory and a free slot is used first, then released ids
     more = [pool.push(f(i)) for i in range(5)]
-    assert ids(more) == [11, 10, 9, 8, 4]
-    assert pool.bytes_held == 12 * FB
+    assert ids(more) == [11, 10, 9, 8, 4] and pool.bytes_held == 12 * FB
     del refs, more
-    assert pool.live_frames == 0
-    assert pool.bytes_held == 4 * FB  # one empty chunk kept
+    assert pool.live_frames == 0 and pool.bytes_held == 4 * FB  # one empty chunk kept
     assert pool.refcount(5) == 0 and pool.refcount(11) == 0
     pool = make_pool(chunk_bytes=1)  # smaller than a frame: one slot per chunk
     refs = [pool.push(f(i)) for i in range(3)]
@@ -254,9 +247,8 @@ PAIRS = ([0], (0, 3), [0], (1, 4))  # gather_pairs' rows and ranges of Scene.t
 Z, LAYOUT = np.zeros, "layout must be one of"
 #: name: (exception, message, a call on a Scene); bad rows, ids, pads, sizes: test_misuse
 REFUSED = {
-    "FramePool object": (TypeError, "numeric dtype", lambda s: core.FramePool(FRAME, object)),
-    "FramePool str": (TypeError, "numeric dtype", lambda s: core.FramePool(FRAME, "U3")),
-    "FramePool record": (TypeError, "numeric dtype", lambda s: core.FramePool(FRAME, "u1,u1")),
+    **{f"FramePool {dt}": (TypeError, "numeric dtype", lambda s, dt=dt: core.FramePool(FRAME, dt))
+       for dt in (object, "U3", "u1,u1")},
     "FramePool 0 size": (ValueError, "not positive", lambda s: core.FramePool((84, 0), np.uint8)),
     "FramePool float": (TypeError, "tuple of ints", lambda s: core.FramePool((84.5, 3), np.uint8)),
     "FramePool chunk": (ValueError, "chunk_bytes", lambda s: make_pool(chunk_bytes=0)),
@@ -284,10 +276,8 @@ REFUSED = {
     "set float row": (TypeError, "", lambda s: s.t.set([0.5, 1], (s.b, s.b))),
     "batch empty": (ValueError, "row 2 is empty", lambda s: s.t.batch([0, 2], 0, 2)),
     "gather empty": (ValueError, "row 2 is empty", lambda s: s.t.gather([2], 0, 2)),
-    "batch 0:5": (ValueError, "columns", lambda s: s.t.batch([0], 0, 5)),
-    "batch -1:2": (ValueError, "columns", lambda s: s.t.batch([0], -1, 2)),
-    "batch 2:2": (ValueError, "columns", lambda s: s.t.batch([0], 2, 2)),
-    "batch 3:1": (ValueError, "columns", lambda s: s.t.batch([0], 3, 1)),
+    **{f"batch {a}:{b}": (ValueError, "columns", lambda s, a=a, b=b: s.t.batch([0], a, b))
+       for a, b in ((0, 5), (-1, 2), (2, 2), (3, 1))},
     "SlotTable rows": (ValueError, "a SlotTable needs", lambda s: core.SlotTable(s.pool, -1, 2)),
     "SlotTable width": (ValueError, "a SlotTable needs", lambda s: core.SlotTable(s.pool, 2, 0)),
     "SlotTable pool": (TypeError, "", lambda s: core.SlotTable(object(), 2, 2)),
@@ -313,10 +303,8 @@ REFUSED = {
                      lambda s: core.stack([s.obs[0], core.LazyFrames([f(0, dtype=np.int16)] * 2)])),
     "stack k": (ValueError, "differ", lambda s: core.stack([s.obs[0], s.obs[2]])),
     "stack layout": (ValueError, "differ", lambda s: core.stack([s.obs[0], s.obs[3]])),
-    "frame 2": (IndexError, "out of range", lambda s: s.obs[0].frame(2)),
-    "frame -3": (IndexError, "out of range", lambda s: s.obs[0].frame(-3)),
-    "get_frame 2": (IndexError, "out of range", lambda s: s.obs[0].get_frame(2)),
-    "get_frame -3": (IndexError, "out of range", lambda s: s.obs[0].get_frame(-3)),
+    **{f"{m} {j}": (IndexError, "out of range", lambda s, m=m, j=j: getattr(s.obs[0], m)(j))
+       for m in ("frame", "get_frame") for j in (2, -3)},
     "frame float": (TypeError, "", lambda s: s.obs[0].frame(1.5)),
     "index 84": (IndexError, "", lambda s: s.obs[0][84]),
 }  # fmt: skip
@@ -346,12 +334,8 @@ def test_push_bad_frame_writes_nothing(bad, exc, pattern):
     lz, batch = pool.lazy(slots), pool.lazy_batch([slots, slots])
     before = snapshot(pool, slots)
     keep, many = bad.copy(), np.stack([bad, bad])
-    for call, arg in (
-        (pool.push, bad),
-        (lz.shift, bad),
-        (pool.push_batch, many),
-        (batch.shift, many),
-    ):
+    for call, arg in [(pool.push, bad), (lz.shift, bad), (pool.push_batch, many),
+                      (batch.shift, many)]:  # fmt: skip
         refused(exc, pattern, call, arg)
         assert snapshot(pool, slots) == before
     assert bad.dtype == keep.dtype and (bad == keep).all()
@@ -413,10 +397,8 @@ def test_bad_out_writes_nothing(layout):
         keep = np.array(out, copy=True)
         refused(exc, pattern, core.stack, obs, out)
         refused(exc, pattern, pool.gather, idx, out, layout=layout)
-        assert snapshot(pool, slots) == before
-        assert np.array_equal(np.asarray(out), keep)
-        if isinstance(out, np.ndarray):
-            assert out.dtype == keep.dtype
+        assert snapshot(pool, slots) == before and np.array_equal(np.asarray(out), keep)
+        assert not isinstance(out, np.ndarray) or out.dtype == keep.dtype  # (a list: no dtype)
     # out given with a dtype argument that does not match it
     for dt, out_dt in ((np.float32, np.uint8), (np.float32, np.float64), (None, np.int8)):
         out = np.full(full, 7, out_dt)
@@ -430,12 +412,10 @@ def test_out_dtype_is_the_conversion_target():
     pool, _, obs, idx, full = _out_case()
     want = np.stack([np.asarray(o) for o in obs])
     for dt in (np.int16, np.uint16, np.int64, np.float32, np.float64):
-        out = np.zeros(full, dt)
-        assert core.stack(obs, out) is out
-        np.testing.assert_array_equal(out, want.astype(dt))
-        out2 = np.zeros(full, dt)
-        assert pool.gather(idx, out2, layout="last") is out2
-        np.testing.assert_array_equal(out2, want.astype(dt))
+        for call in (lambda o: core.stack(obs, o), lambda o: pool.gather(idx, o, layout="last")):
+            out = np.zeros(full, dt)
+            assert call(out) is out
+            np.testing.assert_array_equal(out, want.astype(dt))
 
 
 def test_bad_slots_write_nothing():
@@ -447,23 +427,16 @@ def test_bad_slots_write_nothing():
     before = snapshot(pool, [s0, s1, s2, s3])
     out = np.full((1, 84, 84, 3), 7, np.uint8)
     n = pool.capacity
-    for bad, exc, pattern in [
-        ([s0, s1, s2], ValueError, f"slot {s2} is free"),
-        ([s0, s1, n], IndexError, f"slot {n} is out of range"),
-        ([s0, s1, -1], IndexError, "slot -1 is out of range"),
-        ([s0, s1, 2**40], IndexError, "out of range"),
-        ([s0, s1, -(2**40)], IndexError, "out of range"),
-        ([s0, s1, 2**63 - 1], IndexError, "out of range"),
-        ([s0, s1, -(2**63)], IndexError, "out of range"),
-    ]:
+    far = [([s0, s1, v], IndexError, f"slot {v} is out of range")
+           for v in (n, -1, 2**40, -(2**40), 2**63 - 1, -(2**63))]  # fmt: skip
+    for bad, exc, pattern in [([s0, s1, s2], ValueError, f"slot {s2} is free"), *far]:
         idx = np.array([bad])
         keep = idx.copy()
         refused(exc, pattern, pool.gather, idx, out, layout="last")
         refused(exc, pattern, pool.lazy, bad, layout="last")
         refused(exc, pattern, pool.lazy_batch, [bad], layout="last")
         refused(exc, pattern, pool.get, bad[-1])
-        assert snapshot(pool, [s0, s1, s2, s3]) == before
-        assert (out == 7).all()
+        assert snapshot(pool, [s0, s1, s2, s3]) == before and (out == 7).all()
         np.testing.assert_array_equal(idx, keep)
     refused(IndexError, "out of range", pool.refcount, -1)
     refused(IndexError, "out of range", pool.refcount, 2**40)
@@ -515,9 +488,7 @@ def test_no_float_to_int_nor_signed_to_unsigned():
     lz16 = core.LazyFrames([np.full(3, -2, np.int16)] * 2)
     refused(TypeError, "cannot convert", lz16.astype, np.uint16)
     # np.asarray(obs, dtype) is NumPy's protocol: it casts as NumPy casts an ndarray
-    np.testing.assert_array_equal(
-        np.asarray(lz16, dtype=np.uint8), np.full(6, -2, np.int16).astype(np.uint8)
-    )
+    assert np.asarray(lz16, dtype=np.uint8).tolist() == [254] * 6  # -2 wrapped, as NumPy casts
     np.testing.assert_array_equal(lz16.astype(np.float64, scale=0.5), np.full(6, -1.0))
 
 
@@ -555,8 +526,7 @@ def test_shift_shares_k_minus_1_frames_and_copies_one():
     nxt = lz.shift(src)
     src[...] = 99  # the env reuses its buffer: the stored frame must not change
     assert [int(nxt.get_frame(j)[0, 0, 0]) for j in range(4)] == [0, 0, 0, 1]
-    assert nxt.slots[:3] == lz.slots[1:]
-    assert pool.live_frames == 2 and pool.refcount(s) == 4 + 3
+    assert nxt.slots[:3] == lz.slots[1:] and pool.live_frames == 2 and pool.refcount(s) == 4 + 3
     np.testing.assert_array_equal(np.asarray(lz), ref.observation([f(0)] * 4, "last"))  # unchanged
     del lz, nxt
     assert pool.live_frames == 0
@@ -578,21 +548,17 @@ def _table(pool, rows=4, width=4):
 def test_slot_table_grow_keeps_rows_and_refs():
     pool = make_pool()
     table = _table(pool, rows=2, width=2)
-    a = [pool.push(f(v)) for v in (1, 2, 3)]
-    table.set([0, 1], (pool.lazy_batch([a[:2], a[1:]]),))
-    del a
+    table.set([0, 1], (_batch_of(pool, [[1, 2], [2, 3]]),))
     before = table.ids().tolist()
-    counts = [pool.refcount(s) for s in range(3)]
+    counts = [pool.refcount(s) for s in range(4)]
     refused(ValueError, "grows only", table.grow, 1)
     refused(ValueError, "too large", table.grow, 2**62)
     table.grow(2)  # no change
     table.grow(5)
     assert table.shape == (5, 2) and table.memory() == 5 * 2 * 4
     assert table.ids().tolist() == before + [[-1, -1]] * 3
-    assert [pool.refcount(s) for s in range(3)] == counts
-    b = [pool.push(f(v)) for v in (7, 8)]
-    table.set([4], (pool.lazy_batch([b]),))
-    del b
+    assert [pool.refcount(s) for s in range(4)] == counts
+    table.set([4], (_batch_of(pool, [[7, 8]]),))
     assert values(pool, table.ids([0, 4])) == [1, 2, 7, 8]
     assert table.gather([4, 1], 0, 2, layout="stack")[:, :, 0, 0, 0].tolist() == [[7, 8], [2, 3]]
     del table
@@ -604,9 +570,7 @@ def test_slot_table_grow_from_a_callback_of_set():
     """Rows checked before a callback grows the table stay valid: grow only adds rows."""
     pool = make_pool()
     table = _table(pool, rows=2, width=2)
-    a = [pool.push(f(v)) for v in (1, 2, 3)]
-    part = pool.lazy_batch([a[:2], a[1:]])
-    del a
+    part = _batch_of(pool, [[1, 2], [2, 3]])
 
     class Grows:
         def __index__(self, grow=table.grow):
@@ -637,43 +601,31 @@ def test_slot_table_set_keeps_an_id_present_in_old_and_new_rows():
     assert pool.live_frames == 0
 
 
-@pytest.mark.parametrize("layout", ["last", "stack"])
-def test_gather_pairs_equals_two_gathers(layout):
-    pool = make_pool((84, 84, 1) if layout == "last" else (84, 84))
-    rows = [[pool.push(fr) for fr in rand_frames(8, pool.frame_shape, seed=r)] for r in range(3)]
-    table = _table(pool, rows=3, width=8)
-    table.set([0, 1, 2], (pool.lazy_batch(rows),))
-    rng = np.random.default_rng(0)
-    r1, r2 = rng.integers(0, 3, 5), rng.integers(0, 3, 5)
-    got = table.gather_pairs(r1, (0, 4), r2, (1, 5), layout=layout, dtype=np.float32, scale=0.5)
-    want = (table.gather(r1, 0, 4, layout=layout, dtype=np.float32, scale=0.5),
-            table.gather(r2, 1, 5, layout=layout, dtype=np.float32, scale=0.5))  # fmt: skip
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_array_equal(g, w)
-    outs = (np.empty_like(got[0]), np.empty_like(got[1]))
-    res = table.gather_pairs(r1, (0, 4), r2, (1, 5), outs, layout=layout, scale=0.5)
-    assert res[0] is outs[0] and res[1] is outs[1]
-    np.testing.assert_array_equal(outs[0], want[0])
-    np.testing.assert_array_equal(outs[1], want[1])
-
-
-# -- LazyBatch.numpy_pairs: gather_pairs from two owners (a sampler's pinned draw) ---------
+# -- two copies in one: SlotTable.gather_pairs, LazyBatch.numpy_pairs (a sampler's pinned draw)
 @pytest.mark.parametrize("layout", ["last", "first", "stack"])
-def test_numpy_pairs_equals_two_copies(layout):
+def test_pairs_equal_two_copies(layout):
     pool = make_pool(LAYOUT_SHAPES[layout])
     refs = [pool.push(fr) for fr in rand_frames(12, LAYOUT_SHAPES[layout])]
     rng = np.random.default_rng(1)
-    a = pool.lazy_batch(np.array(ids(refs))[rng.integers(0, 12, (5, 4))], layout=layout)
-    b = pool.lazy_batch(np.array(ids(refs))[rng.integers(0, 12, (5, 4))], layout=layout)
+    table = _table(pool, rows=3, width=8)
+    table.set([0, 1, 2], (pool.lazy_batch(np.array(ids(refs))[rng.integers(0, 12, (3, 8))]),))
+    r1, r2 = rng.integers(0, 3, 5), rng.integers(0, 3, 5)
+    a, b = table.batch(r1, 0, 4, layout=layout), table.batch(r2, 1, 5, layout=layout)
     for kw in ({}, {"dtype": np.float32, "scale": 0.5}, {"dtype": np.int16}):
-        got = a.numpy_pairs(b, **kw)
-        for g, w in zip(got, (a.numpy(**kw), b.numpy(**kw)), strict=True):
-            assert g.dtype == w.dtype
-            np.testing.assert_array_equal(g, w)
-    outs = (np.empty(a.shape, np.float64), np.empty(b.shape, np.float64))
-    res = a.numpy_pairs(b, outs, scale=2.0)
-    assert res[0] is outs[0] and res[1] is outs[1]
-    np.testing.assert_array_equal(outs[1], b.numpy(dtype=np.float64, scale=2.0))
+        want = (a.numpy(**kw), b.numpy(**kw))
+        gathers = (table.gather(r1, 0, 4, layout=layout, **kw),
+                   table.gather(r2, 1, 5, layout=layout, **kw))  # fmt: skip
+        for pair in (gathers, table.gather_pairs(r1, (0, 4), r2, (1, 5), layout=layout, **kw),
+                     a.numpy_pairs(b, **kw)):  # fmt: skip
+            for g, w in zip(pair, want, strict=True):
+                np.testing.assert_array_equal(g, w, strict=True)
+    for pairs in (lambda o: table.gather_pairs(r1, (0, 4), r2, (1, 5), o, layout=layout, scale=2),
+                  lambda o: a.numpy_pairs(b, o, scale=2.0)):  # fmt: skip
+        outs = (np.empty(a.shape, np.float64), np.empty(b.shape, np.float64))
+        res = pairs(outs)
+        assert res[0] is outs[0] and res[1] is outs[1]
+        np.testing.assert_array_equal(outs[0], a.numpy(dtype=np.float64, scale=2.0))
+        np.testing.assert_array_equal(outs[1], b.numpy(dtype=np.float64, scale=2.0))
 
 
 def test_numpy_pairs_bad_input_writes_nothing():
@@ -726,8 +678,7 @@ def test_push_dedup_reuses_candidates_and_earlier_frames():
     # the next stacked observation: 2 3 4 5 -> only frame 5 is new
     got = pool._push_dedup(np.stack([f(2), f(3), f(4), f(5)])[None], prev)
     assert type(got) is core.LazyBatch and got.layout == "stack"
-    assert got.slots[0, :3].tolist() == prev.slots[0, 1:].tolist()
-    assert pool.live_frames == 5
+    assert got.slots[0, :3].tolist() == prev.slots[0, 1:].tolist() and pool.live_frames == 5
     # reset padding 9 9 9 9, no candidates: one frame stored, shared four times
     pad = pool._push_dedup(np.stack([f(9)] * 4)[None])
     assert len(set(pad.slots[0].tolist())) == 1 and pool.live_frames == 6

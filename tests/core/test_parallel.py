@@ -1,12 +1,7 @@
-"""A large copy out split across threads (csrc/parallel.c, ``_copy`` in csrc/_copyout.pxi).
-
-Values only, never timings: every thread count gives the bytes one thread gives, and
-those of a NumPy restatement; the split really happens (the core counts the parts it
-runs); a forked child makes its own workers; bad input raises before anything is written.
-"""
+"""A large copy out split across threads (csrc/parallel.c): values, parts, fork; no timings."""
 
 import os
-import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -19,6 +14,10 @@ from lazyframes import _core as core
 K = 4
 BATCHES = (1, 2, 5, 37, 200, 600)  # 1 and 2: one part, the GIL held; 5: one part, without
 FS = (84, 84)
+SHAPES = {"last": (84, 84, 1), "first": (1, 84, 84), "stack": FS}
+DTYPES = [(None, None), (np.float32, 1 / 255)]
+CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+BAD_ENV = "LAZYFRAMES_NUM_THREADS must be an integer in [1, 64]"
 
 
 @pytest.fixture(autouse=True)
@@ -41,49 +40,42 @@ def with_threads(n, fn, *args, **kw):
     return fn(*args, **kw)
 
 
+def stacked(windows, layout):
+    """Windows ``(..., K, 84, 84)`` as ``layout`` stacks them (frames on the channel axis)."""
+    return np.moveaxis(windows, -3, -1) if layout == "last" else windows
+
+
+def scaled(a, dtype, scale):
+    return a if dtype is None else a.astype(dtype) * dtype(scale)
+
+
+def assert_rows(s, obs, idx):
+    """Samples ``s`` hold rows ``idx`` of ``obs`` and their next rows (dtype too)."""
+    np.testing.assert_array_equal(s.observations, obs[idx], strict=True)
+    np.testing.assert_array_equal(s.next_observations, obs[idx + 1], strict=True)
+
+
 # -- the setting -----------------------------------------------------------------------
-def test_the_default_is_the_cpus_of_the_process():
-    code = "import lazyframes; print(lazyframes.get_num_threads())"
-    want = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    res = run("-c", f"import os; os.environ.pop('LAZYFRAMES_NUM_THREADS', None); {code}")
-    assert res.returncode == 0, res.stderr
-    assert int(res.stdout) == min(want, 64)
-
-
-@pytest.mark.parametrize("value, want", [("3", 3), (" 1 ", 1), ("64", 64)])
+@pytest.mark.parametrize(
+    "value, want",
+    [(None, min(CPUS, 64)), ("3", 3), (" 1 ", 1), ("64", 64)]
+    + [(bad, BAD_ENV) for bad in ("0", "65", "two", "1.5", "-1")],
+)
 def test_the_environment_variable_sets_it_at_import(value, want):
-    res = run(
-        "-c",
-        f"""
-import os
-os.environ["LAZYFRAMES_NUM_THREADS"] = {value!r}
-import lazyframes
-print(lazyframes.get_num_threads())
-""",
-    )
-    assert res.returncode == 0, res.stderr
-    assert int(res.stdout) == want
-
-
-@pytest.mark.parametrize("value", ["0", "65", "two", "1.5", "-1"])
-def test_a_bad_environment_variable_fails_the_import_naming_it(value):
-    res = run(
-        "-c",
-        f"""
-import os
-os.environ["LAZYFRAMES_NUM_THREADS"] = {value!r}
-import lazyframes
-""",
-    )
-    assert res.returncode != 0
-    assert "LAZYFRAMES_NUM_THREADS must be an integer in [1, 64]" in res.stderr, res.stderr
+    """Unset, the default is the CPUs of the process; a bad value fails the import, naming it."""
+    env = {} if value is None else {"LAZYFRAMES_NUM_THREADS": value}
+    pre = f"import os; os.environ.pop('LAZYFRAMES_NUM_THREADS', None); os.environ.update({env})"
+    res = run("-c", f"{pre}; import lazyframes; print(lazyframes.get_num_threads())")
+    if want == BAD_ENV:
+        assert res.returncode != 0 and BAD_ENV in res.stderr, res.stderr
+    else:
+        assert res.returncode == 0 and int(res.stdout) == want, res.stderr
 
 
 def test_set_and_get():
     for n in (1, 2, 7, 64, np.int64(3)):
         lazyframes.set_num_threads(n)
-        assert lazyframes.get_num_threads() == n
-        assert type(lazyframes.get_num_threads()) is int
+        assert lazyframes.get_num_threads() == n and type(lazyframes.get_num_threads()) is int
     assert lazyframes.set_num_threads is core.set_num_threads
     for bad in (0, -1, 65, 2**70):
         refused(ValueError, r"n must be in \[1, 64\]", lazyframes.set_num_threads, bad)
@@ -93,79 +85,50 @@ def test_set_and_get():
 
 
 # -- values: every thread count, the bytes of one ----------------------------------------
-def _frames_pool(n_frames, seed=0):
-    pool = make_pool(FS)
-    frames = np.random.default_rng(seed).integers(0, 256, (n_frames, *FS), dtype=np.uint8)
-    refs = [pool.push(fr) for fr in frames]
-    return pool, frames, refs
-
-
-@pytest.mark.parametrize("layout", ["last", "first", "stack"])
-def test_pool_gather_is_the_same_in_any_thread_count(layout):
-    shape = {"last": (84, 84, 1), "first": (1, 84, 84), "stack": FS}[layout]
+def _frames_pool(n_frames, seed=0, shape=FS):
+    """A pool of ``n_frames`` random frames: the pool, frames ``(n, 84, 84)``, ids, refs."""
     pool = make_pool(shape)
-    rng = np.random.default_rng(1)
-    frames = rng.integers(0, 256, (300, *shape), dtype=np.uint8)
-    refs = [pool.push(fr) for fr in frames]
-    ids = np.array([r.slot for r in refs])
+    frames = np.random.default_rng(seed).integers(0, 256, (n_frames, *FS), dtype=np.uint8)
+    refs = [pool.push(fr.reshape(shape)) for fr in frames]
+    return pool, frames, np.array([r.slot for r in refs]), refs
+
+
+@pytest.mark.parametrize("layout", list(SHAPES))
+def test_pool_gather_is_the_same_in_any_thread_count(layout):
+    pool, frames, ids, refs = _frames_pool(300, 1, SHAPES[layout])
     for b in BATCHES:
-        pick = rng.integers(0, len(frames), (b, K))
-        stacked = frames[pick]  # (b, K, *shape)
-        if layout == "stack":
-            want = stacked
-        else:  # frame j of each row, concatenated on the channel axis
-            axis = -1 if layout == "last" else 1
-            want = np.concatenate([stacked[:, j] for j in range(K)], axis=axis)
-        for dtype, scale in [(None, None), (np.float32, 1 / 255), (np.float64, 0.5)]:
-            if b == 600 and dtype is np.float64:
-                continue  # 130 MB: the float32 case covers the conversion at that size
-            expect = want if dtype is None else want.astype(dtype) * dtype(scale)
-            got = [
-                with_threads(n, pool.gather, ids[pick], layout=layout, dtype=dtype, scale=scale)
-                for n in (1, 2, 3)
-            ]
-            for g in got:
-                assert g.dtype == expect.dtype
-                np.testing.assert_array_equal(g, expect)
+        pick = np.random.default_rng(b).integers(0, len(frames), (b, K))
+        want = stacked(frames[pick], layout)
+        # 600 rows of float64 (130 MB) left out: float32 covers the conversion at that size
+        for dtype, scale in [*DTYPES, (np.float64, 0.5)][: 2 if b == 600 else 3]:
+            for n in (1, 2, 3):
+                g = with_threads(n, pool.gather, ids[pick], layout=layout, dtype=dtype, scale=scale)
+                np.testing.assert_array_equal(g, scaled(want, dtype, scale), strict=True)
     del refs
 
 
 def _pong_buffer(layout, compress, n=150):
-    frames, _ = recorded("pong")
-    frames = frames[: n + K]
-    shape = {"last": (84, 84, 1), "first": (1, 84, 84), "stack": FS}[layout]
-    fr = frames.reshape(-1, *shape)
-
-    def obs(t):
-        s = fr[t : t + K]
-        if layout == "last":
-            return np.concatenate(list(s), axis=-1)
-        if layout == "first":
-            return np.concatenate(list(s), axis=0)
-        return s
-
+    """A buffer of ``n`` recorded transitions, and its observations ``0..n`` stacked."""
+    frames = recorded("pong")[0]
+    obs = stacked(np.stack([frames[t : t + K] for t in range(n + 1)]), layout)
     rb = ReplayBuffer(n, seed=0, layout=layout, stack_size=K, compress=compress)
     for t in range(n):
-        rb.add(obs(t), t % 6, 1.0, obs(t + 1), False, False)
+        rb.add(obs[t], t % 6, 1.0, obs[t + 1], False, False)
     rb.flush()
-    return rb, np.stack([obs(t) for t in range(n + 1)])
+    return rb, obs
 
 
 @pytest.mark.parametrize("compress", [False, True], ids=["raw", "compressed"])
-@pytest.mark.parametrize("layout", ["last", "first", "stack"])
+@pytest.mark.parametrize("layout", list(SHAPES))
 def test_replay_gather_is_the_same_in_any_thread_count(layout, compress):
     rb, obs = _pong_buffer(layout, compress)
     assert (rb.memory()["cold_frames"] == rb.memory()["unique_frames"]) == compress
-    rng = np.random.default_rng(2)
-    for b in BATCHES:
-        idx = rng.integers(0, len(rb), b)
-        for dtype, scale in [(None, None), (np.float32, 1 / 255)]:
-            want_o = obs[idx] if dtype is None else obs[idx].astype(dtype) * dtype(scale)
-            want_n = obs[idx + 1] if dtype is None else obs[idx + 1].astype(dtype) * dtype(scale)
+    idxs = [np.random.default_rng(b).integers(0, len(rb), b) for b in BATCHES]
+    for dtype, scale in DTYPES:
+        want = scaled(obs, dtype, scale)
+        for idx in idxs:
             for n in (1, 2, 3):
-                s = with_threads(n, rb.gather, idx, dtype=dtype, scale=scale)
-                np.testing.assert_array_equal(s.observations, want_o)
-                np.testing.assert_array_equal(s.next_observations, want_n)
+                assert_rows(with_threads(n, rb.gather, idx, dtype=dtype, scale=scale), want, idx)
 
 
 def test_a_compressed_pool_decodes_frames_that_parts_share():
@@ -174,28 +137,24 @@ def test_a_compressed_pool_decodes_frames_that_parts_share():
     idx = np.repeat(np.arange(len(rb)), 4)[::-1].copy()  # every row 4 times, newest first
     for n in (1, 2, 5, 64):
         s, used = parts(with_threads, n, rb.gather, idx)
-        np.testing.assert_array_equal(s.observations, obs[idx])
-        np.testing.assert_array_equal(s.next_observations, obs[idx + 1])
+        assert_rows(s, obs, idx)
         assert used == n if n < 32 else 2 <= used <= n  # 600 rows: 34 MB, 32 parts at least
 
 
 # -- the split happens -----------------------------------------------------------------
 def test_decoding_counts_as_work():
     """Compressed frames split a batch that raw frames of the same size do not."""
-    lazyframes.set_num_threads(4)
     idx = np.arange(20)  # 20 rows: 1.1 MB of output, under two parts' worth
     assert 20 * 2 * K * 84 * 84 < 2 * core._PART_BYTES
     for compress in (False, True):
         rb, obs = _pong_buffer("stack", compress)
-        s, used = parts(rb.gather, idx)
-        np.testing.assert_array_equal(s.observations, obs[idx])
-        np.testing.assert_array_equal(s.next_observations, obs[idx + 1])
+        s, used = parts(with_threads, 4, rb.gather, idx)
+        assert_rows(s, obs, idx)
         assert (used > 1) == compress, used
 
 
 def test_a_large_copy_runs_in_as_many_parts_as_threads():
-    pool, frames, refs = _frames_pool(64)
-    ids = np.array([r.slot for r in refs])
+    pool, frames, ids, refs = _frames_pool(64)
     pick = np.random.default_rng(3).integers(0, 64, (300, K))
     big = ids[pick]  # 8.5 MB of output
     assert big.shape[0] * K * 84 * 84 >= 4 * core._PART_BYTES
@@ -217,86 +176,63 @@ def test_a_large_copy_runs_in_as_many_parts_as_threads():
 
 def test_calls_from_several_threads_at_once():
     """One call holds the workers, the others copy alone: every result is exact."""
-    pool, frames, refs = _frames_pool(64, seed=4)
-    ids = np.array([r.slot for r in refs])
+    pool, frames, ids, refs = _frames_pool(64, seed=4)
     lazyframes.set_num_threads(2)
-    rng = np.random.default_rng(5)
-    picks = [rng.integers(0, 64, (100, K)) for _ in range(3)]
-    bad = []
 
-    def work(pick):
-        for _ in range(20):
-            out = pool.gather(ids[pick], layout="stack", dtype=np.float32)
-            if not np.array_equal(out, frames[pick].astype(np.float32)):
-                bad.append(1)
+    def exact(pick):
+        want = frames[pick].astype(np.float32)
+        return all(
+            np.array_equal(pool.gather(ids[pick], layout="stack", dtype=np.float32), want)
+            for _ in range(20)
+        )
 
-    threads = [threading.Thread(target=work, args=(p,)) for p in picks]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not bad
+    with ThreadPoolExecutor(3) as ex:
+        assert all(ex.map(exact, np.random.default_rng(5).integers(0, 64, (3, 100, K))))
     del refs
 
 
 # -- errors: raised before anything is written --------------------------------------------
 def test_a_freed_id_in_a_large_split_copy_writes_nothing():
-    pool, frames, refs = _frames_pool(64, seed=6)
-    ids = np.array([r.slot for r in refs])
+    pool, frames, ids, refs = _frames_pool(64, seed=6)
     pick = ids[np.random.default_rng(7).integers(0, 64, (300, K))]
-    gone = pool.push(frames[0])
-    freed = gone.slot
-    del gone
-    pick[-1, -1] = freed  # the last frame of the last part
+    pick[-1, -1] = pool.push(frames[0]).slot  # freed at once; the last frame of the last part
     out = np.full((300, K, *FS), 7, np.uint8)
     lazyframes.set_num_threads(4)
-    before = core._parallel_tasks()[0]
-    refused(ValueError, "free", pool.gather, pick, out, layout="stack")
-    assert core._parallel_tasks()[0] == before  # no part ran
-    assert (out == 7).all()
+    _, used = parts(refused, ValueError, "free", pool.gather, pick, out, layout="stack")
+    assert used == 0 and (out == 7).all()
     del refs
 
 
 # -- fork ------------------------------------------------------------------------------
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def test_a_forked_child_makes_its_own_workers():
-    """A child gathers with workers of its own: its parent's threads are not in it.
-
-    Then parent and child exit without hanging, their workers asleep.
-    """
+    """A child gathers with workers of its own, not its parent's; both exit without hanging."""
     code = """
-import multiprocessing as mp
-import numpy as np
-import lazyframes
+import multiprocessing as mp, numpy as np
 from lazyframes import _core as core
-
 pool = core.FramePool((84, 84), np.uint8)
 frames = np.random.default_rng(0).integers(0, 256, (64, 84, 84), dtype=np.uint8)
 refs = [pool.push(f) for f in frames]
-ids = np.array([r.slot for r in refs])
 pick = np.random.default_rng(1).integers(0, 64, (300, 4))
-lazyframes.set_num_threads(2)
+ids = np.array([r.slot for r in refs])[pick]
+core.set_num_threads(2)
 
-def gather_checked():
-    before = core._parallel_tasks()
-    out = pool.gather(ids[pick], layout="stack")
-    after = core._parallel_tasks()
-    return bool(np.array_equal(out, frames[pick])), after[0] - before[0]
+def gather_checked():  # exact, and in 2 parts
+    before = core._parallel_tasks()[0]
+    out = pool.gather(ids, layout="stack")
+    return bool(np.array_equal(out, frames[pick])), core._parallel_tasks()[0] - before
 
-for _ in range(5):
-    assert gather_checked() == (True, 2)
+def five():
+    return [gather_checked() for _ in range(5)]
 
-def child(q):
-    q.put([gather_checked() for _ in range(5)])
-
+assert five() == [(True, 2)] * 5
 ctx = mp.get_context("fork")
 q = ctx.Queue()
-p = ctx.Process(target=child, args=(q,))
+p = ctx.Process(target=lambda: q.put(five()))  # forked: the lambda is not pickled
 p.start()
 got = q.get(timeout=120)
 p.join(120)
-assert p.exitcode == 0, p.exitcode
-assert got == [(True, 2)] * 5, got
+assert p.exitcode == 0 and got == [(True, 2)] * 5, (p.exitcode, got)
 assert gather_checked() == (True, 2)  # the parent's workers still work
 print("done")
 """

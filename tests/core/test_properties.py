@@ -4,6 +4,7 @@ import gc
 
 import numpy as np
 import pytest
+from conftest import refused
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from oracle import core as ref
@@ -117,16 +118,14 @@ def check_against_numpy(res, frames, idx, layout, conv):
     _, copies, one, arr, plain, live, refcounts, live_after = res
     want = ref.gather(list(frames), idx, layout, dst, scale)
     for got in copies:
-        assert got.shape == want.shape and got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, want, strict=True)
         assert got.tobytes() == want.tobytes()  # bit for bit, signed zeros included
     np.testing.assert_array_equal(one, want[0])
     unconverted = ref.gather(list(frames), idx, layout, None, None)
     np.testing.assert_array_equal(arr, unconverted[0])
     for got in plain:
         assert got.tobytes() == unconverted.tobytes() and got.dtype == unconverted.dtype
-    assert live_after == 0
-    assert live == len(frames)
+    assert live_after == 0 and live == len(frames)
     uses = np.bincount(idx.ravel(), minlength=len(frames))
     assert refcounts == sorted(1 + 2 * uses)  # push_batch's, and one per use in obs, batch
     return True
@@ -210,8 +209,7 @@ def test_refused_conversions_and_outs_write_nothing(case, conv, out_kind):
 def test_lazyframes_from_list_matches_restatement(layout, shape, dtype, k):
     frames = list(random_frames(np.random.default_rng(k), k, shape, dtype))
     if layout != "stack" and len(shape) == 2:
-        with pytest.raises(ValueError, match="no channel axis"):
-            core.LazyFrames(frames, layout=layout)
+        refused(ValueError, "no channel axis", core.LazyFrames, frames, layout=layout)
         return
     if layout != "stack" and len(shape) >= 3 and shape[-1 if layout == "last" else 0] > min(shape):
         with pytest.raises(ValueError, match="would glue them along a spatial axis"):

@@ -125,8 +125,7 @@ def test_recorded_frames_bit_exact(game, kind):
     eps = episodes(*recorded(game))
     rb, w = build(True, kind, eps)
     plain, w_plain = build(False, kind, eps)
-    assert rb.pool.compression == DEFAULT_COMPRESSION
-    assert plain.pool.compression is None
+    assert rb.pool.compression == DEFAULT_COMPRESSION and plain.pool.compression is None
     m, p = rb.memory(), plain.memory()
     # every stored frame but the last few (the wrapper's ring, the delta source) is cold
     assert m["cold_frames"] >= m["unique_frames"] - 2 * K - 2 > 0
@@ -164,8 +163,7 @@ def test_compress_options_and_adopted_pools():
     rb = ReplayBuffer(50, pool=given)
     assert rb.memory()["compression"] == DEFAULT_COMPRESSION
     pool = FramePool(SHAPE, np.uint8, compress={"group": 8})
-    with pytest.raises(ValueError, match="already compresses"):
-        ReplayBuffer(10, pool=pool, compress={"group": 4})
+    refused(ValueError, "already compresses", ReplayBuffer, 10, pool=pool, compress={"group": 4})
     assert pool.compression["group"] == 8
     # adopting a wrapper's pool that compresses otherwise: nothing stored
     rb = ReplayBuffer(10, compress={"group": 4})

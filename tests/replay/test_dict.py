@@ -4,7 +4,7 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import buffer_state, recorded
+from conftest import buffer_state, recorded, refused
 from gymnasium.spaces import Box, Dict, Discrete
 from oracle.replay import ReplayModel
 from test_checkpoint import assert_refused, craft, entries, with_meta
@@ -30,8 +30,7 @@ def check(rb, model, batch, dtype=None, scale=None):
                 w = w[key]
                 if key in rb.layout and scale is not None:  # frame leaves: converted, scaled
                     w = w.astype(dtype) * np.asarray(scale, dtype)
-                assert got[key].dtype == w.dtype, key
-                np.testing.assert_array_equal(got[key][i], w, err_msg=f"{key} at {idx}")
+                np.testing.assert_array_equal(got[key][i], w, f"{key} at {idx}", strict=True)
         for name in ("actions", "dones", "truncations", "rewards", "discounts"):
             assert getattr(s, name)[i] == getattr(want, name), f"{name} at {idx}"
     return s
@@ -144,8 +143,7 @@ def test_frame_keys_option_and_out():
     np.testing.assert_array_equal(s.observations["tag"][:, 0, 0], t * 0.5)
     np.testing.assert_array_equal(s.next_observations["img"][:, 1, 1, 1], (t + 1) * 0.5)
     np.testing.assert_array_equal(s.observations["x"][:, 0], t)  # as stored, not scaled
-    with pytest.raises(TypeError, match="out must be a pair"):
-        rb.sample(3, out=(out[0], {"img": out[1]["img"]}))
+    refused(TypeError, "out must be a pair", rb.sample, 3, out=(out[0], {"img": out[1]["img"]}))
 
     twin = pickle.loads(pickle.dumps(rb))  # the same transitions and RNG state
     twin.clear()

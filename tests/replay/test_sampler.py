@@ -12,7 +12,7 @@ import weakref
 
 import numpy as np
 import pytest
-from conftest import assert_same_samples, run
+from conftest import assert_same_samples, refused, run
 
 from lazyframes import FramePool, PrioritizedReplayBuffer, ReplayBuffer
 from lazyframes.replay import Sampler, _samples
@@ -233,8 +233,7 @@ def test_update_priorities_skips_evicted_transitions_when_asked():
         with pytest.raises(ValueError, match="never written"):
             rb.update_priorities(idx, np.ones(idx.size), skip_evicted=True)
         idx = np.array([3, 50, 119, 4])
-        with pytest.raises(ValueError, match="evicted"):
-            rb.update_priorities(idx, [1.0, 2.0, 3.0, 4.0])
+        refused(ValueError, "evicted", rb.update_priorities, idx, [1.0, 2.0, 3.0, 4.0])
         with pytest.raises(ValueError, match=r"priorities\[0\]"):  # an evicted one: checked
             rb.update_priorities(idx, [np.nan, 2.0, 3.0, 4.0], skip_evicted=True)
         assert rb.priorities([50, 119]).tolist() == [1.0, 1.0]
@@ -262,23 +261,19 @@ def test_update_priorities_skips_evicted_transitions_when_asked():
 def test_bad_arguments_start_nothing(args, kwargs, exc, match):
     cls = PrioritizedReplayBuffer if "beta" in kwargs else ReplayBuffer
     rb, twin = filled(cls=cls), filled(cls=cls)
-    with pytest.raises(exc, match=match):
-        rb.sampler(*args, **kwargs)
+    refused(exc, match, rb.sampler, *args, **kwargs)
     assert sampler_threads() == []
     assert_same_samples(rb.sample(4), twin.sample(4))  # nothing drawn
 
 
 def test_empty_or_unsampleable_buffers_are_refused():
-    with pytest.raises(ValueError, match="empty"):
-        ReplayBuffer(10).sampler(4)
+    refused(ValueError, "empty", ReplayBuffer(10).sampler, 4)
     rb = ReplayBuffer(10, n_step=3, seed=0)
     add(rb, 0)  # its 3-step window is open
-    with pytest.raises(ValueError, match="no transition can be sampled yet"):
-        rb.sampler(4)
+    refused(ValueError, "no transition can be sampled yet", rb.sampler, 4)
     assert sampler_threads() == []
     with rb.sampler(4, prefetch=0) as batches:  # no draw before the first next()
-        with pytest.raises(ValueError, match="no transition can be sampled yet"):
-            next(batches)
+        refused(ValueError, "no transition can be sampled yet", next, batches)
         add(rb, 1)
         add(rb, 2)
         assert next(batches).actions.tolist() == [0, 0, 0, 0]  # it works once one can
@@ -294,8 +289,7 @@ def test_close_with_and_clear_stop_the_thread():
     s.close()
     s.close()  # idempotent
     assert s.closed and sampler_threads() == [] and "closed" in repr(s)
-    with pytest.raises(StopIteration):
-        next(s)
+    refused(StopIteration, "", next, s)
     assert_same_samples(batch, kept)  # a batch returned before close stays valid
     with rb.sampler(4) as s2:
         next(s2)
@@ -347,8 +341,7 @@ def test_close_from_another_thread_wakes_a_waiting_next(monkeypatch):
         next(s)  # the copy in progress ends (a batch), or close() wins (StopIteration)
     timer.join()
     assert s.closed
-    with pytest.raises(StopIteration):
-        next(s)
+    refused(StopIteration, "", next, s)
 
 
 def _boom_in_the_thread(*args):
@@ -364,8 +357,7 @@ def test_an_exception_in_the_thread_is_raised_by_next_with_its_traceback(monkeyp
     names = [frame.name for frame in traceback.extract_tb(info.value.__traceback__)]
     assert names[-3:] == ["__next__", "_work", "_boom_in_the_thread"], names
     assert s.closed and sampler_threads() == []
-    with pytest.raises(StopIteration):
-        next(s)
+    refused(StopIteration, "", next, s)
     monkeypatch.undo()
     assert next(rb.sampler(4)).observations.shape == (4, 4, *FS)
 

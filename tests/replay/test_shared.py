@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import run
+from conftest import refused, run
 from test_transport import SHAPE, _forge, vector_run
 
 from lazyframes import shared
@@ -63,8 +63,7 @@ def test_write_then_sample_and_the_ring_wraps(tmp_path):
     w = SharedReplay.create(path, capacity=50, frame_shape=SHAPE, stack_size=K)
     r = SharedReplay.attach(path)
     rng = np.random.default_rng(0)
-    with pytest.raises(ValueError, match="no transition"):
-        r.sample(4, rng=rng)
+    refused(ValueError, "no transition", r.sample, 4, rng=rng)
     write_rows(w, 0, 30)
     check(r.sample(64, rng=rng))
     for t0 in range(30, 300, 30):
@@ -92,16 +91,14 @@ def test_readers_cannot_write_and_closed_objects_raise(tmp_path):
         (TypeError, "pickled", lambda: copy.copy(w)),
         (TypeError, "create", SharedReplay),
     ]:
-        with pytest.raises(exc, match=match):
-            call()
+        refused(exc, match, call)
     w.add_frames(np.stack([frame(f) for f in range(10)]))
     w.add_frames(np.stack([frame(f) for f in range(10, 20)]))  # 16 slots: 0-3 replaced
     with pytest.raises(ValueError, match="already replaced"):
         w.add([[3, 4, 5, 6]], [0], [0.0], [[4, 5, 6, 7]], [False], [False])
     assert w.add([[4, 5, 6, 7]], [0], [0.0], [[5, 6, 7, 8]], [False], [False]) == 1
     r.close()
-    with pytest.raises(ValueError, match="closed"):
-        r.sample(1)
+    refused(ValueError, "closed", r.sample, 1)
     w.close(unlink=True)
 
 
@@ -122,10 +119,8 @@ def test_attach_checks_the_file(tmp_path, damage, match):
     SharedReplay.create(path, capacity=8, frame_shape=SHAPE, stack_size=K).close()
     bad = tmp_path / "bad.lfr"
     bad.write_bytes(damage(path.read_bytes()))
-    with pytest.raises(ValueError, match=match):
-        SharedReplay.attach(bad)
-    with pytest.raises(FileNotFoundError):
-        SharedReplay.attach(tmp_path / "missing.lfr")
+    refused(ValueError, match, SharedReplay.attach, bad)
+    refused(FileNotFoundError, "", SharedReplay.attach, tmp_path / "missing.lfr")
 
 
 def test_ingest_transport_messages(tmp_path):
@@ -162,10 +157,8 @@ def test_ingest_refuses_a_forged_message_before_writing(tmp_path):
         sender.add(obs, act, rew, nxt, term, trunc, **extras)
     msg = sender.flush()
     bad = _forge(msg, "obs", msg["obs"] + np.uint16(1000))
-    with pytest.raises(ValueError, match="out of range"):
-        w.ingest(bad)
-    with pytest.raises(ValueError, match="shape"):
-        w.ingest(_forge(msg, "frame_shape", (10, 12)))
+    refused(ValueError, "out of range", w.ingest, bad)
+    refused(ValueError, "shape", w.ingest, _forge(msg, "frame_shape", (10, 12)))
     assert (w.frames_written, w.rows_written) == (0, 0)
     assert w.ingest(msg) == 10
     w.close(unlink=True)
@@ -234,8 +227,7 @@ def test_a_negative_row_count_is_a_corrupt_header(tmp_path, count):
     w.add([[0, 1, 2, 3]], [0], [0.0], [[1, 2, 3, 4]], [False], [False])
     w._head[shared._ROWS_WRITTEN] = count  # as another process could write it
     r = SharedReplay.attach(path)
-    with pytest.raises(ValueError, match="corrupt header"):
-        r.sample(2)
+    refused(ValueError, "corrupt header", r.sample, 2)
     r.close()
     w.close()
 
@@ -255,5 +247,4 @@ def test_attach_and_load_refuse_a_fifo_without_blocking(tmp_path):
     )
     r = run("-c", code, str(fifo), timeout=60)
     assert r.returncode == 0 and r.stdout.count("not a regular file") == 2, r.stdout + r.stderr
-    with pytest.raises(ValueError, match="not a regular file"):
-        SharedReplay.attach(tmp_path)
+    refused(ValueError, "not a regular file", SharedReplay.attach, tmp_path)

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import recorded
+from conftest import recorded, refused
 from test_shared import K, check, race_two_readers, write_rows
 from test_transport import SHAPE, vector_run
 
@@ -124,8 +124,7 @@ def test_writer_refusals(tmp_path):
     noise = np.random.default_rng(0).integers(0, 256, (5, 84, 84), np.uint8)
     with pytest.raises(ValueError, match="do not fit"):
         w.add_frames(noise)  # five incompressible frames: more than the log
-    with pytest.raises(ValueError, match="prev must be"):
-        w.add_frames(noise[:2], prev=[0.5, 1.5])
+    refused(ValueError, "prev must be", w.add_frames, noise[:2], prev=[0.5, 1.5])
     assert w.frames_written == 0
     w.add_frames(noise[:4])
     w.add_frames(noise[:1])  # the log wraps: frame 0's bytes are reused
@@ -173,11 +172,9 @@ def test_forged_records_raise_on_read(tmp_path, forged, match):
     _poke(path, lay["blobs"], rec.tobytes())
     r = SharedReplay.attach(path)
     if match is None:
-        with pytest.raises(RuntimeError, match="no consistent batch"):
-            r.sample(64, rng=np.random.default_rng(0))
+        refused(RuntimeError, "no consistent batch", r.sample, 64, rng=np.random.default_rng(0))
     else:
-        with pytest.raises(ValueError, match=match):
-            r.sample(64, rng=np.random.default_rng(0))
+        refused(ValueError, match, r.sample, 64, rng=np.random.default_rng(0))
     r.close()
 
 
@@ -193,8 +190,7 @@ def test_forged_chains_and_blobs_raise_on_read(tmp_path):
     loop["back"][1:44] = 1
     loop["back"][0] = 1  # ... and frame 0 against frame -1: never consistent
     _poke(path, lay["blobs"], loop.tobytes())
-    with pytest.raises(ValueError, match="chain"):
-        SharedReplay.attach(path).sample(64, rng=np.random.default_rng(0))
+    refused(ValueError, "chain", SharedReplay.attach(path).sample, 64, rng=np.random.default_rng(0))
     _poke(path, lay["blobs"], rec.tobytes())
     _poke(path, lay["log"], (log ^ 0x5A).tobytes())  # the first blobs' bytes, scrambled
     assert not (rec["kind"] == _core.KIND_RAW).any()  # compressed blobs: checksums to fail
@@ -221,8 +217,7 @@ def test_attach_checks_the_compressed_header(tmp_path, word, value, match):
     assert word * 8 < HEADER_WORDS * 8 and lay["size"] == path.stat().st_size
     assert BLOB_RECORD.itemsize == 24
     _poke(path, 8 * word, np.int64(value).tobytes())
-    with pytest.raises(ValueError, match=match):
-        SharedReplay.attach(path)
+    refused(ValueError, match, SharedReplay.attach, path)
 
 
 def test_a_reader_samples_while_the_writer_laps_a_small_log(tmp_path):

@@ -4,6 +4,7 @@ import statistics
 
 import numpy as np
 import pytest
+from conftest import refused
 
 from lazyframes import _core
 
@@ -74,8 +75,7 @@ def test_ingest_floor_refuses_wrong_calls():
     ]
     before = arena.copy()
     for exc, call in cases:
-        with pytest.raises(exc):
-            call()
+        refused(exc, "", call)
     np.testing.assert_array_equal(arena, before)  # nothing written by a refused call
     assert (prev == -1).all()
 
@@ -168,12 +168,9 @@ def test_bench_add_revisions():
 
     expected = [("0.1", bench_add.REVISIONS["0.1"]), ("ours", None), ("x", "abc123")]
     assert bench_add.resolve(["0.1", "ours", "x=abc123"]) == expected
-    with pytest.raises(ValueError, match="unknown revision"):
-        bench_add.resolve(["0.3", "ours"])
-    with pytest.raises(ValueError, match="must include 'ours'"):
-        bench_add.resolve(["0.1"])
-    with pytest.raises(SystemExit):
-        bench_add.main(["--revisions", "0.1"])
+    refused(ValueError, "unknown revision", bench_add.resolve, ["0.3", "ours"])
+    refused(ValueError, "must include 'ours'", bench_add.resolve, ["0.1"])
+    refused(SystemExit, "", bench_add.main, ["--revisions", "0.1"])
 
 
 def test_shared_table_and_checks(capsys):
@@ -207,7 +204,5 @@ def test_codec_floor_encodes_keyframes_and_patches_as_the_pool():
     total = _core._codec_floor(frames, group=4)
     run = _core._codec_floor(frames[4:6], group=4) - key  # skip, len, 3 bytes
     assert 3 < run < 10 and total == 3 * key + run
-    with pytest.raises(TypeError, match="uint8"):
-        _core._codec_floor(frames.astype(np.float32))
-    with pytest.raises(ValueError, match="n >= 1"):
-        _core._codec_floor(frames[:0])
+    refused(TypeError, "uint8", _core._codec_floor, frames.astype(np.float32))
+    refused(ValueError, "n >= 1", _core._codec_floor, frames[:0])

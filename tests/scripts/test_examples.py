@@ -37,8 +37,7 @@ def test_dqn_atari_example_trains_a_few_steps(tmp_path, prioritized):
     steps, grads, _, loss, stored, per = m.groups()
     assert int(steps) == 300
     # 150 vector steps; a gradient step when step > 100 and step % 4 == 0: 104, 108, ..., 148
-    assert int(grads) == 12
-    assert float(loss) >= 0.0
+    assert int(grads) == 12 and float(loss) >= 0.0
     assert int(stored) == 300
     # frames are stored once: far below one 28,224-byte observation per transition
     assert int(per.replace(",", "")) < 28_224

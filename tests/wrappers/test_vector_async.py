@@ -3,6 +3,7 @@
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import refused
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers import FrameStackObservation as GymFSO
@@ -222,8 +223,7 @@ def test_async_equals_sync_run_frame_for_frame(case, mode, padding):
             np.testing.assert_array_equal(g, w, err_msg=f"env {i}: {name}")
         # the run crossed episode ends of both kinds, and autoresets under NEXT_STEP
         assert want[4].any() and want[5].any(), f"env {i}"
-        assert ref_skip.any() == (mode == NEXT)
-        assert len(rows[i]) >= 10
+        assert ref_skip.any() == (mode == NEXT) and len(rows[i]) >= 10
 
 
 def test_lazy_false():
@@ -276,8 +276,7 @@ def test_reset_restarts_envs_as_they_come():
     back = info["env_id"].tolist()
     others = [i for i in range(5) if i not in back]
     for env_ids in (others[:1], None):  # one of them, and all (the default)
-        with pytest.raises(ValueError, match="no observation since it was reset"):
-            envs.observations(env_ids)
+        refused(ValueError, "no observation since it was reset", envs.observations, env_ids)
     for _ in range(10):
         obs, *_, info = envs.step(np.zeros(2, np.int64))
         for j, i in enumerate(info["env_id"]):
@@ -288,8 +287,7 @@ def test_reset_restarts_envs_as_they_come():
                 ep = frames_of(obs)[j][-1][1]
                 assert frames_of(obs)[j] == [(i, ep, 0)] * 3
                 np.testing.assert_array_equal(np.asarray(info["prev_obs"][j]), np.asarray(obs[j]))
-    assert not others
-    assert envs.observations().shape == (5, 3, 84, 84)
+    assert not others and envs.observations().shape == (5, 3, 84, 84)
 
 
 @pytest.mark.parametrize("advertise", [True, "config"])
@@ -350,17 +348,14 @@ def test_bad_env_ids_raise_before_any_ring_changes(bad, match):
     pending, autoreset = envs._pending.copy(), envs._autoreset.copy()
     last = envs._last_ids
     envs.env.force_ids, envs.env.force_rows, envs.env.no_ids = bad, 2, bad is None
-    with pytest.raises(ValueError, match=match):
-        envs.step(np.zeros(2, np.int64))
+    refused(ValueError, match, envs.step, np.zeros(2, np.int64))
     np.testing.assert_array_equal(envs._ring[0].slots, slots)
     assert envs.pool.live_frames == live
     np.testing.assert_array_equal(envs._pending, pending)
     np.testing.assert_array_equal(envs._autoreset, autoreset)
     assert envs._last_ids is last
-    with pytest.raises(ValueError, match="out of range"):
-        envs.observations([5])
-    with pytest.raises(ValueError, match="more than once"):
-        envs.observations([0, 0])
+    refused(ValueError, "out of range", envs.observations, [5])
+    refused(ValueError, "more than once", envs.observations, [0, 0])
 
 
 def test_prev_action_needs_one_action_per_row():
