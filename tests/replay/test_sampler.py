@@ -304,14 +304,17 @@ def test_close_with_and_clear_stop_the_thread():
     assert next(rb.sampler(2)).actions.tolist() == [0, 0]  # the buffer samples on
 
 
-def test_a_dropped_sampler_stops_its_thread_and_releases_its_frames():
+def test_a_dropped_sampler_stops_its_thread_and_releases_its_frames(monkeypatch):
     rb = filled(kind="compressed")
     rb.flush()  # every frame compressed now: a draw's flush then codes no new delta
     ids = np.unique(rb._stores[0].frame_ids(len(rb)))
     before = [rb.pool.refcount(int(i)) for i in ids]
-    s = rb.sampler(16, prefetch=4)
-    next(s)
+    fill, go = _samples.fill, threading.Event()
+    monkeypatch.setattr(_samples, "fill", lambda *a: go.wait() and fill(*a))
+    s = rb.sampler(16, prefetch=4)  # the thread waits in its first copy: 4 batches pinned
     assert [rb.pool.refcount(int(i)) for i in ids] != before  # the batches drawn ahead
+    go.set()
+    next(s)
     ref = weakref.ref(s)
     del s  # no reference from the thread: the sampler goes now
     assert ref() is None and sampler_threads() == []
