@@ -209,10 +209,7 @@ class Sampler:
         self._done.put((None, None))  # wakes a next() waiting in another thread
 
     def _forked(self) -> None:
-        """Closed in a child process after ``fork``, which has no thread of this sampler.
-
-        ``next()`` then raises StopIteration instead of waiting for a thread forever.
-        """
+        """Closed after ``fork`` (no thread of it in the child): ``next()`` stops, not waits."""
         self._closed = True
 
     def __enter__(self) -> Sampler:
