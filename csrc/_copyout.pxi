@@ -365,11 +365,12 @@ cdef int _run_parts(_Parts *w) noexcept nogil:
 def set_num_threads(n):
     """Set how many threads a large copy out uses, the calling thread included.
 
-    Every gather, sample and conversion of a batch of at least about 1 MB of output splits
-    its rows (and the decoding of its compressed frames) across up to ``n`` threads: the
-    caller and ``n - 1`` workers of a pool made on first use. ``1`` copies in the calling
-    thread only. The default is the CPUs this process may run on
-    (``os.sched_getaffinity(0)``), or ``LAZYFRAMES_NUM_THREADS`` when set at import.
+    Every gather, sample and conversion of a batch of at least about 2 MB of work (its
+    output, and twice the bytes of the compressed frames it decodes) splits its rows (and
+    the decoding of its compressed frames) across up to ``n`` threads: the caller and
+    ``n - 1`` workers of a pool made on first use. ``1`` copies in the calling thread only.
+    The default is the CPUs this process may run on (``os.sched_getaffinity(0)``), or
+    ``LAZYFRAMES_NUM_THREADS`` when set at import.
 
     The setting is the process's, for every thread's calls. A copy made while another
     call holds the workers runs in its own thread alone. With a ``ReplayBuffer.sampler``,
