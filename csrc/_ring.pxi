@@ -580,6 +580,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         self.grow(rows)
         return 0
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     cdef object _append(self, object streams, object values, tuple tables, tuple parts,
                         bint write):
         cdef cnp.ndarray s = None

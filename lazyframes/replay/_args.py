@@ -22,8 +22,6 @@ PER_ADD = "(num_envs, or one per id of env_ids)"
 _SCALARS = (bool, int, float)
 _LazyBatch = _core.LazyBatch
 #: Types of batched observation arguments, and of Dict ones (or lists of them).
-_BATCHES = frozenset((_LazyBatch, list, tuple))
-_CONTAINERS = frozenset((dict, list, tuple))
 #: NumPy's integer and float scalar types (an action from ``argmax``, a reward from a
 #: NumPy env), taken for one transition as the same number in Python (``int``, ``float``)
 _NP_INTS = frozenset(
@@ -115,7 +113,7 @@ class Parser:
             E = envs.size
         else:
             envs = None
-            batched = E > 1 or to in _BATCHES
+            batched = E > 1 or to is _LazyBatch or to is list or to is tuple
             if not batched and tr is not float and tr not in _ONE_REWARD:
                 batched = isinstance(obs, (list, tuple, _LazyBatch)) or np.ndim(reward) == 1
         # the values go to the ring, which checks them: for one transition, Python scalars
@@ -137,7 +135,7 @@ class Parser:
                 autoreset = _flag(autoreset, "autoreset", 1, False)
         flags = (terminated, truncated) if autoreset is None else (terminated, truncated, autoreset)
         keys = self.keys
-        if keys is None and to in _CONTAINERS and _is_dict(obs):
+        if keys is None and (to is dict or to is list or to is tuple) and _is_dict(obs):
             if self.decided:
                 raise TypeError("this buffer stores single observations; obs is a dict")
             keys = _first_keys(obs)

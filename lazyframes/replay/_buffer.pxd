@@ -1,9 +1,11 @@
 # _buffer.py's compiled declarations (Cython pure-Python mode): fields read from C.
 from ._args cimport Parser
+from ._store cimport prepare_all
 
 cdef class ReplayBuffer:
     cdef dict __dict__  # (subclasses' fields)
     cdef object __weakref__
+    cdef bint _hooked
     cdef public Parser _parser
     cdef public object _ring, _rng, _action_dtype, _layout_opt, _k_opt, _compress, _pool_opt
     cdef public object _frame_keys, _keys, _samplers, _draws

@@ -24,7 +24,7 @@ from ._args import Parser, options
 from ._ring import Ring
 from ._sampler import DrawGate, Sampler
 from ._samples import Drawn, Samples, constant, draw, fill, outputs
-from ._store import FrameStore, VectorStore, check_pool, pool_memory, stores_for
+from ._store import FrameStore, VectorStore, check_pool, pool_memory, prepare_all, stores_for
 
 
 class ReplayBuffer:
@@ -163,6 +163,7 @@ class ReplayBuffer:
         self._tables: tuple = ()  # the frame stores' SlotTables
         self._samplers: weakref.WeakSet = weakref.WeakSet()  # closed by clear()
         self._draws = DrawGate()  # what they owe: waited for before the buffer changes
+        self._hooked = type(self)._on_add is not ReplayBuffer._on_add  # add calls it
 
     # -- properties -------------------------------------------------------------------
     @property
@@ -348,7 +349,8 @@ class ReplayBuffer:
                 buffer's SlotTable stores slot ids as int32).
             Nothing is stored when an error is raised.
         """
-        self._draws.wait()  # a sampler's draw asked for before this add
+        if self._draws.owed:  # a sampler's draw asked for before this add
+            self._draws.wait()
         envs, E, batched, values, obs, next_obs, final, keys = self._parser.parse(
             obs, action, reward, next_obs, terminated, truncated, autoreset, env_ids,
             final_obs, final_mask,
@@ -358,10 +360,7 @@ class ReplayBuffer:
             layout=self._layout_opt, stack_size=self._k_opt, compress=self._compress,
         )  # fmt: skip
         ring, frames, tables, vectors = self._ring, self._frames, self._tables, self._vectors
-        parts = []
-        for i, s in enumerate(stores):
-            f = final and (final[0], final[1][i])
-            parts.append(s.prepare(obs[i], next_obs[i], f, E, batched, ring, envs, values)[0])
+        parts = prepare_all(stores, obs, next_obs, final, E, batched, ring, envs, values)
         if not self._stores:  # the first add: the new frame stores' tables
             frames, vectors, tables = self._kinds(stores)
         if vectors:  # Dict observations: their plain arrays grow before the ring appends
@@ -373,13 +372,13 @@ class ReplayBuffer:
             for i in vectors:
                 stores[i].put(idx, parts[i])
         else:
-            pos = ring.append(envs, values, tables, tuple(parts))
+            pos = ring.append(envs, values, tables, parts)
         if not self._stores:  # the first add: the buffer keeps its stores
             self._keep(stores, keys)
         for i in frames:  # frames a store pushed: it holds each stream's newest (FrameStore.hold)
             if parts[i][1] is not next_obs[i]:
                 stores[i].hold(envs, parts[i][1])
-        if self._ON_ADD:
+        if self._hooked:
             self._on_add(pos, E)
 
     # -- sampling ---------------------------------------------------------------------
@@ -672,9 +671,6 @@ class ReplayBuffer:
     # -- hooks for subclasses (PrioritizedReplayBuffer) -----------------------------
     #: Bytes per transition a subclass allocates for the whole capacity (load's bound).
     _EXTRA_BYTES_PER_TRANSITION = 0
-    #: Whether :meth:`add` calls :meth:`_on_add` (a subclass that overrides it sets True).
-    _ON_ADD = False
-
     def _on_add(self, pos: int, count: int) -> None:
         """At the end of :meth:`add` (cannot fail): ``count`` rows written from ``pos`` on."""
 

@@ -89,7 +89,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     #: Bytes per transition of the trees and raw priorities, for load's size bound.
     _EXTRA_BYTES_PER_TRANSITION = 72
-    _ON_ADD = True
 
     def __init__(self, capacity, *, alpha=0.6, **options):
         alpha = _alpha(alpha)

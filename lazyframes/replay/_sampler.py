@@ -33,34 +33,34 @@ class DrawGate:
     every call that changes or reads what a draw reads.
     """
 
-    __slots__ = ("__weakref__", "_cond", "_owed")
+    __slots__ = ("__weakref__", "_cond", "owed")
 
     def __init__(self):
         self._cond = threading.Condition(threading.Lock())
-        self._owed = 0
+        self.owed = 0  #: draws owed now (read without the lock: a hot caller's test)
         _gates.add(self)
 
     def owe(self) -> None:
         with self._cond:
-            self._owed += 1
+            self.owed += 1
 
     def pay(self) -> None:
         with self._cond:
-            self._owed -= 1
-            if not self._owed:
+            self.owed -= 1
+            if not self.owed:
                 self._cond.notify_all()
 
     def wait(self) -> None:
         """Return once no draw is owed: at once (one attribute read) when none is."""
-        if self._owed:
+        if self.owed:
             with self._cond:
-                while self._owed:
+                while self.owed:
                     self._cond.wait()
 
     def _forked(self) -> None:
         """In a forked child: the threads that owed draws are not there."""
         self._cond = threading.Condition(threading.Lock())
-        self._owed = 0
+        self.owed = 0
 
 
 def _work(jobs: queue.SimpleQueue, done: queue.SimpleQueue, stop: threading.Event) -> None:

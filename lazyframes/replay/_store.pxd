@@ -1,4 +1,6 @@
 # _store.py's compiled declarations (Cython pure-Python mode): fields read from C.
+cimport cython
+
 cdef class Geometry:
     cdef public object dtype, frame_shape, layout, obs_shape
     cdef public Py_ssize_t k
@@ -6,7 +8,10 @@ cdef class Geometry:
 cdef class _Obs:
     cdef public object arr, k, layout, owner, pool
 
-cdef class FrameStore:
+cdef class Store:
+    cpdef tuple prepare(self, obs, nxt, final, Py_ssize_t E, bint batched, ring, envs, values)
+
+cdef class FrameStore(Store):
     cdef Py_ssize_t _capacity
     cdef object _layout_opt, _k_opt, _compress, _pool, _staged, _table, _every
     cdef tuple _names, _owners
@@ -14,3 +19,11 @@ cdef class FrameStore:
     cdef dict _outs, _newest
 
 cpdef object _as_part(object o, object pool, Geometry geom, object candidates)
+
+cdef class VectorStore(Store):
+    cdef tuple _names
+    cdef public object shape, dtype, _obs, _next
+
+@cython.locals(s=Store, i=Py_ssize_t)
+cpdef tuple prepare_all(tuple stores, tuple obs, tuple nxt, final, Py_ssize_t E, bint batched,
+                        ring, envs, values)

@@ -142,7 +142,32 @@ def describe(x, name: str, E: int, batched: bool) -> _Obs:
     return _Obs(arr=a)
 
 
-class FrameStore:
+class Store:
+    """A leaf's storage: :class:`FrameStore` (frames in a pool) or :class:`VectorStore`."""
+
+    def prepare(self, obs, nxt, final, E, batched, ring, envs, values) -> tuple:
+        """``((obs, next_obs), plain_next)``: the owners of the leaf's part of one add.
+
+        ``obs``, ``nxt``: the leaf's observations and next observations as given; ``final``:
+        None or ``(rows, final)``, final observations replacing the next ones of ``rows``;
+        ``E``: the add's transitions; ``batched``: arguments with a leading axis of ``E``;
+        ``ring``: the buffer's ring; ``envs``: the env ids (None: every env); ``values``:
+        the ring's values of the add.
+        """
+        raise NotImplementedError
+
+
+def prepare_all(stores, obs, nxt, final, E, batched, ring, envs, values) -> tuple:
+    """The owners each store ``prepare``s of one add (by leaf: ``obs``, ``nxt``, ``final``)."""
+    parts = []
+    for i in range(len(stores)):
+        s = stores[i]
+        f = final and (final[0], final[1][i])
+        parts.append(s.prepare(obs[i], nxt[i], f, E, batched, ring, envs, values)[0])
+    return tuple(parts)
+
+
+class FrameStore(Store):
     """The frames of one observation leaf: geometry, pool and a SlotTable of slot ids.
 
     Args:
@@ -191,8 +216,8 @@ class FrameStore:
         return self._compress if self._pool is None else self._pool.compression
 
     # -- adding -----------------------------------------------------------------------
-    def prepare(self, obs, nxt, final, E: int, batched: bool, ring, envs, values) -> tuple:
-        """The owners of this leaf's observations of one add (``_args``'s parse).
+    def prepare(self, obs, nxt, final, E, batched, ring, envs, values) -> tuple:
+        """The owners of this leaf's observations of one add (as :meth:`Store.prepare`).
 
         Owners of the store's pool (LazyFrames, a LazyBatch) are taken as they are (the
         ring checks their number of observations and frames against the table's); any
@@ -202,17 +227,6 @@ class FrameStore:
         every env, else ``ring.newest(envs)``'s rows). Nothing is stored:
         the frames pushed are held by the owners returned. The first add decides the
         geometry and pool, which the store takes only at :meth:`adopt`.
-
-        Args:
-            obs: this leaf's observations, as the add was given them.
-            nxt: its next observations.
-            final: None, or ``(rows, final)``: the final observations (this leaf's)
-                that replace the next observations of the rows ``rows``.
-            E: the transitions of the add.
-            batched: whether the arguments have a leading axis of ``E``.
-            ring: the buffer's ring (``check`` and ``newest``).
-            envs: the env ids of the add (None: every env).
-            values: the ring's values of the add.
 
         Returns:
             ``((obs, next_obs), plain_next)``: the owners to store, and the next
@@ -516,7 +530,7 @@ def _with_final(pool, nxt, rows: np.ndarray, f: _Obs, geom: Geometry, obs_part):
     return pool.lazy_batch(slots)
 
 
-class VectorStore:
+class VectorStore(Store):
     """A leaf stored as given: obs and next obs arrays ``(rows, *shape)`` of one dtype.
 
     The shape and dtype are the first add's.
@@ -529,7 +543,7 @@ class VectorStore:
         self._obs: Any = None
         self._next: Any = None
 
-    def prepare(self, obs, nxt, final, E: int, batched: bool, ring, envs, values) -> tuple:
+    def prepare(self, obs, nxt, final, E, batched, ring, envs, values) -> tuple:
         """``((obs rows, next rows), None)`` of this leaf's observations of one add.
 
         Checked, the final rows merged in; the arguments as :meth:`FrameStore.prepare`'s.
