@@ -594,7 +594,7 @@ cdef LazyBatch _step(FramePool pool, lf_layout code, LazyBatch prev, Py_ssize_t 
 cdef LazyBatch _dedup(FramePool pool, cnp.ndarray arr, Py_ssize_t E, Py_ssize_t k,
                       LazyBatch cand):
     """:meth:`FramePool._push_dedup` on checked C-contiguous frames ``(E, k, *S)``."""
-    cdef Py_ssize_t m = 0, e, j, jj, q
+    cdef Py_ssize_t m = 0, e, j, jj, q, start
     cdef const int64_t *cp = NULL
     if cand is not None:
         m = cand._k
@@ -604,15 +604,17 @@ cdef LazyBatch _dedup(FramePool pool, cnp.ndarray arr, Py_ssize_t E, Py_ssize_t 
     cdef const unsigned char *f
     cdef LazyBatch b = _new_batch(LF_STACK, E, k)
     cdef int64_t *o = b._slots
-    cdef int64_t found
+    cdef int64_t found, c
     for e in range(E):
+        start = 0  # where the last frame matched, plus one: a stack shifts by whole frames
         for j in range(k):
             f = src + (e * k + j) * fb
             found = -1
             for q in range(m):
-                if lf_pool_is_hot(&pool.p, cp[e * m + q]) and memcmp(
-                        lf_pool_addr(&pool.p, cp[e * m + q]), f, fb) == 0:
-                    found = cp[e * m + q]
+                c = cp[e * m + (start + q) % m]
+                if lf_pool_is_hot(&pool.p, c) and memcmp(lf_pool_addr(&pool.p, c), f, fb) == 0:
+                    found = c
+                    start = (start + q + 1) % m
                     break
             if found < 0:
                 for jj in range(j):

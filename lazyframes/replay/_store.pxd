@@ -17,6 +17,7 @@ cdef class FrameStore(Store):
     cdef tuple _names, _owners
     cdef Geometry _geom
     cdef dict _outs, _newest
+    cdef tuple _described(self, obs, nxt, final, Py_ssize_t E, bint batched)
 
 cpdef object _as_part(object o, object pool, Geometry geom, object candidates)
 

@@ -257,7 +257,7 @@ class FrameStore(Store):
             self._staged = (geom, pool, _core.SlotTable(pool, 0, 2 * geom.k))
         return (op, np_), plain
 
-    def _described(self, obs, nxt, final, E: int, batched: bool) -> tuple:
+    def _described(self, obs, nxt, final, E, batched) -> tuple:
         """``(obs, next_obs, final, geometry, pool)`` described and checked, nothing pushed.
 
         Stacked ndarrays of the stored shape and dtype are their own description (with
