@@ -1,6 +1,6 @@
 # _buffer.py's compiled declarations (Cython pure-Python mode): fields read from C.
 from ._args cimport Parser
-from ._store cimport prepare_all
+from ._store cimport hold_all, prepare_all
 
 cdef class ReplayBuffer:
     cdef dict __dict__  # (subclasses' fields)

@@ -24,7 +24,15 @@ from ._args import Parser, options
 from ._ring import Ring
 from ._sampler import DrawGate, Sampler
 from ._samples import Drawn, Samples, constant, draw, fill, outputs
-from ._store import FrameStore, VectorStore, check_pool, pool_memory, prepare_all, stores_for
+from ._store import (
+    FrameStore,
+    check_pool,
+    hold_all,
+    kinds,
+    pool_memory,
+    prepare_all,
+    stores_for,
+)
 
 
 class ReplayBuffer:
@@ -362,7 +370,7 @@ class ReplayBuffer:
         ring, frames, tables, vectors = self._ring, self._frames, self._tables, self._vectors
         parts = prepare_all(stores, obs, next_obs, final, E, batched, ring, envs, values)
         if not self._stores:  # the first add: the new frame stores' tables
-            frames, vectors, tables = self._kinds(stores)
+            frames, vectors, tables = kinds(stores)
         if vectors:  # Dict observations: their plain arrays grow before the ring appends
             rows = ring.rows_for(E)
             for i in vectors:
@@ -375,9 +383,7 @@ class ReplayBuffer:
             pos = ring.append(envs, values, tables, parts)
         if not self._stores:  # the first add: the buffer keeps its stores
             self._keep(stores, keys)
-        for i in frames:  # frames a store pushed: it holds each stream's newest (FrameStore.hold)
-            if parts[i][1] is not next_obs[i]:
-                stores[i].hold(envs, parts[i][1])
+        hold_all(stores, parts, next_obs, envs)
         if self._hooked:
             self._on_add(pos, E)
 
@@ -637,17 +643,10 @@ class ReplayBuffer:
     def _keep(self, stores: tuple, keys) -> None:
         """The stores of the first add (or a checkpoint), for good: one per leaf of ``keys``."""
         self._stores, self._keys = stores, keys
-        self._frames, self._vectors, self._tables = self._kinds(stores)
+        self._frames, self._vectors, self._tables = kinds(stores)
         self._parser.keys, self._parser.decided = keys, True
         for i in self._frames:  # a first add's stores take what they staged
             stores[i].adopt()
-
-    @staticmethod
-    def _kinds(stores: tuple) -> tuple:
-        """``(frames, vectors, tables)``: the frame and vector stores' indices, the tables."""
-        frames = tuple([i for i, s in enumerate(stores) if isinstance(s, FrameStore)])
-        vectors = tuple([i for i, s in enumerate(stores) if isinstance(s, VectorStore)])
-        return frames, vectors, tuple([stores[i].writing for i in frames])
 
     @classmethod
     def _restore(cls, ck: _archive.Restored) -> ReplayBuffer:
@@ -671,6 +670,7 @@ class ReplayBuffer:
     # -- hooks for subclasses (PrioritizedReplayBuffer) -----------------------------
     #: Bytes per transition a subclass allocates for the whole capacity (load's bound).
     _EXTRA_BYTES_PER_TRANSITION = 0
+
     def _on_add(self, pos: int, count: int) -> None:
         """At the end of :meth:`add` (cannot fail): ``count`` rows written from ``pos`` on."""
 

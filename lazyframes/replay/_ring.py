@@ -42,7 +42,7 @@ class Ring(_core.RowRing):
         ValueError: ``capacity < num_envs``, ``n_step`` or ``gamma`` out of range.
     """
 
-    __slots__ = ("n_step", "gamma")  # (no instance dict: method lookups skip it)
+    __slots__ = ("gamma", "n_step")  # (no instance dict: method lookups skip it)
 
     def __init__(self, capacity, num_envs, n_step, gamma, action_shape, action_dtype, convert):
         capacity, n_step, gamma = operator.index(capacity), operator.index(n_step), float(gamma)

@@ -28,3 +28,6 @@ cdef class VectorStore(Store):
 @cython.locals(s=Store, i=Py_ssize_t)
 cpdef tuple prepare_all(tuple stores, tuple obs, tuple nxt, final, Py_ssize_t E, bint batched,
                         ring, envs, values)
+
+@cython.locals(i=Py_ssize_t)
+cpdef hold_all(tuple stores, tuple parts, tuple nxt, envs)

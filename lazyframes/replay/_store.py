@@ -167,6 +167,13 @@ def prepare_all(stores, obs, nxt, final, E, batched, ring, envs, values) -> tupl
     return tuple(parts)
 
 
+def hold_all(stores, parts, nxt, envs) -> None:
+    """After an add of ``prepare_all``'s ``parts``: the next observations a store pushed, held."""
+    for i in range(len(stores)):
+        if parts[i][1] is not nxt[i] and type(stores[i]) is FrameStore:
+            stores[i].hold(envs, parts[i][1])
+
+
 class FrameStore(Store):
     """The frames of one observation leaf: geometry, pool and a SlotTable of slot ids.
 
@@ -662,6 +669,13 @@ def stores_for(keys, obs, batched: bool, capacity: int, pool, frame_keys, **opti
         else VectorStore(leaf_names(key))
         for key in keys
     )
+
+
+def kinds(stores: tuple) -> tuple:
+    """``(frames, vectors, tables)``: the frame and vector stores' indices, the tables."""
+    frames = tuple([i for i, s in enumerate(stores) if isinstance(s, FrameStore)])
+    vectors = tuple([i for i, s in enumerate(stores) if isinstance(s, VectorStore)])
+    return frames, vectors, tuple([stores[i].writing for i in frames])
 
 
 def pool_memory(stores: list, n: int) -> dict:
