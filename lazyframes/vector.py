@@ -265,10 +265,8 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
             VecFrameStack) or ``"first"`` (SB3's channels-first).
         lazy: return :class:`LazyBatch` (default) or a new ndarray
             ``(num_envs, *observation_shape)`` each step.
-        pool: the :class:`~lazyframes.FramePool` to store the frames
-            in; for a ``Dict``/``Tuple`` space, a dict/tuple like it of pools for its Box
-            leaves (None or a missing key: a new pool); default: new pools of
-            ``lazyframes.FramePool``.
+        pool: the :class:`~lazyframes.FramePool` (or dict/tuple of pools) to store the
+            frames in, as :class:`lazyframes.wrappers.FrameStackObservation`'s.
 
     Raises:
         TypeError: ``envs`` not a VectorEnv, a leaf space other than those above, a bad
