@@ -127,7 +127,6 @@ class Sender:
         self._num_envs = num_envs
         self._stream = operator.index(stream)
         self._compress = C.compression(compress)
-        self._action_shape, self._action_dtype = action_shape, action_dtype
         self._parser = Parser(num_envs, action_shape, action_dtype)
         self._parser.decided = True  # single observations
         self._frames = FrameStore(1 << 12, layout=layout, stack_size=k)  # small chunks
