@@ -281,10 +281,11 @@ class Sender:
     def _encode(self, frames: np.ndarray) -> tuple:
         """``(payload, sizes, kinds)`` of the new frames: a container of the core's codec."""
         m = frames.shape[0]
+        raw = np.full(m, _core.KIND_RAW, np.uint8)  # the kinds of m raw blobs
         if m == 0:
-            return b"", np.zeros(0, np.uint32), _raw(0)
+            return b"", np.zeros(0, np.uint32), raw
         if self._compress is None:  # the frames' array itself: out-of-band when pickled
-            return frames, np.full(m, frames[0].nbytes, np.uint32), _raw(m)
+            return frames, np.full(m, frames[0].nbytes, np.uint32), raw
         payload, offsets, kinds = _core.encode_frames(frames, **self._compress)
         return payload, np.diff(offsets).astype(np.uint32), kinds
 
@@ -575,17 +576,13 @@ def _uints(x, name: str, shape: tuple | None, bound: int | None = None) -> np.nd
             value out of range.
     """
     if type(x) is not np.ndarray or x.dtype.kind != "u":
-        raise TypeError(f"{name} must be an ndarray of unsigned integers, got {_what(x)}")
+        what = f"dtype {x.dtype}" if isinstance(x, np.ndarray) else type(x).__name__
+        raise TypeError(f"{name} must be an ndarray of unsigned integers, got {what}")
     if (x.ndim != 1) if shape is None else (x.shape != shape):
         raise ValueError(f"{name} has shape {x.shape}, expected {shape or '1-D'}")
     if bound is not None and x.size and int(x.max()) >= bound:
         raise ValueError(f"{name} holds {int(x.max())}, out of range [0, {bound})")
     return x
-
-
-def _what(x) -> str:
-    """What ``x`` is, for an error message: its dtype or its type."""
-    return f"dtype {x.dtype}" if isinstance(x, np.ndarray) else type(x).__name__
 
 
 def _rounds(env: np.ndarray) -> list:
@@ -601,8 +598,3 @@ def _rounds(env: np.ndarray) -> list:
     if a < len(env):
         out.append((a, len(env)))
     return out
-
-
-def _raw(m: int) -> np.ndarray:
-    """``kinds`` of ``m`` raw blobs."""
-    return np.full(m, _core.KIND_RAW, np.uint8)
