@@ -233,12 +233,10 @@ class LeafStacks:
         return next(parts) if not self._paths[0] else assemble(self._space, parts)
 
     def __deepcopy__(self, memo):
-        """A deep copy that goes on from the same state; frames are shared, not copied.
+        """A deep copy that goes on from the same state, sharing the pools and padding frames.
 
-        Everything else (the environment, the spaces, the rings) is deep-copied as
-        Gymnasium's wrappers are. Observations own references to their frames and never
-        change, so the copy and the original share the pools and the padding frames (a
-        FramePool cannot be copied), and each goes on without affecting the other.
+        Frames never change (and a FramePool cannot be copied); everything else (the env,
+        the spaces, the rings) is deep-copied as Gymnasium's wrappers are.
         """
         for leaf in self._leaves:
             for shared in (leaf.pool, leaf.pad):
