@@ -205,10 +205,7 @@ class Sender:
         """Nothing to check: :meth:`add` checked the values already (``Parser.arrays``)."""
 
     def newest(self, envs: np.ndarray) -> list:
-        """The rows of the frame store's table holding each env's latest transition.
-
-        The row of env ``e`` is ``e`` (-1: none yet).
-        """
+        """The row of the frame store's table with env ``e``'s latest transition: ``e`` (or -1)."""
         return [e if self._last[e, 0] >= 0 else -1 for e in envs.tolist()]
 
     def flush(self) -> dict | None:
