@@ -302,7 +302,8 @@ def _read_frames(ar: Archive, m: dict, sfx: str, n: int, pool, capacity: int, co
     k = bounded_int(m, "stack_size", 1, max(_ROW_FLOOR, ar.size))
     fs = C.frame_shape(m.get("frame_shape"))
     dt = C.frame_dtype(m.get("frame_dtype"))
-    layout = C.check_layout(m.get("layout"), fs)  # ValueError unless one of C.LAYOUTS
+    layout = C.layout_name(m.get("layout"))  # ValueError unless one of C.LAYOUTS
+    C.check_layout(layout, fs)
     index = np.concatenate(
         [ar.array(f"{e}_index{sfx}", (n, k), np.int32) for e in ("obs", "next")], axis=1
     )
