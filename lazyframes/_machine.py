@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import platform
@@ -16,14 +17,8 @@ def cpu() -> str:
     :mod:`platform` knows.
     """
     name = ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        name = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), "")
     name = name or platform.processor() or platform.machine() or "unknown CPU"
     text = f"{name}, {os.cpu_count()} logical CPUs"
     cache = _last_level_cache()

@@ -127,7 +127,6 @@ class Sender:
         self._num_envs = num_envs
         self._stream = operator.index(stream)
         self._compress = C.compression(compress)
-        self._action_shape, self._action_dtype = action_shape, action_dtype
         self._parser = Parser(num_envs, action_shape, action_dtype)
         self._parser.decided = True  # single observations
         self._frames = FrameStore(1 << 12, layout=layout, stack_size=k)  # small chunks
@@ -206,10 +205,7 @@ class Sender:
         """Nothing to check: :meth:`add` checked the values already (``Parser.arrays``)."""
 
     def newest(self, envs: np.ndarray) -> list:
-        """The rows of the frame store's table holding each env's latest transition.
-
-        The row of env ``e`` is ``e`` (-1: none yet).
-        """
+        """The row of the frame store's table with env ``e``'s latest transition: ``e`` (or -1)."""
         return [e if self._last[e, 0] >= 0 else -1 for e in envs.tolist()]
 
     def flush(self) -> dict | None:
@@ -282,10 +278,11 @@ class Sender:
     def _encode(self, frames: np.ndarray) -> tuple:
         """``(payload, sizes, kinds)`` of the new frames: a container of the core's codec."""
         m = frames.shape[0]
+        raw = np.full(m, _core.KIND_RAW, np.uint8)  # the kinds of m raw blobs
         if m == 0:
-            return b"", np.zeros(0, np.uint32), _raw(0)
+            return b"", np.zeros(0, np.uint32), raw
         if self._compress is None:  # the frames' array itself: out-of-band when pickled
-            return frames, np.full(m, frames[0].nbytes, np.uint32), _raw(m)
+            return frames, np.full(m, frames[0].nbytes, np.uint32), raw
         payload, offsets, kinds = _core.encode_frames(frames, **self._compress)
         return payload, np.diff(offsets).astype(np.uint32), kinds
 
@@ -576,17 +573,13 @@ def _uints(x, name: str, shape: tuple | None, bound: int | None = None) -> np.nd
             value out of range.
     """
     if type(x) is not np.ndarray or x.dtype.kind != "u":
-        raise TypeError(f"{name} must be an ndarray of unsigned integers, got {_what(x)}")
+        what = f"dtype {x.dtype}" if isinstance(x, np.ndarray) else type(x).__name__
+        raise TypeError(f"{name} must be an ndarray of unsigned integers, got {what}")
     if (x.ndim != 1) if shape is None else (x.shape != shape):
         raise ValueError(f"{name} has shape {x.shape}, expected {shape or '1-D'}")
     if bound is not None and x.size and int(x.max()) >= bound:
         raise ValueError(f"{name} holds {int(x.max())}, out of range [0, {bound})")
     return x
-
-
-def _what(x) -> str:
-    """What ``x`` is, for an error message: its dtype or its type."""
-    return f"dtype {x.dtype}" if isinstance(x, np.ndarray) else type(x).__name__
 
 
 def _rounds(env: np.ndarray) -> list:
@@ -602,8 +595,3 @@ def _rounds(env: np.ndarray) -> list:
     if a < len(env):
         out.append((a, len(env)))
     return out
-
-
-def _raw(m: int) -> np.ndarray:
-    """``kinds`` of ``m`` raw blobs."""
-    return np.full(m, _core.KIND_RAW, np.uint8)

@@ -185,16 +185,14 @@ def _leaf_stackers(space: gym.Space, k: int, layout: str, pool, pad, who: str) -
         TypeError: a leaf space other than Box, Discrete, MultiDiscrete and MultiBinary,
             or a pool given for a leaf that is not a Box.
     """
+    eager = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
     stackers: list = []
     for path, leaf in leaves(space):
         leaf_pad = None if pad is None else at(pad, path)
         if isinstance(leaf, gym.spaces.Box):
-            stackers.append(
-                _LazyBatchLeaf(leaf, k, layout, leaf_pool(pool, path, who), leaf_pad, who)
-            )
-        elif isinstance(
-            leaf, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
-        ):
+            box_pool = leaf_pool(pool, path, who)
+            stackers.append(_LazyBatchLeaf(leaf, k, layout, box_pool, leaf_pad, who))
+        elif isinstance(leaf, eager):
             if leaf_pool(pool, path, who) is not None:
                 raise TypeError(f"{who}: a pool was given for {leaf}, which is not a Box")
             stackers.append(_ArrayBatchLeaf(leaf, k, leaf_pad))
@@ -267,10 +265,8 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
             VecFrameStack) or ``"first"`` (SB3's channels-first).
         lazy: return :class:`LazyBatch` (default) or a new ndarray
             ``(num_envs, *observation_shape)`` each step.
-        pool: the :class:`~lazyframes.FramePool` to store the frames
-            in; for a ``Dict``/``Tuple`` space, a dict/tuple like it of pools for its Box
-            leaves (None or a missing key: a new pool); default: new pools of
-            ``lazyframes.FramePool``.
+        pool: the :class:`~lazyframes.FramePool` (or dict/tuple of pools) to store the
+            frames in, as :class:`lazyframes.wrappers.FrameStackObservation`'s.
 
     Raises:
         TypeError: ``envs`` not a VectorEnv, a leaf space other than those above, a bad
@@ -358,10 +354,9 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
 
     def _observe(self, rings: list):
         """The observation of ``rings`` (one per leaf) as returned."""
-        parts = (
+        return self._assembled(
             leaf.observe(ring, self.lazy) for leaf, ring in zip(self._leaves, rings, strict=True)
         )
-        return self._assembled(parts)
 
     def _in_order(self, info: dict, rows: int) -> bool:
         """Whether a batch of ``rows`` observations is every env in order (synchronous)."""
@@ -555,12 +550,8 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
                 f"one per row of the batch"
             )
         fresh = self._pending[ids]  # first frames since a reset: restart, no transition
-        if self._next_step:
-            skip = fresh | self._autoreset[ids]
-            restart = skip
-        else:
-            skip = fresh
-            restart = fresh | done if self._same_step else fresh
+        skip = fresh | self._autoreset[ids] if self._next_step else fresh
+        restart = fresh | done if self._same_step else skip
         leaves_ = self._leaves
         prev = [leaf.take(ring, ids) for leaf, ring in zip(leaves_, self._ring, strict=True)]
         new = [

@@ -131,14 +131,6 @@ def pool_for(space: gym.spaces.Box, pool, who: str):
     return pool
 
 
-def _stack_bounds(bound: np.ndarray, k: int, layout: str) -> np.ndarray:
-    if layout == "last":
-        return np.concatenate([bound] * k, axis=-1)
-    if layout == "first":
-        return np.concatenate([bound] * k, axis=0)
-    return np.stack([bound] * k, axis=0)
-
-
 def stacked_space(space: gym.Space, k: int, layout: str) -> gym.spaces.Space:
     """The observation space of k stacked observations of ``space`` in ``layout``.
 
@@ -154,9 +146,10 @@ def stacked_space(space: gym.Space, k: int, layout: str) -> gym.spaces.Space:
         return gym.spaces.Tuple([stacked_space(s, k, layout) for s in space.spaces])
     if not isinstance(space, gym.spaces.Box):
         return batch_space(space, n=k)
+    axis = -1 if layout == "last" else 0
     return gym.spaces.Box(
-        low=_stack_bounds(space.low, k, layout),
-        high=_stack_bounds(space.high, k, layout),
+        low=np.concatenate([space.low] * k, axis=axis),
+        high=np.concatenate([space.high] * k, axis=axis),
         dtype=space.dtype,
     )
 
@@ -240,12 +233,10 @@ class LeafStacks:
         return next(parts) if not self._paths[0] else assemble(self._space, parts)
 
     def __deepcopy__(self, memo):
-        """A deep copy that goes on from the same state; frames are shared, not copied.
+        """A deep copy that goes on from the same state, sharing the pools and padding frames.
 
-        Everything else (the environment, the spaces, the rings) is deep-copied as
-        Gymnasium's wrappers are. Observations own references to their frames and never
-        change, so the copy and the original share the pools and the padding frames (a
-        FramePool cannot be copied), and each goes on without affecting the other.
+        Frames never change (and a FramePool cannot be copied); everything else (the env,
+        the spaces, the rings) is deep-copied as Gymnasium's wrappers are.
         """
         for leaf in self._leaves:
             for shared in (leaf.pool, leaf.pad):
@@ -260,16 +251,6 @@ class LeafStacks:
         """Drop the padding frames (each leaf pushes its own again when next needed)."""
         for leaf in self._leaves:
             leaf.release()
-
-
-def _box_of(space, who: str) -> gym.spaces.Box:
-    """The frame space, which must be a Box (frames are ndarrays)."""
-    if not isinstance(space, gym.spaces.Box):
-        raise TypeError(
-            f"{who} stacks Box observations (ndarray frames); the environment's observation "
-            f"space is {space!r}. Use lazyframes.wrappers.FrameStackObservation for other spaces"
-        )
-    return space
 
 
 class _LazyLeaf:
@@ -480,7 +461,13 @@ class FrameStack(_RingWrapper):
             raise TypeError(f"k (the stack size) must be an int, got {type(k).__name__}")
         if k < 1:
             raise ValueError(f"k (the stack size) must be at least 1, got {k}")
-        space = _box_of(env.observation_space, "FrameStack")
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box):
+            raise TypeError(
+                f"FrameStack stacks Box observations (ndarray frames); the environment's "
+                f"observation space is {space!r}. Use lazyframes.wrappers.FrameStackObservation "
+                f"for other spaces"
+            )
         self.k = int(k)
         self._setup(space, self.k, layout, "FrameStack", pool)
         self.observation_space = stacked_space(space, self.k, layout)

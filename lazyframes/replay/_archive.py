@@ -302,16 +302,10 @@ def _read_frames(ar: Archive, m: dict, sfx: str, n: int, pool, capacity: int, co
     k = bounded_int(m, "stack_size", 1, max(_ROW_FLOOR, ar.size))
     fs = C.frame_shape(m.get("frame_shape"))
     dt = C.frame_dtype(m.get("frame_dtype"))
-    layout = m.get("layout")
-    if layout not in C.LAYOUTS:
-        raise ValueError(f"bad layout {layout!r}")
+    layout = C.layout_name(m.get("layout"))  # ValueError unless one of C.LAYOUTS
     C.check_layout(layout, fs)
     index = np.concatenate(
-        [
-            ar.array(f"obs_index{sfx}", (n, k), np.int32),
-            ar.array(f"next_index{sfx}", (n, k), np.int32),
-        ],
-        axis=1,
+        [ar.array(f"{e}_index{sfx}", (n, k), np.int32) for e in ("obs", "next")], axis=1
     )
     if pool is None:
         pool = own_pool(fs, dt, capacity, compression)

@@ -82,11 +82,8 @@ def outputs(stores: tuple, frames: tuple, keys, B: int, out, dtype, scale, fresh
     Raises:
         TypeError, ValueError: a bad ``out`` (type, shape, dtype, contiguity, overlap).
     """
-    outs = []
     if out is None:
-        for i in frames:
-            outs.append(stores[i].outputs(B, None, dtype, scale, fresh))
-        return outs
+        return [stores[i].outputs(B, None, dtype, scale, fresh) for i in frames]
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise TypeError("out must be a pair (obs_out, next_obs_out) of ndarrays")
     if keys is None:
@@ -99,8 +96,7 @@ def outputs(stores: tuple, frames: tuple, keys, B: int, out, dtype, scale, fresh
                 f"frame key {fkeys}"
             )
         pairs = [(out[0][key], out[1][key]) for key in fkeys]
-    for i, pair in zip(frames, pairs, strict=True):
-        outs.append(stores[i].outputs(B, pair, dtype, scale))
+    outs = [stores[i].outputs(B, pair, dtype, scale) for i, pair in zip(frames, pairs, strict=True)]
     arrays = [a for o in outs for a in o[:2]]
     for j, a in enumerate(arrays):
         for b in arrays[:j]:
