@@ -31,3 +31,4 @@ cpdef tuple prepare_all(tuple stores, tuple obs, tuple nxt, final, Py_ssize_t E,
 
 @cython.locals(i=Py_ssize_t)
 cpdef hold_all(tuple stores, tuple parts, tuple nxt, envs)
+cpdef object frames_view(arr, str layout, Py_ssize_t k, Py_ssize_t lead=*)

@@ -54,7 +54,7 @@ def check_pool_geometry(pool, frame_shape: tuple, dtype: np.dtype) -> None:
         )
 
 
-def frames_view(arr: np.ndarray, layout: str, k: int, lead: int = 1) -> np.ndarray:
+def frames_view(arr, layout, k, lead=1) -> np.ndarray:
     """``(E, *obs_shape)`` -> a view ``(E, k, *S)`` (may be strided); ``lead`` 0: ``(k, *S)``."""
     if layout == "stack":
         return arr
