@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import platform
+import random
 import statistics
 import sys
 import time
@@ -85,14 +86,18 @@ def round_robin_us(fns: dict, repeats: int, warmup: int, block: int = 1) -> dict
 
     On a shared host whose speed drifts, functions compared with one another are then
     timed in the same moments; blocks of calls keep each function's steady state (its
-    allocations reused, its working set in cache) as a loop calling it would.
+    allocations reused, its working set in cache) as a loop calling it would. The order
+    is shuffled each round (seeded): a function timed right after another inherits its
+    cache state, which would favour whichever always came second.
     """
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     times: dict = {k: [] for k in fns}
+    order, shuffle = list(fns.items()), random.Random(0).shuffle
     for _ in range(max(1, repeats // block)):
-        for k, fn in fns.items():
+        shuffle(order)
+        for k, fn in order:
             for _ in range(block):
                 t0 = time.perf_counter()
                 fn()
