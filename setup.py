@@ -53,7 +53,9 @@ ext = Extension(
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
     extra_compile_args=extra,
     extra_objects=[BLOSC2_STATIC],  # static: the wheel has no run-time dependency on blosc2
-    libraries=["pthread", "dl", "m"] if os.name != "nt" else [],
+    # NumPy's static npyrandom: draw_integers calls the routine Generator.integers calls
+    library_dirs=[os.path.join(np.get_include(), "..", "..", "random", "lib")],
+    libraries=["npyrandom"] + (["pthread", "dl", "m"] if os.name != "nt" else []),
     # _core.pyx includes one .pxi per topic: a change to any of them rebuilds the module
     depends=sorted(glob.glob("csrc/*.pxi") + glob.glob("csrc/*.h")),
 )

@@ -27,6 +27,8 @@ cimport numpy as cnp
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_FromObject
 from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.pycapsule cimport PyCapsule_GetPointer
+from numpy.random cimport bitgen_t
 from libc.stdint cimport (
     INT32_MAX, INT64_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t,
 )
@@ -48,7 +50,7 @@ lf_codec_init()  # once per process: C-Blosc2's global state; every codec call u
 __all__ = [
     "FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool",
     "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW", "SumTree", "RowRing",
-    "set_num_threads", "get_num_threads",
+    "set_num_threads", "get_num_threads", "draw_integers",
 ]
 
 #: Kinds of blob in an :func:`encode_frames` container: a compressed frame, a compressed

@@ -141,7 +141,7 @@ class Ring(_core.RowRing):
             raise ValueError("cannot sample from an empty ReplayBuffer")
         n_skip = self.counted
         if self.n_step == 1 and n_skip == 0:
-            return rng.integers(0, total, size=count)
+            return _core.draw_integers(rng, total, count)
         # transitions that can be invalid: placeholders and each stream's open windows
         lower = total - n_skip - (self.n_step - 1) * self.num_streams
         if lower * 16 < total:  # few sure ones: enumerate the valid ones
@@ -151,11 +151,11 @@ class Ring(_core.RowRing):
                     "no transition can be sampled yet: every stored n-step window is "
                     "still open (add more steps) or an autoreset placeholder"
                 )
-            return ok[rng.integers(0, ok.size, size=count)]
-        idx = rng.integers(0, total, size=count)
+            return ok[_core.draw_integers(rng, ok.size, count)]
+        idx = _core.draw_integers(rng, total, count)
         bad = np.flatnonzero(~self.sampleable(idx))
         while bad.size:
-            idx[bad] = rng.integers(0, total, size=bad.size)
+            idx[bad] = _core.draw_integers(rng, total, bad.size)
             bad = bad[~self.sampleable(idx[bad])]
         return idx
 
