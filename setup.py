@@ -64,7 +64,13 @@ ext = Extension(
 # (Cython's pure-Python mode): an add or a sample runs their code without the interpreter's
 # per-bytecode cost. The .py files stay the source (and run as they are if not compiled).
 COMPILED_PY = [
-    Extension(f"lazyframes.replay.{m}", [f"lazyframes/replay/{m}.py"], extra_compile_args=extra)
+    Extension(
+        f"lazyframes.replay.{m}",
+        [f"lazyframes/replay/{m}.py"],
+        include_dirs=[np.get_include()],  # (_store reads an ndarray's shape from C)
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
+        extra_compile_args=extra,
+    )
     for m in ("_args", "_ring", "_store", "_samples", "_buffer", "_prioritized")
 ]
 

@@ -1,5 +1,6 @@
 # _store.py's compiled declarations (Cython pure-Python mode): fields read from C.
 cimport cython
+cimport numpy as cnp
 
 cdef class Geometry:
     cdef public object dtype, frame_shape, layout, obs_shape
@@ -32,3 +33,6 @@ cpdef tuple prepare_all(tuple stores, tuple obs, tuple nxt, final, Py_ssize_t E,
 @cython.locals(i=Py_ssize_t)
 cpdef hold_all(tuple stores, tuple parts, tuple nxt, envs)
 cpdef object frames_view(arr, str layout, Py_ssize_t k, Py_ssize_t lead=*)
+
+@cython.locals(a=cnp.ndarray, shape=tuple, i=Py_ssize_t, n=Py_ssize_t)
+cdef bint _stacked(object x, Py_ssize_t E, bint lead, Geometry g)

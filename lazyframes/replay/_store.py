@@ -146,13 +146,10 @@ class Store:
     """A leaf's storage: :class:`FrameStore` (frames in a pool) or :class:`VectorStore`."""
 
     def prepare(self, obs, nxt, final, E, batched, ring, envs, values) -> tuple:
-        """``((obs, next_obs), plain_next)``: the owners of the leaf's part of one add.
+        """``((obs, next_obs), plain_next)``: this leaf's owners of an add, ``nxt`` as given.
 
-        ``obs``, ``nxt``: the leaf's observations and next observations as given; ``final``:
-        None or ``(rows, final)``, final observations replacing the next ones of ``rows``;
-        ``E``: the add's transitions; ``batched``: arguments with a leading axis of ``E``;
-        ``ring``: the buffer's ring; ``envs``: the env ids (None: every env); ``values``:
-        the ring's values of the add.
+        ``final``: None or ``(rows, final)``, final observations of ``rows``; ``E``: the
+        transitions (``batched``: a leading axis of ``E``); ``envs``: the env ids or None.
         """
         raise NotImplementedError
 
@@ -172,6 +169,20 @@ def hold_all(stores, parts, nxt, envs) -> None:
     for i in range(len(stores)):
         if parts[i][1] is not nxt[i] and type(stores[i]) is FrameStore:
             stores[i].hold(envs, parts[i][1])
+
+
+def _stacked(x, E, lead, g) -> bool:
+    """``x`` is an ndarray of observations of ``g`` (``lead``: ``E`` of them, else one)."""
+    if type(x) is not _ndarray:
+        return False
+    a, shape = x, g.obs_shape
+    if a.ndim != lead + len(shape) or (lead and a.shape[0] != E):
+        return False
+    for i in range(len(shape)):
+        n = shape[i]
+        if a.shape[lead + i] != n:
+            return False
+    return a.dtype is g.dtype or a.dtype == g.dtype
 
 
 class FrameStore(Store):
@@ -235,10 +246,6 @@ class FrameStore(Store):
         the frames pushed are held by the owners returned. The first add decides the
         geometry and pool, which the store takes only at :meth:`adopt`.
 
-        Returns:
-            ``((obs, next_obs), plain_next)``: the owners to store, and the next
-            observations as given (``next_obs`` before the final ones replace rows).
-
         Raises:
             ValueError, TypeError: observations of another geometry than the store's
                 (or its pool's), that cannot be split into frames, or of another dtype;
@@ -271,11 +278,9 @@ class FrameStore(Store):
         a leading axis of ``E`` when batched), any other argument an :class:`_Obs`.
         """
         g = self._geom
-        if g is not None and final is None and type(obs) is _ndarray and type(nxt) is _ndarray:
-            want = (E,) + g.obs_shape if batched else g.obs_shape
-            same = obs.dtype is g.dtype is nxt.dtype or obs.dtype == g.dtype == nxt.dtype
-            if obs.shape == want == nxt.shape and same:
-                return obs, nxt, None, g, self._pool
+        stacked = g is not None and final is None and _stacked(obs, E, batched, g)
+        if stacked and _stacked(nxt, E, batched, g):
+            return obs, nxt, None, g, self._pool
         names = self._names
         o = describe(obs, names[0], E, batched)
         n = describe(nxt, names[1], E, batched)
@@ -314,15 +319,11 @@ class FrameStore(Store):
     def hold(self, envs, nxt) -> None:
         """Hold the newest next observation ``nxt`` of each stream of an add, pushed here.
 
-        It is what the agent acts on now, and what the stream's next add de-duplicates
-        its stacks against, byte for byte, which in a compressing pool needs them
-        uncompressed (a wrapper's ring holds them just the same for its LazyFrames).
-        At most ``2k`` frames a stream are held (in a pool that does not compress, frames
-        the table holds anyway, until the row is evicted); :meth:`release` lets them go.
-        ``envs``: the add's env ids (None: every env); ``nxt``: its next observations'
-        owner. An add of every env replaces what is held; an add of some
-        (``env_ids``) maps each of its streams to the whole owner (no per-row objects
-        made): an owner goes once every stream of its add has added again.
+        What the stream's next add de-duplicates its stacks against, byte for byte: in a
+        compressing pool they must stay uncompressed (as a wrapper's ring keeps its own).
+        At most ``2k`` frames a stream; :meth:`release` lets them go. ``envs``: the add's
+        env ids (None: every env, replacing what is held; else each stream maps to the
+        whole owner ``nxt``, which goes once every stream of its add has added again).
         """
         if envs is None:
             self._every = nxt
@@ -466,15 +467,13 @@ class FrameStore(Store):
     def pin(self, idx, last) -> tuple:
         """Owners of the frames of ``idx``'s observations and ``last``'s next observations.
 
-        Two LazyBatches in the store's layout (``SlotTable.batch``): they hold a reference
-        on each frame, so the frames the rows hold now stay live and unchanged (a frame
-        an owner holds is not compressed) whatever adds overwrite the rows afterwards;
-        ``LazyBatch.numpy_pairs`` copies them out, in any thread. Frames waiting to be
-        compressed are compressed first (``FramePool.flush``).
+        Two LazyBatches in the store's layout (``SlotTable.batch``) holding a reference on
+        each frame: the rows' frames stay live and unchanged (not compressed) whatever adds
+        overwrite the rows; ``LazyBatch.numpy_pairs`` copies them out, in any thread.
+        Frames waiting to be compressed are compressed first (``FramePool.flush``).
         """
-        g = self._geom
+        g, table = self._geom, self._table
         self._pool.flush()
-        table = self._table
         return (
             table.batch(idx, 0, g.k, layout=g.layout),
             table.batch(last, g.k, 2 * g.k, layout=g.layout),
@@ -501,12 +500,10 @@ def _as_part(o, pool, geom: Geometry, candidates):
     """One described argument as an owner of ``pool``'s slots, ready for ``SlotTable.set``.
 
     ``o``: an :class:`_Obs`, or stacked ndarrays ``(E, *obs_shape)`` of the geometry
-    (or one ``obs_shape``).
-
-    Lazy input of ``pool`` is its own owner (no frame copied). Frames (ndarrays, or
-    LazyFrames of another pool) are pushed in one ``_push_dedup`` call, reusing the slot
-    of a frame with equal bytes in ``candidates`` (a LazyBatch of ``pool`` with one row
-    per env, or None) or earlier in the same observation (reset padding).
+    (or one ``obs_shape``). Lazy input of ``pool`` is its own owner (no frame copied).
+    Frames (ndarrays, LazyFrames of another pool) are pushed in one ``_push_dedup`` call,
+    reusing a frame with equal bytes in ``candidates`` (a LazyBatch of ``pool``, a row per
+    env, or None) or earlier in the same observation (reset padding).
     """
     k = geom.k
     if type(o) is _ndarray:
