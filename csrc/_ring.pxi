@@ -963,23 +963,30 @@ def draw_integers(rng, high, count):
 
     One call of the routine ``Generator.integers`` calls (NumPy's ``npyrandom``, Lemire's
     method), under the bit generator's lock, without its Python-level checks (``np.prod``
-    of the size alone costs ten times the draws of a batch of 32).
+    of the size alone costs ten times the draws of a batch of 32). Integers only.
 
     Raises:
-        TypeError: ``rng`` is not a ``numpy.random.Generator``. ValueError: ``high < 1``
-            or ``count < 0``.
+        TypeError: ``rng`` is not a ``numpy.random.Generator`` over a bit generator of C
+            functions; ``high`` or ``count`` not an integer (a bool count is not one).
+        ValueError: ``high`` outside ``[1, 2**63]``, or ``count < 0``.
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-    cdef int64_t h = operator.index(high), n = operator.index(count)
-    if h < 1 or n < 0:
-        raise ValueError(f"need high >= 1 and count >= 0, got high={h}, count={n}")
+    if isinstance(count, bool):
+        raise TypeError("count must be an integer, got bool")
+    h, n = operator.index(high), operator.index(count)
+    if not 1 <= h <= 2**63 or n < 0:
+        raise ValueError(f"need 1 <= high <= 2**63 and count >= 0, got high={h}, count={n}")
     bits = rng.bit_generator
     capsule = bits.capsule
     cdef bitgen_t *state = <bitgen_t *>PyCapsule_GetPointer(capsule, "BitGenerator")
+    if state.state == NULL or state.next_uint32 == NULL or state.next_uint64 == NULL:
+        raise TypeError("rng's bit generator has no C functions to draw with")
     cdef cnp.ndarray out = np.empty(n, np.int64)
     cdef uint64_t *data = <uint64_t *>cnp.PyArray_DATA(out)
+    cdef uint64_t top = <uint64_t>(h - 1)
+    cdef cnp.npy_intp cnt = n
     with bits.lock:
         with nogil:
-            random_bounded_uint64_fill(state, 0, <uint64_t>(h - 1), n, False, data)
+            random_bounded_uint64_fill(state, 0, top, cnt, False, data)
     return out

@@ -15,13 +15,12 @@ import operator
 import numpy as np
 
 from .. import _core
-from .._checks import LAYOUTS
+from .._checks import layout_name
 
 #: What the leading axis of a batched add counts, for error messages.
 PER_ADD = "(num_envs, or one per id of env_ids)"
 _SCALARS = (bool, int, float)
 _LazyBatch = _core.LazyBatch
-#: Types of batched observation arguments, and of Dict ones (or lists of them).
 #: NumPy's integer and float scalar types (an action from ``argmax``, a reward from a
 #: NumPy env), taken for one transition as the same number in Python (``int``, ``float``)
 _NP_INTS = frozenset(
@@ -56,8 +55,7 @@ def options(num_envs, action_shape, action_dtype, layout, stack_size) -> tuple:
     action_dtype = np.dtype(action_dtype)
     if action_dtype.kind not in "biuf":
         raise TypeError(f"action_dtype must be a numeric dtype, got {action_dtype}")
-    if layout is not None and layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    layout = None if layout is None else layout_name(layout)  # (a plain str)
     if stack_size is not None:
         stack_size = operator.index(stack_size)
         if stack_size < 1:

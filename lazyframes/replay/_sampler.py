@@ -30,7 +30,7 @@ class DrawGate:
 
     A sampler owes a draw (:meth:`owe`) when it asks its thread for one, the thread pays
     it (:meth:`pay`) once drawn, skipped or failed; the buffer calls :meth:`wait` first in
-    every call that changes or reads what a draw reads.
+    every call that changes or reads what a draw reads (add tests :attr:`owed` first).
     """
 
     __slots__ = ("__weakref__", "_cond", "owed")

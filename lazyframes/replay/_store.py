@@ -149,7 +149,8 @@ class Store:
         """``((obs, next_obs), plain_next)``: this leaf's owners of an add, ``nxt`` as given.
 
         ``final``: None or ``(rows, final)``, final observations of ``rows``; ``E``: the
-        transitions (``batched``: a leading axis of ``E``); ``envs``: the env ids or None.
+        transitions (``batched``: a leading axis of ``E``); ``ring``: the buffer's ring,
+        which checks ``values``, the ring's values of the add; ``envs``: env ids or None.
         """
         raise NotImplementedError
 

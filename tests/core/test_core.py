@@ -743,9 +743,10 @@ def test_scalar_frames_stack_on_a_new_axis():
 
 @pytest.mark.parametrize("bits", [np.random.PCG64, np.random.Philox, np.random.MT19937])
 def test_draw_integers_is_generator_integers(bits):
-    for seed, high, n in itertools.product(range(3), (1, 7, 2**32 - 1, 2**32 + 5), (0, 1, 33)):
+    for seed, high, n in itertools.product(range(3), (1, 7, 2**32 - 1, 2**63), (0, 1, 33)):
         a, b = np.random.Generator(bits(seed)), np.random.Generator(bits(seed))
         assert np.array_equal(core.draw_integers(a, high, n), b.integers(0, high, size=n))
         assert a.random() == b.random()  # the same generator state after
     refused(TypeError, "Generator", core.draw_integers, np.random.RandomState(0), 5, 1)
-    refused(ValueError, "high >= 1", core.draw_integers, a, 0, 1)
+    refused(ValueError, "1 <= high", core.draw_integers, a, 0, 1)
+    refused(TypeError, "bool", core.draw_integers, a, 5, True)

@@ -54,7 +54,7 @@ def test_constructor_refuses_bad_options(kwargs, exc, match):
 
 
 def test_properties_before_and_after_the_first_add():
-    rb = ReplayBuffer(10, num_envs=3, layout="last", stack_size=4, action_shape=2,
+    rb = ReplayBuffer(10, num_envs=3, layout=np.str_("last"), stack_size=4, action_shape=2,
                       action_dtype=np.float32)  # fmt: skip
     assert (rb.capacity, rb.num_envs, rb.n_step, rb.gamma) == (9, 3, 1, 0.99)  # rounded down
     assert rb.action_shape == (2,) and rb.action_dtype == np.float32
@@ -64,7 +64,7 @@ def test_properties_before_and_after_the_first_add():
     o = np.zeros((3, 84, 84, 4), np.uint8)
     rb.add(o, np.zeros((3, 2)), [0, 0, 0], o + 1, [False] * 3, [False] * 3)
     assert rb.observation_shape == (84, 84, 4) and rb.pool.frame_shape == (84, 84, 1)
-    assert (rb.stack_size, rb.layout) == (4, "last")
+    assert (rb.stack_size, rb.layout) == (4, "last") and type(rb.layout) is str
     assert rb.memory()["unique_frames"] == 3 * 2  # frames are de-duplicated per env stream
     assert repr(rb) == (
         "ReplayBuffer(capacity=9, num_envs=3, n_step=1, len=3, observation_shape=(84, 84, 4), "
