@@ -591,45 +591,60 @@ cdef LazyBatch _step(FramePool pool, lf_layout code, LazyBatch prev, Py_ssize_t 
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef LazyBatch _dedup(FramePool pool, cnp.ndarray arr, Py_ssize_t E, Py_ssize_t k,
-                      LazyBatch cand):
-    """:meth:`FramePool._push_dedup` on checked C-contiguous frames ``(E, k, *S)``."""
-    cdef Py_ssize_t m = 0, e, j, jj, q, start
+cdef LazyBatch _dedup(FramePool pool, tuple arrs, Py_ssize_t E, Py_ssize_t k, LazyBatch cand):
+    """:meth:`FramePool._push_dedup` on checked C-contiguous frames: ``arrs`` one or two
+    arrays ``(E, k, *S)``, pushed row by row into a batch ``(E, len(arrs) * k)``."""
+    cdef Py_ssize_t h, nh = len(arrs), w = nh * k, e, j, jj, q, start, m = 0, off = 0, cm
     cdef const int64_t *cp = NULL
+    cdef const int64_t *row
     if cand is not None:
-        m = cand._k
+        m = min(cand._k, k)
+        off = cand._k - m  # a row's last m frames: its newest observation
         cp = cand._slots
     cdef size_t fb = pool.p.frame_bytes
-    cdef const unsigned char *src = <const unsigned char *>cnp.PyArray_DATA(arr)
+    cdef const unsigned char *srcs[2]
+    for h in range(nh):
+        srcs[h] = <const unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>arrs[h])
+    cdef const unsigned char *src
     cdef const unsigned char *f
-    cdef LazyBatch b = _new_batch(LF_STACK, E, k)
+    cdef LazyBatch b = _new_batch(LF_STACK, E, w)
     cdef int64_t *o = b._slots
     cdef int64_t found, c
     for e in range(E):
-        start = 0  # where the last frame matched, plus one: a stack shifts by whole frames
-        for j in range(k):
-            f = src + (e * k + j) * fb
-            found = -1
-            for q in range(m):
-                c = cp[e * m + (start + q) % m]
-                if lf_pool_is_hot(&pool.p, c) and memcmp(lf_pool_addr(&pool.p, c), f, fb) == 0:
-                    found = c
-                    start = (start + q + 1) % m
-                    break
-            if found < 0:
-                for jj in range(j):
-                    if memcmp(src + (e * k + jj) * fb, f, fb) == 0:
-                        found = o[e * k + jj]
+        for h in range(nh):
+            # candidates: the row of cand for the first observation, else the row's first
+            src = srcs[h] + e * k * fb
+            row, cm = o + e * w, k
+            if h == 0:
+                row, cm = cp, m
+                if cp != NULL:
+                    row = cp + e * (m + off) + off
+            start = 0  # where the last frame matched, plus one: a stack shifts by whole frames
+            for j in range(k):
+                f = src + j * fb
+                found = -1
+                q = start
+                for jj in range(cm):  # (no division: this loop runs for every frame)
+                    c = row[q]
+                    q = q + 1 if q + 1 < cm else 0
+                    if lf_pool_is_hot(&pool.p, c) and memcmp(lf_pool_addr(&pool.p, c), f, fb) == 0:
+                        found = c
+                        start = q
                         break
-            if found >= 0:
-                lf_pool_incref(&pool.p, found)
-            else:
-                found = lf_pool_alloc(&pool.p)
                 if found < 0:
-                    _decref_all(&pool.p, o, e * k + j)
-                    raise MemoryError("the frame pool cannot grow")
-                memcpy(lf_pool_addr(&pool.p, found), f, fb)
-            o[e * k + j] = found
+                    for jj in range(j):
+                        if memcmp(src + jj * fb, f, fb) == 0:
+                            found = o[e * w + h * k + jj]
+                            break
+                if found >= 0:
+                    lf_pool_incref(&pool.p, found)
+                else:
+                    found = lf_pool_alloc(&pool.p)
+                    if found < 0:
+                        _decref_all(&pool.p, o, e * w + h * k + j)
+                        raise MemoryError("the frame pool cannot grow")
+                    memcpy(lf_pool_addr(&pool.p, found), f, fb)
+                o[e * w + h * k + j] = found
     b._n = E
     b._pool = pool
     return b

@@ -827,16 +827,20 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
             raise ValueError("push_batch needs at least one frame")
         return _step(self, code, None, kk, arr, NULL, pad)
 
-    def _push_dedup(self, frames, candidates=None):
+    def _push_dedup(self, frames, candidates=None, next_frames=None):
         """Push ``(E, k, *S)`` frames (or ``(k, *S)``: one observation) as a :class:`LazyBatch`,
         reusing slots whose bytes are equal.
 
-        Frame j of row e reuses, in this order, a frame of row e of ``candidates`` (a
-        LazyBatch ``(E, m)`` of this pool, e.g. that env's previous observation) with
-        equal bytes, or an earlier frame of the same row with equal bytes (reset
-        padding); otherwise it is copied into a new slot. This is how observations that
-        arrive as plain stacked arrays (EnvPool, SB3's VecFrameStack) cost one new frame
-        per step. The result has the ``"stack"`` layout.
+        Frame j of row e reuses, in this order, one of the last k frames of row e of
+        ``candidates`` (a LazyBatch ``(E, m)`` of this pool, e.g. that env's previous
+        observation) with equal bytes, or an earlier frame of the same row with equal
+        bytes (reset padding); otherwise it is copied into a new slot. This is how
+        observations that arrive as plain stacked arrays (EnvPool, SB3's VecFrameStack)
+        cost one new frame per step. The result has the ``"stack"`` layout.
+
+        ``next_frames``: optional frames of the same shape (each row's next observation),
+        pushed likewise after each row's frames, with that row's frames as candidates: the
+        result is then one batch ``(E, 2k)`` of both.
 
         Raises:
             TypeError, ValueError: frames of the wrong dtype or shape, candidates of
@@ -846,6 +850,12 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         cdef bint one = cnp.PyArray_Check(frames) and cnp.PyArray_NDIM(frames) == self._nd + 1
         cdef cnp.ndarray arr = self._as_frames(frames, 1 if one else 2)
         cdef Py_ssize_t E = 1 if one else arr.shape[0], k = arr.shape[0 if one else 1]
+        cdef cnp.ndarray nxt = None
+        if next_frames is not None:
+            nxt = self._as_frames(next_frames, 1 if one else 2)
+            if nxt.shape[0] != arr.shape[0] or (not one and nxt.shape[1] != k):
+                raise ValueError(f"next_frames has shape {(<object>nxt).shape}, frames "
+                                 f"{(<object>arr).shape}")
         cdef LazyBatch cand = None
         if candidates is not None:
             cand = _check_batch(self, candidates, "candidates", "a LazyBatch or None")
@@ -853,7 +863,11 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
                 raise ValueError(f"candidates has {cand._n} rows, expected {E}")
         if not cnp.PyArray_IS_C_CONTIGUOUS(arr):  # checked above: no Python code runs
             arr = np.ascontiguousarray(arr)
-        return _dedup(self, arr, E, k, cand)
+        if nxt is None:
+            return _dedup(self, (arr,), E, k, cand)
+        if not cnp.PyArray_IS_C_CONTIGUOUS(nxt):
+            nxt = np.ascontiguousarray(nxt)
+        return _dedup(self, (arr, nxt), E, k, cand)
 
     def gather(self, slots, out=None, *, layout="last", dtype=None, scale=None):
         """Copy ``B`` observations of ``k`` slots each (ints ``(B, k)``) into one array.

@@ -74,6 +74,14 @@ cdef cnp.ndarray _int64s(object x, str name):
                                cnp.NPY_ARRAY_IN_ARRAY | cnp.NPY_ARRAY_FORCECAST)
 
 
+cdef bint _plain_bits(object bits):
+    """Every bit is None or a bool (immutable)."""
+    for b in <tuple>bits:
+        if not (b is None or type(b) is bool):
+            return False
+    return True
+
+
 @cython.no_gc
 cdef class RowRing:
     """RowRing(capacity, num_streams, columns, counted=None)
@@ -146,6 +154,11 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
     cdef Py_ssize_t _counted_col  # -1: no count
     cdef uint8_t _counted_mask
     cdef Py_ssize_t _counted
+    # the values of the last check() of every stream, if all are immutable scalars (and
+    # how they were taken): append() of the same tuple next takes them without a re-check
+    cdef tuple _checked
+    cdef int _checked_how[16]
+    cdef _Scalar _checked_sc[16]
 
     def __cinit__(self):
         self._kinds = NULL
@@ -605,7 +618,12 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         if self._ncols > 16:
             raise TypeError("at most 16 columns")
         cdef list converted = None  # the values, once one is converted (they stay alive)
-        for j in range(self._ncols):
+        cdef bint known = s is None and values is self._checked
+        cdef bint immutable = s is None and not write  # (check() keeps what it saw)
+        if known:  # checked already (the same tuple of immutable values: still valid)
+            memcpy(how, self._checked_how, sizeof(how))
+            memcpy(sc, self._checked_sc, sizeof(sc))
+        for j in range(0 if known else self._ncols):
             v = (<tuple>values)[j]
             if self._bits[j] and type(v) is tuple:
                 v = self._convert_bits(j, <tuple>v, e)
@@ -619,8 +637,13 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                 if converted is None:
                     converted = list(values)
                 converted[j] = v
+            immutable = immutable and (how[j] == 3 or how[j] == 2 and _plain_bits(v))
         if converted is not None:
             values = tuple(converted)
+        elif immutable and not known:
+            self._checked = <tuple>values
+            memcpy(self._checked_how, how, sizeof(how))
+            memcpy(self._checked_sc, sc, sizeof(sc))
         cdef const int64_t *src[8 * _MAX_PARTS]
         cdef Py_ssize_t ks[8 * _MAX_PARTS]
         cdef Py_ssize_t nparts[8]

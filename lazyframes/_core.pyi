@@ -86,7 +86,10 @@ class FramePool:
     ) -> np.ndarray: ...
     def _push_known(self, obj: object, arr: np.ndarray) -> FrameRef: ...
     def _push_dedup(
-        self, frames: npt.ArrayLike, candidates: LazyBatch | None = None
+        self,
+        frames: npt.ArrayLike,
+        candidates: LazyBatch | None = None,
+        next_frames: npt.ArrayLike | None = None,
     ) -> LazyBatch: ...
 
 class FrameRef:

@@ -182,19 +182,21 @@ class Sender:
         envs = np.arange(E) if envs is None else envs
         actions, rewards, flags = self._parser.arrays(values, E)
         frames = self._frames
-        (obs_o, next_o), plain = frames.prepare(
+        parts, plain = frames.prepare(
             obs[0], next_obs[0], final and (final[0], final[1][0]), E, batched, self, envs, values
         )
         # nothing below can fail
         if frames.geometry is None:
             frames.adopt()
             self._last = np.full((self._num_envs, frames.geometry.k), -1, np.int64)
-        frames.put(envs.tolist(), obs_o, plain)  # each env's latest: de-duplication candidates
         k = frames.geometry.k
-        obs_ids = np.reshape(obs_o.slots, (E, k))
-        stored = np.reshape(next_o.slots, (E, k))
-        next_ids = np.reshape(plain.slots, (E, k))
-        self._held.extend((obs_o, next_o, plain))
+        ids = np.concatenate([np.reshape(p.slots, (E, -1)) for p in parts], axis=1)
+        obs_ids, stored = ids[:, :k], ids[:, k:]
+        next_ids = np.reshape(plain.slots, (E, -1))[:, -k:]
+        # each env's latest (de-duplication candidates): its obs and plain next obs
+        latest = frames.pool.lazy_batch(np.concatenate([obs_ids, next_ids], axis=1))
+        frames.put(envs.tolist(), (latest,))
+        self._held.extend((*parts, plain))
         self._register(envs, obs_ids, stored, next_ids)
         self._rows.append((obs_ids, stored, envs, actions, rewards, flags))
         self._last[envs] = next_ids

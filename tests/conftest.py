@@ -23,11 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data")
 
 # Long property runs behind an environment variable; a small default keeps CI fast.
-settings.register_profile(
-    "default",
-    max_examples=int(os.environ.get("LAZYFRAMES_HYPOTHESIS_EXAMPLES", "60")),
-    deadline=None,
-)
+EXAMPLES = int(os.environ.get("LAZYFRAMES_HYPOTHESIS_EXAMPLES", "60"))
+settings.register_profile("default", max_examples=EXAMPLES, deadline=None)
 settings.load_profile("default")
 
 

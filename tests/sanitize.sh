@@ -22,6 +22,11 @@ LIBASAN="$(gcc -print-file-name=libasan.so)"
 BLOSC2="$(python -c 'import blosc2, os; print(os.path.dirname(blosc2.__file__))')"
 SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/lazyframes-asan.XXXXXX")"
 trap 'rm -rf "$SCRATCH"' EXIT
+copy() {  # the checkout, without what a build makes, into the new folder $1
+    mkdir "$1" && tar -C "$ROOT" -cf - --exclude=.git --exclude=build --exclude='*.egg-info' \
+        --exclude=__pycache__ --exclude='.*_cache' --exclude=.hypothesis --exclude='*.so' \
+        --exclude=csrc/_core.c . | tar -C "$1" -xf -
+}
 
 echo "-- csrc/test_kernels.c"
 gcc -std=c99 -O1 -Wall -Wextra $FLAGS -I"$ROOT/csrc" -I"$BLOSC2/include" \
@@ -42,10 +47,7 @@ tail -n 1 "$SCRATCH/threads.log"
 if grep -Eq 'WARNING: ThreadSanitizer|FAIL' "$SCRATCH/threads.log"; then cat "$SCRATCH/threads.log"; exit 1; fi
 
 echo "-- the extension, built with the sanitizers in $SCRATCH/src"
-mkdir "$SCRATCH/src"
-tar -C "$ROOT" -cf - --exclude=.git --exclude=build --exclude='*.egg-info' \
-    --exclude=__pycache__ --exclude='.*_cache' --exclude=.hypothesis --exclude='*.so' \
-    --exclude=csrc/_core.c . | tar -C "$SCRATCH/src" -xf -
+copy "$SCRATCH/src"
 cd "$SCRATCH/src"
 LAZYFRAMES_OPT=-O1 CFLAGS="$FLAGS" LDFLAGS="-fsanitize=address,undefined" \
     python setup.py -q build_ext --inplace > "$SCRATCH/build.log" 2>&1 \
@@ -69,10 +71,7 @@ LIBTSAN="$(gcc -print-file-name=libtsan.so)"
 [[ "$LIBTSAN" = /* ]] || { echo "sanitize.sh: gcc has no libtsan.so" >&2; exit 1; }
 # the interpreter itself: a launcher script (pyenv's shim) would run under libtsan too
 PY="$(python -c 'import sys; print(sys.executable)')"
-mkdir "$SCRATCH/tsan"
-tar -C "$ROOT" -cf - --exclude=.git --exclude=build --exclude='*.egg-info' \
-    --exclude=__pycache__ --exclude='.*_cache' --exclude=.hypothesis --exclude='*.so' \
-    --exclude=csrc/_core.c . | tar -C "$SCRATCH/tsan" -xf -
+copy "$SCRATCH/tsan"
 cd "$SCRATCH/tsan"
 LAZYFRAMES_OPT=-O1 CFLAGS="-fsanitize=thread -fno-omit-frame-pointer -g" \
     LDFLAGS="-fsanitize=thread" "$PY" setup.py -q build_ext --inplace \

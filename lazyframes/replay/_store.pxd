@@ -19,8 +19,12 @@ cdef class FrameStore(Store):
     cdef Geometry _geom
     cdef dict _outs, _newest
     cdef tuple _described(self, obs, nxt, final, Py_ssize_t E, bint batched)
+    cpdef hold(self, envs, nxt)
 
-cpdef object _as_part(object o, object pool, Geometry geom, object candidates)
+cdef bint _owned(object o, object pool)
+cpdef object _as_part(object o, object pool, Geometry geom, object candidates, object then=*)
+@cython.locals(a=cnp.ndarray)
+cdef object _frames(object o, object pool, Geometry geom)
 
 cdef class VectorStore(Store):
     cdef tuple _names
@@ -30,7 +34,7 @@ cdef class VectorStore(Store):
 cpdef tuple prepare_all(tuple stores, tuple obs, tuple nxt, final, Py_ssize_t E, bint batched,
                         ring, envs, values)
 
-@cython.locals(i=Py_ssize_t)
+@cython.locals(i=Py_ssize_t, fs=FrameStore)
 cpdef hold_all(tuple stores, tuple parts, tuple nxt, envs)
 cpdef object frames_view(arr, str layout, Py_ssize_t k, Py_ssize_t lead=*)
 

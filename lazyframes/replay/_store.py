@@ -1,10 +1,9 @@
 """The stores of a replay buffer: one per observation leaf (docs/DESIGN.md, "The replay engine").
 
 A plain buffer has one :class:`FrameStore` (a leaf's pool, geometry and ``SlotTable`` of
-``2 k`` slot ids per transition); a Dict buffer one per frame leaf and a
-:class:`VectorStore` per other leaf. An add prepares each leaf without changing the buffer
-(:meth:`FrameStore.prepare`: ndarray frames pushed, de-duplicated, as owners nothing
-stores yet); a sample pins the drawn frames (:meth:`FrameStore.pin`), copied out later.
+``2 k`` slot ids per transition); a Dict buffer one per frame leaf and a :class:`VectorStore`
+per other leaf. An add prepares each leaf without changing the buffer (ndarray frames pushed,
+de-duplicated, into owners); a sample pins the drawn frames (:meth:`FrameStore.pin`).
 """
 
 from __future__ import annotations
@@ -108,16 +107,14 @@ def describe(x, name: str, E: int, batched: bool) -> _Obs:
             observations of different geometries.
         TypeError: non-numeric input, LazyFrames mixed with other objects.
     """
-    if isinstance(x, _LazyBatch):
+    lazies = isinstance(x, (list, tuple)) and all(isinstance(o, _LazyFrames) for o in x)
+    if isinstance(x, _LazyBatch) or (batched and lazies and x):
         if not batched:
             raise ValueError(f"{name} is a batch but one transition is added")
         if len(x) != E:
             raise ValueError(f"{name} has {len(x)} observations, expected {E} {PER_ADD}")
-        return _Obs(owner=x)
-    lazies = isinstance(x, (list, tuple)) and all(isinstance(o, _LazyFrames) for o in x)
-    if batched and lazies and x:
-        if len(x) != E:
-            raise ValueError(f"{name} has {len(x)} observations, expected {E} {PER_ADD}")
+        if isinstance(x, _LazyBatch):
+            return _Obs(owner=x)
         if len({(o.stack_size, o.frame_shape, o.dtype) for o in x}) != 1:
             raise ValueError(
                 f"the observations in {name} differ in stack size, frame shape or dtype"
@@ -146,11 +143,10 @@ class Store:
     """A leaf's storage: :class:`FrameStore` (frames in a pool) or :class:`VectorStore`."""
 
     def prepare(self, obs, nxt, final, E, batched, ring, envs, values) -> tuple:
-        """``((obs, next_obs), plain_next)``: this leaf's owners of an add, ``nxt`` as given.
+        """``(parts, plain)``: owners of an add's obs then next obs frames; ``nxt``'s owner.
 
-        ``final``: None or ``(rows, final)``, final observations of ``rows``; ``E``: the
-        transitions (``batched``: a leading axis of ``E``); ``ring``: the buffer's ring,
-        which checks ``values``, the ring's values of the add; ``envs``: env ids or None.
+        ``final``: None or ``(rows, final)``; ``E``: the transitions (``batched``: a leading
+        axis of ``E``); ``ring`` checks ``values``, the add's; ``envs``: env ids or None.
         """
         raise NotImplementedError
 
@@ -168,8 +164,9 @@ def prepare_all(stores, obs, nxt, final, E, batched, ring, envs, values) -> tupl
 def hold_all(stores, parts, nxt, envs) -> None:
     """After an add of ``prepare_all``'s ``parts``: the next observations a store pushed, held."""
     for i in range(len(stores)):
-        if parts[i][1] is not nxt[i] and type(stores[i]) is FrameStore:
-            stores[i].hold(envs, parts[i][1])
+        if parts[i][-1] is not nxt[i] and type(stores[i]) is FrameStore:
+            fs = stores[i]
+            fs.hold(envs, parts[i][-1])
 
 
 def _stacked(x, E, lead, g) -> bool:
@@ -239,13 +236,11 @@ class FrameStore(Store):
         """The owners of this leaf's observations of one add (as :meth:`Store.prepare`).
 
         Owners of the store's pool (LazyFrames, a LazyBatch) are taken as they are (the
-        ring checks their number of observations and frames against the table's); any
-        other observation is checked, then, once ``ring.check(envs, values)`` accepts
-        the add's values, split into frames pushed into the pool (de-duplicated against
-        each env's newest stored observation: the owner :meth:`hold` keeps of an add of
-        every env, else ``ring.newest(envs)``'s rows). Nothing is stored:
-        the frames pushed are held by the owners returned. The first add decides the
-        geometry and pool, which the store takes only at :meth:`adopt`.
+        ring checks their size); any other observation is checked, then, once
+        ``ring.check(envs, values)`` accepts the values, split into frames pushed into the
+        pool, de-duplicated against each env's newest stored observation (:meth:`hold`'s,
+        else ``ring.newest(envs)``'s rows), held by the owners returned. The first add
+        decides the geometry and pool, which the store takes only at :meth:`adopt`.
 
         Raises:
             ValueError, TypeError: observations of another geometry than the store's
@@ -260,17 +255,22 @@ class FrameStore(Store):
         o, n, f, geom, pool = self._described(obs, nxt, final, E, batched)
         ring.check(envs, values)  # values refused: no frame pushed
         cand = None
-        lazy = type(o) is _Obs and o.owner is not None and o.pool is pool  # stored as it is
-        if not lazy and self._table is not None:
+        if not _owned(o, pool) and self._table is not None:
             cand = self._every if envs is None else None
             if cand is None:
                 cand = self.candidates(ring.newest(envs))
-        op = _as_part(o, pool, geom, cand)
-        plain = _as_part(n, pool, geom, op)
-        np_ = plain if f is None else _with_final(pool, plain, f[0], f[1], geom, op)
+        if _owned(o, pool) or _owned(n, pool):
+            op = _as_part(o, pool, geom, cand)
+            plain = _as_part(n, pool, geom, op)
+            parts: tuple = (op, plain)
+        else:  # both pushed in one call: one owner (E, 2k)
+            plain = _as_part(o, pool, geom, cand, n)
+            parts = (plain,)
+        if f is not None:
+            parts = _with_final(pool, parts, f[0], f[1], geom)
         if self._geom is None:  # the first add: what the store takes once it succeeds
             self._staged = (geom, pool, _core.SlotTable(pool, 0, 2 * geom.k))
-        return (op, np_), plain
+        return parts, plain
 
     def _described(self, obs, nxt, final, E, batched) -> tuple:
         """``(obs, next_obs, final, geometry, pool)`` described and checked, nothing pushed.
@@ -295,10 +295,10 @@ class FrameStore(Store):
         if f is not None:
             self._check(f[1], names[2], geom, len(f[0]))
         pool = self._pool
+        if pool is None:  # (an _Obs's pool is None unless it is lazy)
+            pool = o.pool if o.owner is not None else n.pool
         if pool is None:
-            pool = o.pool if o.owner is not None else n.pool if n.owner is not None else None
-            if pool is None:
-                pool = own_pool(geom.frame_shape, geom.dtype, self._capacity, self._compress)
+            pool = own_pool(geom.frame_shape, geom.dtype, self._capacity, self._compress)
         elif self._geom is None:
             check_pool_geometry(pool, geom.frame_shape, geom.dtype)
         if self._geom is None and self._compress is not None:  # a pool given or adopted
@@ -318,13 +318,12 @@ class FrameStore(Store):
             self._owners = (_LazyFrames, _LazyBatch)
 
     def hold(self, envs, nxt) -> None:
-        """Hold the newest next observation ``nxt`` of each stream of an add, pushed here.
+        """Hold ``nxt``, an add's owner whose rows end with each stream's next observation.
 
-        What the stream's next add de-duplicates its stacks against, byte for byte: in a
-        compressing pool they must stay uncompressed (as a wrapper's ring keeps its own).
-        At most ``2k`` frames a stream; :meth:`release` lets them go. ``envs``: the add's
-        env ids (None: every env, replacing what is held; else each stream maps to the
-        whole owner ``nxt``, which goes once every stream of its add has added again).
+        What the stream's next add de-duplicates against, byte for byte: uncompressed (as a
+        wrapper's ring keeps its own), at most ``2k`` frames a stream, until :meth:`release`.
+        ``envs``: the add's env ids (None: every env, replacing what is held; else each
+        stream maps to ``nxt``).
         """
         if envs is None:
             self._every = nxt
@@ -338,13 +337,10 @@ class FrameStore(Store):
         self._every = None
         self._newest.clear()
 
-    def put(self, rows: list, obs, nxt) -> None:
-        """Store owners at table rows ``rows``, growing the table.
-
-        For a caller without a ring (``transport.Sender``, whose rows are env ids).
-        """
+    def put(self, rows: list, parts: tuple) -> None:
+        """Store ``parts`` at table rows ``rows``, growing the table (``transport.Sender``)."""
         self._table.grow(max(len(self._table), max(rows) + 1))
-        self._table.set(rows, (obs, nxt))
+        self._table.set(rows, parts)
 
     def _geometry(self, o: _Obs) -> Geometry:
         """The geometry the first add decides.
@@ -428,8 +424,7 @@ class FrameStore(Store):
             if not have:
                 return None
             rows = [r if r >= 0 else have[0] for r in rows]
-        k = self._geom.k if self._table is not None else 0
-        return self._table.batch(rows, k, 2 * k) if k else None
+        return self._table.batch(rows, self._geom.k, 2 * self._geom.k)
 
     def clear(self) -> None:
         if self._table is not None:
@@ -497,42 +492,49 @@ class FrameStore(Store):
         self._owners = (_LazyFrames, _LazyBatch)
 
 
-def _as_part(o, pool, geom: Geometry, candidates):
+def _owned(o, pool) -> bool:  # described lazy input of ``pool``: stored as it is
+    return type(o) is _Obs and o.owner is not None and o.pool is pool
+
+
+def _as_part(o, pool, geom: Geometry, candidates, then=None):
     """One described argument as an owner of ``pool``'s slots, ready for ``SlotTable.set``.
 
-    ``o``: an :class:`_Obs`, or stacked ndarrays ``(E, *obs_shape)`` of the geometry
-    (or one ``obs_shape``). Lazy input of ``pool`` is its own owner (no frame copied).
-    Frames (ndarrays, LazyFrames of another pool) are pushed in one ``_push_dedup`` call,
-    reusing a frame with equal bytes in ``candidates`` (a LazyBatch of ``pool``, a row per
-    env, or None) or earlier in the same observation (reset padding).
+    ``o``: an :class:`_Obs`, or stacked ndarrays ``(E, *obs_shape)`` of the geometry (or
+    one ``obs_shape``). Lazy input of ``pool`` is its own owner; frames are pushed in one
+    ``_push_dedup`` call, de-duplicated against ``candidates`` (a LazyBatch of ``pool``, a
+    row per env, or None), with ``then`` (the next observations, likewise) into one owner
+    of both, ``(E, 2k)``.
     """
-    k = geom.k
-    if type(o) is _ndarray:
-        frames = frames_view(o, geom.layout, k, o.ndim - len(geom.obs_shape))
-    elif o.owner is not None and o.pool is pool:
+    if _owned(o, pool):
         return o.owner
-    elif o.owner is not None:  # another pool: copy its frames out once
-        frames = o.pool.gather(np.reshape(o.owner.slots, (-1, k)), layout="stack")
-    else:
-        frames = frames_view(o.arr, o.layout or geom.layout, k)
     if type(candidates) is _LazyFrames:
         candidates = pool.lazy_batch([candidates.slots])
-    return pool._push_dedup(frames, candidates)
+    return pool._push_dedup(_frames(o, pool, geom), candidates, _frames(then, pool, geom))
 
 
-def _with_final(pool, nxt, rows: np.ndarray, f: _Obs, geom: Geometry, obs_part):
-    """The next observations to store: ``nxt``'s rows, the final ones ``f`` where ``rows``.
+def _frames(o, pool, geom: Geometry):
+    """The frames ``(E, k, *S)`` (or ``(k, *S)``) of a described argument, or None."""
+    if o is None:
+        return None
+    if type(o) is _ndarray:
+        a = o
+        return frames_view(a, geom.layout, geom.k, a.ndim - len(geom.obs_shape))
+    if o.owner is not None:  # another pool: copy its frames out once
+        return o.pool.gather(np.reshape(o.owner.slots, (-1, geom.k)), layout="stack")
+    return frames_view(o.arr, o.layout or geom.layout, geom.k)
 
-    Only the marked rows are read from the final observations, and the next observations
-    are stored as they are (a view, not a copy): the two owners' slots are combined into
-    one LazyBatch. The final frames are de-duplicated against the same env's ``obs_part``.
+
+def _with_final(pool, parts: tuple, rows: np.ndarray, f: _Obs, geom: Geometry) -> tuple:
+    """``parts`` with the next observations of ``rows`` replaced by the final ones ``f``.
+
+    Only the marked rows of ``f`` are read; one owner ``(E, 2k)`` of the slots. The final
+    frames are de-duplicated against the same env's observation.
     """
     k = geom.k
-    cand = pool.lazy_batch(np.reshape(obs_part.slots, (-1, k))[rows])
-    final = _as_part(f, pool, geom, cand)
-    slots = np.reshape(nxt.slots, (-1, k))  # a fresh array: .slots is a copy
-    slots[rows] = np.reshape(final.slots, (-1, k))
-    return pool.lazy_batch(slots)
+    slots = np.concatenate([np.reshape(p.slots, (-1, p.stack_size)) for p in parts], axis=1)
+    final = _as_part(f, pool, geom, pool.lazy_batch(slots[rows, :k]))
+    slots[rows, k:] = np.reshape(final.slots, (-1, k))
+    return (pool.lazy_batch(slots),)
 
 
 class VectorStore(Store):
@@ -619,10 +621,10 @@ def _check_rows(a: np.ndarray, name: str, shape: tuple, dtype: np.dtype) -> None
 
 def is_frame_leaf(x, batched: bool) -> bool:
     """The default ``frame_keys`` rule on a first add's leaf: uint8, >= 3 dims per observation."""
+    if batched and isinstance(x, (list, tuple)) and x and isinstance(x[0], _LazyFrames):
+        x = x[0]
     if isinstance(x, (_LazyFrames, _LazyBatch)):
         return np.dtype(x.dtype) == np.uint8 and len(x.pool.frame_shape) >= 2
-    if batched and isinstance(x, (list, tuple)) and x and isinstance(x[0], _LazyFrames):
-        return np.dtype(x[0].dtype) == np.uint8 and len(x[0].pool.frame_shape) >= 2
     a = np.asarray(x)
     return a.dtype == np.uint8 and a.ndim >= (4 if batched else 3)
 

@@ -298,6 +298,8 @@ REFUSED = {
     "dedup dtype": (TypeError, "dtype", lambda s: s.pool._push_dedup(s.good[None].astype("i2"))),
     "dedup n": (ValueError, "candidates", lambda s: s.pool._push_dedup(s.good[:, None], s.b1[:1])),
     "dedup ints": (TypeError, "", lambda s: s.pool._push_dedup(s.good[:, None], s.b1.slots)),
+    "dedup next": (ValueError, "next_frames",
+                   lambda s: s.pool._push_dedup(s.good[:, None], None, s.good[:1, None])),
     "stack none": (ValueError, "at least one", lambda s: core.stack([])),
     "stack ndarray": (TypeError, "LazyFrames", lambda s: core.stack([s.obs[0], s.good[0]])),
     "stack dtypes": (TypeError, "dtypes",
@@ -684,7 +686,13 @@ def test_push_dedup_reuses_candidates_and_earlier_frames():
     pad = pool._push_dedup(np.stack([f(9)] * 4)[None])
     assert len(set(pad.slots[0].tolist())) == 1 and pool.live_frames == 6
     assert values(pool, got.slots[0]) == [2, 3, 4, 5]
-    del got, pad, prev
+    # next frames 3 4 5 6 in the same call: one owner (1, 8), 5 and 6 new; a wide candidate
+    nxt = np.stack([f(v) for v in (3, 4, 5, 6)])
+    owner = pool._push_dedup(np.stack([f(2), f(3), f(4), f(5)]), prev, nxt)
+    b = owner.slots[0].tolist()
+    assert b[:3] == prev.slots[0, 1:].tolist() and b[4:7] == b[1:4] and pool.live_frames == 8
+    assert pool._push_dedup(nxt[None], owner).slots[0].tolist() == b[4:] and pool.live_frames == 8
+    del got, pad, prev, owner
     assert pool.live_frames == 0
 
 

@@ -259,8 +259,8 @@ def test_flush_compresses_the_frames_kept_for_the_next_add():
     rb = ReplayBuffer(100, compress=True)
     for t in range(K, len(frames) - 1):
         rb.add(frames[t - K : t], 0, 0.0, frames[t - K + 1 : t + 1], False, False)
-    m = rb.memory()  # the stream's newest observation stays hot for its next add
-    assert (m["hot_frames"], m["pending_frames"]) == (K + 1, 1)
+    m = rb.memory()  # the stream's newest transition (k + 1 frames) stays hot for its next add
+    assert (m["hot_frames"], m["pending_frames"]) == (K + 2, 1)
     rb.flush()
     assert rb.memory()["hot_frames"] == 0 == rb.memory()["pending_frames"]
     before = rb.memory()["unique_frames"]
