@@ -142,8 +142,7 @@ class _ArrayBatchLeaf:
 
     def start_batch(self, values) -> np.ndarray:
         """New rings ``(m, k, *shape)`` starting episodes at ``values``, padded."""
-        values = self._values(values)
-        ring = np.repeat(values[:, None], self.k, axis=1)
+        ring = np.repeat(self._values(values)[:, None], self.k, axis=1)
         if self.pad_value is not None:
             ring[:, :-1] = self.pad_value
         return ring
@@ -604,21 +603,16 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
                 for leaf, ring, path in zip(self._leaves, rings, self._paths, strict=True)
             )
             out[i] = self._assembled(parts)
-        info = dict(info)
-        info["final_obs"] = out
         mask = np.zeros(rows, np.bool_)
         mask[idx] = True
-        info["_final_obs"] = mask
-        return info
+        return {**info, "final_obs": out, "_final_obs": mask}
 
     def close(self, **kwargs):
         """Drop the rings' frames and close the vector env.
 
         A later ``reset`` starts again with the same padding.
         """
-        self._ring = None
-        self._last_ids = None
-        self._actions = None
+        self._ring = self._last_ids = self._actions = None
         self._pending[:] = False
         self._release()
         return self.env.close(**kwargs)

@@ -135,7 +135,7 @@ def write_archive(state: State, fh) -> None:
         "flags": ring.flags[:n],
         "env_ids": ring.env[:n],
     }
-    frame_sets = []  # (suffix, store, frame ids)
+    frame_sets = []  # (suffix, store)
     if state.keys is None:
         if state.stores:
             meta.update(state.stores[0].geometry.meta())
@@ -464,11 +464,8 @@ def write_frames(f, pool, frame_ids: np.ndarray, frame_shape: tuple, dtype: np.d
     The entry is an ``.npy`` array ``(F, *frame_shape)`` of raw frame bytes, written in
     chunks of ``_CHUNK_BYTES``; :func:`read_frames` decodes it.
     """
-    header = {
-        "descr": np.lib.format.dtype_to_descr(dtype),
-        "fortran_order": False,
-        "shape": (frame_ids.size,) + frame_shape,
-    }
+    shape = (frame_ids.size,) + frame_shape
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
     np.lib.format.write_array_header_2_0(f, header)
     step = max(1, _CHUNK_BYTES // pool.frame_bytes)
     for i in range(0, frame_ids.size, step):

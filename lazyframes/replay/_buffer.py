@@ -24,15 +24,7 @@ from ._args import Parser, options
 from ._ring import Ring
 from ._sampler import DrawGate, Sampler
 from ._samples import Drawn, Samples, constant, draw, fill, outputs
-from ._store import (
-    FrameStore,
-    check_pool,
-    hold_all,
-    kinds,
-    pool_memory,
-    prepare_all,
-    stores_for,
-)
+from ._store import FrameStore, check_pool, hold_all, kinds, pool_memory, prepare_all, stores_for
 
 
 class ReplayBuffer:
@@ -151,9 +143,7 @@ class ReplayBuffer:
         for p in pool.values() if isinstance(pool, dict) else [pool]:
             check_pool(p)
         if frame_keys is not None:
-            if isinstance(frame_keys, str):
-                frame_keys = (frame_keys,)
-            frame_keys = tuple(frame_keys)
+            frame_keys = (frame_keys,) if isinstance(frame_keys, str) else tuple(frame_keys)
             if not frame_keys or not all(isinstance(key, str) for key in frame_keys):
                 raise TypeError(f"frame_keys must be a non-empty list of str, got {frame_keys!r}")
         compress = C.compression(compress)
@@ -273,17 +263,10 @@ class ReplayBuffer:
         table = self._ring.memory() + sum(s.table_bytes() for s in self._stores)
         m = pool_memory([s for s in self._stores if isinstance(s, FrameStore)], n)
         if m["compression"] is None and not self._stores:  # no add yet: the options
-            pool = self._pool_opt
-            m["compression"] = (
-                pool.compression if isinstance(pool, _core.FramePool) else self._compress
-            )
-        held = m["bytes_held"]
-        return {
-            **m,
-            "transitions": n,
-            "table_bytes": table,
-            "bytes_per_transition": (held + table) / n if n else 0.0,
-        }
+            p = self._pool_opt
+            m["compression"] = p.compression if isinstance(p, _core.FramePool) else self._compress
+        per = (m["bytes_held"] + table) / n if n else 0.0
+        return {**m, "transitions": n, "table_bytes": table, "bytes_per_transition": per}
 
     # -- adding -----------------------------------------------------------------------
     def add(

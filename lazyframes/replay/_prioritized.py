@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import _core
 from ._buffer import ReplayBuffer
-from ._ring import SKIP
+from ._ring import NOT_SAMPLEABLE, SKIP
 from ._sampler import Sampler
 from ._samples import Samples, fill, outputs
 
@@ -252,8 +252,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             >>> batch.actions.tolist(), len(rb)  # mostly multiples of 10
             ([60, 70, 80, 85, 87, 30, 40, 50], 60)
         """
-        b = _beta(beta)
-        return self._sampler(batch_size, prefetch, dtype, scale, {"beta": b})
+        return self._sampler(batch_size, prefetch, dtype, scale, {"beta": _beta(beta)})
 
     def _pick(self, batch_size: int, options: dict) -> tuple:
         """``(positions, numbers, weights)`` of one prioritized draw (``options["beta"]``).
@@ -262,10 +261,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             ValueError: no transition is sampleable yet.
         """
         if not self._tree.total() > 0.0:
-            raise ValueError(
-                "no transition can be sampled yet: every stored n-step window is "
-                "still open (add more steps) or an autoreset placeholder"
-            )
+            raise ValueError(NOT_SAMPLEABLE)
         return self._draw(batch_size, options["beta"])
 
     def _draw(self, batch_size: int, beta: float) -> tuple:
@@ -317,8 +313,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if stored is not None:
             pos, p = pos[stored], p[stored]
         self._prio.put(pos, p)  # in order: a repeated index keeps its last
-        if most > self._max_p:
-            self._max_p = most
+        self._max_p = max(self._max_p, most)
 
     def clear(self) -> None:
         """Drop every transition and its priority; keeps ``max_priority`` and the RNG.
@@ -332,14 +327,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     # -- checkpoints ------------------------------------------------------------------
     def _extra_state(self) -> tuple[dict, dict]:
-        meta = {
-            "prioritized": {
-                "alpha": self._alpha,
-                "max_priority": self._max_p,
-                "added": self._ring.appended,
-            }
-        }
-        return meta, {"priorities": self._prio[: len(self)]}
+        pm = {"alpha": self._alpha, "max_priority": self._max_p, "added": self._ring.appended}
+        return {"prioritized": pm}, {"priorities": self._prio[: len(self)]}
 
     def _restore_extra(self, meta: dict, archive) -> None:
         """The priorities of a checkpoint (1.0 each for a plain ReplayBuffer's)."""

@@ -19,6 +19,11 @@ from ._samples import constant
 TERM = 1  # the episode terminated: don't bootstrap
 TRUNC = 2  # the episode was cut by a time limit
 SKIP = 4  # an autoreset placeholder: never sampled, ends every n-step window
+#: The error of a draw from a buffer that holds transitions but none sampleable.
+NOT_SAMPLEABLE = (
+    "no transition can be sampled yet: every stored n-step window is still open (add more "
+    "steps) or an autoreset placeholder"
+)
 
 
 class Ring(_core.RowRing):
@@ -147,10 +152,7 @@ class Ring(_core.RowRing):
         if lower * 16 < total:  # few sure ones: enumerate the valid ones
             ok = np.flatnonzero(self.sampleable(np.arange(total)))
             if ok.size == 0:
-                raise ValueError(
-                    "no transition can be sampled yet: every stored n-step window is "
-                    "still open (add more steps) or an autoreset placeholder"
-                )
+                raise ValueError(NOT_SAMPLEABLE)
             return ok[_core.draw_integers(rng, ok.size, count)]
         idx = _core.draw_integers(rng, total, count)
         bad = np.flatnonzero(~self.sampleable(idx))

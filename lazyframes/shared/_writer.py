@@ -115,8 +115,7 @@ class _Writer(_Mapping):
             fh.write(_header(k, rows, slots, fs, dt, lb, opts["group"] if opts else 0))
         self = object.__new__(cls)
         self._open(tmp, writable=True)
-        self._frame_seq[:] = -1
-        self._row_seq[:] = -1
+        self._frame_seq[:] = self._row_seq[:] = -1
         os.replace(tmp, path)  # published complete: a reader never sees a partial header
         self._path = os.fspath(path)
         self._streams, self._codec = [], opts or {}
