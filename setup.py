@@ -74,9 +74,12 @@ COMPILED_PY = [
     for m in ("_args", "_ring", "_store", "_samples", "_buffer", "_prioritized")
 ]
 
+JOBS = os.cpu_count() or 1  # the modules generated and compiled side by side
 setup(
+    options={"build_ext": {"parallel": JOBS}},
     ext_modules=cythonize(
         [ext, *COMPILED_PY],
+        nthreads=JOBS,
         compiler_directives={
             "language_level": 3,
             "binding": True,  # introspectable signatures (inspect.signature works)

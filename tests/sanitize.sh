@@ -62,7 +62,7 @@ grep -q __asan_init "$SO" || { echo "sanitize.sh: $SO is not instrumented" >&2; 
 
 echo "-- ${TESTS[*]} against it"
 status=0
-python -m pytest -q -p no:cacheprovider "${TESTS[@]}" 2>&1 | tee "$SCRATCH/tests.log" || status=$?
+python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal "${TESTS[@]}" 2>&1 | tee "$SCRATCH/tests.log" || status=$?
 if grep -Eq "$REPORT" "$SCRATCH/tests.log"; then echo "sanitize.sh: a sanitizer report" >&2; exit 1; fi
 unset LD_PRELOAD ASAN_OPTIONS UBSAN_OPTIONS
 
@@ -85,7 +85,7 @@ THREADED=(tests/replay/test_sampler.py tests/core/test_compress.py tests/core/te
 echo "-- ${THREADED[*]} (threaded tests) against it"
 tstatus=0
 LD_PRELOAD="$LIBTSAN" TSAN_OPTIONS="log_path=$SCRATCH/tsan-report" PYTHONDONTWRITEBYTECODE=1 \
-    "$PY" -m pytest -q -p no:cacheprovider "${THREADED[@]}" \
+    "$PY" -m pytest -q -p no:cacheprovider -n 2 --dist worksteal "${THREADED[@]}" \
     -k "(sampler or threads or grows or parallel) and not (fork or environment or last or first)" \
     || tstatus=$?
 if compgen -G "$SCRATCH/tsan-report.*" > /dev/null; then
