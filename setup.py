@@ -86,5 +86,5 @@ setup(
             "embedsignature": False,
             "auto_pickle": False,  # every class defines __reduce__ itself
         },
-    )
+    ),
 )
