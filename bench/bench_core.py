@@ -13,7 +13,9 @@ the same batches converted to float32 in [0, 1]), it times:
   best NumPy does from contiguous bytes);
 - **gather floor**: ``lazyframes._core._memcpy_gather``, a plain C
   loop of ``memcpy`` over the same frame addresses as the batch, GIL released: the true
-  floor of reading frames from random places, which is bound by memory latency;
+  floor of reading frames from random places, which is bound by memory latency; for
+  the float cases ``lazyframes._core._convert_gather_floor``, a plain C loop that
+  converts the same bytes at the same addresses (``float32(byte) * float32(1/255)``);
 - **baselines-style**: OpenAI baselines' LazyFrames (``np.concatenate`` on the last axis
   and its ``_out`` cache, restated in bench/baselines.py; a fresh
   object for every observation so the cache does not make it free), batched as
@@ -43,8 +45,9 @@ from bench._util import format_table, header, report_checks, target
 from bench.baselines import BaselinesLazyFrames
 from lazyframes import _core
 
-#: The gather floor, a plain C memcpy loop over a batch's frames.
+#: The gather floors, plain C loops over a batch's frames: memcpy, and uint8 -> float32 * scale.
 _memcpy_gather = _core._memcpy_gather
+_convert_gather_floor = _core._convert_gather_floor
 
 FRAME_SHAPE = (84, 84, 1)
 K = 4
@@ -123,7 +126,8 @@ COLUMNS = [
 LEGEND = (
     "lf/copy floor: lazyframes time / time to copy the same bytes when they are already "
     "contiguous;\nlf/gather floor: lazyframes time / a plain C memcpy loop over the same "
-    "frame addresses (1.00x = as fast as reading those frames can be);\n"
+    "frame addresses (1.00x = as fast as reading those frames can be; f32 rows: a plain C "
+    "loop converting the same bytes);\n"
     "x faster: peer time / lazyframes time."
 )
 
@@ -214,16 +218,23 @@ def _batch_rows(pool, frames, windows, layout, B, rng, *, repeats, warmup) -> li
     t = _time(
         {
             "lf": (lambda b: lazyframes.stack(b, out=outf, dtype=np.float32, scale=1 / 255), batch),
+            "gather": (
+                lambda s: pool.gather(s, out=outf, layout=layout, dtype=np.float32, scale=1 / 255),
+                slot_batch,
+            ),
             "floor": (lambda s: np.multiply(s, scale, out=outf), contiguous),
+            "gfloor": (lambda s: _convert_gather_floor(pool, s, outf, scale), slot_batch),
             "base": (lambda b: np.array([np.array(o) for o in b]).astype(np.float32) / 255, fresh),
             "npa": (lambda b: np.array(b).astype(np.float32) / 255, batch),
         },
         repeats,
         warmup,
     )
-    ref = {"floor": t["floor"], "base": t["base"], "npa": t["npa"]}
+    ref = {"floor": t["floor"], "gather_floor": t["gfloor"], "base": t["base"], "npa": t["npa"]}
     call = "stack(batch, out=, dtype=f32, scale=1/255)"
     rows.append(_row(f"batch {B} -> f32/255", layout, call, t["lf"], **ref))
+    call = "pool.gather(slots, out=, dtype=f32, scale=1/255)"
+    rows.append(_row(f"batch {B} gather -> f32/255", layout, call, t["gather"], **ref))
     return rows
 
 
@@ -250,7 +261,7 @@ def check_targets(rows: list[dict]) -> list[tuple[str, bool]]:
     results = []
     for r in rows:
         where = f"{r['case']} [{r['layout']}]"
-        if r["vs_gather_floor"] is not None:
+        if r["vs_gather_floor"] is not None and "f32" not in r["case"]:  # uint8 rows
             results.append(
                 target(
                     f"{where}: lazyframes / gather floor",

@@ -10,8 +10,8 @@ training step's worth of priority work, ``sample(B)`` then ``update_priorities(B
 - **lazyframes sample+update**: the whole ``sample(B)`` (84x84 uint8 frames, k = 4,
   copied out as uint8 ``(B, 4, 84, 84)`` observations and next observations) and
   ``update_priorities``;
-- **lazyframes uniform sample**: ``ReplayBuffer.sample(B)`` on the same buffer (the
-  uniform draw and the same copy): the cost the machinery adds to;
+- **lazyframes uniform sample**: ``ReplayBuffer.sample(B)`` of a uniform buffer of the
+  same transitions (the uniform draw and the same copy): the cost the machinery adds to;
 - **lazyframes tiny**: ``sample(B)`` + ``update_priorities`` of a buffer of 1x1 frames
   (k = 4): the whole call with a payload as small as cpprb's below, like for like;
 - **cpprb**: ``cpprb.PrioritizedReplayBuffer`` (C++ segment trees) ``sample(B, beta)``
@@ -19,7 +19,9 @@ training step's worth of priority work, ``sample(B)`` then ``update_priorities(B
   done per transition (cpprb stores whole observations, so 84x84x4 frames do not fit
   1M transitions in memory): its priority machinery plus a near-free gather;
 - **TorchRL**: ``torchrl.data.PrioritizedSampler`` (C++ segment trees) ``sample`` and
-  ``update_priority`` over a storage of ``N``: priority machinery only.
+  ``update_priority`` over a storage of ``N``, given priority 1.0 for every transition
+  after ``extend`` (as ours and cpprb's start): priority machinery only. When it cannot
+  be loaded, a line says why and its column is empty.
 
 A second table compares the whole call on real-size frames, at 100,000 transitions
 only (cpprb's buffer of 1M 84x84 frames would take 7 GB and minutes to fill): the same
@@ -58,9 +60,12 @@ TARGET_PEER = 2.0  # the fastest peer's sample+update over our machinery
 TARGET_UNIFORM = 0.25  # our machinery over our uniform sample(32)
 
 
-def ours(n: int, seed: int, frame=(H, W)) -> PrioritizedReplayBuffer:
-    """A prioritized buffer of ``n`` transitions of the same k-stack of uint8 ``frame``s."""
-    rb = PrioritizedReplayBuffer(n, alpha=ALPHA, num_envs=E, seed=seed)
+def ours(n: int, seed: int, frame=(H, W), uniform: bool = False):
+    """A prioritized (or uniform) buffer of ``n`` transitions of the same k-stack of ``frame``s."""
+    if uniform:
+        rb = ReplayBuffer(n, num_envs=E, seed=seed)
+    else:
+        rb = PrioritizedReplayBuffer(n, alpha=ALPHA, num_envs=E, seed=seed)
     stack = np.random.default_rng(seed).integers(0, 256, (K, *frame), dtype=np.uint8)
     obs = np.broadcast_to(stack, (E, K, *frame))
     act = np.zeros(E, np.int64)
@@ -182,6 +187,9 @@ def torchrl_sampler(n: int):
         storage.set(torch.arange(n), TensorDict({"a": torch.zeros(n, 1)}, batch_size=[n]))
         sampler = PrioritizedSampler(n, alpha=ALPHA, beta=BETA)
         sampler.extend(torch.arange(n))
+        # extend leaves the new entries' priorities unset ("non-positive p_sum" at the
+        # first sample): give them ours, every stored transition at priority 1.0
+        sampler.update_priority(torch.arange(n), torch.ones(n))
         return sampler, storage
     except ImportError as e:
         return f"not installed ({e}; pip install torchrl)"
@@ -189,9 +197,17 @@ def torchrl_sampler(n: int):
         import torch
         import torchrl
 
+        try:  # the extension's own error names what is wrong (an undefined torch symbol)
+            import torchrl._torchrl
+
+            why = ""
+        except ImportError as ie:
+            msg = str(ie).splitlines()[0]
+            why = ", an undefined symbol of libtorch" if "undefined symbol" in msg else f": {msg}"
         return (
             f"{type(e).__name__}: {str(e).splitlines()[0][:80]} (its C++ extension does not "
-            f"load: torchrl {torchrl.__version__}, torch {torch.__version__})"
+            f"load{why}; torchrl {torchrl.__version__} was built for another torch than "
+            f"{torch.__version__})"
         )
 
 
@@ -201,6 +217,7 @@ def run(sizes, batches, repeats: int, warmup: int, seed: int) -> tuple[list[dict
     prios = {b: rng.uniform(0.01, 2.0, b) for b in batches}
     for n in sizes:
         rb = ours(n, seed)
+        uni = ours(n, seed, uniform=True)  # the same transitions, sampled uniformly
         tiny = ours(n, seed, (1, 1))
         peer = cpprb_buffer(n)
         if peer is None:
@@ -220,8 +237,8 @@ def run(sizes, batches, repeats: int, warmup: int, seed: int) -> tuple[list[dict
                 s = rb.sample(b, beta=BETA)
                 rb.update_priorities(s.indices, p)
 
-            def uniform(b=b, rb=rb):
-                ReplayBuffer.sample(rb, b)
+            def uniform(b=b, rb=uni):
+                rb.sample(b)
 
             def tiny_full(b=b, p=p, rb=tiny):
                 s = rb.sample(b, beta=BETA)
@@ -359,7 +376,8 @@ def main(argv=None) -> list[dict]:
         "lf machinery: draw (RNG uniforms, C tree descent, weights, numbers) + "
         "update_priorities, no frame copy; lf tiny: sample+update with 1x1 frames; peer/lf ...: "
         "the fastest peer's sample+update over ours; machinery/uniform: over our uniform "
-        "sample(B) of the same frames."
+        "sample(B) of the same frames. Every call warmed first; ours reuse their outputs, "
+        "cpprb's and TorchRL's sample return new arrays / tensors (no output argument)."
     )
     n_frames = args.frames_size
     if n_frames is None:

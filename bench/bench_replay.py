@@ -22,11 +22,17 @@
 Memory is the growth of the process's resident set (``/proc/self/statm``) while the
 buffer is built and filled to capacity, divided by the transitions held, and
 extrapolated to 1M transitions; for lazyframes also ``memory()``'s own figure. Peers
-whose storage grows with the capacity by whole observations are measured at
-``--peer-capacity`` (so the run fits in memory) and their per-transition figure holds
-at any capacity. ``add`` is timed around the add calls only (making frames and stacks
-is the env's cost); sample figures are medians. Missing peer packages: one line, rows
-skipped. Run: ``python -m bench.bench_replay [--capacity N] [--quick]``.
+whose storage grows with the capacity by whole observations (SB3, naive) hold the
+same transitions as ours unless ``--peer-capacity`` is smaller (their per-transition
+memory holds at any capacity). ``add`` is timed around the add calls only (making
+frames and stacks is the env's cost). ``sample`` figures are medians from one more
+process holding every buffer, filled with the same frames, whose calls (and the
+floors') are timed round-robin after the same untimed warm-up: outputs are preallocated
+once and reused where the API allows (``out=`` for ours, ``np.take(out=)`` for naive);
+SB3's and cpprb's ``sample`` have no output argument and return new arrays each call,
+as the row's note says. The row's own process's figure (``alone``) stands beside it.
+Missing peer packages: one line, rows skipped.
+Run: ``python -m bench.bench_replay [--capacity N] [--quick] [--check]``.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ import numpy as np
 
 import lazyframes
 from bench._add_worker import FrameSource
-from bench._util import format_table, header, report_checks, target
+from bench._util import format_table, header, report_checks, round_robin_us, target
 from lazyframes.replay import ReplayBuffer
 
 H = W = 84
@@ -120,7 +126,25 @@ def _row(name, capacity, held_rss, n, add_s, n_add, s32, s256, note="", bpt_own=
     }
 
 
-def bench_lazyframes(mode, capacity, num_envs, repeats, warmup, seed):
+def _outs(B):
+    """Preallocated ``(obs, next_obs)`` outputs of a batch of ``B``, reused by every call."""
+    return np.empty((B, K, H, W), np.uint8), np.empty((B, K, H, W), np.uint8)
+
+
+def _timed(name, calls, keep, repeats, warmup):
+    """``(sample(32) us, sample(256) us)`` of ``calls`` (B -> a call), or, with ``keep``, None.
+
+    With ``keep`` (a dict), the calls are stored under ``name`` for :func:`bench_same_run`
+    to time with the others, and nothing is timed here.
+    """
+    if keep is not None:
+        keep[name] = calls
+        return None, None
+    s32 = _median_us(calls[32], repeats, warmup)
+    return s32, _median_us(calls[256], max(10, repeats // 4), warmup)
+
+
+def bench_lazyframes(mode, capacity, num_envs, repeats, warmup, seed, keep=None):
     src = FrameSource(seed)
     gc.collect()
     r0 = rss()
@@ -157,10 +181,12 @@ def bench_lazyframes(mode, capacity, num_envs, repeats, warmup, seed):
     gc.collect()
     held = rss() - r0
     mem = rb.memory()
-    s32 = _median_us(lambda: rb.sample(32), repeats, warmup)
-    s256 = _median_us(lambda: rb.sample(256), max(10, repeats // 4), warmup)
+    name = f"lazyframes {mode}" + (f" x{E}" if E > 1 else "")
+    outs = {B: _outs(B) for B in (32, 256)}
+    calls = {B: (lambda B=B: rb.sample(B, out=outs[B])) for B in (32, 256)}
+    s32, s256 = _timed(name, calls, keep, repeats, warmup)
     row = _row(
-        f"lazyframes {mode}" + (f" x{E}" if E > 1 else ""),
+        name,
         capacity,
         held,
         len(rb),
@@ -169,13 +195,14 @@ def bench_lazyframes(mode, capacity, num_envs, repeats, warmup, seed):
         s32,
         s256,
         bpt_own=mem["bytes_per_transition"],
+        note="out= reused",
     )
     if mode == "LazyBatch":
-        return [row] + bench_floors(rb, np.concatenate(stored), repeats, warmup, seed)
+        return [row] + bench_floors(rb, np.concatenate(stored), repeats, warmup, seed, keep)
     return [row]
 
 
-def bench_floors(rb, stored, repeats, warmup, seed):
+def bench_floors(rb, stored, repeats, warmup, seed, keep=None):
     """The gather floor (same bytes via pool.gather) and np.take of frames.
 
     ``stored``: the slot ids of the stored observations.
@@ -186,7 +213,7 @@ def bench_floors(rb, stored, repeats, warmup, seed):
     live = np.unique(stored)  # the frames of stored observations
     rows = []
     for name in ("gather floor", "np.take floor"):
-        res = {}
+        calls = {}
         for B in (32, 256):
             if name == "gather floor":
                 out = np.empty((2 * B, K, H, W), np.uint8)
@@ -205,7 +232,8 @@ def bench_floors(rb, stored, repeats, warmup, seed):
                 def fn(out=out, frames=frames, idxs=idxs, it=it):
                     np.take(frames, idxs[next(it) % 16], axis=0, out=out)
 
-            res[B] = _median_us(fn, repeats if B == 32 else max(10, repeats // 4), warmup)
+            calls[B] = fn
+        s32, s256 = _timed(name, calls, keep, repeats, warmup)
         rows.append(
             {
                 "buffer": name,
@@ -214,15 +242,15 @@ def bench_floors(rb, stored, repeats, warmup, seed):
                 "memory_bpt": None,
                 "gb_at_1M": None,
                 "add_us": None,
-                "sample32_us": res[32],
-                "sample256_us": res[256],
-                "note": "copy only",
+                "sample32_us": s32,
+                "sample256_us": s256,
+                "note": "copy only, out= reused",
             }
         )
     return rows
 
 
-def bench_sb3(capacity, num_envs, repeats, warmup, seed):
+def bench_sb3(capacity, num_envs, repeats, warmup, seed, keep=None):
     try:
         import gymnasium as gym
         from stable_baselines3.common.buffers import ReplayBuffer as SB3Buffer
@@ -261,11 +289,13 @@ def bench_sb3(capacity, num_envs, repeats, warmup, seed):
     torch.set_num_threads(1)
     rb.seed = None
     np.random.seed(seed)  # noqa: NPY002 - SB3's sampling draws from the legacy global RNG
-    s32 = _median_us(lambda: rb.sample(32), repeats, warmup)
-    s256 = _median_us(lambda: rb.sample(256), max(10, repeats // 4), warmup)
+    name = f"SB3 optimize_memory x{E}"
+    s32, s256 = _timed(
+        name, {B: (lambda B=B: rb.sample(B)) for B in (32, 256)}, keep, repeats, warmup
+    )
     n = rb.buffer_size * rb.n_envs
     return _row(
-        f"SB3 optimize_memory x{E}",
+        name,
         capacity,
         held,
         n,
@@ -273,11 +303,11 @@ def bench_sb3(capacity, num_envs, repeats, warmup, seed):
         (steps - fill) * E,
         s32,
         s256,
-        note="sample includes torch conversion",
+        note="no out= in its API: new torch tensors each call (conversion included)",
     )
 
 
-def bench_cpprb(capacity, repeats, warmup, seed):
+def bench_cpprb(capacity, repeats, warmup, seed, keep=None):
     try:
         import cpprb
     except ImportError as e:
@@ -309,14 +339,15 @@ def bench_cpprb(capacity, repeats, warmup, seed):
             add_s += time.perf_counter() - t0
     gc.collect()
     held = rss() - r0
-    s32 = _median_us(lambda: rb.sample(32), repeats, warmup)
-    s256 = _median_us(lambda: rb.sample(256), max(10, repeats // 4), warmup)
-    return _row(
-        "cpprb stack_compress", capacity, held, rb.get_stored_size(), add_s, steps - fill, s32, s256
+    name = "cpprb stack_compress"
+    s32, s256 = _timed(
+        name, {B: (lambda B=B: rb.sample(B)) for B in (32, 256)}, keep, repeats, warmup
     )
+    note = "no out= in its API: new arrays each call"
+    return _row(name, capacity, held, rb.get_stored_size(), add_s, steps - fill, s32, s256, note)
 
 
-def bench_naive(capacity, num_envs, repeats, warmup, seed):
+def bench_naive(capacity, num_envs, repeats, warmup, seed, keep=None):
     src = FrameSource(seed)
     gc.collect()
     r0 = rss()
@@ -341,13 +372,37 @@ def bench_naive(capacity, num_envs, repeats, warmup, seed):
     rng = np.random.default_rng(seed)
     n = capacity if full else pos
 
+    outs = {B: _outs(B) for B in (32, 256)}
+
     def sample(B):
         idx = rng.integers(0, n, B)
-        return obs_a[idx], next_a[idx]
+        o, no = outs[B]
+        return np.take(obs_a, idx, axis=0, out=o), np.take(next_a, idx, axis=0, out=no)
 
-    s32 = _median_us(lambda: sample(32), repeats, warmup)
-    s256 = _median_us(lambda: sample(256), max(10, repeats // 4), warmup)
-    return _row(f"naive numpy x{E}", capacity, held, n, add_s, (steps - fill) * E, s32, s256)
+    name = f"naive numpy x{E}"
+    s32, s256 = _timed(name, {B: (lambda B=B: sample(B)) for B in (32, 256)}, keep, repeats, warmup)
+    note = "np.take, out= reused"
+    return _row(name, capacity, held, n, add_s, (steps - fill) * E, s32, s256, note)
+
+
+def bench_same_run(capacity, peer_capacity, num_envs, repeats, warmup, seed):
+    """``{row name: (sample(32) us, sample(256) us)}`` of every buffer, timed in one process.
+
+    Each buffer is built and filled as in its own row (same frames, same transitions),
+    then all the ``sample`` calls (and the floors) are timed round-robin in blocks of
+    calls (10 at B = 32, 5 at 256: a loop's steady state), after the same warm-up, so
+    that a drift of the host's speed hits them alike.
+    """
+    calls: dict = {}
+    for mode, e in (("LazyBatch", num_envs), ("LazyFrames", 1), ("ndarray", 1)):
+        bench_lazyframes(mode, capacity, e, repeats, warmup, seed, keep=calls)
+    bench_sb3(peer_capacity, num_envs, repeats, warmup, seed, keep=calls)
+    bench_cpprb(capacity, repeats, warmup, seed, keep=calls)
+    bench_naive(peer_capacity, num_envs, repeats, warmup, seed, keep=calls)
+    t32 = round_robin_us({k: c[32] for k, c in calls.items()}, repeats, warmup, block=10)
+    n256 = max(10, repeats // 4)
+    t256 = round_robin_us({k: c[256] for k, c in calls.items()}, n256, warmup, block=5)
+    return {k: (t32[k], t256[k]) for k in calls}
 
 
 COLUMNS = [
@@ -359,6 +414,7 @@ COLUMNS = [
     ("add_us", "steady add us/tr", "{:.2f}"),
     ("sample32_us", "sample(32) us", "{:,.1f}"),
     ("sample256_us", "sample(256) us", "{:,.1f}"),
+    ("alone32_us", "alone s(32) us", "{:,.1f}"),
     ("vs_floor", "s32/floor", "{:.2f}x"),
     ("note", "note", "{}"),
 ]
@@ -407,7 +463,7 @@ def main(argv=None) -> list[dict]:
         type=int,
         default=None,
         help="capacity of SB3 and the naive buffer, which hold whole observations "
-        "(default min(capacity, 20000))",
+        "(default: capacity, the same transitions as ours; 28 KB and 56 KB a transition)",
     )
     p.add_argument("--num-envs", type=int, default=8, help="envs of the vector rows (default 8)")
     p.add_argument(
@@ -426,14 +482,14 @@ def main(argv=None) -> list[dict]:
     )
     args = p.parse_args(argv)
     cap = args.capacity or (5000 if args.quick else 100_000)
-    peer_cap = args.peer_capacity or min(cap, 20_000)
+    peer_cap = args.peer_capacity or cap
     repeats = args.repeats or (30 if args.quick else 300)
     warmup = 3 if args.quick else 20
     E = args.num_envs
     print(header("bench_replay"))
     print(
         f"{H}x{W} uint8 frames changing every step, k={K}; capacity {cap:,} (SB3/naive: "
-        f"{peer_cap:,}); sample = median of {repeats} calls"
+        f"{peer_cap:,}); sample = median of {repeats} calls, after {warmup} untimed ones"
     )
     rows = []
     for mode, e in (("LazyBatch", E), ("LazyFrames", 1), ("ndarray", 1)):
@@ -442,9 +498,13 @@ def main(argv=None) -> list[dict]:
         r = _in_child(fn, *a, repeats, warmup, args.seed)
         if r is not None:
             rows.append(r)
+    same = _in_child(bench_same_run, cap, peer_cap, E, repeats, warmup, args.seed)
+    for r in rows:  # the figures of one run; each row's own process's beside them
+        r["alone32_us"] = r["sample32_us"]
+        r["sample32_us"], r["sample256_us"] = same.get(r["buffer"], (None, None))
     floor = {r["buffer"]: r for r in rows}["gather floor"]
     for r in rows:
-        r["vs_floor"] = r["sample32_us"] / floor["sample32_us"]
+        r["vs_floor"] = r["sample32_us"] and r["sample32_us"] / floor["sample32_us"]
     print(format_table(rows, COLUMNS))
     main_row = next(r for r in rows if r["buffer"].startswith("lazyframes"))
     print(
@@ -453,7 +513,10 @@ def main(argv=None) -> list[dict]:
     )
     print(
         "B/transition (RSS): resident-set growth while building and filling / transitions held; "
-        "GB at 1M: that x 1e6. s32/floor: sample(32) / gather floor (obs + next obs bytes)."
+        "GB at 1M: that x 1e6. s32/floor: sample(32) / gather floor (obs + next obs bytes).\n"
+        "sample(32), sample(256): every buffer in one process, the calls round-robin after "
+        "a warm-up, outputs reused where the API allows (note); alone s(32): the same call "
+        "timed in the row's own process, after the same warm-up."
     )
     if args.check:
         report_checks(check_targets(rows, E))

@@ -211,3 +211,67 @@ def _codec_floor(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
     finally:
         lf_coder_free(&coder)
     return total
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _convert_loop(const unsigned char **src, Py_ssize_t m, size_t fb, float scale,
+                        float *dst) noexcept nogil:
+    """The loop of :func:`_convert_gather_floor`: frame after frame, byte by byte."""
+    cdef Py_ssize_t i
+    cdef size_t j
+    cdef const unsigned char *f
+    for i in range(m):
+        f = src[i]
+        for j in range(fb):
+            dst[j] = <float>f[j] * scale
+        dst += fb
+
+
+def _convert_gather_floor(FramePool pool, slots, out, scale):
+    """The floor of a random gather into float32, for benchmarks: ``float32(byte) * scale``.
+
+    Converts the frames of ``slots`` (``(B, k)`` slot ids of a uint8 pool that does not
+    compress, checked as :meth:`FramePool.gather` does) one after the other into
+    ``out``, a C-contiguous writeable float32 ndarray of exactly ``B * k *
+    frame_bytes`` items (any shape), each value ``float32(byte) * float32(scale)`` as
+    ``gather(..., dtype=np.float32, scale=scale)`` computes it: the same frame
+    addresses and bytes, without layout or threads, in one plain loop with the GIL
+    released.
+
+    Raises:
+        IndexError, ValueError: bad slot ids, a bad ``out``, a compressing pool.
+        TypeError: a pool of another dtype than uint8, ``out`` not float32.
+    """
+    pool._ready()
+    hold = []
+    cdef cnp.ndarray a = _ids(pool, slots, hold)
+    if cnp.PyArray_NDIM(a) != 2 or a.shape[1] == 0:
+        raise ValueError(f"slots must have shape (B, k) with k >= 1, got {(<object>a).shape}")
+    if pool._ltype != LF_UINT8 or pool._itemsize != 1:
+        raise TypeError(f"the pool's frames must be uint8, got {pool._dtype}")
+    if pool.p.z != NULL:
+        raise ValueError("the pool compresses: this floor reads uncompressed frames only")
+    cdef float s = <float>float(scale)
+    _check_plain(out, "out", b"f", 4, "float32", True)
+    cdef cnp.ndarray o = <cnp.ndarray>out
+    cdef Py_ssize_t m = a.shape[0] * a.shape[1], i
+    cdef size_t fb = pool.p.frame_bytes
+    if <size_t>cnp.PyArray_SIZE(o) != <size_t>m * fb:
+        raise ValueError(f"out must hold {m * fb} float32 values, got {cnp.PyArray_SIZE(o)}")
+    # no Python code from here on: every id checked live, then referenced while copying
+    cdef const int64_t *ids = <const int64_t *>cnp.PyArray_DATA(a)
+    _check_ids(&pool.p, ids, m)
+    cdef const unsigned char **src = <const unsigned char **>malloc(max(m, 1) * sizeof(void *))
+    if src == NULL:
+        raise MemoryError()
+    for i in range(m):
+        src[i] = lf_pool_addr(&pool.p, ids[i])
+    _incref_all(&pool.p, ids, m)
+    pool.p.busy += 1
+    with nogil:
+        _convert_loop(src, m, fb, s, <float *>cnp.PyArray_DATA(o))
+    pool.p.busy -= 1
+    _decref_all(&pool.p, ids, m)
+    free(src)
+    return out

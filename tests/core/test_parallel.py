@@ -170,7 +170,10 @@ def test_a_large_copy_runs_in_as_many_parts_as_threads():
     assert parts(pool.gather, big[:1], layout="stack")[1] == 1  # the GIL held
     lazyframes.set_num_threads(2)
     _, used = parts(core._memcpy_gather, pool, big, np.empty(big.size * 84 * 84, np.uint8))
-    assert used == 2  # the benchmarks' floor splits as the gathers do
+    assert used == 2  # the benchmarks' floor splits as the gathers do; the float32 one converts
+    f32 = core._convert_gather_floor(pool, big, np.empty((300, K, *FS), np.float32), 1 / 255)
+    assert np.array_equal(f32, pool.gather(big, layout="stack", dtype=np.float32, scale=1 / 255))
+    refused(ValueError, "out must hold", core._convert_gather_floor, pool, big, f32[1:], 1.0)
     del refs
 
 
@@ -221,13 +224,10 @@ def gather_checked():  # exact, and in 2 parts
     before = core._parallel_tasks()[0]
     out = pool.gather(ids, layout="stack")
     return bool(np.array_equal(out, frames[pick])), core._parallel_tasks()[0] - before
-
-def five():
-    return [gather_checked() for _ in range(5)]
+five = lambda: [gather_checked() for _ in range(5)]
 
 assert five() == [(True, 2)] * 5
-ctx = mp.get_context("fork")
-q = ctx.Queue()
+q = (ctx := mp.get_context("fork")).Queue()
 p = ctx.Process(target=lambda: q.put(five()))  # forked: the lambda is not pickled
 p.start()
 got = q.get(timeout=120)
