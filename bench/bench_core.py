@@ -24,6 +24,18 @@ the same batches converted to float32 in [0, 1]), it times:
 - **np.array(list)**: ``np.array(batch_of_lazyframes)`` (``.astype(np.float32) / 255``
   for the float cases), the obvious call.
 
+A second part, **sample 32 obs+next**, times ``ReplayBuffer.sample(32, out=...)`` (uint8,
+uncompressed, warmed, outputs reused) per layout (``"stack"`` ``(4, 84, 84)`` of
+``(84, 84)`` frames, ``"first"`` ``(4, 84, 84)`` of ``(1, 84, 84)``, ``"last"``
+``(84, 84, 4)`` of ``(84, 84, 1)``) on a buffer of ``--transitions`` (100,000) transitions
+of one stream of distinct random frames, against the floor of its layout:
+``_memcpy_gather(pool, slots, out, layout=...)`` copying the same ``2k`` frames of each
+drawn transition (obs and next obs) into one preallocated array, in the same process:
+one ``memcpy`` per frame (``"stack"``, ``"first"``), a plain nested C loop of the
+interleave (``"last"``). Both cycle over the same 64 draws (the buffer's RNG rewound
+every 64 calls), the floor half a cycle behind, so neither reads frames the other just
+read; calls alternate, medians.
+
 Sources are cycled over many distinct batches (as much data as the pool) so no
 method runs from a warm cache the others do not get. Each figure is the median over
 repeats after a warmup. Run: ``python -m bench.bench_core [--quick] [--check]`` from the
@@ -51,6 +63,10 @@ _convert_gather_floor = _core._convert_gather_floor
 
 FRAME_SHAPE = (84, 84, 1)
 K = 4
+#: the frame shape of each layout's buffer in the sample rows: the same bytes in each
+SAMPLE_FRAMES = {"stack": (84, 84), "first": (1, 84, 84), "last": (84, 84, 1)}
+SAMPLE_B = 32
+DRAWS = 64  # the sample rows cycle over this many draws (115 MB of frames read per cycle)
 TARGET_GATHER_FLOOR = 1.1  # every uint8 batch within this factor of the gather floor
 TARGET_BASELINES = 5.0  # batch of 32: at least this much faster than the baselines-style path
 
@@ -126,8 +142,9 @@ COLUMNS = [
 LEGEND = (
     "lf/copy floor: lazyframes time / time to copy the same bytes when they are already "
     "contiguous;\nlf/gather floor: lazyframes time / a plain C memcpy loop over the same "
-    "frame addresses (1.00x = as fast as reading those frames can be; f32 rows: a plain C "
-    "loop converting the same bytes);\n"
+    "frame addresses (1.00x = as fast as reading those frames can be); for the sample rows,\n"
+    "the floor of the row's layout on the same frames (last: a plain C loop of the "
+    "interleave; f32 rows: a plain C loop converting the same bytes);\n"
     "x faster: peer time / lazyframes time."
 )
 
@@ -238,6 +255,55 @@ def _batch_rows(pool, frames, windows, layout, B, rng, *, repeats, warmup) -> li
     return rows
 
 
+def sample_rows(*, transitions: int, repeats: int, warmup: int, seed: int = 0) -> list[dict]:
+    """``rb.sample(32, out=)`` obs + next obs against the floor of its layout, per layout."""
+    rng = np.random.default_rng(seed)
+    frames = rng.integers(0, 256, size=(transitions + K, 84 * 84), dtype=np.uint8)
+    rows = []
+    for layout, shape in SAMPLE_FRAMES.items():
+        pool = lazyframes.FramePool(shape, np.uint8)
+        held = pool.push_batch(frames.reshape(-1, *shape))  # one stream's frames
+        ids = held.slots[:, 0]
+        rb = lazyframes.ReplayBuffer(transitions, pool=pool, layout=layout, seed=seed)
+        for t in range(transitions):
+            w = ids[t : t + K + 1]
+            rb.add(pool.lazy(w[:K], layout=layout), 0, 1.0, pool.lazy(w[1:], layout=layout),
+                   False, False)  # fmt: skip
+        obs_shape = rb.sample(1).observations.shape[1:]
+        out = tuple(np.empty((SAMPLE_B, *obs_shape), np.uint8) for _ in range(2))
+        fout = np.empty((SAMPLE_B, 2, *obs_shape), np.uint8)  # each row's obs and next obs
+        table = rb._stores[0].frame_ids(len(rb))  # (n, 2k): obs then next obs frames (n_step 1)
+        state = rb._rng.bit_generator.state
+        draws = [table[rb.sample(SAMPLE_B, out=out).indices] for _ in range(DRAWS)]
+        slots = [d.reshape(2 * SAMPLE_B, K) for d in draws]  # obs 0, next 0, obs 1, ...
+        _memcpy_gather(pool, slots[-1], fout, layout=layout)  # the same bytes as the sample
+        assert (fout[:, 0] == out[0]).all() and (fout[:, 1] == out[1]).all(), layout
+        times: dict = {"lf": [], "floor": []}
+        perf = time.perf_counter_ns
+        for i in range(warmup + repeats):
+            if i % DRAWS == 0:
+                rb._rng.bit_generator.state = state  # call i draws draws[i % DRAWS]
+            for name in ("lf", "floor") if i % 2 else ("floor", "lf"):
+                t0 = perf()
+                if name == "lf":
+                    rb.sample(SAMPLE_B, out=out)
+                else:  # half a cycle behind the sample: frames it read 32 calls ago
+                    _memcpy_gather(pool, slots[(i + DRAWS // 2) % DRAWS], fout, layout=layout)
+                if i >= warmup:
+                    times[name].append(perf() - t0)
+        lf, floor = (statistics.median(times[k]) / 1000.0 for k in ("lf", "floor"))
+        rows.append({
+            "case": f"sample {SAMPLE_B} obs+next",
+            "layout": layout,
+            "lazyframes_call": "rb.sample(32, out=(obs, next_obs))",
+            "lazyframes_us": lf,
+            "gather_floor_us": floor,
+            "vs_gather_floor": lf / floor,
+        })  # fmt: skip
+        del rb, pool, held
+    return rows
+
+
 def _row(case, layout, call, lf, *, floor, base, gather_floor=None, npa=None) -> dict:
     """One table row: ``lf`` (microseconds) and the ratios of the floors and peers to it."""
     return {
@@ -310,6 +376,18 @@ def main(argv=None) -> list[dict]:
         default=None,
         help="timed repeats per figure, the median is reported (default 200; 15 with --quick)",
     )
+    p.add_argument(
+        "--transitions",
+        type=int,
+        default=None,
+        help="transitions of each layout's buffer in the sample rows (default 100000; "
+        "10000 with --quick)",
+    )
+    p.add_argument(
+        "--sample-only",
+        action="store_true",
+        help="only the sample rows (rb.sample(32) obs + next obs against each layout's floor)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random frames and positions")
     p.add_argument(
         "--check",
@@ -329,7 +407,14 @@ def main(argv=None) -> list[dict]:
         f"pool of {pool_frames:,} distinct {FRAME_SHAPE} uint8 frames, k={K}; "
         f"median of {repeats} repeats (microseconds)"
     )
-    rows = run(pool_frames=pool_frames, repeats=repeats, warmup=warmup, seed=args.seed)
+    transitions = args.transitions or (10_000 if args.quick else 100_000)
+    if transitions < DRAWS * SAMPLE_B:
+        p.error(f"--transitions must be at least {DRAWS * SAMPLE_B}")
+    print(f"sample rows: buffers of {transitions:,} transitions, {transitions + K:,} frames")
+    rows = []
+    if not args.sample_only:
+        rows = run(pool_frames=pool_frames, repeats=repeats, warmup=warmup, seed=args.seed)
+    rows += sample_rows(transitions=transitions, repeats=repeats, warmup=warmup, seed=args.seed)
     print(format_table(rows, COLUMNS))
     print(LEGEND)
     if args.check:

@@ -185,12 +185,24 @@ cdef int _kernel(const _Copy *c, const unsigned char **src, Py_ssize_t r0,
     0, or -1 for an unsupported pair.
     """
     cdef Py_ssize_t i, o, m
-    cdef size_t fb
+    cdef size_t fb, p, e, eb
+    cdef unsigned char *d
+    cdef const unsigned char *f
     cdef int rc = 0
-    if c.floor:
-        fb = c.outer * c.inner * c.itemsize
+    if c.floor and c.outer == 1:  # "stack"/"first": one memcpy per frame
+        fb = c.inner * c.itemsize
         for i in range(r0 * c.k, r1 * c.k):
             memcpy(c.dst[0] + i * fb, src[i], fb)
+        return 0
+    if c.floor:  # "last": out[b, p, m * eb + e] = frame_m[p, e] (p a pixel), byte by byte
+        eb = c.inner * c.itemsize  # bytes of one pixel of one frame
+        for i in range(r0, r1):  # each frame read once in order, its bytes written k apart
+            d = c.dst[0] + i * c.obs_bytes
+            for m in range(c.k):
+                f = src[i * c.k + m]
+                for e in range(eb):
+                    for p in range(c.outer):
+                        d[(p * c.k + m) * eb + e] = f[p * eb + e]
         return 0
     if c.n_out == 1:
         return lf_copy_stacks(src + r0 * c.k, r1 - r0, c.k, c.outer, c.inner, c.src_type,
@@ -568,17 +580,22 @@ cdef object _copy_out(FramePool pool, lf_layout code, const int64_t *ids, Py_ssi
     return res
 
 
-def _memcpy_gather(FramePool pool, slots, out):
-    """The floor of a random gather, for benchmarks: one plain ``memcpy`` per frame.
+def _memcpy_gather(FramePool pool, slots, out, *, layout="stack"):
+    """The floor of a random gather, for benchmarks: a plain C loop over the same frames.
 
     Copies the frames of ``slots`` (``(B, k)`` slot ids, checked as
-    :meth:`FramePool.gather` does) one after the other into ``out``, a C-contiguous
-    writeable uint8 ndarray of exactly ``B * k * frame_bytes`` bytes (any shape), with
-    the GIL released: the same frame addresses as a gather, without layout or conversion.
+    :meth:`FramePool.gather` does) into ``out``, a C-contiguous writeable uint8 ndarray
+    of exactly ``B * k * frame_bytes`` bytes (any shape), with the GIL released: the same
+    frame addresses as a gather, without conversion. ``"stack"`` and ``"first"``: one
+    ``memcpy`` per frame, one after the other. ``"last"``: a plain nested loop of the
+    interleave, ``out[b, p, j * C + c] = frame_j[p, c]`` byte by byte (``p`` a pixel,
+    ``C`` the frame's last axis), no kernel: frame by frame, the pixels innermost (with
+    the bytes of a pixel innermost, gcc makes each pixel a ``memcpy`` call: 2-3x slower).
 
     Raises:
-        IndexError, ValueError: bad slot ids, or a bad ``out``.
+        IndexError, ValueError: bad slot ids, a bad ``out`` or ``layout``.
     """
+    cdef lf_layout code = _layout_code(layout)
     pool._ready()
     hold = []
     cdef cnp.ndarray a = _ids(pool, slots, hold)
@@ -591,8 +608,8 @@ def _memcpy_gather(FramePool pool, slots, out):
     c.n_obs = a.shape[0]
     c.k = a.shape[1]
     c.n_out = 1
-    c.outer = 1
-    c.inner = pool.p.frame_bytes
+    c.outer = 1 if code != LF_LAST else pool._outer[<int>code]
+    c.inner = pool.p.frame_bytes // c.outer  # bytes: itemsize 1
     c.itemsize = 1
     c.floor = True
     c.nd = 1

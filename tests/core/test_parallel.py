@@ -99,6 +99,9 @@ def test_pool_gather_is_the_same_in_any_thread_count(layout):
     for b in BATCHES:
         pick = np.random.default_rng(b).integers(0, len(frames), (b, K))
         want = stacked(frames[pick], layout)
+        floor = core._memcpy_gather(pool, ids[pick], np.empty(want.shape, np.uint8), layout=layout)
+        np.testing.assert_array_equal(floor, want, strict=True)  # the bench floor, any layout
+        refused(ValueError, "shape", core._memcpy_gather, pool, ids[pick], floor[1:], layout=layout)
         # 600 rows of float64 (130 MB) left out: float32 covers the conversion at that size
         for dtype, scale in [*DTYPES, (np.float64, 0.5)][: 2 if b == 600 else 3]:
             for n in (1, 2, 3):
@@ -168,9 +171,8 @@ def test_a_large_copy_runs_in_as_many_parts_as_threads():
     assert parts(pool.gather, big[: rows - 1], layout="stack")[1] == 1
     assert parts(pool.gather, big[:rows], layout="stack")[1] == 2
     assert parts(pool.gather, big[:1], layout="stack")[1] == 1  # the GIL held
-    lazyframes.set_num_threads(2)
-    _, used = parts(core._memcpy_gather, pool, big, np.empty(big.size * 84 * 84, np.uint8))
-    assert used == 2  # the benchmarks' floor splits as the gathers do; the float32 one converts
+    out = np.empty(big.size * 84 * 84, np.uint8)  # the benchmarks' floor splits as the gathers do
+    assert parts(with_threads, 2, core._memcpy_gather, pool, big, out)[1] == 2
     f32 = core._convert_gather_floor(pool, big, np.empty((300, K, *FS), np.float32), 1 / 255)
     assert np.array_equal(f32, pool.gather(big, layout="stack", dtype=np.float32, scale=1 / 255))
     refused(ValueError, "out must hold", core._convert_gather_floor, pool, big, f32[1:], 1.0)
@@ -224,8 +226,8 @@ def gather_checked():  # exact, and in 2 parts
     before = core._parallel_tasks()[0]
     out = pool.gather(ids, layout="stack")
     return bool(np.array_equal(out, frames[pick])), core._parallel_tasks()[0] - before
-five = lambda: [gather_checked() for _ in range(5)]
 
+five = lambda: [gather_checked() for _ in range(5)]
 assert five() == [(True, 2)] * 5
 q = (ctx := mp.get_context("fork")).Queue()
 p = ctx.Process(target=lambda: q.put(five()))  # forked: the lambda is not pickled
