@@ -1,11 +1,12 @@
-"""A sampler: batches drawn and copied out ahead by a background thread, in the caller's order.
+"""A sampler: batches drawn and copied out ahead by background threads, in the caller's order.
 
 ``ReplayBuffer.sampler`` returns a :class:`Sampler`, an iterator of :class:`Samples`
-whose thread draws each batch and copies its frames out (the GIL released) while the
-caller learns. The buffer's :class:`DrawGate` makes every buffer call that changes or
-reads what a draw reads wait for the draws its samplers owe, so a sampler draws the
-batches ``sample`` would at the same points of the caller's calls, whatever the thread's
-timing. The design: docs/DESIGN.md, "Threads and limits".
+whose threads draw each batch as soon as it is asked for and copy its frames out (the
+GIL released) while the caller learns. The buffer's :class:`DrawGate` makes every buffer
+call that changes or reads what a draw reads wait for the draws its samplers owe (never
+for a copy), so a sampler draws the batches ``sample`` would at the same points of the
+caller's calls, whatever the threads' timing. The design: docs/DESIGN.md, "Threads and
+limits".
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ _gates: weakref.WeakSet = weakref.WeakSet()
 class DrawGate:
     """The draws a buffer's samplers owe it; the buffer waits for them before it changes.
 
-    A sampler owes a draw (:meth:`owe`) when it asks its thread for one, the thread pays
-    it (:meth:`pay`) once drawn, skipped or failed; the buffer calls :meth:`wait` first in
+    A sampler owes a draw (:meth:`owe`) when it asks for one, its drawing thread pays it
+    (:meth:`pay`) once drawn, skipped or failed; the buffer calls :meth:`wait` first in
     every call that changes or reads what a draw reads (add tests :attr:`owed` first).
     """
 
@@ -63,33 +64,46 @@ class DrawGate:
         self.owed = 0
 
 
-def _work(jobs: queue.SimpleQueue, done: queue.SimpleQueue, stop: threading.Event) -> None:
-    """A sampler's thread: draw and fill the batches it is asked for, in order, until stopped.
+def _draws(jobs: queue.SimpleQueue, fills: queue.SimpleQueue) -> None:
+    """A sampler's drawing thread: each draw made as soon as asked, passed on to the copier.
 
-    A job is ``(drawn, draw, gate, keys, outs, scale)``: a batch drawn already, or None
-    and the draw to make (then paid to ``gate``, after a stop too). The thread holds no
-    reference to the sampler, so dropping the sampler closes it. Each result is ``(True,
-    samples)``, ``("draw", exception)`` (nothing changed) or ``(False, exception)`` (a
-    copy that raised).
+    A job is ``(drawn, draw, gate, copy)``: a batch drawn already, or None and the draw to
+    make now (then paid to ``gate``), ``copy`` what the copier needs. The copy of an
+    earlier batch may still run meanwhile: the buffer's calls wait for this thread's
+    draws, never for a copy. A draw that raises is passed on as its exception, in order.
     """
-    while True:
-        job = jobs.get()
-        if job is None:
-            return
-        drawn, draw, gate, keys, outs, scale = job
+    while (job := jobs.get()) is not None:
+        drawn, draw, gate, copy = job
         del job
-        result: tuple[object, object]
         if drawn is None:  # drawn even after a stop: the RNG moves on as the caller asked
             try:
                 drawn = draw()
             except BaseException as e:  # e.g. nothing sampleable: as sample() would raise
-                drawn, result = None, ("draw", e)
+                drawn = e
             finally:
                 gate.pay()
-        if drawn is not None:
-            if stop.is_set():
-                del drawn
-                continue
+        fills.put((drawn, copy))
+        del drawn
+    fills.put(None)
+
+
+def _copies(fills: queue.SimpleQueue, done: queue.SimpleQueue, stop: threading.Event) -> None:
+    """A sampler's copying thread: fill the batches drawn, in order, until stopped.
+
+    Neither thread holds a reference to the sampler, so dropping the sampler closes it.
+    Each result is ``(True, samples)``, ``("draw", exception)`` (nothing changed) or
+    ``(False, exception)`` (a copy that raised).
+    """
+    while (job := fills.get()) is not None:
+        drawn, (keys, outs, scale) = job
+        del job
+        result: tuple[object, object]
+        if isinstance(drawn, BaseException):
+            result = ("draw", drawn)
+        elif stop.is_set():
+            del drawn
+            continue
+        else:
             try:
                 result = (True, _samples.fill(drawn, keys, outs, scale))
             except BaseException as e:  # re-raised by the caller's next(), which closes
@@ -100,13 +114,13 @@ def _work(jobs: queue.SimpleQueue, done: queue.SimpleQueue, stop: threading.Even
 
 
 class Sampler:
-    """An iterator of sampled batches, each drawn and gathered ahead in a background thread.
+    """An iterator of sampled batches, each drawn and gathered ahead in background threads.
 
     Made by :meth:`ReplayBuffer.sampler` (see there); not constructed directly.
     ``next(sampler)`` returns a :class:`Samples`, the same type :meth:`ReplayBuffer.sample`
-    returns, and asks the thread for the batch that comes ``prefetch`` calls later. Use
+    returns, and asks its threads for the batch that comes ``prefetch`` calls later. Use
     it from the thread that adds. :meth:`close` (or a ``with`` block, or dropping the
-    sampler, or :meth:`ReplayBuffer.clear`) stops its thread; ``next()`` then raises
+    sampler, or :meth:`ReplayBuffer.clear`) stops its threads; ``next()`` then raises
     StopIteration.
 
     Args:
@@ -122,7 +136,7 @@ class Sampler:
     def __init__(
         self, draw: Callable[[], _samples.Drawn], gate: DrawGate, keys, prefetch: int, sets, scale
     ):
-        self._closed = True  # until the thread runs: close() and __del__ have nothing to do
+        self._closed = True  # until the threads run: close() and __del__ have nothing to do
         self._draw, self._gate, self._keys, self._scale = draw, gate, keys, scale
         self._prefetch, self._sets = prefetch, list(sets)
         self._count = 0  # batches asked for: the next one goes to set _count % len(sets)
@@ -130,11 +144,13 @@ class Sampler:
         self._done: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         first = [draw() for _ in range(prefetch)]  # one that raises starts nothing
-        self._thread = threading.Thread(
-            target=_work, args=(self._jobs, self._done, self._stop),
-            name="lazyframes-sampler", daemon=True,
-        )  # fmt: skip
-        self._thread.start()
+        fills: queue.SimpleQueue = queue.SimpleQueue()
+        draws = threading.Thread(target=_draws, args=(self._jobs, fills), daemon=True)
+        copies = threading.Thread(target=_copies, args=(fills, self._done, self._stop), daemon=True)
+        draws.name, copies.name = "lazyframes-sampler-draws", "lazyframes-sampler"
+        self._threads = (draws, copies)
+        for t in self._threads:
+            t.start()
         self._closed = False
         _live.add(self)
         for drawn in first:
@@ -147,28 +163,28 @@ class Sampler:
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` ran (or the buffer was cleared): the thread has stopped."""
+        """True once :meth:`close` ran (or the buffer was cleared): its threads have stopped."""
         return self._closed
 
     def _submit(self, drawn) -> None:
-        """Ask the thread for the next batch: ``drawn``, or None to draw it there (owed)."""
+        """Ask the threads for the next batch: ``drawn``, or None to draw it there (owed)."""
         outs = self._sets[self._count % len(self._sets)]
         self._count += 1
         if drawn is None:
             self._gate.owe()
-        self._jobs.put((drawn, self._draw, self._gate, self._keys, outs, self._scale))
+        self._jobs.put((drawn, self._draw, self._gate, (self._keys, outs, self._scale)))
 
     def __iter__(self) -> Sampler:
         return self
 
     def __next__(self) -> _samples.Samples:
-        """The next batch; asks the thread for the one ``prefetch`` calls later first.
+        """The next batch; asks the threads for the one ``prefetch`` calls later first.
 
         Raises:
             StopIteration: the sampler is closed.
             ValueError: the draw of this batch raised, as ``sample`` would (e.g. nothing
                 sampleable yet): it changed nothing, and the sampler goes on.
-            Any exception the thread's copy raised (e.g. MemoryError), with its
+            Any exception the copying thread raised (e.g. MemoryError), with its
             traceback; the sampler is closed then.
         """
         if self._closed:
@@ -188,10 +204,10 @@ class Sampler:
         try:
             raise result
         finally:  # no cycle frame -> exception -> traceback -> frame: nothing keeps the
-            del result  # sampler for the garbage collector, which may run in its thread
+            del result  # sampler for the garbage collector, which may run in its threads
 
     def close(self) -> None:
-        """Stop the thread and drop the batches drawn ahead (their frames with them).
+        """Stop the threads and drop the batches drawn ahead (their frames with them).
 
         Waits for a draw or copy in progress to end; idempotent. The batches returned so
         far stay valid.
@@ -201,9 +217,10 @@ class Sampler:
         self._closed = True
         _live.discard(self)
         self._stop.set()
-        self._jobs.put(None)
-        if self._thread is not threading.current_thread():  # a collection in the thread
-            self._thread.join()  # it skipped (and paid) every job left
+        self._jobs.put(None)  # passed on by the drawer to the copier
+        if threading.current_thread() not in self._threads:  # not a collection in one of them
+            for t in self._threads:
+                t.join()  # every job left drawn (and paid), then skipped
         while not self._done.empty():
             self._done.get()
         self._done.put((None, None))  # wakes a next() waiting in another thread
@@ -228,13 +245,13 @@ class Sampler:
 
 @atexit.register
 def _close_all() -> None:
-    """Stop every sampler's thread before the interpreter winds down."""
+    """Stop every sampler's threads before the interpreter winds down."""
     for sampler in list(_live):
         sampler.close()
 
 
 def _forget_all() -> None:
-    """In a child process after ``fork``: every sampler is closed (its thread is not there)."""
+    """In a child process after ``fork``: every sampler is closed (its threads are not there)."""
     for sampler in list(_live):
         sampler._forked()
     _live.clear()

@@ -1,4 +1,4 @@
-"""ReplayBuffer.sampler: batches drawn ahead in the caller's thread, copied out in another."""
+"""ReplayBuffer.sampler: batches drawn ahead in one thread, copied out in another."""
 
 import contextlib
 import copy
@@ -63,7 +63,7 @@ copied = copy.deepcopy
 
 
 def sampler_threads():
-    return [t for t in threading.enumerate() if t.name == "lazyframes-sampler"]
+    return [t for t in threading.enumerate() if t.name.startswith("lazyframes-sampler")]
 
 
 @pytest.fixture(autouse=True)
@@ -93,8 +93,7 @@ def test_the_batches_of_successive_samples(kind, prefetch):
 
 
 def test_a_batch_is_valid_for_prefetch_plus_one_calls_then_its_set_is_reused():
-    rb = filled()
-    P = 2
+    rb, P = filled(), 2
     batches = rb.sampler(5, prefetch=P)
     seen = []
     for j in range(8):
@@ -184,24 +183,25 @@ def test_adds_from_lazyframes_of_a_wrapper_pool_while_copying():
     batches.close()
 
 
-def test_a_draw_is_made_where_the_caller_asked_for_it():
-    """An add waits for the draw next() asked for: however slow, it sees the buffer of then."""
+def test_a_draw_is_made_where_the_caller_asked_for_it(monkeypatch):
+    """An add waits for the draw next() asked for, not for a copy: it sees the buffer of then."""
     rb = filled()
-    seen = []
-    pick = rb._pick
+    seen, pick, fill, go, calls = [], rb._pick, _samples.fill, threading.Event(), itertools.count()
 
-    def slow_pick(batch_size, options):  # the draw of the thread, slowed down
+    def slow_pick(batch_size, options):  # the drawing thread's draw, slowed down
         time.sleep(0.05)
         seen.append(len(rb))
         return pick(batch_size, options)
 
-    rb._pick = slow_pick
-    with rb.sampler(4, prefetch=1) as batches:
+    rb._pick = slow_pick  # and the copy of batch 1 held until the first add has returned
+    monkeypatch.setattr(_samples, "fill", lambda *a: (next(calls) != 1 or go.wait(30)) and fill(*a))
+    with rb.sampler(4, prefetch=2) as batches:
         for t in range(60, 64):
-            next(batches)
-            add(rb, t)  # waits for the draw asked for above
+            assert next(batches).actions.size == 4  # batch 1 too: its copy did not time out
+            add(rb, t)  # waits for the draw asked for above (batch 1 may still be copying)
+            go.set()
             assert seen[-1] == t, seen  # which saw the buffer without transition t
-    assert seen == [60, 60, 61, 62, 63]  # at creation, then one per next()
+    assert seen == [60, 60, 60, 61, 62, 63]  # at creation, then one per next()
 
 
 # -- priorities ---------------------------------------------------------------------------
@@ -284,7 +284,7 @@ def test_close_with_and_clear_stop_the_thread():
     rb = filled()
     s = rb.sampler(4)
     assert isinstance(s, Sampler) and iter(s) is s and not s.closed
-    assert len(sampler_threads()) == 1 and "prefetch=2" in repr(s)
+    assert len(sampler_threads()) == 2 and "prefetch=2" in repr(s)  # one draws, one copies
     kept = copied(batch := next(s))
     s.close()
     s.close()  # idempotent
@@ -323,7 +323,7 @@ def test_a_dropped_sampler_stops_its_thread_and_releases_its_frames(monkeypatch)
         pass
     assert sampler_threads() == []
     batches = [rb.sampler(2, prefetch=p) for p in range(4) for _ in range(5)]
-    assert len(sampler_threads()) == 20
+    assert len(sampler_threads()) == 40
     del batches
     assert sampler_threads() == []
 
@@ -358,7 +358,7 @@ def test_an_exception_in_the_thread_is_raised_by_next_with_its_traceback(monkeyp
     with pytest.raises(RuntimeError, match="boom") as info:
         next(s)
     names = [frame.name for frame in traceback.extract_tb(info.value.__traceback__)]
-    assert names[-3:] == ["__next__", "_work", "_boom_in_the_thread"], names
+    assert names[-3:] == ["__next__", "_copies", "_boom_in_the_thread"], names
     assert s.closed and sampler_threads() == []
     refused(StopIteration, "", next, s)
     monkeypatch.undo()

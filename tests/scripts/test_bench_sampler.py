@@ -11,6 +11,6 @@ def test_bench_sampler_runs_and_reports_every_row(capsys):
     ]  # fmt: skip
     for r in rows:
         assert r["sample_us"] > 0 and r["next_us"] > 0 and r["learn_us"] > 0
-    assert "next/sample" in out and "measured on" in out  # the machine line
+    assert "waited/sample" in out and "measured on" in out  # the machine line
     texts = [t for t, _ in bench_sampler.check_targets(rows)]
     assert len(texts) == 4 and all("target <= 10.0%" in t for t in texts)
