@@ -98,7 +98,7 @@ def _copies(fills: queue.SimpleQueue, done: queue.SimpleQueue, stop: threading.E
         drawn, (keys, outs, scale) = job
         del job
         result: tuple[object, object]
-        if isinstance(drawn, BaseException):
+        if isinstance(drawn, BaseException):  # its traceback holds the sampler: not kept here
             result = ("draw", drawn)
         elif stop.is_set():
             del drawn
@@ -108,7 +108,7 @@ def _copies(fills: queue.SimpleQueue, done: queue.SimpleQueue, stop: threading.E
                 result = (True, _samples.fill(drawn, keys, outs, scale))
             except BaseException as e:  # re-raised by the caller's next(), which closes
                 result = (False, e)
-            del drawn  # the pins go now, not when the caller takes the batch
+        del drawn  # the pins go now, not when the caller takes the batch
         done.put(result)
         del result
 
@@ -149,8 +149,12 @@ class Sampler:
         copies = threading.Thread(target=_copies, args=(fills, self._done, self._stop), daemon=True)
         draws.name, copies.name = "lazyframes-sampler-draws", "lazyframes-sampler"
         self._threads = (draws, copies)
-        for t in self._threads:
-            t.start()
+        draws.start()
+        try:
+            copies.start()
+        except BaseException:  # e.g. "can't start new thread": the drawer stops too
+            self._jobs.put(None)
+            raise
         self._closed = False
         _live.add(self)
         for drawn in first:

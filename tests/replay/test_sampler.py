@@ -271,11 +271,11 @@ def test_empty_or_unsampleable_buffers_are_refused():
     rb = ReplayBuffer(10, n_step=3, seed=0)
     add(rb, 0)  # its 3-step window is open
     refused(ValueError, "no transition can be sampled yet", rb.sampler, 4)
-    assert sampler_threads() == []
+    refused(ValueError, "sampled yet", next, rb.sampler(4, prefetch=0))  # raised, then dropped:
+    assert sampler_threads() == []  # its threads went with it (neither keeps the error)
     with rb.sampler(4, prefetch=0) as batches:  # no draw before the first next()
         refused(ValueError, "no transition can be sampled yet", next, batches)
-        add(rb, 1)
-        add(rb, 2)
+        add(rb, 1), add(rb, 2)
         assert next(batches).actions.tolist() == [0, 0, 0, 0]  # it works once one can
 
 
