@@ -155,20 +155,8 @@ class Sender:
         """Transitions added since the last :meth:`flush`."""
         return sum(len(r[2]) for r in self._rows)
 
-    def add(
-        self,
-        obs,
-        action,
-        reward,
-        next_obs,
-        terminated,
-        truncated,
-        *,
-        autoreset=None,
-        env_ids=None,
-        final_obs=None,
-        final_mask=None,
-    ) -> None:
+    def add(self, obs, action, reward, next_obs, terminated, truncated, *, autoreset=None,
+            env_ids=None, final_obs=None, final_mask=None) -> None:  # fmt: skip
         """Queue one transition per env (or per id of ``env_ids``), as ``ReplayBuffer.add``.
 
         Raises:

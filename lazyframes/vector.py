@@ -301,16 +301,8 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
         >>> envs.close()
     """
 
-    def __init__(
-        self,
-        envs: VectorEnv,
-        stack_size: int,
-        *,
-        padding_type: str | Any = "reset",
-        layout: str = "stack",
-        lazy: bool = True,
-        pool=None,
-    ):
+    def __init__(self, envs: VectorEnv, stack_size: int, *, padding_type: str | Any = "reset",
+                 layout: str = "stack", lazy: bool = True, pool=None):  # fmt: skip
         who = "lazyframes.vector.FrameStackObservation"
         # everything is checked before the wrapper is initialised: a half-made wrapper
         # would be closed by VectorEnv.__del__

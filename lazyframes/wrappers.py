@@ -541,16 +541,8 @@ class FrameStackObservation(_RingWrapper, gym.utils.RecordConstructorArgs):
         ((3, 4), [0.0, 0.0, 0.0, 0.0])
     """
 
-    def __init__(
-        self,
-        env: gym.Env,
-        stack_size: int,
-        *,
-        padding_type: str | Any = "reset",
-        layout: str = "stack",
-        lazy: bool = True,
-        pool=None,
-    ):
+    def __init__(self, env: gym.Env, stack_size: int, *, padding_type: str | Any = "reset",
+                 layout: str = "stack", lazy: bool = True, pool=None):  # fmt: skip
         # the pool is not recorded: the spec is deep-copied, and a pool cannot be copied
         gym.utils.RecordConstructorArgs.__init__(
             self, stack_size=stack_size, padding_type=padding_type, layout=layout, lazy=lazy

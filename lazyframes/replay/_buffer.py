@@ -269,20 +269,8 @@ class ReplayBuffer:
         return {**m, "transitions": n, "table_bytes": table, "bytes_per_transition": per}
 
     # -- adding -----------------------------------------------------------------------
-    def add(
-        self,
-        obs,
-        action,
-        reward,
-        next_obs,
-        terminated,
-        truncated,
-        *,
-        autoreset=None,
-        env_ids=None,
-        final_obs=None,
-        final_mask=None,
-    ) -> None:
+    def add(self, obs, action, reward, next_obs, terminated, truncated, *, autoreset=None,
+            env_ids=None, final_obs=None, final_mask=None) -> None:  # fmt: skip
         """Store one transition per env (or per id of ``env_ids``).
 
         Batched arguments have a leading axis of ``E``: ``num_envs``, or ``len(env_ids)``.
@@ -406,8 +394,8 @@ class ReplayBuffer:
     def sampler(self, batch_size, *, prefetch=2, dtype=None, scale=None) -> Sampler:
         """An iterator of batches drawn as :meth:`sample` draws them, gathered in a thread.
 
-        A background thread draws each batch and copies (or decodes) its frames into
-        preallocated arrays with the GIL released while the caller learns. With no add in
+        The buffer's thread draws each batch, the sampler's copies (or decodes) its frames
+        into preallocated arrays with the GIL released while the caller learns. With no add in
         between, it yields the batches successive ``sample(batch_size, dtype=dtype,
         scale=scale)`` calls would, whatever the thread's timing.
 

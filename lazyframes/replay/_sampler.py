@@ -1,12 +1,8 @@
 """A sampler: batches drawn and copied out ahead by background threads, in the caller's order.
 
-``ReplayBuffer.sampler`` returns a :class:`Sampler`, an iterator of :class:`Samples`
-whose threads draw each batch as soon as it is asked for and copy its frames out (the
-GIL released) while the caller learns. The buffer's :class:`DrawGate` makes every buffer
-call that changes or reads what a draw reads wait for the draws its samplers owe (never
-for a copy), so a sampler draws the batches ``sample`` would at the same points of the
-caller's calls, whatever the threads' timing. The design: docs/DESIGN.md, "Threads and
-limits".
+The buffer's thread draws each batch when asked (the buffer's calls wait for the draws
+owed: :class:`DrawGate`), the sampler's copies its frames out, the GIL released, while
+the caller learns. The design: docs/DESIGN.md, "Threads and limits".
 """
 
 from __future__ import annotations
@@ -17,33 +13,54 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 from . import _samples
 
 #: Every sampler not closed yet; closed at exit, before the interpreter winds down.
 _live: weakref.WeakSet = weakref.WeakSet()
-#: Every gate, for a forked child (which has none of the threads that owe its draws).
+#: Every gate: for a fork, and for a forked child (which has none of the gates' threads).
 _gates: weakref.WeakSet = weakref.WeakSet()
+_held: list = []  # their drawing locks, held across a fork
 
 
 class DrawGate:
-    """The draws a buffer's samplers owe it; the buffer waits for them before it changes.
+    """A buffer's drawing thread and the draws its samplers owe; the buffer waits for them.
 
-    A sampler owes a draw (:meth:`owe`) when it asks for one, its drawing thread pays it
-    (:meth:`pay`) once drawn, skipped or failed; the buffer calls :meth:`wait` first in
-    every call that changes or reads what a draw reads (add tests :attr:`owed` first).
+    One thread per buffer (from its first sampler on) makes the draws its samplers ask for
+    (:meth:`ask`) in the order asked; the buffer calls :meth:`wait` first in every call that
+    changes or reads what a draw reads (add tests :attr:`owed` first).
     """
 
-    __slots__ = ("__weakref__", "_cond", "owed")
+    __slots__ = ("__weakref__", "_cond", "_drawing", "_jobs", "_thread", "owed")
+    _jobs: Any  # a queue.SimpleQueue once started
+    _thread: threading.Thread | None
 
     def __init__(self):
-        self._cond = threading.Condition(threading.Lock())
-        self.owed = 0  #: draws owed now (read without the lock: a hot caller's test)
+        self._forked()
         _gates.add(self)
 
-    def owe(self) -> None:
+    def start(self) -> None:
+        """Start the drawing thread unless it runs (raises if no thread can start)."""
         with self._cond:
-            self.owed += 1
+            if self._thread is None:
+                jobs: queue.SimpleQueue = queue.SimpleQueue()
+                args = (jobs, weakref.ref(self), self._drawing)
+                t = threading.Thread(target=_draws, args=args, name="lazyframes-drawer")
+                t.daemon = True
+                t.start()
+                self._jobs, self._thread = jobs, t
+                # the thread ends with the buffer (at exit: _close_all, after the samplers)
+                weakref.finalize(self, jobs.put, None).atexit = False
+
+    def ask(self, drawn, draw, fills: queue.SimpleQueue, copy) -> None:
+        """Queue ``drawn`` (None: owe ``draw()``, made there) for ``fills`` (no ``draw``: end).
+
+        Owed and queued in one step: no close or interrupt leaves a draw owed and not made.
+        """
+        with self._cond:
+            self.owed += drawn is None and draw is not None
+            self._jobs.put((drawn, draw, fills, copy))
 
     def pay(self) -> None:
         with self._cond:
@@ -58,33 +75,45 @@ class DrawGate:
                 while self.owed:
                     self._cond.wait()
 
+    def stop(self) -> None:
+        """End the drawing thread once it has made the draws asked for (at exit)."""
+        if self._thread is not None and not self.is_drawer():
+            self._jobs.put(None)
+            self._thread.join()
+
+    def is_drawer(self) -> bool:
+        return self._thread is threading.current_thread()
+
     def _forked(self) -> None:
-        """In a forked child: the threads that owed draws are not there."""
-        self._cond = threading.Condition(threading.Lock())
-        self.owed = 0
+        """New state (and, after a fork, no thread: the parent's owes the child nothing)."""
+        self._cond = threading.Condition()  # reentrant: a collection in the thread may ask
+        self._drawing = threading.Lock()  # held for each draw; a fork takes it first
+        self._jobs, self._thread, self.owed = None, None, 0
 
 
-def _draws(jobs: queue.SimpleQueue, fills: queue.SimpleQueue) -> None:
-    """A sampler's drawing thread: each draw made as soon as asked, passed on to the copier.
+def _draws(jobs: queue.SimpleQueue, gate, drawing) -> None:
+    """A buffer's drawing thread: each job of :meth:`DrawGate.ask` passed on to its copier.
 
-    A job is ``(drawn, draw, gate, copy)``: a batch drawn already, or None and the draw to
-    make now (then paid to ``gate``), ``copy`` what the copier needs. The copy of an
-    earlier batch may still run meanwhile: the buffer's calls wait for this thread's
-    draws, never for a copy. A draw that raises is passed on as its exception, in order.
+    ``gate``: a weak reference (the thread keeps no buffer alive). A draw that raises is
+    passed on as its exception; the copies of earlier batches may still run meanwhile.
     """
     while (job := jobs.get()) is not None:
-        drawn, draw, gate, copy = job
+        drawn, draw, fills, copy = job
         del job
-        if drawn is None:  # drawn even after a stop: the RNG moves on as the caller asked
-            try:
-                drawn = draw()
-            except BaseException as e:  # e.g. nothing sampleable: as sample() would raise
-                drawn = e
-            finally:
-                gate.pay()
+        if draw is None:  # a sampler's end
+            fills.put(None)
+            continue
+        if drawn is None:  # drawn even after a close: the RNG moves on as the caller asked
+            with drawing:
+                try:
+                    drawn = draw()
+                except BaseException as e:  # e.g. nothing sampleable: as sample() would raise
+                    drawn = e
+            if (owner := gate()) is not None:
+                owner.pay()
+            del owner
         fills.put((drawn, copy))
-        del drawn
-    fills.put(None)
+        del drawn, draw, fills
 
 
 def _copies(fills: queue.SimpleQueue, done: queue.SimpleQueue, stop: threading.Event) -> None:
@@ -140,21 +169,15 @@ class Sampler:
         self._draw, self._gate, self._keys, self._scale = draw, gate, keys, scale
         self._prefetch, self._sets = prefetch, list(sets)
         self._count = 0  # batches asked for: the next one goes to set _count % len(sets)
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._fills: queue.SimpleQueue = queue.SimpleQueue()
         self._done: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         first = [draw() for _ in range(prefetch)]  # one that raises starts nothing
-        fills: queue.SimpleQueue = queue.SimpleQueue()
-        draws = threading.Thread(target=_draws, args=(self._jobs, fills), daemon=True)
-        copies = threading.Thread(target=_copies, args=(fills, self._done, self._stop), daemon=True)
-        draws.name, copies.name = "lazyframes-sampler-draws", "lazyframes-sampler"
-        self._threads = (draws, copies)
-        draws.start()
-        try:
-            copies.start()
-        except BaseException:  # e.g. "can't start new thread": the drawer stops too
-            self._jobs.put(None)
-            raise
+        gate.start()
+        args = (self._fills, self._done, self._stop)
+        self._copier = threading.Thread(target=_copies, args=args, daemon=True)
+        self._copier.name = "lazyframes-sampler"
+        self._copier.start()
         self._closed = False
         _live.add(self)
         for drawn in first:
@@ -174,9 +197,7 @@ class Sampler:
         """Ask the threads for the next batch: ``drawn``, or None to draw it there (owed)."""
         outs = self._sets[self._count % len(self._sets)]
         self._count += 1
-        if drawn is None:
-            self._gate.owe()
-        self._jobs.put((drawn, self._draw, self._gate, (self._keys, outs, self._scale)))
+        self._gate.ask(drawn, self._draw, self._fills, (self._keys, outs, self._scale))
 
     def __iter__(self) -> Sampler:
         return self
@@ -221,10 +242,9 @@ class Sampler:
         self._closed = True
         _live.discard(self)
         self._stop.set()
-        self._jobs.put(None)  # passed on by the drawer to the copier
-        if threading.current_thread() not in self._threads:  # not a collection in one of them
-            for t in self._threads:
-                t.join()  # every job left drawn (and paid), then skipped
+        self._gate.ask(None, None, self._fills, None)  # the copier's end, after our draws
+        if not (self._copier is threading.current_thread() or self._gate.is_drawer()):
+            self._copier.join()  # every batch asked for drawn (and paid), then skipped
         while not self._done.empty():
             self._done.get()
         self._done.put((None, None))  # wakes a next() waiting in another thread
@@ -249,9 +269,11 @@ class Sampler:
 
 @atexit.register
 def _close_all() -> None:
-    """Stop every sampler's threads before the interpreter winds down."""
+    """Stop every sampler's and buffer's threads before the interpreter winds down."""
     for sampler in list(_live):
         sampler.close()
+    for gate in list(_gates):
+        gate.stop()
 
 
 def _forget_all() -> None:
@@ -261,7 +283,21 @@ def _forget_all() -> None:
     _live.clear()
     for gate in list(_gates):
         gate._forked()
+    _held.clear()
+
+
+def _hold_draws() -> None:
+    """Before a fork: no draw in progress (its RNG's lock would stay locked in the child)."""
+    _held[:] = [gate._drawing for gate in _gates]
+    for lock in _held:
+        lock.acquire()
+
+
+def _let_draws() -> None:  # after a fork, in the parent
+    for lock in _held:
+        lock.release()
+    _held.clear()
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_forget_all)
+    os.register_at_fork(before=_hold_draws, after_in_parent=_let_draws, after_in_child=_forget_all)

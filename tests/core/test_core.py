@@ -322,16 +322,13 @@ def test_refused_call_writes_nothing(name):
     assert scene.state() == before
 
 
-@pytest.mark.parametrize(
-    "bad,exc,pattern",
-    [
-        (np.zeros((84, 84), np.uint8), ValueError, "shape"),
-        (np.zeros((84, 84, 2), np.uint8), ValueError, "shape"),
-        (np.zeros((84, 84, 1), np.int16), TypeError, "dtype"),
-        (np.zeros((84, 84, 1), np.float32), TypeError, "dtype"),
-        (np.empty((84, 84, 1), object), TypeError, "object"),
-    ],
-)
+@pytest.mark.parametrize("bad,exc,pattern", [
+    (np.zeros((84, 84), np.uint8), ValueError, "shape"),
+    (np.zeros((84, 84, 2), np.uint8), ValueError, "shape"),
+    (np.zeros((84, 84, 1), np.int16), TypeError, "dtype"),
+    (np.zeros((84, 84, 1), np.float32), TypeError, "dtype"),
+    (np.empty((84, 84, 1), object), TypeError, "object"),
+])  # fmt: skip
 def test_push_bad_frame_writes_nothing(bad, exc, pattern):
     pool, slots = pool_with(rand_frames(2))
     lz, batch = pool.lazy(slots), pool.lazy_batch([slots, slots])
@@ -347,17 +344,14 @@ def test_push_bad_frame_writes_nothing(bad, exc, pattern):
     assert r.slot == 2  # the failed calls used no slot
 
 
-@pytest.mark.parametrize(
-    "frames,exc,pattern",
-    [
-        ([], ValueError, "at least one"),
-        ([f(0), np.zeros((84, 84, 2), np.uint8)], ValueError, "shape"),
-        ([f(0), f(1, dtype=np.int16)], TypeError, "dtype"),
-        ([f(0), np.empty((84, 84, 1), object)], TypeError, "object"),
-        ([f(0, shape=(1, 84, 84))], ValueError, "channels-first"),
-        ([f(0, shape=(84, 84))], ValueError, "channel axis"),
-    ],
-)
+@pytest.mark.parametrize("frames,exc,pattern", [
+    ([], ValueError, "at least one"),
+    ([f(0), np.zeros((84, 84, 2), np.uint8)], ValueError, "shape"),
+    ([f(0), f(1, dtype=np.int16)], TypeError, "dtype"),
+    ([f(0), np.empty((84, 84, 1), object)], TypeError, "object"),
+    ([f(0, shape=(1, 84, 84))], ValueError, "channels-first"),
+    ([f(0, shape=(84, 84))], ValueError, "channel axis"),
+])  # fmt: skip
 def test_lazyframes_bad_frames_write_nothing(frames, exc, pattern):
     pool = core.default_pool(FRAME, np.uint8)
     keep = core.LazyFrames([f(9)])  # something live in the default pool

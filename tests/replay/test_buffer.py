@@ -72,15 +72,12 @@ def test_properties_before_and_after_the_first_add():
     )
 
 
-@pytest.mark.parametrize(
-    "kwargs, obs, match",
-    [
-        ({"layout": "last"}, np.zeros((84, 84, 4), np.uint8), "stack_size"),
-        ({"layout": "last", "stack_size": 3}, np.zeros((84, 84, 4), np.uint8), "3 frames"),
-        ({"layout": "last", "stack_size": 1}, np.zeros((4, 84, 84), np.uint8), "channel"),
-        ({"pool": FramePool((3, 2), np.uint8)}, stack(1, 2, 3), "shape"),
-    ],
-)
+@pytest.mark.parametrize("kwargs, obs, match", [
+    ({"layout": "last"}, np.zeros((84, 84, 4), np.uint8), "stack_size"),
+    ({"layout": "last", "stack_size": 3}, np.zeros((84, 84, 4), np.uint8), "3 frames"),
+    ({"layout": "last", "stack_size": 1}, np.zeros((4, 84, 84), np.uint8), "channel"),
+    ({"pool": FramePool((3, 2), np.uint8)}, stack(1, 2, 3), "shape"),
+])  # fmt: skip
 def test_a_refused_first_add_stores_nothing(kwargs, obs, match):
     rb = ReplayBuffer(10, **kwargs)
     refused(ValueError, match, rb.add, obs, 0, 0.0, obs, False, False)

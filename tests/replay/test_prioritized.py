@@ -133,18 +133,15 @@ def test_checkpoints_of_either_buffer_load_as_the_other(tmp_path):
     assert back.priorities(np.arange(14, 30)).tolist() == list(np.arange(16) + 0.5)
 
 
-@pytest.mark.parametrize(
-    "change, match",
-    [
-        ({"priorities": -1.0}, "bad priorities"),
-        ({"priorities": 100.0}, "bad priorities"),  # above max_priority
-        ({"added": 2**62 + 14}, "bad transition count"),  # beyond int64 once drawn
-        ({"added": 15}, "bad transition count"),  # not at the write position
-        ({"alpha": "0.8"}, "bad alpha"),  # a number as a JSON string
-        ({"alpha": True}, "bad alpha"),
-        ({"max_priority": 0.5}, "bad max_priority"),
-    ],
-)
+@pytest.mark.parametrize("change, match", [
+    ({"priorities": -1.0}, "bad priorities"),
+    ({"priorities": 100.0}, "bad priorities"),  # above max_priority
+    ({"added": 2**62 + 14}, "bad transition count"),  # beyond int64 once drawn
+    ({"added": 15}, "bad transition count"),  # not at the write position
+    ({"alpha": "0.8"}, "bad alpha"),  # a number as a JSON string
+    ({"alpha": True}, "bad alpha"),
+    ({"max_priority": 0.5}, "bad max_priority"),
+])  # fmt: skip
 def test_crafted_priorities_are_refused(tmp_path, change, match):
     rb = filled(capacity=16, steps=30, alpha=0.8)
     rb.save(tmp_path / "per.npz")

@@ -1,4 +1,4 @@
-"""ReplayBuffer.sampler: batches drawn ahead in one thread, copied out in another."""
+"""ReplayBuffer.sampler: batches drawn ahead by the buffer's thread, copied out by the sampler's."""
 
 import contextlib
 import copy
@@ -62,16 +62,18 @@ def filled(kind="plain", steps=60, cls=ReplayBuffer, **kw):
 copied = copy.deepcopy
 
 
-def sampler_threads():
-    return [t for t in threading.enumerate() if t.name.startswith("lazyframes-sampler")]
+def sampler_threads(name="lazyframes-sampler"):  # a sampler's copier; a buffer's drawer
+    return [t for t in threading.enumerate() if t.name == name]
 
 
 @pytest.fixture(autouse=True)
 def _no_thread_left():
-    """Every test stops the threads it started."""
+    """Every test stops the threads it started: a sampler's with it, a buffer's with it."""
     yield
     gc.collect()
-    assert sampler_threads() == []
+    for t in sampler_threads("lazyframes-drawer"):
+        t.join(10)
+    assert sampler_threads() == [] and sampler_threads("lazyframes-drawer") == []
 
 
 # -- the batches of sample() --------------------------------------------------------------
@@ -204,6 +206,17 @@ def test_a_draw_is_made_where_the_caller_asked_for_it(monkeypatch):
     assert seen == [60, 60, 60, 61, 62, 63]  # at creation, then one per next()
 
 
+def test_two_samplers_of_a_buffer_draw_in_the_order_asked():
+    """A draw slower than the next one asked (another sampler's) still comes first."""
+    a, b = filled(), filled()
+    pick, calls = a._pick, itertools.count()
+    a._pick = lambda *args: (next(calls) != 2 or time.sleep(0.2) is None) and pick(*args)
+    with a.sampler(4, prefetch=1) as s1, a.sampler(4, prefetch=1) as s2:  # draws 0 and 1
+        got = [copied(next(s)) for s in (s1, s2, s1, s2)]  # asks 2 (slow), 3, 4, 5
+    want = [b.sample(4) for _ in range(6)]
+    assert [g.indices.tolist() for g in got] == [want[i].indices.tolist() for i in (0, 1, 2, 3)]
+
+
 # -- priorities ---------------------------------------------------------------------------
 @pytest.mark.parametrize("prefetch", [0, 1, 2])
 def test_priorities_are_those_of_the_draw(prefetch):
@@ -284,7 +297,8 @@ def test_close_with_and_clear_stop_the_thread():
     rb = filled()
     s = rb.sampler(4)
     assert isinstance(s, Sampler) and iter(s) is s and not s.closed
-    assert len(sampler_threads()) == 2 and "prefetch=2" in repr(s)  # one draws, one copies
+    assert len(sampler_threads()) == len(sampler_threads("lazyframes-drawer")) == 1
+    assert "prefetch=2" in repr(s)
     kept = copied(batch := next(s))
     s.close()
     s.close()  # idempotent
@@ -323,7 +337,7 @@ def test_a_dropped_sampler_stops_its_thread_and_releases_its_frames(monkeypatch)
         pass
     assert sampler_threads() == []
     batches = [rb.sampler(2, prefetch=p) for p in range(4) for _ in range(5)]
-    assert len(sampler_threads()) == 40
+    assert len(sampler_threads()) == 20
     del batches
     assert sampler_threads() == []
 
@@ -389,14 +403,25 @@ elif how == "iterating":
             pass
     threading.Thread(target=learn, daemon=True).start()
     time.sleep(0.05)
-elif how == "fork":  # the child has no sampler thread: its samplers are closed
-    import os
+elif how == "fork":  # the child has no sampler thread: its samplers are closed; and the
+    import os, signal  # fork waited for the draw in progress: the child's RNG is not locked
+    pick, drawing = rb._pick, threading.Event()
+    def slow(*args):  # holds the RNG's lock a while, as a draw does for a moment
+        with rb._rng.bit_generator.lock:
+            drawing.set()
+            time.sleep(0.3)
+        return pick(*args)
+    rb._pick = slow
+    next(s)  # asks for a draw: the buffer's thread makes it
+    drawing.wait()
     pid = os.fork()
     if pid == 0:
+        signal.alarm(20)
         try:
             next(s)
         except StopIteration:
-            os._exit(0)
+            rb._pick = pick
+            os._exit(0 if rb.sample(4).indices.size == 4 else 4)
         os._exit(3)
     assert os.waitpid(pid, 0)[1] == 0
     next(s)  # the parent's goes on

@@ -102,18 +102,15 @@ def test_readers_cannot_write_and_closed_objects_raise(tmp_path):
     w.close(unlink=True)
 
 
-@pytest.mark.parametrize(
-    "damage,match",
-    [
-        (lambda b: b[:100], "too short"),
-        (lambda b: b"x" * 8 + b[8:], "not a SharedReplay file"),
-        (lambda b: b + b"\0" * 8, "does not match its header"),
-        (lambda b: b[:-8], "does not match its header"),
-        (lambda b: b[:24] + np.int64(10**12).tobytes() + b[32:], "does not match"),  # rows
-        (lambda b: b[:48] + np.int64(99).tobytes() + b[56:], "corrupt header"),  # ndim
-        (lambda b: b[:120] + b"<c16".ljust(16, b"\0") + b[136:], "corrupt header"),  # dtype
-    ],
-)
+@pytest.mark.parametrize("damage,match", [
+    (lambda b: b[:100], "too short"),
+    (lambda b: b"x" * 8 + b[8:], "not a SharedReplay file"),
+    (lambda b: b + b"\0" * 8, "does not match its header"),
+    (lambda b: b[:-8], "does not match its header"),
+    (lambda b: b[:24] + np.int64(10**12).tobytes() + b[32:], "does not match"),  # rows
+    (lambda b: b[:48] + np.int64(99).tobytes() + b[56:], "corrupt header"),  # ndim
+    (lambda b: b[:120] + b"<c16".ljust(16, b"\0") + b[136:], "corrupt header"),  # dtype
+])  # fmt: skip
 def test_attach_checks_the_file(tmp_path, damage, match):
     path = tmp_path / "r.lfr"
     SharedReplay.create(path, capacity=8, frame_shape=SHAPE, stack_size=K).close()

@@ -200,17 +200,14 @@ def test_forged_chains_and_blobs_raise_on_read(tmp_path):
     check(SharedReplay.attach(path).sample(64, rng=np.random.default_rng(0)))
 
 
-@pytest.mark.parametrize(
-    "word,value,match",
-    [
-        (_LOG_BYTES, 10, "corrupt header"),  # the log's size below 4 frames
-        (_LOG_BYTES, 1 << 40, "corrupt header"),  # larger than the file
-        (_LOG_BYTES, 0, "corrupt header"),  # no log, but a group
-        (_GROUP, 0, "corrupt header"),  # group 0
-        (_GROUP, 65, "corrupt header"),
-        (_LOG_BYTES, 128 * (FB + 32) + 8, "does not match"),  # the file is short of it
-    ],
-)
+@pytest.mark.parametrize("word,value,match", [
+    (_LOG_BYTES, 10, "corrupt header"),  # the log's size below 4 frames
+    (_LOG_BYTES, 1 << 40, "corrupt header"),  # larger than the file
+    (_LOG_BYTES, 0, "corrupt header"),  # no log, but a group
+    (_GROUP, 0, "corrupt header"),  # group 0
+    (_GROUP, 65, "corrupt header"),
+    (_LOG_BYTES, 128 * (FB + 32) + 8, "does not match"),  # the file is short of it
+])  # fmt: skip
 def test_attach_checks_the_compressed_header(tmp_path, word, value, match):
     path = tmp_path / "r.lfr"
     lay = _compressed_file(path, rows=10)

@@ -57,56 +57,47 @@ def test_demo_compress_flags(demo):
     assert parser.parse_args(["--compress", "--no-compress"]).compress is False
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--steps", "0"], "--steps must be >= 1, got 0"),
-        (["--num-envs", "0"], "--num-envs must be >= 1, got 0"),
-        (["--stack-size", "0"], "--stack-size must be >= 1, got 0"),
-        (["--batch-size", "-1"], "--batch-size must be >= 1, got -1"),
-        (["--train-freq", "0"], "--train-freq must be >= 1, got 0"),
-        (["--capacity", "3", "--num-envs", "4"], "--capacity (3) must be at least --num-envs (4)"),
-        (["--seed", "-1"], "--seed must be >= 0, got -1"),
-        (["--no-such-option"], "unrecognized arguments: --no-such-option"),
-        (["--env", "ALE/Pongg-v5"], "--env 'ALE/Pongg-v5': Environment `Pongg` doesn't exist"),
-        (["--env", "Pong"], "(Atari games are ALE/<Game>-v5, e.g. ALE/Pong-v5)"),
-        (["--env", "not an id"], "--env 'not an id': Malformed environment ID"),
-        (["--env", "ALE/Pong-v4"], "--env 'ALE/Pong-v4': Environment version v4"),
-        (["--json", "."], "--json .: is a folder; give a file name, e.g. ./report.json"),
-        (["--plot", "tests"], "--plot tests: is a folder; give a file name"),
-        (["--json", "x.json", "--plot", "x.json"], "--plot and --json are the same file"),
-        (["--json", ""], "--json needs a file name"),
-    ],
-)
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "0"], "--steps must be >= 1, got 0"),
+    (["--num-envs", "0"], "--num-envs must be >= 1, got 0"),
+    (["--stack-size", "0"], "--stack-size must be >= 1, got 0"),
+    (["--batch-size", "-1"], "--batch-size must be >= 1, got -1"),
+    (["--train-freq", "0"], "--train-freq must be >= 1, got 0"),
+    (["--capacity", "3", "--num-envs", "4"], "--capacity (3) must be at least --num-envs (4)"),
+    (["--seed", "-1"], "--seed must be >= 0, got -1"),
+    (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+    (["--env", "ALE/Pongg-v5"], "--env 'ALE/Pongg-v5': Environment `Pongg` doesn't exist"),
+    (["--env", "Pong"], "(Atari games are ALE/<Game>-v5, e.g. ALE/Pong-v5)"),
+    (["--env", "not an id"], "--env 'not an id': Malformed environment ID"),
+    (["--env", "ALE/Pong-v4"], "--env 'ALE/Pong-v4': Environment version v4"),
+    (["--json", "."], "--json .: is a folder; give a file name, e.g. ./report.json"),
+    (["--plot", "tests"], "--plot tests: is a folder; give a file name"),
+    (["--json", "x.json", "--plot", "x.json"], "--plot and --json are the same file"),
+    (["--json", ""], "--json needs a file name"),
+])  # fmt: skip
 def test_demo_refuses_a_bad_option_in_one_line_before_any_env(args, message):
     assert_one_line_error(run_guarded(DEMO, *args), message)
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--env", "NoSuchEnv-v0"], "--env 'NoSuchEnv-v0'"),
-        (["--plot", "no/such/folder/m.png"], "--plot no/such/folder/m.png: the folder"),
-        (["--plot", "memory.pngx"], "matplotlib cannot write a 'pngx' file"),
-        (["--json", "no/such/folder/r.json"], "--json no/such/folder/r.json: the folder"),
-        (["--env", "FrozenLake-v1"], "--env 'FrozenLake-v1': its observations are Discrete(16)"),
-    ],
-)
+@pytest.mark.parametrize("args, message", [
+    (["--env", "NoSuchEnv-v0"], "--env 'NoSuchEnv-v0'"),
+    (["--plot", "no/such/folder/m.png"], "--plot no/such/folder/m.png: the folder"),
+    (["--plot", "memory.pngx"], "matplotlib cannot write a 'pngx' file"),
+    (["--json", "no/such/folder/r.json"], "--json no/such/folder/r.json: the folder"),
+    (["--env", "FrozenLake-v1"], "--env 'FrozenLake-v1': its observations are Discrete(16)"),
+])  # fmt: skip
 def test_demo_refuses_a_bad_env_or_output_path_in_one_line_before_running(args, message):
     r = run(DEMO, "--steps", "100000", "--no-progress", *args, timeout=120)
     assert_one_line_error(r, message)  # one line: ALE's banner too is printed by an env only
 
 
-@pytest.mark.parametrize(
-    "block, args, message",
-    [
-        (["ale_py"], [], "--env ALE/Pong-v5 needs the package 'ale-py'"),
-        (["cv2"], [], "--env ALE/Pong-v5 needs the package 'opencv-python-headless'"),
-        (["tqdm"], [], "the progress bar (or --no-progress) needs the package 'tqdm'"),
-        (["matplotlib"], ["--plot", "m.png"], "--plot needs the package 'matplotlib'"),
-        (["lazyframes"], [], "the package lazyframes is not installed"),
-    ],
-)
+@pytest.mark.parametrize("block, args, message", [
+    (["ale_py"], [], "--env ALE/Pong-v5 needs the package 'ale-py'"),
+    (["cv2"], [], "--env ALE/Pong-v5 needs the package 'opencv-python-headless'"),
+    (["tqdm"], [], "the progress bar (or --no-progress) needs the package 'tqdm'"),
+    (["matplotlib"], ["--plot", "m.png"], "--plot needs the package 'matplotlib'"),
+    (["lazyframes"], [], "the package lazyframes is not installed"),
+])  # fmt: skip
 def test_demo_names_the_clone_install_command_of_a_missing_package(block, args, message):
     r = run_guarded(DEMO, *args, block=block)
     clone = " (in the clone)" * (block == ["lazyframes"])

@@ -51,43 +51,37 @@ INSTALL_TORCH = (
 INSTALL_ATARI = "python -m pip install -e '.[atari]'"
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--env-id", "ALE/Pongg-v5"], "--env-id 'ALE/Pongg-v5': Environment `Pongg` doesn't"),
-        (["--env-id", "Breakout"], "--env-id 'Breakout': No registered env with id: Breakout"),
-        (["--env-id", "not an id"], "--env-id 'not an id': Malformed environment ID"),
-        (["--env-id", "CartPole-v1"], "--env-id 'CartPole-v1' is not an ALE game"),
-        (["--buffer-size", "0"], "--buffer-size must be >= 1, got 0"),
-        (["--num-envs", "0"], "--num-envs must be >= 1, got 0"),
-        (["--total-timesteps", "-1"], "--total-timesteps must be >= 0, got -1"),
-        (["--num-envs", "4", "--buffer-size", "2"], "--buffer-size (2) must be at least"),
-        (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
-        (["--train-frequency", "0"], "--train-frequency must be >= 1, got 0"),
-        (["--target-network-frequency", "0"], "--target-network-frequency must be >= 1"),
-        (["--learning-starts", "-1"], "--learning-starts must be >= 0, got -1"),
-        (["--gamma", "1.5"], "--gamma must be in [0, 1], got 1.5"),
-        (["--learning-rate", "0"], "--learning-rate must be > 0, got 0.0"),
-        (["--learning-rate", "nan"], "--learning-rate must be > 0, got nan"),
-        (["--seed", "-3"], "--seed must be >= 0, got -3"),
-        (["--total-timesteps", "lots"], "argument --total-timesteps: invalid int value: 'lots'"),
-        (["--no-such-option"], "unrecognized arguments: --no-such-option"),
-    ],
-)
+@pytest.mark.parametrize("args, message", [
+    (["--env-id", "ALE/Pongg-v5"], "--env-id 'ALE/Pongg-v5': Environment `Pongg` doesn't"),
+    (["--env-id", "Breakout"], "--env-id 'Breakout': No registered env with id: Breakout"),
+    (["--env-id", "not an id"], "--env-id 'not an id': Malformed environment ID"),
+    (["--env-id", "CartPole-v1"], "--env-id 'CartPole-v1' is not an ALE game"),
+    (["--buffer-size", "0"], "--buffer-size must be >= 1, got 0"),
+    (["--num-envs", "0"], "--num-envs must be >= 1, got 0"),
+    (["--total-timesteps", "-1"], "--total-timesteps must be >= 0, got -1"),
+    (["--num-envs", "4", "--buffer-size", "2"], "--buffer-size (2) must be at least"),
+    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["--train-frequency", "0"], "--train-frequency must be >= 1, got 0"),
+    (["--target-network-frequency", "0"], "--target-network-frequency must be >= 1"),
+    (["--learning-starts", "-1"], "--learning-starts must be >= 0, got -1"),
+    (["--gamma", "1.5"], "--gamma must be in [0, 1], got 1.5"),
+    (["--learning-rate", "0"], "--learning-rate must be > 0, got 0.0"),
+    (["--learning-rate", "nan"], "--learning-rate must be > 0, got nan"),
+    (["--seed", "-3"], "--seed must be >= 0, got -3"),
+    (["--total-timesteps", "lots"], "argument --total-timesteps: invalid int value: 'lots'"),
+    (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+])  # fmt: skip
 def test_dqn_atari_refuses_a_bad_option_in_one_line_before_any_work(args, message):
     assert_one_line_error(run_guarded("examples/dqn_atari.py", *args), message)
 
 
-@pytest.mark.parametrize(
-    "script, block, command",
-    [
-        ("dqn_atari.py", ["torch"], INSTALL_TORCH),
-        ("dqn_atari.py", ["ale_py"], INSTALL_ATARI),
-        ("dqn_atari.py", ["torch", "cv2"], f"{INSTALL_TORCH} && {INSTALL_ATARI}"),
-        ("apex_ray.py", ["ray"], "python -m pip install -e '.[distributed]'"),
-        ("apex_ray.py", ["ray", "cv2"], "python -m pip install -e '.[atari,distributed]'"),
-    ],
-)
+@pytest.mark.parametrize("script, block, command", [
+    ("dqn_atari.py", ["torch"], INSTALL_TORCH),
+    ("dqn_atari.py", ["ale_py"], INSTALL_ATARI),
+    ("dqn_atari.py", ["torch", "cv2"], f"{INSTALL_TORCH} && {INSTALL_ATARI}"),
+    ("apex_ray.py", ["ray"], "python -m pip install -e '.[distributed]'"),
+    ("apex_ray.py", ["ray", "cv2"], "python -m pip install -e '.[atari,distributed]'"),
+])  # fmt: skip
 def test_examples_name_the_install_commands_of_missing_packages(script, block, command):
     r = run_guarded(f"examples/{script}", *["--smoke"] * (script == "apex_ray.py"), block=block)
     names = {"cv2": "opencv-python-headless", "ale_py": "ale-py"}
@@ -96,21 +90,18 @@ def test_examples_name_the_install_commands_of_missing_packages(script, block, c
     assert r.stderr == f"{script}: error: {message}\n"
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--env-id", "ALE/Pongg-v5"], "--env-id 'ALE/Pongg-v5': Environment `Pongg` doesn't"),
-        (["--smoke", "--env-id", "CartPole-v1"], "--env-id 'CartPole-v1' is not an ALE game"),
-        (["--num-actors", "0"], "--num-actors must be >= 1, got 0"),
-        (["--envs-per-actor", "0"], "--envs-per-actor must be >= 1, got 0"),
-        (["--rounds", "0"], "--rounds must be >= 1, got 0"),
-        (["--steps-per-round", "-1"], "--steps-per-round must be >= 1, got -1"),
-        (["--capacity", "0"], "--capacity (0) must be at least the number of envs"),
-        (["--smoke", "--n-step", "5000"], "--n-step (5000) must be at most the capacity (1000"),
-        (["--gamma", "-0.5"], "--gamma must be in [0, 1], got -0.5"),
-        (["--num-actors", "two"], "argument --num-actors: invalid int value: 'two'"),
-    ],
-)
+@pytest.mark.parametrize("args, message", [
+    (["--env-id", "ALE/Pongg-v5"], "--env-id 'ALE/Pongg-v5': Environment `Pongg` doesn't"),
+    (["--smoke", "--env-id", "CartPole-v1"], "--env-id 'CartPole-v1' is not an ALE game"),
+    (["--num-actors", "0"], "--num-actors must be >= 1, got 0"),
+    (["--envs-per-actor", "0"], "--envs-per-actor must be >= 1, got 0"),
+    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    (["--steps-per-round", "-1"], "--steps-per-round must be >= 1, got -1"),
+    (["--capacity", "0"], "--capacity (0) must be at least the number of envs"),
+    (["--smoke", "--n-step", "5000"], "--n-step (5000) must be at most the capacity (1000"),
+    (["--gamma", "-0.5"], "--gamma must be in [0, 1], got -0.5"),
+    (["--num-actors", "two"], "argument --num-actors: invalid int value: 'two'"),
+])  # fmt: skip
 def test_apex_ray_refuses_a_bad_option_in_one_line_before_ray_starts(args, message):
     assert_one_line_error(run_guarded("examples/apex_ray.py", *args), message)
 

@@ -329,17 +329,14 @@ def test_sync_envs_are_unchanged():
     assert frames_of(envs.observations([2, 0])) == [frames_of(obs)[2], frames_of(obs)[0]]
 
 
-@pytest.mark.parametrize(
-    "bad, match",
-    [
-        ([1, 1], "env id 1 appears more than once"),
-        ([0, 7], r"env id 7 is out of range \[0, num_envs=5\)"),
-        ([-1, 0], "env id -1 is out of range"),
-        ([0, 1, 2], "1-D integer array of 2 env ids"),
-        ([0.0, 1.0], "1-D integer array"),
-        (None, r"batch of 2 observations, .* without info\['env_id'\]"),  # no ids at all
-    ],
-)
+@pytest.mark.parametrize("bad, match", [
+    ([1, 1], "env id 1 appears more than once"),
+    ([0, 7], r"env id 7 is out of range \[0, num_envs=5\)"),
+    ([-1, 0], "env id -1 is out of range"),
+    ([0, 1, 2], "1-D integer array of 2 env ids"),
+    ([0.0, 1.0], "1-D integer array"),
+    (None, r"batch of 2 observations, .* without info\['env_id'\]"),  # no ids at all
+])  # fmt: skip
 def test_bad_env_ids_raise_before_any_ring_changes(bad, match):
     envs = FrameStackObservation(AsyncCounters(NEXT, batch=2, reset_batch=2), 4)
     envs.reset()
