@@ -109,28 +109,31 @@ def record(game: str, steps: int, seed: int, cache: Path) -> Path:
     env = atari_env(f"ALE/{game}-v5")
     env.action_space.seed(seed)
     obs, _ = env.reset(seed=seed)
-    frames, starts, src = [obs], [0], []
-    actions, rewards, term, trunc = [], [], [], []
+    # frames written in place (a list, then a stack, would hold them twice: 14 GB at 1M)
+    frames, nf = np.empty((steps + steps // 8 + 64, *obs.shape), obs.dtype), 1
+    frames[0] = obs
+    starts, src, actions, rewards, term, trunc = [0], [], [], [], [], []
     for _ in range(steps):
         a = env.action_space.sample()
-        src.append(len(frames) - 1)
+        src.append(nf - 1)
         obs, r, te, tr, _ = env.step(a)
-        frames.append(obs)
         actions.append(a)
         rewards.append(r)
         term.append(te)
         trunc.append(tr)
-        if te or tr:
-            obs, _ = env.reset()
-            starts.append(len(frames))
-            frames.append(obs)
+        for new in [obs] + ([env.reset()[0]] if te or tr else []):
+            if nf == len(frames):  # episodes shorter than 8 steps on average
+                frames = np.concatenate([frames, np.empty_like(frames)])
+            if new is not obs:
+                starts.append(nf)
+            frames[nf], nf = new, nf + 1
     env.close()
     trunc[-1] = trunc[-1] or not term[-1]  # the recording cuts the last episode
     cache.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
     np.savez_compressed(
         tmp,
-        frames=np.stack(frames),
+        frames=frames[:nf],
         starts=np.asarray(starts, np.int64),
         src=np.asarray(src, np.int64),
         actions=np.asarray(actions, np.int64),

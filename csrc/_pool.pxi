@@ -522,9 +522,10 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
 
         ``bytes_held`` counts the arena chunks, or in a compressing pool the frames'
         uncompressed buffers (``hot_frames``, plus a few kept to code the next delta
-        against), their compressed blobs (``cold_bytes``), the per-slot state and the
-        decoding scratch a gather lends to the next one. ``pending_frames``: hot frames
-        that only SlotTable entries hold, waiting to be compressed (:meth:`flush`).
+        against), their compressed blobs (``cold_bytes``), the per-slot state
+        (``slot_state_bytes``: 0 in a plain pool) and the decoding scratch a gather lends
+        to the next one. ``pending_frames``: hot frames that only SlotTable entries hold,
+        waiting to be compressed (:meth:`flush`).
         """
         return {
             "live_frames": self.live_frames,
@@ -536,6 +537,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
             "hot_frames": self.p.live_frames - self.p.cold_frames,
             "cold_frames": self.p.cold_frames,
             "cold_bytes": self.p.cold_bytes,
+            "slot_state_bytes": lf_pool_slot_state_bytes(&self.p),
             "pending_frames": lf_pool_pending(&self.p),
         }
 

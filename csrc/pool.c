@@ -242,13 +242,17 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
     if (ref >= 0) lf_pool_decref_cold(p, ref); /* a chain is at most LF_MAX_GROUP deep */
 }
 
-size_t lf_pool_bytes_held(const lf_pool *p) {
-    size_t chunks = p->n_alloc * p->spc * slot_bytes(p);
-    if (!p->z) return chunks;
+size_t lf_pool_slot_state_bytes(const lf_pool *p) {
     /* a compressing pool counts all its per-slot state: lf_meta, refcount, free entry */
-    chunks += p->n_alloc * p->spc * (sizeof(uint64_t) + sizeof(uint32_t));
-    return chunks + (p->live_frames - p->cold_frames + p->z->n_warm) * p->frame_bytes +
-           p->cold_bytes + p->z->slab_slack + p->z->spare_bytes;
+    return p->z ? p->n_alloc * p->spc * (sizeof(lf_meta) + sizeof(uint64_t) + sizeof(uint32_t))
+                : 0;
+}
+
+size_t lf_pool_bytes_held(const lf_pool *p) {
+    if (!p->z) return p->n_alloc * p->spc * slot_bytes(p);
+    return lf_pool_slot_state_bytes(p) +
+           (p->live_frames - p->cold_frames + p->z->n_warm) * p->frame_bytes + p->cold_bytes +
+           p->z->slab_slack + p->z->spare_bytes;
 }
 
 /* -- compression ------------------------------------------------------------------------ */

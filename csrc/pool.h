@@ -192,6 +192,9 @@ static inline void lf_pool_set_prev(lf_pool *p, int64_t slot, int64_t prev) {
 }
 
 size_t lf_pool_bytes_held(const lf_pool *p);
+/* The part of lf_pool_bytes_held that is per-slot state (a compressing pool's lf_meta,
+ * refcount and free entry of every slot with memory; 0 for a plain pool). */
+size_t lf_pool_slot_state_bytes(const lf_pool *p);
 
 /* -- compression (pool.c) ----------------------------------------------------------- */
 

@@ -255,7 +255,8 @@ class ReplayBuffer:
             transitions``, 0.0 when empty), ``frame_bytes``, ``compression`` (the pool's
             options or None), ``hot_frames``/``cold_frames`` (uncompressed/compressed),
             ``pending_frames`` (hot frames waiting to be compressed, :meth:`flush`),
-            ``cold_bytes`` and ``ratio`` (uncompressed size over ``bytes_held``, 0.0 when
+            ``cold_bytes``, ``slot_state_bytes`` (a compressing pool's per-slot state, in
+            ``bytes_held``) and ``ratio`` (uncompressed size over ``bytes_held``, 0.0 when
             empty). Dict observations: summed over the frame leaves' pools.
         """
         self._draws.wait()

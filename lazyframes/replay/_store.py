@@ -689,7 +689,8 @@ def pool_memory(stores: list, n: int) -> dict:
     live = sum(st["live_bytes"] for st in stats)
     figures = {
         key: sum(int(st[key]) for st in stats)
-        for key in ("frame_bytes", "hot_frames", "cold_frames", "cold_bytes", "pending_frames")
+        for key in ("frame_bytes", "hot_frames", "cold_frames", "cold_bytes", "slot_state_bytes",
+                    "pending_frames")  # fmt: skip
     }
     return {
         "bytes_held": held,

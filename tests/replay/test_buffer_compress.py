@@ -130,7 +130,8 @@ def test_recorded_frames_bit_exact(game, kind):
     # every stored frame but the last few (the wrapper's ring, the delta source) is cold
     assert m["cold_frames"] >= m["unique_frames"] - 2 * K - 2 > 0
     assert set(m) == set(p) and m["unique_frames"] == p["unique_frames"]
-    assert p["compression"] is None and p["cold_frames"] == 0 and p["cold_bytes"] == 0
+    assert p["compression"] is None and p["cold_frames"] == p["cold_bytes"] == 0
+    assert p["slot_state_bytes"] == 0 < m["slot_state_bytes"] < m["bytes_held"] - m["cold_bytes"]
     assert m["ratio"] == rb.pool.live_bytes / m["bytes_held"] > 3 > p["ratio"]
     assert 0 < m["cold_bytes"] < m["bytes_held"] < p["bytes_held"] / 3
     assert m["bytes_per_transition"] < p["bytes_per_transition"] / 3

@@ -109,16 +109,11 @@ def test_a_batch_is_valid_for_prefetch_plus_one_calls_then_its_set_is_reused():
         for i, (old, kept) in enumerate(seen[-P - 1 :]):  # the last P + 1 batches: intact
             assert_same_samples(old, kept, f"batch {len(seen) - P - 1 + i} changed")
     seen = [s for s, _ in seen]
-    # 2P + 1 sets in turn: batch j's arrays are batch j + 2P + 1's, the others' are not
-    for j in range(len(seen) - 2 * P - 1):
-        assert seen[j].observations is seen[j + 2 * P + 1].observations
-        assert seen[j].next_observations is seen[j + 2 * P + 1].next_observations
-    for j in range(len(seen) - 1):
-        assert not any(
-            seen[j].observations is seen[j + d].observations
-            for d in range(1, min(2 * P + 1, len(seen) - j))
-        )
-        assert not np.shares_memory(seen[j].observations, seen[j + 1].next_observations)
+    for field in ("observations", "next_observations"):  # 2P + 1 sets of arrays, in turn
+        ids = [id(getattr(s, field)) for s in seen]
+        assert ids == [ids[j % (2 * P + 1)] for j in range(len(ids))] and len(set(ids)) == 2 * P + 1
+    assert not any(np.shares_memory(a.observations, b.next_observations) for a, b in
+                   itertools.pairwise(seen))  # fmt: skip
     assert all(s.actions is not t.actions for s, t in itertools.pairwise(seen))  # fresh
     out = rb.sample(5)  # sample's own arrays: not a sampler's
     assert not any(np.shares_memory(out.observations, s.observations) for s in seen[-2 * P - 1 :])
