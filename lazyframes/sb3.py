@@ -111,19 +111,9 @@ class ReplayBuffer(_buffers.ReplayBuffer):
     _n_step = 1  # NStepReplayBuffer sets its own before __init__
     _gamma = 0.99
 
-    def __init__(
-        self,
-        buffer_size,
-        observation_space,
-        action_space,
-        device="auto",
-        n_envs=1,
-        optimize_memory_usage=False,
-        handle_timeout_termination=True,
-        *,
-        pool=None,
-        compress=False,
-    ):
+    def __init__(self, buffer_size, observation_space, action_space, device="auto", n_envs=1,
+                 optimize_memory_usage=False, handle_timeout_termination=True, *, pool=None,
+                 compress=False):  # fmt: skip
         layout, k = _image_geometry(observation_space)
         if optimize_memory_usage:
             raise ValueError(

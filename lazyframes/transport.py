@@ -110,17 +110,8 @@ class Sender:
         ValueError, TypeError: bad options (the replay buffer's messages).
     """
 
-    def __init__(
-        self,
-        *,
-        num_envs=1,
-        stream=0,
-        compress=True,
-        action_shape=(),
-        action_dtype=np.int64,
-        layout=None,
-        stack_size=None,
-    ):
+    def __init__(self, *, num_envs=1, stream=0, compress=True, action_shape=(),
+                 action_dtype=np.int64, layout=None, stack_size=None):  # fmt: skip
         num_envs, action_shape, action_dtype, layout, k = options(
             num_envs, action_shape, action_dtype, layout, stack_size
         )

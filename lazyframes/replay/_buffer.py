@@ -117,22 +117,9 @@ class ReplayBuffer:
         ((1, 4, 84, 84), 4.0)
     """
 
-    def __init__(
-        self,
-        capacity,
-        *,
-        num_envs=1,
-        n_step=1,
-        gamma=0.99,
-        seed=None,
-        action_shape=(),
-        action_dtype=np.int64,
-        layout=None,
-        stack_size=None,
-        pool=None,
-        compress=False,
-        frame_keys=None,
-    ):
+    def __init__(self, capacity, *, num_envs=1, n_step=1, gamma=0.99, seed=None, action_shape=(),
+                 action_dtype=np.int64, layout=None, stack_size=None, pool=None, compress=False,
+                 frame_keys=None):  # fmt: skip
         num_envs, action_shape, action_dtype, layout, stack_size = options(
             num_envs, action_shape, action_dtype, layout, stack_size
         )
@@ -488,10 +475,12 @@ class ReplayBuffer:
     def _drawn(self, batch_size: int, options: dict) -> Drawn:
         """One batch drawn now (checked arguments): fields read, frames pinned.
 
-        ``sample``'s draw and a sampler's; ``options`` are a subclass's (``beta``).
+        ``sample``'s draw and a sampler's; ``options`` are a subclass's (``beta``). Under
+        the gate's drawing lock: a fork waits for it (the RNG's lock is free in the child).
         """
-        pos, indices, weights = self._pick(batch_size, options)
-        return draw(self._ring, self._stores, pos, indices, weights)
+        with self._draws.drawing:
+            pos, indices, weights = self._pick(batch_size, options)
+            return draw(self._ring, self._stores, pos, indices, weights)
 
     def _pick(self, batch_size: int, options: dict) -> tuple:
         """``(positions, indices, weights)`` of one draw: uniform, every weight 1."""

@@ -8,138 +8,158 @@ the caller learns. The design: docs/DESIGN.md, "Threads and limits".
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable
-from typing import Any
 
 from . import _samples
 
-#: Every sampler not closed yet; closed at exit, before the interpreter winds down.
-_live: weakref.WeakSet = weakref.WeakSet()
-#: Every gate: for a fork, and for a forked child (which has none of the gates' threads).
-_gates: weakref.WeakSet = weakref.WeakSet()
-_held: list = []  # their drawing locks, held across a fork
+_live: weakref.WeakSet = weakref.WeakSet()  # the samplers not closed: closed at exit
+_gates: weakref.WeakSet = weakref.WeakSet()  # every gate: for a fork, and a forked child
+_fork = threading.local()  # .held: the locks a fork in this thread holds
 
 
 class DrawGate:
     """A buffer's drawing thread and the draws its samplers owe; the buffer waits for them.
 
-    One thread per buffer (from its first sampler on) makes the draws its samplers ask for
-    (:meth:`ask`) in the order asked; the buffer calls :meth:`wait` first in every call that
-    changes or reads what a draw reads (add tests :attr:`owed` first).
+    One thread per buffer (started when first asked, ended with the buffer) makes the
+    draws its samplers ask for (:meth:`ask`) in the order asked; the buffer calls
+    :meth:`wait` first in every call that changes or reads what a draw reads (add tests
+    :attr:`owed` first). Its locks are C locks held for a few statements that allocate
+    nothing: no signal or garbage collection can leave one held or re-enter it.
     """
 
-    __slots__ = ("__weakref__", "_cond", "_drawing", "_jobs", "_thread", "owed")
-    _jobs: Any  # a queue.SimpleQueue once started
+    __slots__ = ("__weakref__", "_busy", "_fwd", "_jobs", "_lock", "_thread", "drawing", "owed")
+    _jobs: queue.SimpleQueue
     _thread: threading.Thread | None
 
     def __init__(self):
         self._forked()
         _gates.add(self)
 
-    def start(self) -> None:
-        """Start the drawing thread unless it runs (raises if no thread can start)."""
-        with self._cond:
-            if self._thread is None:
-                jobs: queue.SimpleQueue = queue.SimpleQueue()
-                args = (jobs, weakref.ref(self), self._drawing)
-                t = threading.Thread(target=_draws, args=args, name="lazyframes-drawer")
-                t.daemon = True
-                t.start()
-                self._jobs, self._thread = jobs, t
-                # the thread ends with the buffer (at exit: _close_all, after the samplers)
-                weakref.finalize(self, jobs.put, None).atexit = False
+    def ask(self, job: tuple, owed: bool) -> None:
+        """Queue ``job`` (:func:`_draws`; ``owed``: a draw to wait for), in one step.
 
-    def ask(self, drawn, draw, fills: queue.SimpleQueue, copy) -> None:
-        """Queue ``drawn`` (None: owe ``draw()``, made there) for ``fills`` (no ``draw``: end).
-
-        Owed and queued in one step: no close or interrupt leaves a draw owed and not made.
+        Starts the thread if it does not run (first use, or after exit).
         """
-        with self._cond:
-            self.owed += drawn is None and draw is not None
-            self._jobs.put((drawn, draw, fills, copy))
+        if self._thread is None or not self._thread.is_alive():
+            self._start()
+        with self._lock:
+            self.owed += owed
+            self._jobs.put(job)
 
     def pay(self) -> None:
-        with self._cond:
+        with self._lock:
             self.owed -= 1
-            if not self.owed:
-                self._cond.notify_all()
+
+    def forward(self, fills: queue.SimpleQueue, item: tuple, stop: list) -> None:
+        """Put a drawn batch in its sampler's queue unless it is closed (drawing thread)."""
+        with self._fwd:
+            if not stop[0]:
+                fills.put(item)
+
+    def fence(self) -> None:  # once no forward() runs: later ones see the sampler closed
+        with self._fwd:
+            pass
 
     def wait(self) -> None:
         """Return once no draw is owed: at once (one attribute read) when none is."""
-        if self.owed:
-            with self._cond:
-                while self.owed:
-                    self._cond.wait()
+        spins = 0
+        while self.owed:  # a draw takes microseconds: yield the GIL to the thread
+            time.sleep(0 if spins < 100 else 1e-4)
+            spins += 1
+            if spins % 1000 == 0 and not (self._thread and self._thread.is_alive()):
+                self._start()  # stopped at exit with draws asked after: make them
 
     def stop(self) -> None:
         """End the drawing thread once it has made the draws asked for (at exit)."""
-        if self._thread is not None and not self.is_drawer():
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
             self._jobs.put(None)
-            self._thread.join()
+            t.join()
 
-    def is_drawer(self) -> bool:
-        return self._thread is threading.current_thread()
+    def _start(self) -> None:
+        with self._busy:  # free while no thread runs; not _lock: making one may collect
+            if self._thread is None or not self._thread.is_alive():
+                args = (self._jobs, weakref.ref(self), self._busy)
+                t = threading.Thread(target=_draws, args=args, name="lazyframes-drawer")
+                t.daemon = True
+                t.start()
+                self._thread = t
 
     def _forked(self) -> None:
         """New state (and, after a fork, no thread: the parent's owes the child nothing)."""
-        self._cond = threading.Condition()  # reentrant: a collection in the thread may ask
-        self._drawing = threading.Lock()  # held for each draw; a fork takes it first
-        self._jobs, self._thread, self.owed = None, None, 0
+        _drain(getattr(self, "_jobs", None))  # the parent's batches: their frames let go
+        self._lock, self._fwd = threading.Lock(), threading.Lock()
+        self.drawing = threading.Lock()  # held for each draw (ReplayBuffer._drawn)
+        self._busy = threading.Lock()  # held by the thread for each job: a fork waits for it
+        self._jobs, self._thread, self.owed = queue.SimpleQueue(), None, 0
+        # the thread ends with the buffer (at exit: _close_all, after the samplers)
+        weakref.finalize(self, self._jobs.put, None).atexit = False
 
 
-def _draws(jobs: queue.SimpleQueue, gate, drawing) -> None:
+def _drain(*queues) -> None:
+    """Drop what ``queues`` hold (None: none); another thread may take from them too."""
+    for q in queues:
+        with contextlib.suppress(queue.Empty, AttributeError):
+            while True:
+                q.get_nowait()
+
+
+def _draws(jobs: queue.SimpleQueue, gate, busy: threading.Lock) -> None:
     """A buffer's drawing thread: each job of :meth:`DrawGate.ask` passed on to its copier.
 
-    ``gate``: a weak reference (the thread keeps no buffer alive). A draw that raises is
-    passed on as its exception; the copies of earlier batches may still run meanwhile.
+    A job is ``(drawn, draw, fills, stop, copy)``: a batch, or None to draw it now
+    (owed); ``gate`` a weak reference (the thread keeps no buffer alive). A draw that
+    raises is passed on as its exception; a closed sampler's batch is dropped before the
+    draw is paid, so the buffer's next call sees its frames released.
     """
     while (job := jobs.get()) is not None:
-        drawn, draw, fills, copy = job
-        del job
-        if draw is None:  # a sampler's end
-            fills.put(None)
-            continue
-        if drawn is None:  # drawn even after a close: the RNG moves on as the caller asked
-            with drawing:
+        with busy:  # a forked child then finds no batch in this thread's hands
+            drawn, draw, fills, stop, copy = job
+            del job
+            owner = gate()
+            if drawn is None:  # drawn even after a close: the RNG moves on as asked
                 try:
                     drawn = draw()
                 except BaseException as e:  # e.g. nothing sampleable: as sample() would raise
                     drawn = e
-            if (owner := gate()) is not None:
-                owner.pay()
-            del owner
-        fills.put((drawn, copy))
-        del drawn, draw, fills
+                if owner is not None:
+                    owner.forward(fills, (drawn, copy), stop)
+                    drawn = None
+                    owner.pay()
+            elif owner is not None:
+                owner.forward(fills, (drawn, copy), stop)
+            del owner, drawn, draw, fills, stop, copy
 
 
-def _copies(fills: queue.SimpleQueue, done: queue.SimpleQueue, stop: threading.Event) -> None:
+def _copies(fills: queue.SimpleQueue, done: queue.SimpleQueue, stop: list, copying) -> None:
     """A sampler's copying thread: fill the batches drawn, in order, until stopped.
 
-    Neither thread holds a reference to the sampler, so dropping the sampler closes it.
-    Each result is ``(True, samples)``, ``("draw", exception)`` (nothing changed) or
-    ``(False, exception)`` (a copy that raised).
+    No thread holds a reference to the sampler, so dropping the sampler closes it. Each
+    result is ``(True, samples)``, ``("draw", exception)`` (nothing changed) or ``(False,
+    exception)`` (a copy that raised). ``copying`` is held for each batch (a fork waits).
     """
     while (job := fills.get()) is not None:
-        drawn, (keys, outs, scale) = job
-        del job
-        result: tuple[object, object]
-        if isinstance(drawn, BaseException):  # its traceback holds the sampler: not kept here
-            result = ("draw", drawn)
-        elif stop.is_set():
-            del drawn
-            continue
-        else:
-            try:
-                result = (True, _samples.fill(drawn, keys, outs, scale))
-            except BaseException as e:  # re-raised by the caller's next(), which closes
-                result = (False, e)
-        del drawn  # the pins go now, not when the caller takes the batch
-        done.put(result)
-        del result
+        with copying:
+            drawn, (keys, outs, scale) = job
+            del job
+            result: tuple[object, object] | None = None
+            if isinstance(drawn, BaseException):  # its traceback holds the sampler: not kept
+                result = ("draw", drawn)
+            elif not stop[0]:
+                try:
+                    result = (True, _samples.fill(drawn, keys, outs, scale))
+                except BaseException as e:  # re-raised by the caller's next(), which closes
+                    result = (False, e)
+            del drawn  # the pins go now, not when the caller takes the batch
+            if result is not None:
+                done.put(result)
+            del result
 
 
 class Sampler:
@@ -171,10 +191,10 @@ class Sampler:
         self._count = 0  # batches asked for: the next one goes to set _count % len(sets)
         self._fills: queue.SimpleQueue = queue.SimpleQueue()
         self._done: queue.SimpleQueue = queue.SimpleQueue()
-        self._stop = threading.Event()
+        self._stop = [False]  # set by close(); a plain flag: no lock a signal could leave held
         first = [draw() for _ in range(prefetch)]  # one that raises starts nothing
-        gate.start()
-        args = (self._fills, self._done, self._stop)
+        self._copying = threading.Lock()
+        args = (self._fills, self._done, self._stop, self._copying)
         self._copier = threading.Thread(target=_copies, args=args, daemon=True)
         self._copier.name = "lazyframes-sampler"
         self._copier.start()
@@ -190,14 +210,15 @@ class Sampler:
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` ran (or the buffer was cleared): its threads have stopped."""
-        return self._closed
+        """True once :meth:`close` ran (or the buffer was cleared): its thread has stopped."""
+        return self._stop[0]
 
     def _submit(self, drawn) -> None:
         """Ask the threads for the next batch: ``drawn``, or None to draw it there (owed)."""
         outs = self._sets[self._count % len(self._sets)]
         self._count += 1
-        self._gate.ask(drawn, self._draw, self._fills, (self._keys, outs, self._scale))
+        job = (drawn, self._draw, self._fills, self._stop, (self._keys, outs, self._scale))
+        self._gate.ask(job, drawn is None)
 
     def __iter__(self) -> Sampler:
         return self
@@ -212,7 +233,7 @@ class Sampler:
             Any exception the copying thread raised (e.g. MemoryError), with its
             traceback; the sampler is closed then.
         """
-        if self._closed:
+        if self._stop[0]:
             raise StopIteration
         try:
             self._submit(None)  # into the set of the batch returned prefetch + 1 calls ago
@@ -237,20 +258,22 @@ class Sampler:
         Waits for a draw or copy in progress to end; idempotent. The batches returned so
         far stay valid.
         """
-        if self._closed:
+        if self._closed:  # done (an interrupted close is done again)
             return
-        self._closed = True
+        self._stop[0] = True  # no batch passed on from now on (DrawGate.forward)
         _live.discard(self)
-        self._stop.set()
-        self._gate.ask(None, None, self._fills, None)  # the copier's end, after our draws
-        if not (self._copier is threading.current_thread() or self._gate.is_drawer()):
-            self._copier.join()  # every batch asked for drawn (and paid), then skipped
-        while not self._done.empty():
-            self._done.get()
+        self._gate.fence()
+        self._fills.put(None)  # the copier ends after the batches passed on before
+        if self._copier is not threading.current_thread():  # not a collection in it
+            self._copier.join()
+        _drain(self._fills, self._done)  # batches passed on, or copied, not taken
         self._done.put((None, None))  # wakes a next() waiting in another thread
+        self._closed = True
 
     def _forked(self) -> None:
         """Closed after ``fork`` (no thread of it in the child): ``next()`` stops, not waits."""
+        self._stop[0] = True
+        _drain(self._fills, self._done)  # the parent's batches: their frames let go
         self._closed = True
 
     def __enter__(self) -> Sampler:
@@ -263,7 +286,7 @@ class Sampler:
         self.close()
 
     def __repr__(self):
-        state = "closed" if self._closed else f"prefetch={self.prefetch}"
+        state = "closed" if self.closed else f"prefetch={self.prefetch}"
         return f"<lazyframes Sampler ({state})>"
 
 
@@ -283,20 +306,27 @@ def _forget_all() -> None:
     _live.clear()
     for gate in list(_gates):
         gate._forked()
-    _held.clear()
+    _fork.held = []
 
 
 def _hold_draws() -> None:
-    """Before a fork: no draw in progress (its RNG's lock would stay locked in the child)."""
-    _held[:] = [gate._drawing for gate in _gates]
-    for lock in _held:
+    """Before a fork: no draw or copy in progress, whose RNG lock or batch would stay held.
+
+    A thread the child has not would hold them for ever. The locks are taken in one
+    order: the drawing threads' before the draws' (as the threads take them).
+    """
+    gates, samplers = list(_gates), list(_live)
+    _fork.held = [lock for group in ([g._busy for g in gates], [g.drawing for g in gates],
+                                     [s._copying for s in samplers])
+                  for lock in sorted(group, key=id)]  # fmt: skip
+    for lock in _fork.held:
         lock.acquire()
 
 
 def _let_draws() -> None:  # after a fork, in the parent
-    for lock in _held:
+    for lock in getattr(_fork, "held", ()):
         lock.release()
-    _held.clear()
+    _fork.held = []
 
 
 if hasattr(os, "register_at_fork"):  # POSIX

@@ -687,11 +687,8 @@ def pool_memory(stores: list, n: int) -> dict:
     stats = [s.pool.stats() for s in stores]
     held = sum(int(st["bytes_held"]) for st in stats)
     live = sum(st["live_bytes"] for st in stats)
-    figures = {
-        key: sum(int(st[key]) for st in stats)
-        for key in ("frame_bytes", "hot_frames", "cold_frames", "cold_bytes", "slot_state_bytes",
-                    "pending_frames")  # fmt: skip
-    }
+    keys = "frame_bytes hot_frames cold_frames cold_bytes slot_state_bytes pending_frames"
+    figures = {key: sum(int(st[key]) for st in stats) for key in keys.split()}
     return {
         "bytes_held": held,
         "unique_frames": sum(s.unique_frames(n) for s in stores),

@@ -177,10 +177,11 @@ def test_stats_and_repr():
     pool, refs = pool_with(rand_frames(3))
     st = pool.stats()
     assert set(st) == {"live_frames", "live_bytes", "capacity", "frame_bytes", "bytes_held",
-                       "peak_bytes", "hot_frames", "cold_frames", "cold_bytes",
+                       "peak_bytes", "hot_frames", "cold_frames", "cold_bytes", "slot_state_bytes",
                        "pending_frames"}  # fmt: skip
     assert (st["live_frames"], st["live_bytes"], st["frame_bytes"]) == (3, 3 * FB, FB)
-    assert (st["hot_frames"], st["cold_frames"], st["cold_bytes"]) == (3, 0, 0)
+    assert st["hot_frames"] == 3 and st["cold_frames"] == st["cold_bytes"] == 0
+    assert st["slot_state_bytes"] == 0  # a plain pool
     assert (st["capacity"], st["bytes_held"], st["peak_bytes"]) == (
         pool.capacity, pool.bytes_held, pool.peak_bytes)  # fmt: skip
     assert pool.slots_per_chunk == 128  # the largest power of two <= (1 << 20) // FB
