@@ -253,10 +253,11 @@ class Sampler:
             del result  # sampler for the garbage collector, which may run in its threads
 
     def close(self) -> None:
-        """Stop the threads and drop the batches drawn ahead (their frames with them).
+        """Stop the copying thread and drop the batches drawn ahead (their frames with them).
 
-        Waits for a draw or copy in progress to end; idempotent. The batches returned so
-        far stay valid.
+        Waits for a copy in progress to end; draws already asked for are still made and
+        dropped (the buffer's next call waits for them); idempotent. The batches returned
+        so far stay valid.
         """
         if self._closed:  # done (an interrupted close is done again)
             return
