@@ -72,8 +72,8 @@ class DrawGate:
         while self.owed:  # a draw takes microseconds: yield the GIL to the thread
             time.sleep(0 if spins < 100 else 1e-4)
             spins += 1
-            if spins % 1000 == 0 and not (self._thread and self._thread.is_alive()):
-                self._start()  # stopped at exit with draws asked after: make them
+            if spins % 1000 == 0:  # stopped at exit with draws asked after: make them
+                self._start()
 
     def stop(self) -> None:
         """End the drawing thread once it has made the draws asked for (at exit)."""
@@ -122,18 +122,17 @@ def _draws(jobs: queue.SimpleQueue, gate, busy: threading.Lock) -> None:
         with busy:  # a forked child then finds no batch in this thread's hands
             drawn, draw, fills, stop, copy = job
             del job
-            owner = gate()
-            if drawn is None:  # drawn even after a close: the RNG moves on as asked
+            owner, owed = gate(), drawn is None
+            if owed:  # drawn even after a close: the RNG moves on as asked
                 try:
                     drawn = draw()
                 except BaseException as e:  # e.g. nothing sampleable: as sample() would raise
                     drawn = e
-                if owner is not None:
-                    owner.forward(fills, (drawn, copy), stop)
-                    drawn = None
-                    owner.pay()
-            elif owner is not None:
+            if owner is not None:
                 owner.forward(fills, (drawn, copy), stop)
+                drawn = None  # dropped before the draw is paid
+                if owed:
+                    owner.pay()
             del owner, drawn, draw, fills, stop, copy
 
 
