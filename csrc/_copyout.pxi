@@ -120,6 +120,43 @@ cdef bint _apart(object out, object x) noexcept:
     return hi1 <= lo2 or hi2 <= lo1
 
 
+def check_outs(arrays, tuple shape, cnp.dtype dtype):
+    """``C.check_out(a, shape, dtype)`` of each of ``arrays``, judged from C fields (``_fits``).
+
+    The Python checks run only for an array that fails, to say why.
+
+    Raises:
+        TypeError, ValueError: as ``C.check_out``.
+    """
+    cdef _Copy c
+    cdef Py_ssize_t i
+    c.nd = <int>min(len(shape), MAX_NDIM + 2)
+    for i in range(c.nd):
+        c.dims[i] = shape[i]
+    c.kind = dtype.kind
+    c.out_itemsize = dtype.itemsize
+    for a in arrays:
+        if c.nd != len(shape) or not _fits(a, &c):
+            C.check_out(a, shape, dtype)
+            raise TypeError(C.out_not_ndarray(a))  # check_out agrees with _fits: unreachable
+
+
+def check_apart(arrays):
+    """Raise ValueError("the arrays of out overlap") when two of ``arrays`` may share memory.
+
+    ``arrays``: plain ndarrays (:func:`check_outs`); judged by their bounds, as
+    ``np.may_share_memory`` does.
+    """
+    cdef Py_ssize_t i, j
+    cdef size_t lo1, hi1, lo2, hi2
+    for i in range(len(arrays)):
+        if not _extent(arrays[i], &lo1, &hi1):
+            continue
+        for j in range(i):
+            if _extent(arrays[j], &lo2, &hi2) and not (hi1 <= lo2 or hi2 <= lo1):
+                raise ValueError("the arrays of out overlap")
+
+
 cdef object _target(object out, _Copy *c, cnp.dtype dst, int which):
     """Phase 1: the array output ``which`` is written to, ``out`` or a new one of ``c``'s shape.
 

@@ -50,7 +50,7 @@ lf_codec_init()  # once per process: C-Blosc2's global state; every codec call u
 __all__ = [
     "FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool",
     "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW", "SumTree", "RowRing",
-    "set_num_threads", "get_num_threads", "draw_integers",
+    "set_num_threads", "get_num_threads", "draw_integers", "check_outs", "check_apart",
 ]
 
 #: Kinds of blob in an :func:`encode_frames` container: a compressed frame, a compressed

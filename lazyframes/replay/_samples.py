@@ -97,11 +97,7 @@ def outputs(stores: tuple, frames: tuple, keys, B: int, out, dtype, scale, fresh
             )
         pairs = [(out[0][key], out[1][key]) for key in fkeys]
     outs = [stores[i].outputs(B, pair, dtype, scale) for i, pair in zip(frames, pairs, strict=True)]
-    arrays = [a for o in outs for a in o[:2]]
-    for j, a in enumerate(arrays):
-        for b in arrays[:j]:
-            if np.may_share_memory(a, b):
-                raise ValueError("the arrays of out overlap")
+    _core.check_apart([a for o in outs for a in o[:2]])
     return outs
 
 

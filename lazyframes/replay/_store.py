@@ -456,8 +456,7 @@ class FrameStore(Store):
         if not isinstance(o0, np.ndarray) or not isinstance(o1, np.ndarray):
             raise TypeError("out must be a pair (obs_out, next_obs_out) of ndarrays")
         dst = C.output_dtype(g.dtype, dtype if dtype is not None else o0.dtype, scale)
-        for a in (o0, o1):
-            C.check_out(a, (B,) + g.obs_shape, dst)
+        _core.check_outs((o0, o1), (B,) + g.obs_shape, dst)
         return o0, o1, dst
 
     def pin(self, idx, last) -> tuple:
