@@ -27,7 +27,7 @@ DEFAULT_CHUNK_BYTES = 1 << 20
 
 # Frame compression (docs/COMPRESSION.md): codec names, and the default chosen by measurement.
 CODECS = ("lz4", "lz4hc", "zstd")
-DEFAULT_COMPRESSION = {"codec": "lz4", "level": 9, "group": 16}
+DEFAULT_COMPRESSION = {"codec": "lz4", "level": 9, "group": 64}
 MAX_GROUP = 64  # most frames per keyframe
 
 
