@@ -9,7 +9,7 @@ reset padding (one new frame a step, each step distinct), to
 Columns, in bytes per transition:
 
 - **memory()**: ``memory()["bytes_per_transition"]``; **RSS**: the process's anonymous
-  resident memory grown over the fill;
+  resident memory grown over the fill (from a heap trimmed of free memory first);
 - **payload**: the frames' bytes (compressed blobs, the few frames kept uncompressed,
   the codec's slab slack): ``bytes_held - slot_state_bytes``;
 - **slot state**: the pool's per-slot state (``slot_state_bytes``: record, refcount and
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ._util import format_table, header, report_checks, target
-from .bench_compress import Stream, record, rss_anon
+from .bench_compress import Stream, record, rss_anon, rss_baseline
 from .bench_replay import _in_child
 
 GAMES = ("Pong", "Breakout", "MsPacman", "Seaquest")
@@ -68,8 +68,7 @@ def measure(game: str, path: str, seed: int) -> dict:
     from lazyframes import ReplayBuffer
 
     stream = Stream(Path(path), None)
-    gc.collect()
-    r0 = rss_anon()
+    r0 = rss_baseline()
     rb = ReplayBuffer(stream.n, seed=seed, compress=True)
     for item in stream:
         rb.add(*item)
