@@ -12,8 +12,8 @@ Columns, in bytes per transition:
   resident memory grown over the fill (from a heap trimmed of free memory first);
 - **payload**: the frames' bytes (compressed blobs, the few frames kept uncompressed,
   the codec's slab slack): ``bytes_held - slot_state_bytes``;
-- **slot state**: the pool's per-slot state (``slot_state_bytes``: record, refcount and
-  free-list entry of every slot);
+- **slot state**: the pool's per-slot state (``slot_state_bytes``: the record and the
+  refcount word of every slot);
 - **tables**: the buffer's own arrays (``table_bytes``: the ring's fields, each row's
   frame references);
 - **floor frame** / **floor xor**: zstd level 3 (``zstandard``, ``pip install -e

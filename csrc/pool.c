@@ -78,7 +78,7 @@ int lf_pool_init(lf_pool *p, size_t frame_bytes, size_t chunk_bytes) {
     if (frame_bytes == 0) return -1;
     p->frame_bytes = frame_bytes;
     size_t n = chunk_bytes / frame_bytes;
-    if (n > ((size_t)1 << 31)) n = (size_t)1 << 31; /* offsets fit a uint32 */
+    if (n > (size_t)LF_REF_MAX) n = LF_REF_MAX; /* offsets fit a free word's link */
     p->spc = 1;
     p->spc_shift = 0;
     while (p->spc * 2 <= n) {
@@ -92,12 +92,9 @@ static void compressor_free(lf_compressor *z);
 
 static void chunk_release(lf_chunk *c) {
     free(c->data);
-    free(c->refcnt);
-    free(c->free_stack);
+    free(c->ref);
     c->data = NULL;
-    c->refcnt = NULL;
-    c->free_stack = NULL;
-    c->n_free = 0;
+    c->ref = NULL;
 }
 
 void lf_pool_free(lf_pool *p) {
@@ -105,7 +102,8 @@ void lf_pool_free(lf_pool *p) {
         lf_chunk *ch = &p->chunks[i];
         if (p->z && ch->data)
             for (size_t j = 0; j < p->spc; j++)
-                if (ch->refcnt[j] && !(((lf_meta *)ch->data)[j].blob_flags & LF_BLOB_SLAB))
+                if (lf_word_live(ch->ref[j]) &&
+                    !(((lf_meta *)ch->data)[j].blob_flags & LF_BLOB_SLAB))
                     free(((lf_meta *)ch->data)[j].buf); /* slabs go with the compressor */
         chunk_release(ch);
     }
@@ -121,14 +119,15 @@ static int chunk_alloc(lf_pool *p, size_t c) {
     lf_chunk *ch = &p->chunks[c];
     /* frame_bytes * spc cannot overflow: spc <= chunk_bytes / frame_bytes, or 1 */
     ch->data = malloc(slot_bytes(p) * p->spc);
-    ch->refcnt = calloc(p->spc, sizeof(uint64_t));
-    ch->free_stack = malloc(p->spc * sizeof(uint32_t));
-    if (!ch->data || !ch->refcnt || !ch->free_stack) {
+    ch->ref = malloc(p->spc * sizeof(uint32_t));
+    if (!ch->data || !ch->ref) {
         chunk_release(ch);
         return -1;
     }
-    for (size_t i = 0; i < p->spc; i++) ch->free_stack[i] = (uint32_t)(p->spc - 1 - i);
-    ch->n_free = p->spc;
+    /* every slot free, listed in increasing order */
+    for (size_t i = 0; i < p->spc; i++)
+        ch->ref[i] = LF_FREE | (i + 1 < p->spc ? (uint32_t)(i + 1) : LF_END);
+    ch->free_head = 0;
     ch->live = 0;
     p->n_alloc++;
     p->n_empty++;
@@ -183,14 +182,15 @@ int64_t lf_pool_alloc(lf_pool *p) {
     lf_chunk *ch = &p->chunks[c];
     unsigned char *buf = NULL;
     if (p->z && !(buf = malloc(p->frame_bytes))) return -1;
-    uint32_t off = ch->free_stack[--ch->n_free];
+    uint32_t off = ch->free_head; /* live < spc: a free slot is listed */
+    ch->free_head = ch->ref[off] & ~LF_FREE;
     if (ch->live == 0) p->n_empty--;
     ch->live++;
     if (ch->live == p->spc) {
         heap_pop(p->heap, &p->n_heap); /* c is the top */
         ch->in_heap = 0;
     }
-    ch->refcnt[off] = 1;
+    ch->ref[off] = 1;
     p->live_frames++;
     if (p->z) {
         lf_meta *m = (lf_meta *)ch->data + off;
@@ -223,7 +223,8 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
         }
         memset(m, 0, sizeof(*m));
     }
-    ch->free_stack[ch->n_free++] = (uint32_t)off;
+    ch->ref[off] = LF_FREE | ch->free_head;
+    ch->free_head = (uint32_t)off;
     ch->live--;
     p->live_frames--;
     if (!ch->in_heap) {
@@ -243,9 +244,8 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
 }
 
 size_t lf_pool_slot_state_bytes(const lf_pool *p) {
-    /* a compressing pool counts all its per-slot state: lf_meta, refcount, free entry */
-    return p->z ? p->n_alloc * p->spc * (sizeof(lf_meta) + sizeof(uint64_t) + sizeof(uint32_t))
-                : 0;
+    /* a compressing pool counts all its per-slot state: lf_meta and refcount word */
+    return p->z ? p->n_alloc * p->spc * (sizeof(lf_meta) + sizeof(uint32_t)) : 0;
 }
 
 size_t lf_pool_bytes_held(const lf_pool *p) {
@@ -304,7 +304,7 @@ int lf_pool_enable_compression(lf_pool *p, lf_codec c) {
         metas[i] = calloc(p->spc, sizeof(lf_meta));
         ok = metas[i] != NULL;
         for (size_t j = 0; ok && j < p->spc; j++) {
-            if (!ch->refcnt[j]) continue;
+            if (!lf_word_live(ch->ref[j])) continue;
             lf_meta *m = &metas[i][j];
             m->ref = m->prev = -1;
             ok = (m->buf = malloc(p->frame_bytes)) != NULL;

@@ -7,8 +7,11 @@
  * most recently freed offset (a LIFO; a fresh chunk hands out offsets in increasing
  * order); a chunk whose slots all become free is returned to the OS, except one empty
  * chunk kept to avoid churn.
- * Refcounts are 64-bit: every reference is an id (4 or 8 bytes) held in some owner's
- * memory, so a count cannot reach 2**64 and needs no overflow check.
+ * Each slot has one 32-bit word: a live slot's refcount, 1 to LF_REF_MAX, or a free slot's
+ * LF_FREE | the offset of the next free slot of its chunk (LF_END: none), so the free
+ * offsets are a list threaded through the words, most recently freed first. A count that
+ * reaches LF_REF_MAX stays there and the frame is never freed: a leak of one frame after
+ * 2**31 references (8 GiB of ids held), never a wrap to a use after free.
  * Not thread-safe: the Cython layer calls it with the GIL held, except the decoding and
  * reading of pinned frames (lf_reader_decode, the copy kernels).
  *
@@ -71,11 +74,14 @@ typedef struct {
 
 typedef struct lf_compressor lf_compressor; /* pool.c: contexts, scratch, queue, warm cache */
 
+#define LF_FREE 0x80000000u    /* a free slot's word: this bit | the next free offset */
+#define LF_REF_MAX 0x7FFFFFFFu /* a refcount that sticks (the frame is never freed) */
+#define LF_END LF_REF_MAX      /* the end of a chunk's free list */
+
 typedef struct {
     unsigned char *data;   /* spc * frame_bytes (spc lf_meta when compressing), or NULL */
-    uint64_t *refcnt;      /* spc refcounts: 64-bit, so they cannot wrap */
-    uint32_t *free_stack;  /* free offsets; top pops the lowest */
-    size_t n_free;
+    uint32_t *ref;         /* spc words: a live slot's refcount, or a free slot's link */
+    uint32_t free_head;    /* the first free offset (valid while live < spc) */
     size_t live;
     int in_heap;
 } lf_chunk;
@@ -116,17 +122,23 @@ static inline int lf_pool_in_range(const lf_pool *p, int64_t slot) {
     return slot >= 0 && ((uint64_t)slot >> p->spc_shift) < (uint64_t)p->n_chunks;
 }
 
+/* 1 if a slot's word is a live slot's refcount. */
+static inline int lf_word_live(uint32_t w) {
+    return w - 1u < LF_REF_MAX;
+}
+
 /* 1 if slot is in range and live, 0 otherwise. */
 static inline int lf_pool_is_live(const lf_pool *p, int64_t slot) {
     if (!lf_pool_in_range(p, slot)) return 0;
     const lf_chunk *ch = lf_pool_chunk(p, slot);
-    return ch->data != NULL && ch->refcnt[lf_pool_offset(p, slot)] > 0;
+    return ch->data != NULL && lf_word_live(ch->ref[lf_pool_offset(p, slot)]);
 }
 
 /* Refcount of an in-range slot (0 if free). */
 static inline uint64_t lf_pool_refcount(const lf_pool *p, int64_t slot) {
     const lf_chunk *ch = lf_pool_chunk(p, slot);
-    return ch->data ? ch->refcnt[lf_pool_offset(p, slot)] : 0;
+    uint32_t w = ch->data ? ch->ref[lf_pool_offset(p, slot)] : 0;
+    return lf_word_live(w) ? w : 0;
 }
 
 /* The lf_meta of a live slot of a compressing pool. */
@@ -151,13 +163,17 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot);
 /* Queue a hot slot whose references are all cold for compression (pool.c). */
 void lf_pool_queue(lf_pool *p, int64_t slot);
 
-/* Refcount +1 / -1 on a live slot (caller checked). decref frees the slot at 0; in a
- * compressing pool it queues a slot whose remaining references are all cold. */
+/* Refcount +1 / -1 on a live slot (caller checked); at LF_REF_MAX neither changes it.
+ * decref frees the slot at 0; in a compressing pool it queues a slot whose remaining
+ * references are all cold. */
 static inline void lf_pool_incref(lf_pool *p, int64_t slot) {
-    lf_pool_chunk(p, slot)->refcnt[lf_pool_offset(p, slot)]++;
+    uint32_t *w = &lf_pool_chunk(p, slot)->ref[lf_pool_offset(p, slot)];
+    if (*w < LF_REF_MAX) ++*w;
 }
 static inline void lf_pool_decref(lf_pool *p, int64_t slot) {
-    uint64_t n = --lf_pool_chunk(p, slot)->refcnt[lf_pool_offset(p, slot)];
+    uint32_t *w = &lf_pool_chunk(p, slot)->ref[lf_pool_offset(p, slot)];
+    if (*w == LF_REF_MAX) return;
+    uint32_t n = --*w;
     if (n == 0) {
         lf_pool_free_slot(p, slot);
     } else if (p->z) {
@@ -173,7 +189,8 @@ static inline void lf_pool_incref_cold(lf_pool *p, int64_t slot) {
     if (p->z) {
         lf_meta *m = lf_pool_meta(p, slot);
         m->cold++;
-        if (m->cold == lf_pool_refcount(p, slot) && !m->cold_state && !m->queued)
+        uint64_t n = lf_pool_refcount(p, slot);
+        if (m->cold == n && n < LF_REF_MAX && !m->cold_state && !m->queued)
             lf_pool_queue(p, slot);
     }
 }
@@ -192,8 +209,8 @@ static inline void lf_pool_set_prev(lf_pool *p, int64_t slot, int64_t prev) {
 }
 
 size_t lf_pool_bytes_held(const lf_pool *p);
-/* The part of lf_pool_bytes_held that is per-slot state (a compressing pool's lf_meta,
- * refcount and free entry of every slot with memory; 0 for a plain pool). */
+/* The part of lf_pool_bytes_held that is per-slot state (a compressing pool's lf_meta
+ * and refcount word of every slot with memory; 0 for a plain pool). */
 size_t lf_pool_slot_state_bytes(const lf_pool *p);
 
 /* -- compression (pool.c) ----------------------------------------------------------- */

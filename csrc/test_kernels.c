@@ -371,13 +371,14 @@ static void test_pool_policy(void) {
     lf_pool_decref(&p, 5);
     lf_pool_decref(&p, 5);
     CHECK(lf_pool_refcount(&p, 5) == 1 && lf_pool_is_live(&p, 5), "decref");
-    /* refcounts are 64-bit: past 2**32 they neither wrap nor free the slot */
-    lf_pool_chunk(&p, 5)->refcnt[lf_pool_offset(&p, 5)] = UINT32_MAX;
+    /* a refcount sticks at LF_REF_MAX: it neither wraps nor frees the slot */
+    lf_pool_chunk(&p, 5)->ref[lf_pool_offset(&p, 5)] = LF_REF_MAX - 1;
     lf_pool_incref(&p, 5);
-    CHECK(lf_pool_refcount(&p, 5) == (uint64_t)UINT32_MAX + 1 && lf_pool_is_live(&p, 5), "no wrap");
-    lf_pool_decref(&p, 5);
-    CHECK(lf_pool_refcount(&p, 5) == UINT32_MAX, "64-bit decref");
-    lf_pool_chunk(&p, 5)->refcnt[lf_pool_offset(&p, 5)] = 1;
+    lf_pool_incref(&p, 5);
+    CHECK(lf_pool_refcount(&p, 5) == LF_REF_MAX && lf_pool_is_live(&p, 5), "no wrap");
+    for (int i = 0; i < 3; i++) lf_pool_decref(&p, 5);
+    CHECK(lf_pool_refcount(&p, 5) == LF_REF_MAX && lf_pool_is_live(&p, 5), "sticks");
+    lf_pool_chunk(&p, 5)->ref[lf_pool_offset(&p, 5)] = 1;
     /* reuse: the most recently freed slot of the lowest chunk with a free slot */
     lf_pool_decref(&p, 1);
     lf_pool_decref(&p, 3);
