@@ -98,7 +98,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
     a fixed shape and a numeric dtype; a float32 or float64 column holds finite values
     only. The arrays grow as rows are used (:meth:`grow`, doubling up to the capacity),
     so a large capacity costs memory only once it is used. Links are int32 when the
-    capacity allows, else int64. With ``counted``, the ring counts the rows it holds
+    capacity allows, else int64; streams are uint8, uint16 or int32, the narrowest that
+    holds ``num_streams`` ids. With ``counted``, the ring counts the rows it holds
     whose value of that uint8 scalar column has a bit of the mask set (:attr:`counted`).
     The class may be subclassed (the replay's ring adds its draws in Python).
 
@@ -135,7 +136,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
     cdef int64_t _appended        # the number of the next row (rows are numbered in order)
     cdef bint _wide               # links are int64 (capacity above INT32_MAX)
     cdef object _link_dtype
-    cdef cnp.ndarray _env         # int32 (rows,)
+    cdef cnp.ndarray _env         # the narrowest of uint8, uint16, int32 (rows,)
     cdef cnp.ndarray _next        # link dtype (rows,)
     cdef cnp.ndarray _last        # link dtype (streams,)
     cdef list _cols               # ndarrays (rows, *shape)
@@ -244,7 +245,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         self._rows = 0
         self._full = False
         self._appended = 0
-        self._env = np.zeros(0, np.int32)
+        self._env = np.zeros(0, np.uint8 if streams <= 256 else
+                             np.uint16 if streams <= 65536 else np.int32)
         self._next = np.zeros(0, self._link_dtype)
         self._last = np.full(streams, -1, self._link_dtype)
         self._cols = [np.zeros((0,) + s, d) for s, d in zip(shapes, dtypes)]
@@ -315,7 +317,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
 
     @property
     def env(self):
-        """The stream of each row (int32, read-only view of ``rows`` entries)."""
+        """The stream of each row (read-only view of ``rows`` entries: uint8, uint16 or int32)."""
         self._ready()
         return self._views[0]
 
@@ -374,7 +376,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             raise ValueError(f"rows {r} beyond the capacity {self._capacity}")
         if r <= old:
             return
-        env = np.zeros(r, np.int32)
+        env = np.zeros(r, self._env.dtype)
         nxt = np.full(r, -1, self._link_dtype)
         cols = [np.zeros((r,) + s, d) for s, d in zip(self._shapes, self._dtypes)]
         env[:old] = self._env
@@ -686,20 +688,19 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         """Evict the rows at the next ``e`` positions and append one row per stream."""
         cdef Py_ssize_t i, p, pos = self._pos, cap = self._capacity
         cdef int64_t st, old, prev
-        cdef int32_t *env = <int32_t *>cnp.PyArray_DATA(self._env)
         cdef const int64_t *sv = NULL if s is None else <const int64_t *>cnp.PyArray_DATA(s)
         for i in range(e):
             p = (pos + i) % cap
             st = i if sv == NULL else sv[i]
             if self._full or p < pos:  # p holds the oldest row of its stream
-                old = env[p]
+                old = self._stream_of(p)
                 if self._get(self._last, old) == p:
                     self._put(self._last, old, -1)
             prev = self._get(self._last, st)
             if prev >= 0:
                 self._put(self._next, prev, p)
             self._put(self._next, p, -1)
-            env[p] = <int32_t>st
+            self._set_stream(p, st)
             self._put(self._last, st, p)
         self._full = self._full or pos + e >= cap
         self._pos = (pos + e) % cap
@@ -716,6 +717,23 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             if sign > 0 or self._full or at[i] < self._pos:  # (-1: before the rows move on)
                 if col[at[i]] & self._counted_mask:
                     self._counted += sign
+
+    cdef inline int64_t _stream_of(self, Py_ssize_t p) noexcept:
+        cdef void *env = cnp.PyArray_DATA(self._env)
+        if self._streams <= 256:
+            return (<uint8_t *>env)[p]
+        if self._streams <= 65536:
+            return (<uint16_t *>env)[p]
+        return (<int32_t *>env)[p]
+
+    cdef inline void _set_stream(self, Py_ssize_t p, int64_t st) noexcept:
+        cdef void *env = cnp.PyArray_DATA(self._env)
+        if self._streams <= 256:
+            (<uint8_t *>env)[p] = <uint8_t>st
+        elif self._streams <= 65536:
+            (<uint16_t *>env)[p] = <uint16_t>st
+        else:
+            (<int32_t *>env)[p] = <int32_t>st
 
     cdef inline int64_t _get(self, cnp.ndarray a, Py_ssize_t i) noexcept:
         if self._wide:
@@ -910,7 +928,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         Args:
             pos: the write position, in ``[0, capacity)``.
             full: whether every position holds a row.
-            env: int32 ``(n,)`` streams, each in range.
+            env: integers ``(n,)``, the streams, each in range.
             values: one ndarray ``(n, *shape)`` of each column's dtype.
 
         Raises:
@@ -930,7 +948,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                              f"{envs.dtype} {envs.shape}")
         if n and (envs.min() < 0 or envs.max() >= self._streams):
             raise ValueError(f"env holds a stream id outside [0, {self._streams})")
-        envs = np.ascontiguousarray(envs, dtype=np.int32)
+        envs = np.ascontiguousarray(envs, dtype=self._env.dtype)  # (in range: no wrap)
         if type(values) is not tuple or len(values) != self._ncols:
             raise TypeError(f"values must be a tuple of {self._ncols} arrays")
         cdef _Scalar unused
@@ -950,16 +968,15 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         for a, v in zip(self._cols, vals):
             a[:n] = v
         # link each stream's rows oldest first: ring order from pos when full
-        cdef int32_t *ev = <int32_t *>cnp.PyArray_DATA(self._env)
         cdef int64_t prev
         cdef Py_ssize_t q
         for i in range(n):
             q = (p + i) % self._capacity if full else i
-            prev = self._get(self._last, ev[q])
+            prev = self._get(self._last, self._stream_of(q))
             if prev >= 0:
                 self._put(self._next, prev, q)
             self._put(self._next, q, -1)
-            self._put(self._last, ev[q], q)
+            self._put(self._last, self._stream_of(q), q)
         self._pos, self._full = p, full
         self._appended = self._capacity + p if full else p
         self._counted = 0

@@ -133,7 +133,7 @@ def write_archive(state: State, fh) -> None:
         "actions": ring.actions[:n],
         "rewards": ring.rewards[:n],
         "flags": ring.flags[:n],
-        "env_ids": ring.env[:n],
+        "env_ids": ring.env[:n].astype(np.int32),  # the file keeps int32
     }
     frame_sets = []  # (suffix, store)
     if state.keys is None:

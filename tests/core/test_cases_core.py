@@ -89,8 +89,7 @@ def test_c04_numpy2_protocol():
     lz = core.LazyFrames([f(0), f(1), f(2), f(3)])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        a = np.asarray(lz)
-        b = np.array(lz)
+        a, b = np.asarray(lz), np.array(lz)
         c = np.asarray(lz, dtype=np.float32)
         d = np.array([lz, lz])  # C02: a list of observations converts
     ref = np.concatenate([f(0), f(1), f(2), f(3)], axis=-1)
@@ -188,8 +187,7 @@ C09_FRAMES = [f(v % 256) for v in range(103)]
 
 
 def test_c09_conversion_never_retains_a_copy():
-    frames = C09_FRAMES
-    pool = core.FramePool((84, 84, 1), np.uint8)
+    frames, pool = C09_FRAMES, core.FramePool((84, 84, 1), np.uint8)
     refs = [pool.push(a) for a in frames]
     obs = [pool.lazy(refs[i : i + 4], layout="last") for i in range(100)]
     del refs
@@ -220,8 +218,7 @@ def test_c09_lazyframes_from_lists_store_103_frames():
 
 def _baselines_held(observations):
     """Bytes a list of baselines LazyFrames holds: cached ``_out`` + unique live frames."""
-    frames = {}
-    out = 0
+    frames, out = {}, 0
     for o in observations:
         if o._out is not None:
             out += o._out.nbytes

@@ -16,8 +16,7 @@ class Store:
     def __init__(self, frames, starts, compress, shape=None):
         self.shape = frames.shape[1:] if shape is None else shape
         self.pool = core.FramePool(self.shape, frames.dtype, compress=compress)
-        starts = {int(s) for s in starts} | {0}
-        n = len(frames)
+        starts, n = {int(s) for s in starts} | {0}, len(frames)
         trans = [t for t in range(n - 1) if t + 1 not in starts]
         self.table = core.SlotTable(self.pool, len(trans), K + 1)
         self.obs, self.next = [], []
@@ -92,8 +91,7 @@ def check_values(store, rows, layouts=LAYOUTS):
 def test_recorded_frames_bit_exact(game, compress, channel):
     frames, starts = recorded(game)
     frames = np.expand_dims(frames, channel)[:, :] if channel < 0 else frames[:, None]
-    store = Store(frames, starts, compress)
-    plain = Store(frames, starts, False)
+    store, plain = Store(frames, starts, compress), Store(frames, starts, False)
     # before any gather lends the pool decoding scratch
     assert store.pool.bytes_held < plain.pool.bytes_held / 4
     rng = np.random.default_rng(0)
@@ -201,8 +199,7 @@ def test_gathers_in_threads_while_the_table_changes():
     frames, starts = recorded("pong")
     store = Store(frames, starts, True)
     half = store.rows // 2
-    want = store.pairs(np.arange(half), layout="stack")
-    errors = []
+    want, errors = store.pairs(np.arange(half), layout="stack"), []
 
     def read():
         rng = np.random.default_rng(threading.get_ident() % 1000)
@@ -235,8 +232,7 @@ def test_gathers_in_threads_while_the_pool_grows():
         pool = core.FramePool((84, 84), np.uint8, chunk_bytes=84 * 84, compress={"group": 4})
         table = core.SlotTable(pool, rows_per_round, K + 1)
         ring = [pool.push(frames[j]) for j in range(K)]
-        written = [0]
-        stop = threading.Event()
+        written, stop = [0], threading.Event()
         errors = []
 
         def read(written=written, table=table, stop=stop, errors=errors, rnd=rnd):
@@ -302,8 +298,7 @@ def test_bad_options(bad, error):
 def test_dedup_and_get_with_cold_frames():
     """get() decodes a cold frame; dedup compares hot candidates only, values stay exact."""
     pool = core.FramePool((5, 5), np.uint8, compress={"group": 3})
-    table = core.SlotTable(pool, 3, 1)
-    frames = noise(3, shape=(5, 5))
+    table, frames = core.SlotTable(pool, 3, 1), noise(3, shape=(5, 5))
     table.set([0, 1, 2], (pool.push_batch(frames),))
     pool.flush()
     ids = table.ids()[:, 0]

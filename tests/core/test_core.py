@@ -41,8 +41,7 @@ def values(pool, slots):
 
 
 def test_push_copies_once_and_source_changes_never_reach_the_pool():
-    src = f(7)
-    pool = make_pool()
+    src, pool = f(7), make_pool()
     r = pool.push(src)
     frames = [f(v) for v in range(4)]
     lz = core.LazyFrames(frames)  # LazyFrames of arrays: the same one copy in
@@ -120,8 +119,7 @@ def test_refcounts_follow_owners():
     assert pool.refcount(s0) == pool.refcount(r0) == 1
     lz = pool.lazy([r0, r1, s0], layout="last")  # FrameRefs and ints mix
     assert (pool.refcount(s0), pool.refcount(s1)) == (3, 2)
-    lz2 = copy.copy(lz)
-    lz3 = copy.deepcopy(lz)
+    lz2, lz3 = copy.copy(lz), copy.deepcopy(lz)
     lz4 = lz.copy()
     assert (pool.refcount(s0), pool.refcount(s1)) == (9, 5)
     batch = pool.lazy_batch([[r0, r1], [s1, s1]])
@@ -753,3 +751,13 @@ def test_draw_integers_is_generator_integers(bits):
     refused(TypeError, "Generator", core.draw_integers, np.random.RandomState(0), 5, 1)
     refused(ValueError, "1 <= high", core.draw_integers, a, 0, 1)
     refused(TypeError, "bool", core.draw_integers, a, 5, True)
+
+
+@pytest.mark.parametrize("streams, dtype", [(256, np.uint8), (257, np.uint16), (65537, np.int32)])
+def test_ring_streams_in_the_narrowest_dtype(streams, dtype):
+    ring, ids = core.RowRing(2 * streams, streams, [("a", (), np.uint8)]), np.arange(streams)
+    for _ in range(3):  # the third round evicts the first, unlinking it
+        ring.append(None, (np.zeros(streams, np.uint8),))
+    assert ring.env.dtype == dtype and (ring.env == np.tile(ids, 2)).all()
+    assert (ring.last == ids).all() and (ring.next[:streams] == -1).all()
+    assert (ring.next[streams:] == ids).all()
