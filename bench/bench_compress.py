@@ -182,17 +182,13 @@ class Stream:
 
     def __iter__(self):
         """``(obs, action, reward, next_obs, terminated, truncated)`` for ``n`` transitions."""
-        f = self.frames
-        for j in range(self.n):
-            i = j % self.n_rec
-            yield (
-                f[self.obs_idx[i]],
-                self.actions[i],
-                self.rewards[i],
-                f[self.next_idx[i]],
-                self.term[i],
-                self.trunc[i],
-            )
+        return map(self.item, range(self.n))
+
+    def item(self, j: int) -> tuple:
+        """Transition ``j`` of the ``n``, as :meth:`__iter__` gives it (fresh arrays)."""
+        i, f = j % self.n_rec, self.frames
+        obs, nxt = f[self.obs_idx[i]], f[self.next_idx[i]]
+        return obs, self.actions[i], self.rewards[i], nxt, self.term[i], self.trunc[i]
 
 
 # -- memory: one row, in a child process -------------------------------------------------
@@ -233,11 +229,10 @@ def add_grouped(rb, stream: Stream, groups: list) -> None:
     asynchronous one (EnvPool, ale-py ``batch_size < num_envs``), one env a group actors
     adding in turn. The same transitions, frames and order within each stream.
     """
-    items = list(stream)
-    per = len(items) // ENVS
+    per = stream.n // ENVS
     for t in range(per):
         for ids in groups:
-            rows = [items[e * per + t] for e in ids]
+            rows = [stream.item(e * per + t) for e in ids]
             obs, a, r, nxt, te, tr = (np.stack(x) for x in zip(*rows, strict=True))
             rb.add(obs, a, r.astype(np.float32), nxt, te, tr, env_ids=np.array(ids))
 
@@ -392,8 +387,9 @@ def add_ratios(rows: list[dict]) -> None:
         if peer is not None:
             r["rss_vs_peer"] = r["bpt_rss"] / peer["bpt_rss"]
             r["own_vs_peer"] = r["bpt_own"] / peer["bpt_own"]
-            r["peer_u8_speedup"] = peer["sample_u8"] / r["sample_u8"]
-            r["peer_f32_speedup"] = peer["sample_f32"] / r["sample_f32"]
+            if "sample_u8" in r:  # (the grouped-add rows are not sampled)
+                r["peer_u8_speedup"] = peer["sample_u8"] / r["sample_u8"]
+                r["peer_f32_speedup"] = peer["sample_f32"] / r["sample_f32"]
 
 
 def check(rows: list[dict]) -> bool:
