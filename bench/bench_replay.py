@@ -91,8 +91,17 @@ def _in_child(fn, *args):
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as ex:
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_die_with_parent) as ex:
         return ex.submit(fn, *args).result()
+
+
+def _die_with_parent() -> None:
+    """A child's initializer: it gets SIGTERM when the bench that made it ends (Linux)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _steady(fill):
