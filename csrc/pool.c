@@ -489,10 +489,12 @@ int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *ou
     return 0;
 }
 
-/* 1 if a live slot is hot and every reference left on it is cold. */
+/* 1 if a live slot is hot and every reference left on it is cold (a count stuck at
+ * LF_REF_MAX no longer says how many references are left: never). */
 static int eligible(const lf_pool *p, int64_t slot) {
     const lf_meta *m = lf_pool_meta(p, slot);
-    return !m->cold_state && m->cold > 0 && m->cold == lf_pool_refcount(p, slot);
+    return !m->cold_state && m->cold > 0 && m->cold < LF_REF_MAX &&
+           m->cold == lf_pool_refcount(p, slot);
 }
 
 /* The reference of a frame whose recorded previous frame `prev` is cold and at position

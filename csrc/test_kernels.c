@@ -552,11 +552,19 @@ static void compression_case(lf_codec c, int n) {
     for (int i = n - 1; i >= 0; i--) lf_pool_decref(&p, s[i]); /* newest first: any order */
     CHECK(lf_pool_pending(&p) == (size_t)n, "all queued (%zu)", lf_pool_pending(&p));
     lf_pool_incref(&p, s[3]); /* a reader holds frame 3: it stays hot */
+    /* frame 4's count stuck at LF_REF_MAX with as many cold references: it stays hot too */
+    uint32_t *w4 = &lf_pool_chunk(&p, s[4])->ref[lf_pool_offset(&p, s[4])];
+    *w4 = LF_REF_MAX;
+    lf_pool_meta(&p, s[4])->cold = LF_REF_MAX;
     CHECK(lf_pool_compress_pending(&p) == 0, "compress");
-    CHECK(p.cold_frames == (size_t)n - 1 && lf_pool_is_hot(&p, s[3]), "all cold but 3");
+    CHECK(p.cold_frames == (size_t)n - 2 && lf_pool_is_hot(&p, s[3]) && lf_pool_is_hot(&p, s[4]),
+          "all cold but 3 and 4");
+    *w4 = 2;
+    lf_pool_meta(&p, s[4])->cold = 2;
+    lf_pool_queue(&p, s[4]);
     lf_pool_decref(&p, s[3]);
-    CHECK(lf_pool_pending(&p) == 1, "3 queued again");
-    CHECK(lf_pool_compress_pending(&p) == 0 && p.cold_frames == (size_t)n, "3 cold");
+    CHECK(lf_pool_pending(&p) == 2, "3 and 4 queued again");
+    CHECK(lf_pool_compress_pending(&p) == 0 && p.cold_frames == (size_t)n, "3 and 4 cold");
     long bad_depth = 0, bad_value = 0, deltas = 0;
     int most = 1; /* blobs a frame decodes from: 1 + the bits of its position in the group */
     for (int g = c.group - 1; g > 0; g >>= 1) most++;
