@@ -718,19 +718,21 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                 if col[at[i]] & self._counted_mask:
                     self._counted += sign
 
-    cdef inline int64_t _stream_of(self, Py_ssize_t p) noexcept:
+    cdef inline int64_t _stream_of(self, Py_ssize_t p) noexcept:  # _env's dtype decides
         cdef void *env = cnp.PyArray_DATA(self._env)
-        if self._streams <= 256:
+        cdef Py_ssize_t size = cnp.PyArray_ITEMSIZE(self._env)
+        if size == 1:
             return (<uint8_t *>env)[p]
-        if self._streams <= 65536:
+        if size == 2:
             return (<uint16_t *>env)[p]
         return (<int32_t *>env)[p]
 
     cdef inline void _set_stream(self, Py_ssize_t p, int64_t st) noexcept:
         cdef void *env = cnp.PyArray_DATA(self._env)
-        if self._streams <= 256:
+        cdef Py_ssize_t size = cnp.PyArray_ITEMSIZE(self._env)
+        if size == 1:
             (<uint8_t *>env)[p] = <uint8_t>st
-        elif self._streams <= 65536:
+        elif size == 2:
             (<uint16_t *>env)[p] = <uint16_t>st
         else:
             (<int32_t *>env)[p] = <int32_t>st
