@@ -12,6 +12,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -95,10 +96,16 @@ class Restored(NamedTuple):
 
 # -- writing --------------------------------------------------------------------------
 def save(state: State, path) -> None:
-    """The archive into a temporary file of ``path``'s directory, renamed over ``path``."""
+    """The archive into a temporary file of ``path``'s directory, renamed over ``path``.
+
+    The temporary file is ``<name>.<pid>.<random>.tmp``: a save killed before its rename
+    leaves one, which the next save to ``path`` removes once that pid is not running (a
+    live process's save, this one's included, is never touched).
+    """
     path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=os.path.basename(path) + ".", suffix=".tmp")
+    d, base = os.path.split(os.path.abspath(path))
+    _remove_dead_temporaries(d, base)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=f"{base}.{os.getpid()}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             write_archive(state, fh)
@@ -109,6 +116,28 @@ def save(state: State, path) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _remove_dead_temporaries(d: str, base: str) -> None:
+    """Remove the temporary files of saves to ``d/base`` whose writing process is gone."""
+    pattern = re.compile(re.escape(base) + r"\.(\d+)\.[a-z0-9_]+\.tmp")
+    with contextlib.suppress(OSError):
+        for name in os.listdir(d):
+            m = pattern.fullmatch(name)
+            if m is not None and not _running(int(m.group(1))):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(d, name))
+
+
+def _running(pid: int) -> bool:
+    """False only for a pid no process has (another user's process is running: EPERM)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):
+        return True
+    return True
 
 
 def to_bytes(state: State) -> bytes:

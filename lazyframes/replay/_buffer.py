@@ -529,8 +529,10 @@ class ReplayBuffer:
         Every live frame is stored once (compressed with the buffer's options when it
         compresses), with the tables, the compression options and the sampling RNG state;
         no pickled objects (docs/CHECKPOINTS.md). Written to a temporary file in the same
-        directory and renamed over ``path``, so a failed save leaves an existing
-        checkpoint intact; frames are streamed, with no second copy of the buffer.
+        directory (``<name>.<pid>.<random>.tmp``) and renamed over ``path``, so a failed
+        save leaves an existing checkpoint intact, and the temporary file of a save whose
+        process was killed is removed by the next save to ``path``; frames are streamed,
+        with no second copy of the buffer.
 
         Raises:
             OSError: the directory is not writable.

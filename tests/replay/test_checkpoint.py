@@ -9,7 +9,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import DATA, assert_same_samples, recorded, refused
+from conftest import DATA, assert_same_samples, recorded, refused, run
 
 from lazyframes import FramePool, ReplayBuffer
 
@@ -188,6 +188,25 @@ def test_a_failed_save_leaves_the_old_checkpoint_and_no_temporary_file(tmp_path,
     monkeypatch.undo()
     assert path.read_bytes() == good and os.listdir(tmp_path) == ["rb.npz"]
     assert_same_buffers(ReplayBuffer.load(path), rb)
+
+
+def test_a_save_killed_mid_write_leaves_a_temporary_file_the_next_save_removes(tmp_path):
+    script = f"""if True:
+        import os, signal, numpy as np
+        from lazyframes import ReplayBuffer
+        rb = ReplayBuffer(4)
+        rb.add(np.zeros((4, 8, 8), np.uint8), 0, 0.0, np.ones((4, 8, 8), np.uint8), False, False)
+        def killed(f, *args, **kwargs):  # kill -9 half-way through an entry
+            f.write(b"partial"); f.flush(); os.kill(os.getpid(), signal.SIGKILL)
+        np.lib.format.write_array = killed
+        rb.save({str(tmp_path / "rb.npz")!r})
+    """
+    assert run("-c", script).returncode == -9
+    (left,) = os.listdir(tmp_path)  # rb.npz.<dead pid>.<random>.tmp
+    live = tmp_path / f"rb.npz.{os.getppid()}.x1.tmp"  # a live process's save in progress
+    live.write_bytes(b"")
+    v2_streams().save(tmp_path / "rb.npz")
+    assert left.startswith("rb.npz.") and sorted(os.listdir(tmp_path)) == ["rb.npz", live.name]
 
 
 # -- crafted files ----------------------------------------------------------------------
