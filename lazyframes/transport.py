@@ -597,11 +597,12 @@ def _header(msg, streams: list, geometry: tuple) -> tuple:
     """``(stream, carry, frame_shape, dtype, k, layout)`` of ``msg``, checked."""
     if type(msg) is not dict:
         raise TypeError(f"a message is a dict, got {type(msg).__name__}")
-    if msg.get("format") != FORMAT:
-        raise ValueError(f"not a {FORMAT} message: format {msg.get('format')!r}")
-    if msg.get("version") != VERSION:
+    fmt, version = msg.get("format"), msg.get("version")  # compared as plain str and int
+    if type(fmt) is not str or fmt != FORMAT:
+        raise ValueError(f"not a {FORMAT} message: format {fmt!r}")
+    if type(version) is not int or version != VERSION:
         raise ValueError(
-            f"a {FORMAT} message of version {msg.get('version')!r}; this receiver reads "
+            f"a {FORMAT} message of version {version!r}; this receiver reads "
             f"version {VERSION} (sender nonces, frame checksums): run the same lazyframes "
             f"release on the senders as on the receiver"
         )

@@ -305,7 +305,8 @@ def test_a_corrupted_blob_is_refused_by_its_checksum_naming_the_frame():
     assert receiver.ingest(msg) == 24
 
 
-def test_a_lost_message_breaks_each_envs_links_not_the_stream():
+@pytest.mark.parametrize("buffer", BUFFERS)
+def test_a_lost_message_breaks_each_envs_links_not_the_stream(buffer):
     """Loss at every position: resynced messages go on; no n-step window spans a gap."""
     msgs, per, envs = 6, 2, 2
     pool = core.FramePool(SHAPE, np.uint8)
@@ -317,7 +318,7 @@ def test_a_lost_message_breaks_each_envs_links_not_the_stream():
         return pool.lazy_batch(frames[:, t : t + K], layout="stack")
 
     for lost in range(msgs):
-        rb = ReplayBuffer(100, num_envs=envs, n_step=3, gamma=1.0, seed=lost, pool=make_pool(SHAPE))
+        rb = buffer(100, num_envs=envs, n_step=3, gamma=1.0, seed=lost, pool=make_pool(SHAPE))
         receiver = Receiver(rb)
         sender = Sender(num_envs=envs, stream=receiver.open(envs))
         kept: list = []
