@@ -121,7 +121,7 @@ class Replay:
         self.rb = lazyframes.ReplayBuffer(
             capacity, num_envs=num_envs, compress=True, action_dtype=np.uint8
         )
-        self.rx = Receiver(self.rb)
+        self.rx = Receiver(self.rb, frame_shape=FRAME)
         self.capacity = capacity
         self.ring: dict = {}
         self.pos = 0

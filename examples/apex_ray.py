@@ -366,7 +366,7 @@ class Replay:
         else:
             self.rb = lazyframes.ReplayBuffer(capacity, **kwargs)
         self.prioritized = prioritized
-        self.rx = Receiver(self.rb)
+        self.rx = Receiver(self.rb, frame_shape=OBS_SHAPE[1:])  # fixed here, never by a message
         self.ingest_s = 0.0
         self.ingested = 0
         self.sample_s: list = []

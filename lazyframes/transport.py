@@ -25,7 +25,7 @@ Example:
     >>> msg["transitions"], len(msg["sizes"])
     (3, 7)
     >>> rb = lazyframes.ReplayBuffer(100, compress=True)
-    >>> receiver = Receiver(rb)
+    >>> receiver = Receiver(rb, frame_shape=(84, 84), dtype=np.uint8)  # never the messages'
     >>> receiver.open(num_envs=1)
     0
     >>> receiver.ingest(msg)
@@ -36,8 +36,11 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import operator
 import pickle
+import secrets
+import zlib
 from typing import Any
 
 import numpy as np
@@ -52,12 +55,12 @@ __all__ = ["FORMAT", "Receiver", "Sender", "wire_bytes"]
 
 #: The ``format`` field of every message, and the version this module reads and writes.
 FORMAT = "lazyframes.transport"
-VERSION = 1
+VERSION = 2
 #: Keys of a message (docs/TRANSPORT.md).
 KEYS = frozenset((
-    "format", "version", "stream", "seq", "frame_shape", "dtype", "stack_size", "layout",
-    "carry", "payload", "sizes", "kinds", "transitions", "obs", "next_obs", "env", "action",
-    "reward", "flags", "retain",
+    "format", "version", "stream", "nonce", "seq", "frame_shape", "dtype", "stack_size",
+    "layout", "carry", "payload", "sizes", "kinds", "crcs", "transitions", "obs", "next_obs",
+    "env", "action", "reward", "flags", "retain",
 ))  # fmt: skip
 #: Flag bits of a transition on the wire: those of the replay buffer.
 TERM, TRUNC, SKIP = _ring.TERM, _ring.TRUNC, _ring.SKIP
@@ -91,7 +94,9 @@ class Sender:
     since the last flush into one message. Frames are identified by slot (ndarray
     observations are de-duplicated against the same env's previous one, as the replay
     buffer does), so each is sent once; the frames of each env's latest observation are
-    kept, by both sides, for the next message to refer to (docs/TRANSPORT.md).
+    kept, by both sides, for the next message to refer to (docs/TRANSPORT.md). Each
+    sender draws a random 64-bit :attr:`nonce`, carried by its messages: the receiver
+    binds a stream to the first sender it hears from and refuses the messages of another.
 
     Args:
         num_envs: env streams of this sender (the receiver's ``open(num_envs)``).
@@ -117,6 +122,7 @@ class Sender:
         )
         self._num_envs = num_envs
         self._stream = operator.index(stream)
+        self._nonce = secrets.randbits(64)
         self._compress = C.compression(compress)
         self._parser = Parser(num_envs, action_shape, action_dtype)
         self._parser.decided = True  # single observations
@@ -140,6 +146,11 @@ class Sender:
     def stream(self) -> int:
         """The receiver's id of this sender's stream."""
         return self._stream
+
+    @property
+    def nonce(self) -> int:
+        """This sender's random id, in every message: a stream takes one sender's messages."""
+        return self._nonce
 
     @property
     def pending(self) -> int:
@@ -223,6 +234,7 @@ class Sender:
         else:
             frames = np.empty((0, *fs), dt)
         payload, sizes, kinds = self._encode(frames)
+        crcs = _crcs(memoryview(payload).cast("B"), sizes)
         # the frames the receiver keeps: each env's latest observation
         have = self._last[:, 0] >= 0
         keep = list(dict.fromkeys(self._last[have].ravel().tolist()))
@@ -230,6 +242,7 @@ class Sender:
             "format": FORMAT,
             "version": VERSION,
             "stream": self._stream,
+            "nonce": self._nonce,
             "seq": self._seq,
             "frame_shape": tuple(fs),
             "dtype": dt.str,
@@ -239,6 +252,7 @@ class Sender:
             "payload": payload,
             "sizes": sizes,
             "kinds": kinds,
+            "crcs": crcs,
             "transitions": int(obs.shape[0]),
             "obs": obs,
             "next_obs": nxt,
@@ -270,8 +284,10 @@ class Sender:
     def resync(self) -> None:
         """Make the next message self-contained (``carry`` 0): it resends every frame it needs.
 
-        After the receiver refused a message (or lost its state), a self-contained
-        message is accepted whatever its sequence number. Queued transitions are kept.
+        After the receiver refused a message (or one was lost), a self-contained message
+        is accepted whatever its sequence number, as long as it is not below the next one
+        the receiver expects; where messages are missing the receiver breaks each env's
+        links, so no n-step window spans the lost steps. Queued transitions are kept.
         """
         if self._carry_owner is not None:  # the queued rows may refer to its frames
             self._held.append(self._carry_owner)
@@ -295,15 +311,23 @@ class Sender:
 
 
 class _Stream:
-    """A receiver's state of one sender: its envs, the next sequence number, kept frames."""
+    """A receiver's state of one sender: its envs, sender, next sequence number, kept frames."""
 
-    __slots__ = ("carry", "geometry", "num_envs", "offset", "seq")
+    __slots__ = ("broken", "carry", "geometry", "nonce", "num_envs", "offset", "seen", "seq")
 
     def __init__(self, offset: int, num_envs: int):
         self.offset, self.num_envs = offset, num_envs
+        self.seen = np.zeros(num_envs, np.bool_)  # envs with a transition in the buffer
+        self.broken = np.zeros(num_envs, np.bool_)  # envs whose next transition starts fresh
+        self.reopen()
+
+    def reopen(self) -> None:
+        """Forget the sender (its nonce, kept frames, sequence); each env starts fresh."""
         self.seq = 0
+        self.nonce: int | None = None  # the sender's, bound by its first accepted message
         self.carry: Any = None  # a LazyBatch (c, 1) of the buffer's pool, or None
-        self.geometry: Any = None  # (frame_shape, dtype, k, layout) of its first message
+        self.geometry: Any = None  # (k, layout) of its first message
+        self.broken |= self.seen
 
     @property
     def carried(self) -> int:
@@ -320,17 +344,37 @@ class Receiver:
     ``add`` would, to any buffer of the ``ReplayBuffer`` API (a prioritized one too).
 
     Args:
-        replay: the :class:`~lazyframes.ReplayBuffer` to fill. Its pool is made by the
-            first message when it has none (with the buffer's compression).
-        max_frames: the most new frames one message may carry: a bound on the memory a
-            message makes the receiver allocate (frames x frame bytes), whatever its size.
+        replay: the :class:`~lazyframes.ReplayBuffer` to fill (of frame observations).
+        frame_shape, dtype: the frames' shape and dtype (default uint8): needed when the
+            buffer has no pool yet (one of them is made, with the buffer's compression),
+            else they must be its pool's. Messages of other frames are refused: no
+            message decides what the receiver allocates.
+        max_frames: the most new frames one message may carry: with the frame bytes, a
+            bound on the memory one message makes the receiver allocate.
+
+    Raises:
+        ValueError: no pool and no ``frame_shape``, or a ``frame_shape``/``dtype`` other
+            than the pool's. TypeError: a buffer of Dict observations.
 
     Example:
         See the module's example.
     """
 
-    def __init__(self, replay, *, max_frames=1 << 16):
+    def __init__(self, replay, *, frame_shape=None, dtype=None, max_frames=1 << 16):
+        pool = replay.pool
+        if isinstance(pool, dict):
+            raise TypeError("the transport fills buffers of frame observations, not Dict ones")
+        if pool is None and frame_shape is None:
+            raise ValueError(
+                "the buffer has no pool yet: give the frames' geometry, "
+                "Receiver(replay, frame_shape=..., dtype=...) (a message never sets it)"
+            )
+        fs = C.frame_shape(pool.frame_shape if frame_shape is None else frame_shape)
+        dt = C.frame_dtype((np.uint8 if pool is None else pool.dtype) if dtype is None else dtype)
+        if pool is not None:
+            check_pool_geometry(pool, fs, dt)
         self._rb = replay
+        self._geometry = (fs, dt)
         self._max_frames = operator.index(max_frames)
         self._streams: list[_Stream] = []
         self._next_env = 0
@@ -358,22 +402,33 @@ class Receiver:
         self._next_env += num_envs
         return len(self._streams) - 1
 
+    def reopen(self, stream) -> None:
+        """Give ``stream`` to a new sender (a restarted actor): the old one's messages end.
+
+        The stream forgets its sender (the next accepted message binds its nonce), the
+        frames it kept and its sequence number; each of its envs' next transition starts
+        fresh, linked to none before it (no n-step window spans the restart).
+
+        Raises:
+            ValueError: ``stream`` is not an open stream.
+        """
+        sid = operator.index(stream)
+        if not 0 <= sid < len(self._streams):
+            raise ValueError(f"unknown stream {sid}: open it with Receiver.open first")
+        self._streams[sid].reopen()
+
     def ingest(self, msg) -> int:
         """Check ``msg`` and add its transitions to the buffer; returns how many.
 
         Raises:
-            ValueError: a message that is not one of this format and version, of an
-                unknown stream, out of sequence, of another geometry than the stream's
-                or the buffer's, with a corrupt frame container, more new frames than
-                ``max_frames`` or than its transitions refer to, ids out of range, env
-                ids beyond the stream's, arrays of the wrong shape, or values the buffer
-                refuses (an action out of its dtype's range, a non-finite reward).
-            TypeError: fields of the wrong type (ids that are not integers, a payload
-                that is not bytes-like).
-            Nothing is written (buffer and stream unchanged) when an error is raised.
+            ValueError, TypeError: a message that fails a check of docs/TRANSPORT.md,
+                naming it: its format or version, stream, sender (:meth:`reopen`) or
+                sequence, frames other than the receiver's, a frame's checksum or blob,
+                counts, ids, shapes or types of its fields, values the buffer refuses.
+                Nothing is written (buffer and stream unchanged) when an error is raised.
         """
         rb = self._rb
-        p = parse(msg, self._streams, max_frames=self._max_frames)
+        p = parse(msg, self._streams, self._geometry, max_frames=self._max_frames)
         pool = rb.pool
         if pool is not None:
             check_pool_geometry(pool, p.frame_shape, p.dtype)
@@ -382,17 +437,24 @@ class Receiver:
                 f"the message has {p.k} frames per observation, the buffer {rb.stack_size}"
             )
         actions, rewards = p.checked_values(rb.action_shape, rb.action_dtype)
+        frames = p.frames()
         if pool is None:
             pool = own_pool(p.frame_shape, p.dtype, rb.capacity, rb.memory()["compression"])
-        frames = p.frames()
         # every check passed: push the frames, add the transitions, keep the retained
         st = p.stream
         pushed = pool.push_batch(frames, k=1) if len(frames) else None  # holds the new frames
         new = np.empty(0, np.int64) if pushed is None else pushed.slots.ravel()
-        table = new if st.carry is None else np.concatenate([st.carry.slots.ravel(), new])
+        table = np.concatenate([st.carry.slots.ravel(), new]) if p.carry else new
+        # messages were lost: each env's next transition starts fresh
+        broken = st.broken | st.seen if p.seq != st.seq else st.broken.copy()
         env_ids = p.env.astype(np.int64) + st.offset
         term, trunc, skip = p.flag_masks()
         for a, b in _rounds(p.env):
+            first = broken[p.env[a:b]]
+            if first.any():  # an autoreset placeholder before them ends their windows
+                obs = pool.lazy_batch(table[p.obs[a:b][first]], layout=p.layout)
+                _placeholders(rb, obs, env_ids[a:b][first])
+                broken[p.env[a:b]] = False
             rb.add(
                 pool.lazy_batch(table[p.obs[a:b]], layout=p.layout),
                 actions[a:b],
@@ -404,27 +466,43 @@ class Receiver:
                 env_ids=env_ids[a:b],
             )
         st.carry = pool.lazy_batch(table[p.retain][:, None]) if p.retain.size else None
+        st.broken = broken
+        st.seen[p.env] = True
         p.advance()
         return p.transitions
+
+
+def _placeholders(rb, obs, env_ids: np.ndarray) -> None:
+    """Add an autoreset placeholder (never sampled, ends every n-step window) per env."""
+    n, no = len(env_ids), np.zeros(len(env_ids), np.bool_)
+    zeros = np.zeros((n, *rb.action_shape), rb.action_dtype), np.zeros(n, np.float32)
+    rb.add(obs, *zeros, obs, no, no, autoreset=~no, env_ids=env_ids)
+
+
+def _crcs(data: memoryview, sizes: np.ndarray) -> np.ndarray:
+    """The CRC-32 (``zlib.crc32``) of each blob of ``data``, blob ``j`` of ``sizes[j]`` bytes."""
+    o = itertools.pairwise([0, *np.cumsum(sizes, dtype=np.int64).tolist()])
+    return np.fromiter((zlib.crc32(data[a:b]) for a, b in o), np.uint32, len(sizes))
 
 
 class Parsed:
     """A message whose every field was checked by :func:`parse`; nothing decoded yet.
 
-    ``stream`` (the stream's state), ``frame_shape``, ``dtype``, ``k``, ``layout``,
-    ``transitions`` (``T``), ``obs``/``next_obs`` ``(T, k)`` and ``retain`` references
-    into the frame table (the stream's kept frames, then the new ones), ``env`` ``(T,)``,
-    ``flags`` ``(T,)``.
+    ``stream`` (the stream's state), ``carry`` (its kept frames the message uses), ``seq``,
+    ``frame_shape``, ``dtype``, ``k``, ``layout``, ``transitions`` (``T``), ``obs``/
+    ``next_obs`` ``(T, k)`` and ``retain`` references into the frame table (the ``carry``
+    kept frames, then the new ones), ``env`` ``(T,)``, ``flags`` ``(T,)``.
     """
 
-    def __init__(self, msg: dict, stream: _Stream, geometry: tuple, T: int, arrays: dict):
+    def __init__(self, msg: dict, stream: _Stream, c: int, geometry: tuple, T: int, arrays: dict):
         self._msg = msg
-        self.stream = stream
+        self.stream, self.carry = stream, c
+        self.seq, self.nonce = int(msg["seq"]), int(msg["nonce"])
         self.frame_shape, self.dtype, self.k, self.layout = geometry
         self.transitions = T
         self.obs, self.next_obs, self.env = arrays["obs"], arrays["next_obs"], arrays["env"]
         self.retain, self.flags = arrays["retain"], arrays["flags"]
-        self._sizes, self._kinds = arrays["sizes"], arrays["kinds"]
+        self._sizes, self._kinds, self._crcs = arrays["sizes"], arrays["kinds"], arrays["crcs"]
 
     def checked_values(self, action_shape: tuple, action_dtype: np.dtype) -> tuple:
         """``(actions, rewards)`` cast exactly to ``action_dtype`` and float32.
@@ -442,37 +520,53 @@ class Parsed:
         return Parser(max(T, 1), action_shape, action_dtype).values(action, reward, T)
 
     def frames(self) -> np.ndarray:
-        """The new frames ``(m, *frame_shape)``, decoded by the core's ``decode_frames``.
+        """The new frames ``(m, *frame_shape)``, each blob's checksum checked, then decoded.
 
         Raises:
-            ValueError, TypeError: a container that is not valid (every blob is checked).
+            ValueError: a blob whose CRC-32 is not its ``crcs`` entry (naming the frame), a
+                container that is not valid (every blob is checked by ``decode_frames``).
+            TypeError: a payload that is not bytes-like.
         """
+        try:
+            data = memoryview(self._msg["payload"]).cast("B")
+        except (TypeError, ValueError):
+            what = type(self._msg["payload"]).__name__
+            raise TypeError(f"payload must be bytes-like, got {what}") from None
         offsets = np.zeros(len(self._sizes) + 1, np.int64)
         np.cumsum(self._sizes, out=offsets[1:])
-        return _core.decode_frames(
-            self._msg["payload"], offsets, self._kinds, self.frame_shape, self.dtype
-        )
+        if offsets[-1] != data.nbytes:
+            raise ValueError(
+                f"the blobs' offsets end at {offsets[-1]}, the payload has {data.nbytes} bytes"
+            )
+        bad = np.flatnonzero(_crcs(data, self._sizes) != self._crcs)
+        if bad.size:
+            raise ValueError(
+                f"frame {bad[0]} of the message (of {len(self._sizes)} new frames): its blob's "
+                f"CRC-32 is not the sender's, the message was corrupted"
+            )
+        return _core.decode_frames(data, offsets, self._kinds, self.frame_shape, self.dtype)
 
     def flag_masks(self) -> tuple:
         """``(terminated, truncated, autoreset)`` bool ``(T,)`` from the flag bits."""
         return tuple((self.flags & bit).astype(np.bool_) for bit in (TERM, TRUNC, SKIP))
 
     def advance(self) -> None:
-        """The message is stored: the stream takes its geometry and expects the next one."""
-        self.stream.geometry = (self.frame_shape, self.dtype, self.k, self.layout)
-        self.stream.seq = int(self._msg["seq"]) + 1
+        """The message is stored: the stream binds its sender, expects the next one."""
+        st = self.stream
+        st.geometry, st.nonce, st.seq = (self.k, self.layout), self.nonce, self.seq + 1
 
 
-def parse(msg, streams: list, *, max_frames: int) -> Parsed:
+def parse(msg, streams: list, geometry: tuple, *, max_frames: int) -> Parsed:
     """Check every field of ``msg`` against its stream (of ``streams``); decode nothing.
+
+    ``geometry``: the receiver's ``(frame_shape, dtype)``, which the message must have.
 
     Raises:
         ValueError, TypeError: as :meth:`Receiver.ingest`, except the checks against the
-            buffer (geometry, actions, rewards) and of the frame container's blobs.
+            buffer (actions, rewards) and of the frame container's blobs.
     """
-    st, fs, dt, k, layout = _header(msg, streams)
+    st, c, fs, dt, k, layout = _header(msg, streams, geometry)
     T = _count(msg["transitions"], "transitions")
-    c = st.carried
     sizes = _uints(msg["sizes"], "sizes", None)
     if sizes.dtype.itemsize > 4:
         raise TypeError(f"sizes must be uint32 (or narrower), got dtype {sizes.dtype}")
@@ -487,6 +581,7 @@ def parse(msg, streams: list, *, max_frames: int) -> Parsed:
     arrays = {
         "sizes": sizes,
         "kinds": _uints(msg["kinds"], "kinds", (m,)),
+        "crcs": _uints(msg["crcs"], "crcs", (m,)),
         "obs": _uints(msg["obs"], "obs", (T, k), c + m),
         "next_obs": _uints(msg["next_obs"], "next_obs", (T, k), c + m),
         "env": _uints(msg["env"], "env", (T,), st.num_envs),
@@ -495,17 +590,21 @@ def parse(msg, streams: list, *, max_frames: int) -> Parsed:
     }
     if arrays["retain"].shape[0] > k * st.num_envs:
         raise ValueError(f"retain keeps {arrays['retain'].shape[0]} frames, more than k x num_envs")
-    return Parsed(msg, st, (fs, dt, k, layout), T, arrays)
+    return Parsed(msg, st, c, (fs, dt, k, layout), T, arrays)
 
 
-def _header(msg, streams: list) -> tuple:
-    """``(stream, frame_shape, dtype, k, layout)`` of ``msg``, checked."""
+def _header(msg, streams: list, geometry: tuple) -> tuple:
+    """``(stream, carry, frame_shape, dtype, k, layout)`` of ``msg``, checked."""
     if type(msg) is not dict:
         raise TypeError(f"a message is a dict, got {type(msg).__name__}")
-    if msg.get("format") != FORMAT or msg.get("version") != VERSION:
+    fmt, version = msg.get("format"), msg.get("version")  # compared as plain str and int
+    if type(fmt) is not str or fmt != FORMAT:
+        raise ValueError(f"not a {FORMAT} message: format {fmt!r}")
+    if type(version) is not int or version != VERSION:
         raise ValueError(
-            f"not a {FORMAT} message of version {VERSION}: format {msg.get('format')!r}, "
-            f"version {msg.get('version')!r}"
+            f"a {FORMAT} message of version {version!r}; this receiver reads "
+            f"version {VERSION} (sender nonces, frame checksums): run the same lazyframes "
+            f"release on the senders as on the receiver"
         )
     if set(msg) != KEYS:
         raise ValueError(f"the message's keys differ from the format's: {sorted(set(msg) ^ KEYS)}")
@@ -513,24 +612,45 @@ def _header(msg, streams: list) -> tuple:
     if sid >= len(streams):
         raise ValueError(f"unknown stream {sid}: open it with Receiver.open first")
     st = streams[sid]
+    nonce = _count(msg["nonce"], "nonce")
+    if nonce >> 64:
+        raise ValueError(f"nonce must be below 2**64, got {nonce}")
+    if st.nonce is not None and nonce != st.nonce:
+        raise ValueError(
+            f"stream {sid} belongs to another sender (nonce {st.nonce}, this message's "
+            f"{nonce}): one Sender per stream; a restarted actor's stream is given to its new "
+            f"Sender by Receiver.reopen({sid})"
+        )
     seq = _count(msg["seq"], "seq")
     carry = _count(msg["carry"], "carry")
-    if carry != st.carried or (seq != st.seq and carry):
+    if seq < st.seq:
+        raise ValueError(
+            f"stream {sid}: message {seq} comes after message {st.seq - 1}: a duplicate or "
+            f"out of order"
+        )
+    if carry and (carry != st.carried or seq != st.seq):
         raise ValueError(
             f"stream {sid}: message {seq} refers to {carry} kept frames, the receiver "
             f"keeps {st.carried} after message {st.seq - 1}: messages lost or out of "
             f"order (Sender.resync makes the next message self-contained)"
         )
-    fs = C.frame_shape(msg["frame_shape"])
-    dt = C.frame_dtype(msg["dtype"])
+    fs = msg["frame_shape"]
+    if type(fs) is not tuple or len(fs) > C.MAX_NDIM:
+        raise TypeError(f"frame_shape must be a tuple of at most {C.MAX_NDIM} ints")
+    fs, dt = C.frame_shape(fs), C.frame_dtype(msg["dtype"])
+    if (fs, dt) != geometry:
+        raise ValueError(
+            f"stream {sid}: the message's frames are of shape {fs} and dtype {dt}, the "
+            f"receiver's of shape {geometry[0]} and dtype {geometry[1]}"
+        )
     k = C.stack_size(msg["stack_size"])
     layout = msg["layout"]
     if type(layout) is not str or layout not in C.LAYOUTS:
         raise ValueError(f"layout must be one of {C.LAYOUTS}, got {layout!r}")
     C.check_layout(layout, fs)
-    if st.geometry is not None and st.geometry != (fs, dt, k, layout):
-        raise ValueError(f"stream {sid} changed its geometry to {(fs, dt, k, layout)}")
-    return st, fs, dt, k, layout
+    if st.geometry is not None and st.geometry != (k, layout):
+        raise ValueError(f"stream {sid} changed its observations to k={k}, layout {layout!r}")
+    return st, carry, fs, dt, k, layout
 
 
 def _count(x, name: str) -> int:

@@ -356,7 +356,8 @@ class _Writer(_Mapping):
                 the file's; more rows than ``capacity`` or frames than ``frame_capacity``.
         """
         self._writer()
-        p = transport.parse(msg, self._streams, max_frames=self._max_frames)
+        geometry = (self._frame_shape, self._dtype)  # the file's, never the message's
+        p = transport.parse(msg, self._streams, geometry, max_frames=self._max_frames)
         if (p.frame_shape, p.dtype, p.k) != (self._frame_shape, self._dtype, self._k):
             raise ValueError(
                 f"the message has {p.k} frames of shape {p.frame_shape} and dtype {p.dtype}; "
@@ -368,7 +369,7 @@ class _Writer(_Mapping):
         if int(keep.sum()) > self._rows or len(frames) > self._slots:
             raise ValueError("the message holds more rows or frames than the file")
         st = p.stream
-        carry = np.empty(0, np.int64) if st.carry is None else st.carry
+        carry = st.carry if p.carry else np.empty(0, np.int64)  # (a resync drops it)
         m, n0 = len(frames), self.frames_written
         a8 = np.ascontiguousarray(frames).reshape(m, -1).view(np.uint8)
         plan, head = None, None

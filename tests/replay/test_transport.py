@@ -2,12 +2,14 @@
 
 import copy
 import gc
+import itertools
 import multiprocessing
 import pickle
+import zlib
 
 import numpy as np
 import pytest
-from conftest import assert_same_samples, refused
+from conftest import assert_same_samples, make_pool, refused
 
 import lazyframes
 from lazyframes import ReplayBuffer
@@ -159,14 +161,18 @@ def _forge(msg, key, value):
 
 
 FORGERIES = [("format", "other", ValueError, "not a lazyframes.transport message"),
-             ("version", 2, ValueError, "version"),
+             ("version", 1, ValueError, "of version 1; .* reads version 2.* same lazyframes"),
+             ("nonce", 1 << 64, ValueError, "nonce must be below 2..64"),
+             ("nonce", -1, ValueError, "non-negative"),
+             ("seq", 7, ValueError, "message 7 refers to 8 kept frames"),
              ("stream", 5, ValueError, "unknown stream"),
              ("stream", -1, ValueError, "non-negative"),
              ("stream", 0.0, TypeError, "must be an integer"),
              ("carry", 4, ValueError, "out of order"),
-             ("frame_shape", (10, 12), ValueError, "shape"),
-             ("dtype", "<u2", ValueError, "dtype"),
-             ("stack_size", 3, ValueError, "shape"),
+             ("frame_shape", (10, 12), ValueError, "frames are of shape .10, 12. .*receiver's"),
+             ("frame_shape", [12, 10], TypeError, "tuple"),
+             ("dtype", "<u2", ValueError, "dtype uint16, the receiver's"),
+             ("stack_size", 3, ValueError, "changed its observations to k=3"),
              ("stack_size", 0, ValueError, "stack_size|positive|at least"),
              ("layout", "diagonal", ValueError, "layout"),
              ("transitions", 13, ValueError, "shape"),
@@ -177,7 +183,7 @@ FORGERIES = [("format", "other", ValueError, "not a lazyframes.transport message
 
 def _forged_arrays(msg):
     """Array fields tampered with: ids out of range, wrong dtypes and shapes."""
-    m, T = len(msg["sizes"]), msg["transitions"]
+    m, T, c = len(msg["sizes"]), msg["transitions"], msg["carry"]
 
     def changed(key, i, value):
         """``key`` and a copy of ``msg[key]`` with entry ``i`` set to ``value``."""
@@ -187,19 +193,21 @@ def _forged_arrays(msg):
 
     out = []
     for key in ("obs", "next_obs"):
-        # m: one past the frames of the message
-        out.append((*changed(key, (T // 2, 1), m), ValueError, "out of range"))
+        # c + m: one past the frames of the message
+        out.append((*changed(key, (T // 2, 1), c + m), ValueError, "out of range"))
         out.append((key, msg[key].astype(np.int64), TypeError, "unsigned"))
         out.append((key, msg[key][:, :2].copy(), ValueError, "shape"))
     out += [
         (*changed("env", 0, 2), ValueError, "out of range"),
-        (*changed("retain", 0, m + 3), ValueError, "out of range"),
+        (*changed("retain", 0, c + m + 3), ValueError, "out of range"),
         ("retain", np.zeros(100, np.uint16), ValueError, "more than k x num_envs"),
         (*changed("flags", 1, 8), ValueError, "out of range"),
         (*changed("sizes", 0, msg["sizes"][0] + 1), ValueError, "offsets"),
         ("sizes", np.ones(10**6, np.uint32), ValueError, "new frames"),
         ("sizes", msg["sizes"].astype(np.uint64), TypeError, "uint32"),
         (*changed("kinds", 0, 1), ValueError, "delta"),  # a delta first
+        (*changed("crcs", m - 1, msg["crcs"][m - 1] ^ 1), ValueError, f"frame {m - 1} .*CRC-32"),
+        ("crcs", msg["crcs"][1:].copy(), ValueError, "crcs has shape"),
         ("action", msg["action"].astype(np.float64), TypeError, "action"),
         (*changed("reward", 3, np.inf), ValueError, "reward"),
         ("reward", msg["reward"][:-1].copy(), ValueError, "reward"),
@@ -208,16 +216,20 @@ def _forged_arrays(msg):
 
 
 def test_forged_fields_and_arrays_raise_before_writing():
-    rb, receiver, _, msg = _message()
-    live = rb.pool.live_frames
+    rb, receiver, sender, first = _message()
+    receiver.ingest(first)  # then the next message, forged
+    refused(ValueError, "message 0 comes after message 0: a duplicate", receiver.ingest, first)
+    for *step, extras in vector_run(14, 2, 7)[12:]:
+        sender.add(*step, **extras)
+    msg, live = sender.flush(), rb.pool.live_frames
     for key, value, exc, match in [*FORGERIES, *_forged_arrays(msg)]:
         refused(exc, match, receiver.ingest, _forge(msg, key, value))
         gc.collect()
-        assert (len(rb), rb.pool.live_frames) == (0, live), key
+        assert (len(rb), rb.pool.live_frames) == (24, live), key
     refused(TypeError, "a dict", receiver.ingest, [msg])
     extra = dict(msg, extra=1)
     refused(ValueError, "keys", receiver.ingest, extra)
-    assert receiver.ingest(msg) == 24
+    assert receiver.ingest(msg) == 4
 
 
 def test_a_blob_that_does_not_decode_is_refused():
@@ -226,26 +238,111 @@ def test_a_blob_that_does_not_decode_is_refused():
     payload[:40] = b"\xff" * 40  # not a Blosc2 chunk (say KEY)
     bad = _forge(msg, "payload", bytes(payload))
     bad["kinds"] = np.zeros_like(msg["kinds"])
+    o = np.cumsum([0, *msg["sizes"].tolist()]).tolist()
+    bad["crcs"] = np.array([zlib.crc32(payload[a:b]) for a, b in itertools.pairwise(o)], np.uint32)
     refused(ValueError, "blob 0 of the container does not decode", receiver.ingest, bad)
     assert len(rb) == 0
     assert receiver.ingest(msg) == 24
 
 
-def test_messages_in_order_then_resync():
-    rb, receiver, sender, _ = _message(steps=4)
-    run = vector_run(8, 2, 8)
-    for *step, extras in run[4:6]:
-        sender.add(*step, **extras)
-    second = sender.flush()
-    assert second["carry"] > 0
-    refused(ValueError, "out of order", receiver.ingest, second)  # the first one was lost
-    sender.resync()
-    for *step, extras in run[6:]:
-        sender.add(*step, **extras)
-    third = sender.flush()
-    assert third["carry"] == 0
-    assert receiver.ingest(third) == 4
-    assert len(rb) == 4
+def test_the_receiver_not_a_message_fixes_the_frames():
+    """A message of other frames (all-zero blobs of any size are tiny) is refused."""
+    refused(ValueError, "no pool yet.*frame_shape=", Receiver, ReplayBuffer(10))
+    refused(ValueError, "pool stores frames of shape", Receiver, _message()[0], frame_shape=(4, 4))
+    rb = ReplayBuffer(10, compress=True)
+    receiver = Receiver(rb, frame_shape=SHAPE)
+    sender = Sender(stream=receiver.open())
+    pool = core.FramePool((512, 512), np.uint8)
+    held = pool.push_batch(np.zeros((5, 512, 512), np.uint8), k=1)
+    big = [pool.lazy(held.slots.ravel()[i : i + 4], layout="stack") for i in (0, 1)]
+    sender.add(big[0], 0, 0.0, big[1], False, False)
+    bomb = sender.flush()
+    assert wire_bytes(bomb) < 2000
+    refused(ValueError, r"frames are of shape \(512, 512\).*receiver's of shape \(12, 10\)",
+            receiver.ingest, bomb)  # fmt: skip
+    assert rb.pool is None and len(rb) == 0
+    assert receiver.ingest(_message(steps=1, num_envs=1)[3]) == 1  # then a pool of SHAPE
+    assert rb.pool.frame_shape == SHAPE
+
+
+def test_one_sender_per_stream_until_the_stream_is_reopened():
+    rb, receiver, a, msg = _message(steps=4)  # a's first message: steps 0-3
+    b = Sender(num_envs=2, stream=a.stream)  # another sender on the same stream
+    run = vector_run(10, 2, 7)
+
+    def step(senders, lo, n=2):
+        for *st, extras in run[lo : lo + n]:
+            for x in senders:
+                x.add(*st, **extras)
+        return [x.flush() for x in senders]
+
+    step([b], 0, 4)
+    assert receiver.ingest(msg) == 8
+    ma, mb = step([a, b], 4)
+    assert (mb["seq"], mb["carry"]) == (ma["seq"], ma["carry"]) == (1, 8)  # in sequence
+    refused(ValueError, r"stream 0 belongs to another sender.*reopen\(0\)", receiver.ingest, mb)
+    assert receiver.ingest(ma) == 4
+    refused(ValueError, "unknown stream 1", receiver.reopen, 1)
+    receiver.reopen(0)  # a restarted actor takes over: each env starts fresh
+    ma, mb = step([a, b], 6)
+    refused(ValueError, "messages lost", receiver.ingest, mb)  # no frames kept
+    assert receiver.ingest(step([Sender(num_envs=2, stream=0)], 8)[0]) == 4  # its message 0
+    assert len(rb) == 8 + 4 + 4 + 2  # an autoreset placeholder per env breaks its links
+    for m in (ma, mb):
+        refused(ValueError, "stream 0 belongs to another sender", receiver.ingest, m)
+
+
+def test_a_corrupted_blob_is_refused_by_its_checksum_naming_the_frame():
+    rb, receiver, _, msg = _message(compress=True)
+    o = np.cumsum([0, *msg["sizes"].tolist()])
+    live = rb.pool.live_frames
+    for j in (0, 7, len(o) - 2):
+        payload = bytearray(msg["payload"])
+        payload[(o[j] + o[j + 1]) // 2] ^= 0x10
+        bad = _forge(msg, "payload", bytes(payload))
+        refused(ValueError, f"frame {j} of the message.*CRC-32", receiver.ingest, bad)
+        assert (len(rb), rb.pool.live_frames) == (0, live)
+    assert receiver.ingest(msg) == 24
+
+
+@pytest.mark.parametrize("buffer", BUFFERS)
+def test_a_lost_message_breaks_each_envs_links_not_the_stream(buffer):
+    """Loss at every position: resynced messages go on; no n-step window spans a gap."""
+    msgs, per, envs = 6, 2, 2
+    pool = core.FramePool(SHAPE, np.uint8)
+    values = np.add.outer(100 * np.arange(envs), np.arange(msgs * per + K)).astype(np.uint8)
+    held = pool.push_batch(np.ones((values.size, *SHAPE), np.uint8) * values.reshape(-1, 1, 1), k=1)
+    frames = held.slots.reshape(envs, -1)  # env e's frame t has value 100 e + t
+
+    def stacks(t):  # each env's observation at step t
+        return pool.lazy_batch(frames[:, t : t + K], layout="stack")
+
+    for lost in range(msgs):
+        rb = buffer(100, num_envs=envs, n_step=3, gamma=1.0, seed=lost, pool=make_pool(SHAPE))
+        receiver = Receiver(rb)
+        sender = Sender(num_envs=envs, stream=receiver.open(envs))
+        kept: list = []
+        for i in range(msgs):
+            for t in range(i * per, (i + 1) * per):
+                no = [False] * envs
+                sender.add(stacks(t), [0] * envs, [2.0**t] * envs, stacks(t + 1), no, no)
+            msg = sender.flush()
+            if i == lost:
+                continue
+            if msg["carry"] and i == lost + 1:  # refused, so lost too: resync
+                refused(ValueError, "messages lost", receiver.ingest, msg)
+                sender.resync()
+                continue
+            assert receiver.ingest(msg) == per * envs
+            kept += range(i * per, (i + 1) * per)
+        s = rb.sample(512)
+        first = s.observations[:, -1, 0, 0].astype(int) % 100 - (K - 1)
+        last = s.next_observations[:, -1, 0, 0].astype(int) % 100 - K
+        for t0, t1, ret in zip(first.tolist(), last.tolist(), s.rewards.tolist(), strict=True):
+            window = range(t0, t1 + 1)
+            assert 1 <= len(window) <= 3 and set(window) <= set(kept), (lost, t0, t1)
+            assert ret == sum(2.0**t for t in window)
+        assert set(first.tolist()) == set(kept[:-2])  # every closed window drawn
 
 
 def test_a_message_without_new_frames():
@@ -253,7 +350,7 @@ def test_a_message_without_new_frames():
     refs = [pool.push(np.full(SHAPE, v, np.uint8)) for v in range(5)]
     obs, nxt = pool.lazy(refs[:4], layout="stack"), pool.lazy(refs[1:], layout="stack")
     rb = ReplayBuffer(10, seed=0)
-    receiver = Receiver(rb)
+    receiver = Receiver(rb, frame_shape=SHAPE)
     sender = Sender(stream=receiver.open(), compress=True)
     sender.add(obs, 0, 1.0, nxt, False, False)
     assert receiver.ingest(sender.flush()) == 1
