@@ -315,9 +315,9 @@ class _Stream:
 
     __slots__ = ("broken", "carry", "geometry", "nonce", "num_envs", "offset", "seen", "seq")
 
-    def __init__(self, offset: int, num_envs: int):
+    def __init__(self, offset: int, num_envs: int, stored: bool):
         self.offset, self.num_envs = offset, num_envs
-        self.seen = np.zeros(num_envs, np.bool_)  # envs with a transition in the buffer
+        self.seen = np.full(num_envs, stored)  # envs that may have a transition in the buffer
         self.broken = np.zeros(num_envs, np.bool_)  # envs whose next transition starts fresh
         self.reopen()
 
@@ -398,7 +398,9 @@ class Receiver:
                 f"the buffer has num_envs={self._rb.num_envs}, {self._next_env} of them "
                 f"already opened: no room for {num_envs} more"
             )
-        self._streams.append(_Stream(self._next_env, num_envs))
+        # a buffer holding transitions (restored, or filled locally): its envs' next
+        # transitions start fresh, never linked to those before the stream
+        self._streams.append(_Stream(self._next_env, num_envs, len(self._rb) > 0))
         self._next_env += num_envs
         return len(self._streams) - 1
 

@@ -288,6 +288,9 @@ def test_one_sender_per_stream_until_the_stream_is_reopened():
     refused(ValueError, "messages lost", receiver.ingest, mb)  # no frames kept
     assert receiver.ingest(step([Sender(num_envs=2, stream=0)], 8)[0]) == 4  # its message 0
     assert len(rb) == 8 + 4 + 4 + 2  # an autoreset placeholder per env breaks its links
+    rx = Receiver(rb)  # a stream opened on a buffer holding transitions (a restored one)
+    assert rx.ingest(step([Sender(num_envs=2, stream=rx.open(2))], 8)[0]) == 4
+    assert len(rb) == 18 + 2 + 4  # its envs start fresh too
     for m in (ma, mb):
         refused(ValueError, "stream 0 belongs to another sender", receiver.ingest, m)
 
