@@ -120,8 +120,7 @@ class Sender:
         num_envs, action_shape, action_dtype, layout, k = options(
             num_envs, action_shape, action_dtype, layout, stack_size
         )
-        self._num_envs = num_envs
-        self._stream = operator.index(stream)
+        self._num_envs, self._stream = num_envs, operator.index(stream)
         self._nonce = secrets.randbits(64)
         self._compress = C.compression(compress)
         self._parser = Parser(num_envs, action_shape, action_dtype)
@@ -434,6 +433,9 @@ class Receiver:
         pool = rb.pool
         if pool is not None:
             check_pool_geometry(pool, p.frame_shape, p.dtype)
+        if p.transitions > rb.capacity:  # bounds the work and the memory of its adds
+            T, cap = p.transitions, rb.capacity
+            raise ValueError(f"the message has {T} transitions, more than the buffer holds ({cap})")
         if rb.stack_size is not None and p.k != rb.stack_size:
             raise ValueError(
                 f"the message has {p.k} frames per observation, the buffer {rb.stack_size}"
@@ -496,14 +498,12 @@ class Parsed:
     kept frames, then the new ones), ``env`` ``(T,)``, ``flags`` ``(T,)``.
     """
 
-    def __init__(self, msg: dict, stream: _Stream, c: int, geometry: tuple, T: int, arrays: dict):
+    def __init__(self, msg: dict, header: tuple, T: int, arrays: dict):
         self._msg = msg
-        self.stream, self.carry = stream, c
-        self.seq, self.nonce = int(msg["seq"]), int(msg["nonce"])
-        self.frame_shape, self.dtype, self.k, self.layout = geometry
-        self.transitions = T
+        self.stream, self.carry, self.seq, self.nonce, *geometry = header
+        self.frame_shape, self.dtype, self.k, self.layout = geometry  # all checked once
         self.obs, self.next_obs, self.env = arrays["obs"], arrays["next_obs"], arrays["env"]
-        self.retain, self.flags = arrays["retain"], arrays["flags"]
+        self.retain, self.flags, self.transitions = arrays["retain"], arrays["flags"], T
         self._sizes, self._kinds, self._crcs = arrays["sizes"], arrays["kinds"], arrays["crcs"]
 
     def checked_values(self, action_shape: tuple, action_dtype: np.dtype) -> tuple:
@@ -530,7 +530,8 @@ class Parsed:
             TypeError: a payload that is not bytes-like.
         """
         try:
-            data = memoryview(self._msg["payload"]).cast("B")
+            data = memoryview(self._msg["payload"])
+            data = data.cast("B") if data.nbytes else memoryview(b"")
         except (TypeError, ValueError):
             what = type(self._msg["payload"]).__name__
             raise TypeError(f"payload must be bytes-like, got {what}") from None
@@ -567,7 +568,7 @@ def parse(msg, streams: list, geometry: tuple, *, max_frames: int) -> Parsed:
         ValueError, TypeError: as :meth:`Receiver.ingest`, except the checks against the
             buffer (actions, rewards) and of the frame container's blobs.
     """
-    st, c, fs, dt, k, layout = _header(msg, streams, geometry)
+    header = st, c, *_, k, _ = _header(msg, streams, geometry)
     T = _count(msg["transitions"], "transitions")
     sizes = _uints(msg["sizes"], "sizes", None)
     if sizes.dtype.itemsize > 4:
@@ -592,13 +593,13 @@ def parse(msg, streams: list, geometry: tuple, *, max_frames: int) -> Parsed:
     }
     if arrays["retain"].shape[0] > k * st.num_envs:
         raise ValueError(f"retain keeps {arrays['retain'].shape[0]} frames, more than k x num_envs")
-    return Parsed(msg, st, c, (fs, dt, k, layout), T, arrays)
+    return Parsed(msg, header, T, arrays)
 
 
 def _header(msg, streams: list, geometry: tuple) -> tuple:
-    """``(stream, carry, frame_shape, dtype, k, layout)`` of ``msg``, checked."""
-    if type(msg) is not dict:
-        raise TypeError(f"a message is a dict, got {type(msg).__name__}")
+    """``(stream, carry, seq, nonce, frame_shape, dtype, k, layout)`` of ``msg``, checked."""
+    if type(msg) is not dict or any(type(key) is not str for key in msg):
+        raise TypeError("a message is a dict with str keys")
     fmt, version = msg.get("format"), msg.get("version")  # compared as plain str and int
     if type(fmt) is not str or fmt != FORMAT:
         raise ValueError(f"not a {FORMAT} message: format {fmt!r}")
@@ -639,12 +640,13 @@ def _header(msg, streams: list, geometry: tuple) -> tuple:
     fs = msg["frame_shape"]
     if type(fs) is not tuple or len(fs) > C.MAX_NDIM:
         raise TypeError(f"frame_shape must be a tuple of at most {C.MAX_NDIM} ints")
-    fs, dt = C.frame_shape(fs), C.frame_dtype(msg["dtype"])
-    if (fs, dt) != geometry:
+    fs, dt = C.frame_shape(fs), msg["dtype"]  # dtype: the exact string, byte order included
+    if type(dt) is not str or (fs, dt) != (geometry[0], geometry[1].str):
         raise ValueError(
-            f"stream {sid}: the message's frames are of shape {fs} and dtype {dt}, the "
-            f"receiver's of shape {geometry[0]} and dtype {geometry[1]}"
+            f"stream {sid}: the message's frames are of shape {fs} and dtype {dt!r}, the "
+            f"receiver's of shape {geometry[0]} and dtype {geometry[1].str!r}"
         )
+    dt = geometry[1]
     k = C.stack_size(msg["stack_size"])
     layout = msg["layout"]
     if type(layout) is not str or layout not in C.LAYOUTS:
@@ -652,20 +654,17 @@ def _header(msg, streams: list, geometry: tuple) -> tuple:
     C.check_layout(layout, fs)
     if st.geometry is not None and st.geometry != (k, layout):
         raise ValueError(f"stream {sid} changed its observations to k={k}, layout {layout!r}")
-    return st, carry, fs, dt, k, layout
+    return st, carry, seq, nonce, fs, dt, k, layout
 
 
 def _count(x, name: str) -> int:
-    """A non-negative int field.
-
-    Raises:
-        TypeError: not an integer. ValueError: negative.
-    """
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+    """A non-negative int field (TypeError: not an exact integer; ValueError: negative)."""
+    if type(x) is not int and not isinstance(x, np.integer):  # no subclass's code runs
         raise TypeError(f"{name} must be an integer, got {type(x).__name__}")
+    x = int(x)
     if x < 0:
         raise ValueError(f"{name} must be non-negative, got {x}")
-    return int(x)
+    return x
 
 
 def _uints(x, name: str, shape: tuple | None, bound: int | None = None) -> np.ndarray:
@@ -687,9 +686,8 @@ def _uints(x, name: str, shape: tuple | None, bound: int | None = None) -> np.nd
 
 def _rounds(env: np.ndarray) -> list:
     """``[(a, b), ...]``: consecutive runs of transitions with distinct envs, one add each."""
-    out: list = []
-    seen: set = set()
-    a = 0
+    out: list[tuple] = []
+    seen, a = set[int](), 0
     for i, e in enumerate(env.tolist()):
         if e in seen:
             out.append((a, i))

@@ -340,7 +340,7 @@ class _Writer(_Mapping):
         num_envs = operator.index(num_envs)
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
-        self._streams.append(transport._Stream(0, num_envs))  # env ids are not stored
+        self._streams.append(transport._Stream(0, num_envs, False))  # env ids are not stored
         return len(self._streams) - 1
 
     def ingest(self, msg) -> int:

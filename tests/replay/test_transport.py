@@ -171,7 +171,9 @@ FORGERIES = [("format", "other", ValueError, "not a lazyframes.transport message
              ("carry", 4, ValueError, "out of order"),
              ("frame_shape", (10, 12), ValueError, "frames are of shape .10, 12. .*receiver's"),
              ("frame_shape", [12, 10], TypeError, "tuple"),
-             ("dtype", "<u2", ValueError, "dtype uint16, the receiver's"),
+             ("dtype", "<u2", ValueError, "dtype '<u2', the receiver's"),
+             ("dtype", np.uint8, ValueError, "dtype <class"),  # the string, byte order too
+             ("stream", type("Int", (int,), {})(0), TypeError, "must be an integer"),
              ("stack_size", 3, ValueError, "changed its observations to k=3"),
              ("stack_size", 0, ValueError, "stack_size|positive|at least"),
              ("layout", "diagonal", ValueError, "layout"),
@@ -229,7 +231,10 @@ def test_forged_fields_and_arrays_raise_before_writing():
     refused(TypeError, "a dict", receiver.ingest, [msg])
     extra = dict(msg, extra=1)
     refused(ValueError, "keys", receiver.ingest, extra)
+    refused(TypeError, "str keys", receiver.ingest, {**msg, 1: 0})
     assert receiver.ingest(msg) == 4
+    rb, receiver, _, msg = _message(steps=51)  # 102 transitions, capacity 100
+    refused(ValueError, "more than the buffer holds .100.", receiver.ingest, msg)
 
 
 def test_a_blob_that_does_not_decode_is_refused():
