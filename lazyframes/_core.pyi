@@ -18,9 +18,8 @@ Compress: TypeAlias = bool | Mapping[str, Any] | None
 
 __all__ = [
     "KIND_DELTA", "KIND_KEY", "KIND_RAW", "FramePool", "FrameRef", "Handoff", "LazyBatch",
-    "LazyFrames", "SharedWord",
-    "RowRing", "SlotTable", "SumTree", "check_apart", "check_outs", "decode_frames",
-    "default_pool", "draw_integers", "encode_frames", "stack",
+    "LazyFrames", "RowRing", "SharedWord", "SlotTable", "SumTree", "check_apart", "check_outs",
+    "decode_frames", "default_pool", "draw_integers", "encode_frames", "stack",
 ]  # fmt: skip
 
 KIND_KEY: int

@@ -1,15 +1,8 @@
 """Batches served through shared memory to learners in other processes, by the buffer's owner.
 
-The process that owns a :class:`~lazyframes.replay.ReplayBuffer` (the one that adds)
-makes a :class:`BatchServer`: a file in ``/dev/shm`` holding, per learner, a ring of
-batch slots and a ring of priority-update records. Each learner process opens it with a
-:class:`BatchClient`. The owner's loop calls :meth:`BatchServer.pump` between adds: it
-hands each learner with a free slot the next batch of that learner's own
-:meth:`~lazyframes.replay.ReplayBuffer.sampler` (the sampler gathers the frames straight
-into the shared slot: no extra copy) and applies the priority updates the learners sent.
-A slot passes from one side to the other through two counters with release/acquire
-atomics (``csrc/handoff.c``); a learner that stops reading, dies or scribbles over its
-region only loses its own batches. docs/SHARED.md describes the file and the protocol.
+The owner of a buffer makes a :class:`BatchServer` (a file in ``/dev/shm``) and calls its
+:meth:`~BatchServer.pump` between adds; each learner process reads its batches with a
+:class:`BatchClient`. docs/SHARED.md: the file, the protocol, what a learner can break.
 
 Example:
     >>> import numpy as np
@@ -33,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import mmap
@@ -49,14 +43,14 @@ __all__ = ["BatchClient", "BatchServer"]
 
 MAGIC, VERSION = b"LFSERVE\0", 1
 HEAD_BYTES = 64  # magic, version, JSON length, the closed word (at 16); then the JSON
-# A learner's region: its claim word (its client's pid), its status word (owner: 0 served,
-# 1 disconnected), the control blocks of its batch ring (owner -> learner) and update ring
-# (learner -> owner), then its slots and its update records.
+# A learner's region: claim word (its client's pid), status word (1: disconnected), the
+# batch ring's and the update ring's control blocks, its slots, its records (SHARED.md).
 CLAIM, STATUS, BATCHES, UPDATES, SLOTS = 0, 8, 64, 192, 320
 ALIGN, PAGE = 64, mmap.PAGESIZE
 _FIELDS = Samples._fields
 _INTS = ("batch_size", "slots", "prefetch", "records", "learners", "slot_bytes", "record_bytes",
          "learner_bytes", "first", "owner")  # fmt: skip
+_BAD = "the header is not a batch server's for this file (garbage, truncated, another version)"
 
 
 def _up(n: int, align: int = ALIGN) -> int:
@@ -84,38 +78,32 @@ def _layout(B: int, P: int, learners: int, prioritized: bool, batch: Samples, ke
 
 def _checked(d, size: int) -> dict:
     """``d`` (the header's JSON) if it describes a file of ``size`` bytes, else ValueError."""
-    if not isinstance(d, dict) or not all(type(d.get(k)) is int and d[k] >= 0 for k in _INTS):
-        raise ValueError("the header is not a batch server's description")
-    B, S, L, keys = d["batch_size"], d["slots"], d["learners"], d.get("keys")
-    if min(B, L) < 1 or 2 * d["prefetch"] + 1 != S or d["records"] < 1 or d["first"] % PAGE:
-        raise ValueError("the header's sizes are not a batch server's")
-    if d["record_bytes"] < 8 + 12 * B or d["slot_bytes"] % ALIGN or d["record_bytes"] % ALIGN:
-        raise ValueError("the header's record or slot size is too small or unaligned")
+    if not isinstance(d, dict) or not all(type(d.get(k)) is int and d[k] >= 0 for k in _INTS) \
+            or "keys" not in d or "leaves" not in d:  # fmt: skip
+        raise ValueError(_BAD)
+    B, S, L, keys, leaves = d["batch_size"], d["slots"], d["learners"], d["keys"], d["leaves"]
     need = SLOTS + S * d["slot_bytes"] + d["records"] * d["record_bytes"]
-    if d["learner_bytes"] < need or d["learner_bytes"] % PAGE or d["first"] < HEAD_BYTES:
-        raise ValueError("the header's learner region is too small for its slots")
+    if (min(B, L, d["records"]) < 1 or 2 * d["prefetch"] + 1 != S or d["first"] % PAGE
+            or d["first"] < HEAD_BYTES or d["record_bytes"] < 8 + 12 * B
+            or d["learner_bytes"] < need
+            or (d["slot_bytes"] | d["record_bytes"]) % ALIGN or d["learner_bytes"] % PAGE
+            or not (keys is None or (isinstance(keys, list) and all(type(k) is str for k in keys)))
+            or not isinstance(d.get("prioritized"), bool) or not isinstance(leaves, list)
+            or [(x.get("field"), x.get("key")) if isinstance(x, dict) else x for x in leaves]
+            != _names(keys)):  # fmt: skip
+        raise ValueError(_BAD)
     if d["first"] + L * d["learner_bytes"] != size:
         raise ValueError(f"the file is {size} bytes, its header describes another size")
-    if not (keys is None or (isinstance(keys, list) and all(type(k) is str for k in keys))):
-        raise ValueError("the header's keys are not strings")
-    leaves = d.get("leaves")
-    if not isinstance(d.get("prioritized"), bool) or not isinstance(leaves, list):
-        raise ValueError("the header has no list of leaves")
-    names = [(x.get("field"), x.get("key")) if isinstance(x, dict) else x for x in leaves]
-    if names != _names(keys):
-        raise ValueError("the header's leaves are not a batch's")
     for x in leaves:
         shape, at = x.get("shape"), x.get("offset")
         try:
-            dtype = np.dtype(x.get("dtype"))
+            n = np.dtype(x.get("dtype")).itemsize * math.prod(shape)  # (ints: checked below)
         except (TypeError, ValueError):
-            raise ValueError(f"a bad dtype in the header: {x!r}") from None
-        if not isinstance(shape, list) or not shape or shape[0] != B or dtype.hasobject:
-            raise ValueError(f"a bad leaf in the header: {x!r}")
-        if not all(type(n) is int and n >= 0 for n in [*shape, at]) or at % ALIGN:
-            raise ValueError(f"a bad shape or offset in the header: {x!r}")
-        if at + math.prod(shape) * dtype.itemsize > d["slot_bytes"]:
-            raise ValueError(f"a leaf outside its slot in the header: {x!r}")
+            n = -1
+        if (n < 0 or np.dtype(x["dtype"]).hasobject or not isinstance(shape, list) or not shape
+                or shape[0] != B or not all(type(i) is int and i >= 0 for i in [*shape, at])
+                or at % ALIGN or at + n > d["slot_bytes"]):  # fmt: skip
+            raise ValueError(f"{_BAD}: a leaf {x!r}")
     return d
 
 
@@ -131,12 +119,10 @@ def _region(buf, base: int, d: dict, writable: bool) -> tuple:
             views[(x["field"], x["key"])] = a
         slots.append(views)
     B, at = d["batch_size"], base + SLOTS + d["slots"] * d["slot_bytes"]
-    records = []
-    for r in range(d["records"]):
-        o = at + r * d["record_bytes"]
-        records.append((np.frombuffer(buf, np.int64, 1, o), np.frombuffer(buf, np.int64, B, o + 8),
-                        np.frombuffer(buf, np.float32, B, o + 8 + 8 * B)))  # fmt: skip
-    return slots, records
+    names, offsets = ["count", "indices", "priorities"], [0, 8, 8 + 8 * B]
+    formats, size = ["<i8", ("<i8", B), ("<f4", B)], d["record_bytes"]
+    record = np.dtype({"names": names, "offsets": offsets, "formats": formats, "itemsize": size})
+    return slots, np.frombuffer(buf, record, d["records"], at)
 
 
 class _Learner:
@@ -149,13 +135,11 @@ class _Learner:
         self.status = _core.SharedWord(buf, base + STATUS)
         self.head = self.utail = self.updated = 0  # batches published, records taken
         self.error: str | None = None
-        pair = ("observations", "next_observations")  # the frames: the sampler's output sets
-        if frame_keys is None:
-            self.sampler = sampler_of([tuple(v[(f, None)] for f in pair) for v in self.slots])
-        else:
-            self.sampler = sampler_of(
-                [tuple({k: v[(f, k)] for k in frame_keys} for f in pair) for v in self.slots]
-            )
+        pair, fk = ("observations", "next_observations"), frame_keys  # the sampler's out sets:
+        sets = [
+            [{k: v[(f, k)] for k in fk} if fk else v[(f, None)] for f in pair] for v in self.slots
+        ]
+        self.sampler = sampler_of(sets)  # the frames of each slot
 
     def disconnect(self, why: str) -> None:
         """Serve this learner no more (its error recorded); its region is left as it is."""
@@ -168,11 +152,9 @@ class _Learner:
 class BatchServer:
     """Serve batches of ``rb`` to learner processes through a file in shared memory.
 
-    Each learner ``i`` gets its own :meth:`~lazyframes.replay.ReplayBuffer.sampler` of
-    ``rb`` (``PrioritizedReplayBuffer``: with ``beta``), whose ``2 * prefetch + 1`` output
-    sets are the learner's slots in the file: the frames are gathered straight into shared
-    memory; the other fields are copied in. Call :meth:`pump` from the thread that adds
-    (it is the owner's only work), :meth:`close` at the end.
+    Learner ``i`` has its own ``rb.sampler`` whose ``2 * prefetch + 1`` output sets are
+    its slots in the file (the frames gathered straight into them; the other fields are
+    copied in). Call :meth:`pump` from the thread that adds, :meth:`close` at the end.
 
     **Slot reuse.** Batch ``j`` of a learner lives in slot ``j % S`` (``S = 2 * prefetch
     + 1``); the sampler starts refilling that slot with batch ``j + S`` when it is asked
@@ -183,28 +165,21 @@ class BatchServer:
     ``prefetch`` slots are being filled.
 
     Args:
-        rb: the buffer (a :class:`~lazyframes.replay.PrioritizedReplayBuffer` takes
-            priority updates); it must hold a sampleable transition.
-        batch_size: transitions per batch.
+        rb: the buffer, with a sampleable transition (prioritized: takes updates).
+        batch_size, dtype, scale: as ``rb.sampler``'s; ``beta`` too (prioritized only).
         learners: how many learners (each a :class:`BatchClient` of its own index).
-        prefetch: batches each sampler gathers ahead, at least 1 (``slots = 2 * prefetch +
-            1``).
-        dtype, scale: the observations' output dtype and scale, as ``rb.sample``'s.
-        beta: the importance-sampling exponent (prioritized buffers only; default theirs).
+        prefetch: batches each sampler gathers ahead, at least 1.
         path: the file to create (default: a new name in ``/dev/shm``); it must not exist.
 
     Raises:
-        ValueError, TypeError: as ``rb.sampler``; ``beta`` for a uniform buffer.
-        FileExistsError: ``path`` exists.
+        ValueError, TypeError: as ``rb.sampler``. FileExistsError: ``path`` exists.
     """
 
     _learners: list[_Learner]
 
     def __init__(self, rb, batch_size, *, learners=1, prefetch=2, dtype=None, scale=None,
                  beta=None, path=None):  # fmt: skip
-        prioritized = isinstance(rb, PrioritizedReplayBuffer)
-        if beta is not None and not prioritized:
-            raise TypeError("beta is for a PrioritizedReplayBuffer")
+        prioritized = isinstance(rb, PrioritizedReplayBuffer)  # (a uniform one refuses beta)
         B, L, P = int(batch_size), int(learners), int(prefetch)
         if L < 1 or P < 1:  # prefetch >= 1: the sampler's first draws check rb is sampleable
             raise ValueError(f"learners and prefetch must be at least 1, got {L}, {P}")
@@ -229,8 +204,12 @@ class BatchServer:
         finally:
             os.close(fd)
             os.unlink(tmp)
-        opts = {"prefetch": P, "dtype": dtype, "scale": scale}
-        opts.update({"beta": beta} if beta is not None else {})
+        opts = {
+            "prefetch": P,
+            "dtype": dtype,
+            "scale": scale,
+            **({"beta": beta} if beta is not None else {}),
+        }
         try:
             for i in range(L):
                 base, fk = d["first"] + i * d["learner_bytes"], keys and list(pools)
@@ -241,35 +220,17 @@ class BatchServer:
             raise
 
     @property
-    def errors(self) -> tuple:
-        """Per learner, why it was disconnected (None: still served)."""
-        return tuple(x.error for x in self._learners)
-
-    @property
-    def published(self) -> tuple:
-        """Per learner, the batches published to it so far."""
-        return tuple(x.head for x in self._learners)
-
-    @property
-    def updates(self) -> tuple:
-        """Per learner, the priority-update records applied so far."""
-        return tuple(x.updated for x in self._learners)
+    def status(self) -> list:
+        """Per learner, ``(batches published, updates applied, why it was disconnected)``."""
+        return [(x.head, x.updated, x.error) for x in self._learners]
 
     def pump(self) -> int:
-        """Apply the learners' priority updates; publish the batches they have room for.
+        """Apply the learners' priority updates, publish the batches they have room for.
 
-        Never waits for a learner: a learner with no free slot is skipped. Each learner
-        gets at most ``prefetch + 1`` batches per call (the wait is the copy of batches
-        its sampler gathered ahead). A learner whose counter or update is impossible (a
-        broken counter, a count above ``batch_size``, an index the buffer refuses, a
-        priority that is not positive and finite) is disconnected, its error in
-        :attr:`errors`; nothing is raised for it.
-
-        Returns:
-            The number of batches published.
-
-        Raises:
-            ValueError: the server is closed.
+        Never waits for a learner (at most ``prefetch + 1`` batches each, gathered ahead).
+        A learner whose counter or update is impossible (a broken counter or count, an
+        index the buffer refuses, a priority not positive and finite) is disconnected, its
+        error in :attr:`status`; nothing is raised for it. Returns the batches published.
         """
         if self._closed:
             raise ValueError("the server is closed")
@@ -305,17 +266,17 @@ class BatchServer:
             x.disconnect(f"its published count of updates is impossible (taken {x.utail})")
         B, R = self._d["batch_size"], self._d["records"]
         for _ in range(ready):
-            count, idx, pri = x.records[x.utail % R]
-            m = int(count[0])  # read once: the learner may change it meanwhile
-            idx, pri = idx[: max(m, 0)].copy(), pri[: max(m, 0)].copy()
+            rec = x.records[x.utail % R]
+            m = int(rec["count"])  # read once: the learner may change it meanwhile
+            idx, pri = rec["indices"][: max(m, 0)].copy(), rec["priorities"][: max(m, 0)].copy()
             x.utail += 1
             x.updates.release(x.utail)
-            if not 0 <= m <= B:
-                return x.disconnect(f"an update of {m} priorities (batch_size {B})")
-            if not self._d["prioritized"]:
-                return x.disconnect("a priority update to a uniform buffer")
-            if not (np.isfinite(pri).all() and (pri > 0).all()):
-                return x.disconnect("an update with a priority not positive and finite")
+            why = (f"an update of {m} priorities (batch_size {B})" if not 0 <= m <= B
+                   else "a priority update to a uniform buffer" if not self._d["prioritized"]
+                   else "a priority not positive and finite"
+                   if not (np.isfinite(pri).all() and (pri > 0).all()) else None)  # fmt: skip
+            if why:
+                return x.disconnect(why)
             try:
                 self._rb.update_priorities(idx, pri, skip_evicted=True)
             except (ValueError, TypeError, OverflowError) as e:
@@ -324,10 +285,7 @@ class BatchServer:
         return None
 
     def close(self) -> None:
-        """Stop the samplers, tell the learners (their ``next()`` raises), remove the file.
-
-        The learners' mappings stay valid (the batches they hold included); idempotent.
-        """
+        """Stop the samplers, tell the learners (``next()`` raises), remove the file (once)."""
         if getattr(self, "_closed", True):  # closed, or no file made
             return
         self._closed = True
@@ -338,8 +296,7 @@ class BatchServer:
         with contextlib.suppress(FileNotFoundError):  # removed by someone else
             os.unlink(self.path)
 
-    def __del__(self):
-        self.close()
+    __del__ = close
 
     def __enter__(self) -> BatchServer:
         return self
@@ -347,47 +304,32 @@ class BatchServer:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def __repr__(self):
-        return f"<lazyframes BatchServer {self.path} learners={len(self._learners)}>"
-
 
 class BatchClient:
     """A learner's end of a :class:`BatchServer`: its batches, and its priority updates.
 
-    Claims learner ``learner`` of the file at ``path`` (its claim word holds this
-    process's pid; a claim whose process is gone is taken over). The whole header is
-    checked against the file's size before any view is made.
-
-    Raises:
-        ValueError: not a batch server's file (truncated, garbage, another version), or
-            ``learner`` out of range.
-        RuntimeError: learner ``learner`` is claimed by a live process.
+    Claims learner ``learner`` of the file at ``path`` (its claim word: this process's pid;
+    a gone process's claim is taken over) once the whole header is checked against the
+    file's size. Raises ValueError for a file that is not a server's (truncated, garbage,
+    another version) or ``learner`` out of range, RuntimeError if a live process has it.
     """
 
     def __init__(self, path, *, learner=0):
-        fd = os.open(path, os.O_RDWR)
+        with open(path, "r+b") as f:
+            buf = mmap.mmap(f.fileno(), 0)  # an empty file: ValueError
         try:
-            size = os.fstat(fd).st_size
-            if size < HEAD_BYTES:
-                raise ValueError(f"{path}: {size} bytes, too short for a batch server's file")
-            buf = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        magic, (version, n) = buf[:8], np.frombuffer(buf[8:16], "<u4").tolist()
-        if magic != MAGIC or version != VERSION:
-            raise ValueError(f"{path}: not a batch server's file of version {VERSION}")
-        if n > size - HEAD_BYTES:
-            raise ValueError(f"{path}: its header is longer than the file")
-        try:
-            d = json.loads(bytes(buf[HEAD_BYTES : HEAD_BYTES + n]))
+            magic, (version, n) = buf[:8], np.frombuffer(buf[8:16], "<u4").tolist()
+            if magic != MAGIC or version != VERSION or n > len(buf) - HEAD_BYTES:
+                raise ValueError
+            d = json.loads(buf[HEAD_BYTES : HEAD_BYTES + n])
         except (UnicodeDecodeError, ValueError):
-            raise ValueError(f"{path}: its header is not JSON") from None
-        d = _checked(d, size)
-        i = int(learner)
+            raise ValueError(f"{path}: {_BAD}") from None
+        d, i = _checked(d, len(buf)), int(learner)
         if not 0 <= i < d["learners"]:
             raise ValueError(f"learner {i} out of range [0, {d['learners']})")
         base = d["first"] + i * d["learner_bytes"]
         self._d, self.learner, self.path, self._claimed = d, i, path, False
+        self.batch_size, self.prioritized = d["batch_size"], d["prioritized"]  # (the server's)
         self._claim = _core.SharedWord(buf, base + CLAIM)
         pid = os.getpid()
         ok, seen = self._claim.cas(0, pid)
@@ -403,35 +345,16 @@ class BatchClient:
         self._tail = _core.SharedWord(buf, base + BATCHES + 64).load()
         self._uhead = _core.SharedWord(buf, base + UPDATES).load()
         slots, self._records = _region(buf, base, d, False)
-        obs = ("observations", "next_observations")
-        self._samples = [
-            Samples._make(
-                {k: v[(f, k)] for k in d["keys"]} if d["keys"] and f in obs else v[(f, None)]
-                for f in _FIELDS
-            )
-            for v in slots
-        ]
-
-    @property
-    def batch_size(self) -> int:
-        """Transitions per batch."""
-        return self._d["batch_size"]
-
-    @property
-    def prioritized(self) -> bool:
-        """True when the server takes priority updates."""
-        return self._d["prioritized"]
+        keys = d["keys"]  # per slot, its views as Samples
+        self._samples = [Samples._make({k: v[(f, k)] for k in keys} if keys and "obs" in f
+                         else v[(f, None)] for f in _FIELDS) for v in slots]  # fmt: skip
 
     def next(self, timeout=None) -> Samples:
         """The next batch: views into a slot, **valid until the next call** (or close).
 
         Releases the batch the previous call returned, then waits for one (``timeout``
-        seconds at most; None: until one comes). Once the server closed or disconnected
-        this learner, raises (the batches published before are not returned).
-
-        Raises:
-            TimeoutError: none came in time. ConnectionError: the server closed, died
-            or disconnected this learner (its counter or an update was impossible).
+        seconds at most; None: no limit). Raises TimeoutError, or ConnectionError once the
+        server closed, died or disconnected this learner (the batches published are lost).
         """
         self._release()
         self._until(lambda: self._batches.ready(self._tail), timeout)
@@ -443,12 +366,8 @@ class BatchClient:
 
         The owner applies them with ``skip_evicted=True`` at its next :meth:`pump`; an
         update it refuses disconnects this learner. Waits while ``2 * prefetch + 1``
-        updates are not yet taken (``timeout`` as :meth:`next`).
-
-        Raises:
-            TypeError: the server's buffer is not prioritized.
-            ValueError: sizes that differ or exceed ``batch_size``.
-            TimeoutError, ConnectionError: as :meth:`next`.
+        are not taken (``timeout``, TimeoutError, ConnectionError: as :meth:`next`).
+        TypeError: a uniform buffer; ValueError: sizes that differ or exceed batch_size.
         """
         if not self.prioritized:
             raise TypeError("the server's buffer is not a PrioritizedReplayBuffer")
@@ -458,16 +377,15 @@ class BatchClient:
             raise ValueError(f"{idx.size} integer indices and {pri.size} priorities (at most "
                              f"batch_size {self.batch_size} of each, as many)")  # fmt: skip
         self._until(lambda: self._updates.room(self._uhead), timeout)
-        count, di, dp = self._records[self._uhead % self._d["records"]]
-        di[: idx.size], dp[: idx.size], count[0] = idx, pri, idx.size
+        rec = self._records[self._uhead % self._d["records"]]
+        rec["indices"][: idx.size], rec["priorities"][: idx.size], rec["count"] = idx, pri, idx.size
         self._uhead += 1
         self._updates.publish(self._uhead)
 
     def _until(self, count, timeout) -> None:
         """Poll ``count()`` until it is not 0; raise if -1, closed, disconnected or late."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        spins = 0
-        while True:
+        for spins in itertools.count():
             if self._status.load() or self._shut.load():
                 raise ConnectionError("the server closed, or disconnected this learner")
             if (n := count()) != 0:
@@ -477,7 +395,6 @@ class BatchClient:
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError("nothing came in time")
             time.sleep(0 if spins < 100 else 1e-4 if spins < 2000 else 1e-3)
-            spins += 1
         if n < 0:
             raise ConnectionError("the server's counter is impossible (a broken file)")
 
@@ -494,22 +411,15 @@ class BatchClient:
             self._claim.cas(os.getpid(), 0)
             self._claimed = False
 
-    def __enter__(self) -> BatchClient:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self):
-        return f"<lazyframes BatchClient {self.path} learner={self.learner}>"
-
 
 def _alive(pid: int) -> bool:
-    """True if process ``pid`` exists (ours or not); False for 0 or a gone one."""
+    """True if process ``pid`` exists (ours or another user's); False for 0 or a gone one."""
+    if not 0 < pid < 2**31:
+        return False
     try:
-        os.kill(pid, 0) if 0 < pid < 2**31 else None
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return 0 < pid < 2**31
+    return True

@@ -409,12 +409,10 @@ class ReplayBuffer:
                 copied when asked for, while the caller waits).
             dtype: output dtype of the observations, as :meth:`sample`.
             scale: as :meth:`sample`.
-            out: optional list of the ``2 * prefetch + 1`` output sets, each a pair
-                ``(obs_out, next_obs_out)`` as :meth:`sample`'s ``out`` (e.g. shared
-                memory: ``lazyframes.serve``), all apart. Batch ``j`` (from 0) is
-                gathered into ``out[j % len(out)]``, from the ``next()`` call ``j -
-                prefetch`` on (at the sampler's making for the first ``prefetch``) until
-                the ``next()`` that returns it.
+            out: optional list of ``2 * prefetch + 1`` pairs like :meth:`sample`'s ``out``,
+                all apart: batch ``j`` (from 0) is gathered into ``out[j % len(out)]`` from
+                the ``next()`` call ``j - prefetch`` on (the first ``prefetch``: from the
+                sampler's making) until the one that returns it (``lazyframes.serve``).
 
         Returns:
             A :class:`~lazyframes.replay.Sampler`, an iterator of :class:`Samples`.

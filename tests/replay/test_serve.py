@@ -125,14 +125,14 @@ def test_a_learner_process_gets_the_batches_the_buffer_holds(kind, opts):
         got = pump_until(server, results, 2)
         for _ in range(100):  # the last updates: sent before the results, taken by pumps
             server.pump()
-        assert server.errors == (None, None)
+        assert [e for *_, e in server.status] == [None, None]
     for p in procs:
         p.join()
     for batches in got:
         check_batches(rb, batches, opts)
         assert all(b.observations is not None for b in batches) and len(batches) == 12
     if kind == "prioritized":
-        assert server.updates == (12, 12)
+        assert [u for _, u, _ in server.status] == [12, 12]
         last = {}
         for batches in got:
             for b in batches:
@@ -154,19 +154,19 @@ def test_a_stalled_or_killed_learner_never_blocks_the_owner_or_the_others():
         first = min(got, key=len)
         assert len(first) == 2 and len(max(got, key=len)) == 40
         # learner 0 released one batch: it was given at most P + 1 more
-        assert server.published[0] <= 1 + P + 1 and server.published[1] >= 40
+        assert server.status[0][0] <= 1 + P + 1 and server.status[1][0] >= 40
         os.kill(stalled.pid, signal.SIGKILL)
         stalled.join()
-        before = server.published[1]
+        before = server.status[1][0]
         for t in range(200):  # adds and pumps go on with a dead learner
             add(rb, 150 + t)
             server.pump()
-        assert server.published[0] <= 1 + P + 1 and server.errors == (None, None)
+        assert server.status[0][0] <= 1 + P + 1 and [e for *_, e in server.status] == [None, None]
         # the dead process's claim is taken over: a new learner 0 is served
         taker = start(learner, server.path, 0, 5, results)
         (batches,) = pump_until(server, results, 1)
         taker.join()
-        assert len(batches) == 5 and server.published[1] == before
+        assert len(batches) == 5 and server.status[1][0] == before
         reader.join()
 
 
@@ -183,8 +183,8 @@ def test_a_hostile_learner_never_crashes_blocks_or_corrupts_the_others():
             server.pump()
         (batches,) = [g for g in got if g != "done"]
         check_batches(rb, batches, {})
-        assert server.errors[1] is None and server.published[1] >= 30
-        assert server.errors[0] is not None  # seen and disconnected
+        assert server.status[1][2] is None and server.status[1][0] >= 30
+        assert server.status[0][2] is not None  # seen and disconnected
 
 
 def test_a_learner_whose_update_is_impossible_is_disconnected(tmp_path):
@@ -204,10 +204,10 @@ def test_a_learner_whose_update_is_impossible_is_disconnected(tmp_path):
             f.seek(d["first"] + 3 * d["learner_bytes"] + 320 + 3 * d["slot_bytes"])
             f.write((5).to_bytes(8, "little"))  # of 5 priorities, batch_size 4
         server.pump()
-        assert "not positive and finite" in server.errors[0]
-        assert "refused" in server.errors[1]
-        assert "released count is impossible" in server.errors[2]
-        assert "an update of 5 priorities" in server.errors[3]
+        assert "not positive and finite" in server.status[0][2]
+        assert "refused" in server.status[1][2]
+        assert "released count is impossible" in server.status[2][2]
+        assert "an update of 5 priorities" in server.status[3][2]
         refused(ConnectionError, "disconnected", a.next, timeout=10)
         refused(RuntimeError, "claimed by process", BatchClient, server.path, learner=1)
 
