@@ -41,18 +41,23 @@ cdef class Handoff:
 
     cdef unsigned char[::1] _view
     cdef unsigned char *_block
-    cdef readonly uint64_t n
+    cdef uint64_t _n
 
     def __init__(self, buffer, Py_ssize_t offset, uint64_t n):
         if n < 1:
             raise ValueError("a handoff ring has at least one slot")
         self._view = buffer
         self._block = _shared_at(self._view, offset, LF_HANDOFF_BYTES, 64)
-        self.n = n
+        self._n = n
+
+    @property
+    def n(self):
+        """The ring's slots."""
+        return self._n
 
     def room(self, uint64_t head):
         """Producer: the slots it may fill from slot ``head % n`` on (0: full), or -1."""
-        return lf_handoff_room(self._block, head, self.n)
+        return lf_handoff_room(self._block, head, self._n)
 
     def publish(self, uint64_t head):
         """Producer: publish the slots before ``head`` (a release store)."""
@@ -60,7 +65,7 @@ cdef class Handoff:
 
     def ready(self, uint64_t tail):
         """Consumer: the slots ready from slot ``tail % n`` on (0: none), or -1."""
-        return lf_handoff_ready(self._block, tail, self.n)
+        return lf_handoff_ready(self._block, tail, self._n)
 
     def release(self, uint64_t tail):
         """Consumer: hand back the slots before ``tail`` (a release store)."""

@@ -12,6 +12,8 @@
 #include <stdatomic.h>
 
 typedef _Atomic uint64_t word;
+_Static_assert(sizeof(word) == 8 && ATOMIC_LONG_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2,
+               "the handoff counters must be lock-free 64-bit atomics (address-free)");
 
 static inline word *at(const void *block, int offset) {
     return (word *)((char *)block + offset);
