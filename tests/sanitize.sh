@@ -12,7 +12,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TESTS=(tests/core/test_core.py tests/core/test_compress.py tests/core/test_module.py tests/core/test_sumtree.py
        tests/core/test_parallel.py
        tests/hardening/test_misuse.py tests/hardening/test_fuzz.py tests/replay/test_model_fuzz.py tests/replay/test_buffer.py
-       tests/replay/test_sampler.py)
+       tests/replay/test_sampler.py tests/replay/test_serve.py)
 FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g"
 REPORT='ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer'
 
