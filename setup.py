@@ -37,7 +37,8 @@ BLOSC2_INCLUDE, BLOSC2_STATIC = blosc2_dirs()
 # Portable by default: no CPU-specific tuning flags, so wheels run on any x86-64 / aarch64.
 # LAZYFRAMES_OPT overrides -O3 (tests/sanitize.sh builds with -O1: a sanitized -O3 build of
 # the generated C takes minutes and finds nothing more).
-extra = [os.environ.get("LAZYFRAMES_OPT", "-O3"), "-std=c99"] if os.name != "nt" else ["/O2"]
+# C11: the handoff ring's <stdatomic.h> (handoff.c).
+extra = [os.environ.get("LAZYFRAMES_OPT", "-O3"), "-std=c11"] if os.name != "nt" else ["/O2"]
 
 ext = Extension(
     "lazyframes._core",
@@ -48,6 +49,7 @@ ext = Extension(
         "csrc/kernels.c",
         "csrc/sumtree.c",
         "csrc/parallel.c",
+        "csrc/handoff.c",
     ],
     include_dirs=["csrc", np.get_include(), BLOSC2_INCLUDE],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],

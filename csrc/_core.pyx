@@ -19,7 +19,9 @@ signatures, for type checkers). The module is split by topic:
 - ``_codec.pxi``: :func:`encode_frames` and :func:`decode_frames`, checkpoints' frames;
 - ``_prio.pxi``: :class:`SumTree`, the priorities of ``PrioritizedReplayBuffer``;
 - ``_floors.pxi``: ``_ingest_floor``, the benchmarks' floor of adding ndarray stacks
-  (the gather floor, ``_memcpy_gather``, is in ``_copyout.pxi``).
+  (the gather floor, ``_memcpy_gather``, is in ``_copyout.pxi``);
+- ``_handoff.pxi``: :class:`Handoff` and :class:`SharedWord`, the shared-memory ring
+  counters of ``lazyframes.serve``.
 """
 
 cimport cython
@@ -51,6 +53,7 @@ __all__ = [
     "FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool",
     "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW", "SumTree", "RowRing",
     "set_num_threads", "get_num_threads", "draw_integers", "check_outs", "check_apart",
+    "Handoff", "SharedWord",
 ]
 
 #: Kinds of blob in an :func:`encode_frames` container: a compressed frame, a compressed
@@ -173,3 +176,4 @@ include "_codec.pxi"
 include "_prio.pxi"
 include "_ring.pxi"
 include "_floors.pxi"
+include "_handoff.pxi"

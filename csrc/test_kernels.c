@@ -1,11 +1,12 @@
 /* Plain-C tests of the copy kernels (kernels.c), the frame pool (pool.c), the
- * priority sum-tree (sumtree.c) and the worker pool (parallel.c); no Python.
+ * priority sum-tree (sumtree.c), the worker pool (parallel.c) and the handoff ring
+ * (handoff.c); no Python.
  *
  * Build and run (tests/hardening/test_c_kernels.py does this, with sanitizers when available;
  * BLOSC2 is the directory of the installed blosc2 package, which ships C-Blosc2):
- *   cc -std=c99 -O1 -g -fsanitize=address,undefined -Icsrc -I$BLOSC2/include \
+ *   cc -std=c11 -O1 -g -fsanitize=address,undefined -Icsrc -I$BLOSC2/include \
  *      csrc/test_kernels.c csrc/kernels.c csrc/pool.c csrc/codec.c csrc/sumtree.c \
- *      csrc/parallel.c $BLOSC2/lib/libblosc2.a -lpthread -ldl -lm -o test_kernels && ./test_kernels
+ *      csrc/parallel.c csrc/handoff.c $BLOSC2/lib/libblosc2.a -lpthread -ldl -lm -o test_kernels && ./test_kernels
  * Prints "N passed, 0 failed" and exits non-zero on any failure.
  *
  * The kernels are checked against naive loops written from the layouts' definitions
@@ -27,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "handoff.h"
 #include "kernels.h"
 #include "layout.h"
 #include "parallel.h"
@@ -1389,11 +1391,119 @@ static void test_parallel(void) {
     lf_parallel_shutdown();
 }
 
+/* -- the handoff ring (handoff.c) --------------------------------------------------- */
+#define HO_N 3      /* a small ring: the two threads meet at every slot */
+#define HO_BYTES 256
+#define HO_ROUNDS 200000
+
+static unsigned char ho_byte(uint64_t seq, size_t j) { return (unsigned char)(seq * 131 + j * 7 + (seq >> 8)); }
+
+typedef struct {
+    _Alignas(64) unsigned char block[LF_HANDOFF_BYTES];
+    unsigned char slots[HO_N][HO_BYTES];
+    long bad_p, bad_c;  /* wrong bytes the producer, the consumer saw */
+} ho_ring;
+
+static void *ho_produce(void *arg) {
+    ho_ring *r = arg;
+    for (uint64_t head = 0; head < HO_ROUNDS;) {
+        int64_t room = lf_handoff_room(r->block, head, HO_N);
+        if (room < 0) return (void *)1;
+        if (room == 0) { sched_yield(); continue; }
+        unsigned char *slot = r->slots[head % HO_N];
+        for (size_t j = 0; j < HO_BYTES; j++) r->bad_p += slot[j] != 0;  /* released, consumed */
+        for (size_t j = 0; j < HO_BYTES; j++) slot[j] = ho_byte(head, j);
+        lf_handoff_publish(r->block, ++head);
+    }
+    return NULL;
+}
+
+static void *ho_consume(void *arg) {
+    ho_ring *r = arg;
+    for (uint64_t tail = 0; tail < HO_ROUNDS;) {
+        int64_t ready = lf_handoff_ready(r->block, tail, HO_N);
+        if (ready < 0) return (void *)1;
+        if (ready == 0) { sched_yield(); continue; }
+        unsigned char *slot = r->slots[tail % HO_N];
+        for (size_t j = 0; j < HO_BYTES; j++) {  /* zeroed once read: the producer checks it */
+            r->bad_c += slot[j] != ho_byte(tail, j);
+            slot[j] = 0;
+        }
+        lf_handoff_release(r->block, ++tail);
+    }
+    return NULL;
+}
+
+/* A producer and a consumer thread hand HO_ROUNDS slots over through a ring of HO_N: every
+ * byte the consumer reads is the one written for that sequence number, and it zeroes the
+ * slot before releasing it, which the producer checks before refilling it. Under TSan, any
+ * of the four release/acquire accesses weakened to relaxed is reported as a race on the
+ * slots' bytes. */
+static void test_handoff_threads(void) {
+    ho_ring *r = calloc(1, sizeof *r);
+    pthread_t p, c;
+    void *rp, *rc;
+    CHECK(pthread_create(&c, NULL, ho_consume, r) == 0, "consumer thread");
+    CHECK(pthread_create(&p, NULL, ho_produce, r) == 0, "producer thread");
+    pthread_join(p, &rp);
+    pthread_join(c, &rc);
+    CHECK(rp == NULL && rc == NULL, "no side saw a broken counter");
+    CHECK(r->bad_c == 0, "%ld bytes read that were not the ones published", r->bad_c);
+    CHECK(r->bad_p == 0, "%ld bytes refilled before they were consumed", r->bad_p);
+    CHECK(lf_handoff_load(r->block + LF_HANDOFF_HEAD) == HO_ROUNDS &&
+          lf_handoff_load(r->block + LF_HANDOFF_TAIL) == HO_ROUNDS, "the counters at the end");
+    free(r);
+}
+
+/* Counters a peer scribbled: each side only reports them (-1), its own count drives the
+ * slot it touches; under ASan, the slots are exactly n and any write outside them fails. */
+static void test_handoff_garbage(void) {
+    unsigned char *block = aligned_alloc(64, LF_HANDOFF_BYTES);
+    const uint64_t n = 4;
+    unsigned char *slots = malloc(n * 8);
+    memset(block, 0, LF_HANDOFF_BYTES);
+    CHECK(lf_handoff_room(block, 0, n) == 4 && lf_handoff_ready(block, 0, n) == 0, "empty");
+    lf_handoff_publish(block, 4);
+    CHECK(lf_handoff_room(block, 4, n) == 0 && lf_handoff_ready(block, 0, n) == 4, "full");
+    lf_handoff_release(block, 5);
+    CHECK(lf_handoff_room(block, 4, n) == -1, "a tail above head is broken");
+    lf_handoff_release(block, UINT64_MAX);
+    CHECK(lf_handoff_room(block, 4, n) == -1, "tail 2**64-1");
+    lf_handoff_publish(block, 9);
+    CHECK(lf_handoff_ready(block, 4, n) == -1, "a head more than n ahead is broken");
+    lf_handoff_publish(block, 3);
+    CHECK(lf_handoff_ready(block, 4, n) == -1, "a head below tail is broken");
+    int ok = 1;
+    uint64_t head = UINT64_MAX - 100, tail = 0;  /* the counters wrap: no count goes negative */
+    for (int i = 0; i < 100000; i++) {
+        uint64_t garbage = rnd();
+        memcpy(block + LF_HANDOFF_TAIL, &garbage, 8);
+        if (i % 3 == 0) lf_handoff_release(block, head - rnd() % (n + 1)); /* honest ones too */
+        int64_t room = lf_handoff_room(block, head, n);
+        ok &= room >= -1 && room <= (int64_t)n;
+        if (room > 0) {
+            memset(slots + (head % n) * 8, (int)i, 8);  /* ASan: inside the n slots */
+            lf_handoff_publish(block, ++head);
+        }
+        memcpy(block + LF_HANDOFF_HEAD, &garbage, 8);
+        int64_t ready = lf_handoff_ready(block, tail, n);
+        ok &= ready >= -1 && ready <= (int64_t)n;
+        if (ready > 0) tail++;
+    }
+    CHECK(ok, "room and ready stay in [-1, n] whatever the peer's counter");
+    uint64_t seen = 0, w = 7;
+    CHECK(lf_handoff_cas(&w, 7, 9, &seen) && w == 9 && seen == 7, "a claim");
+    CHECK(!lf_handoff_cas(&w, 7, 11, &seen) && w == 9 && seen == 9, "a claim taken");
+    free(slots);
+    free(block);
+}
+
 int main(int argc, char **argv) {
     lf_codec_init();
     if (argc > 1 && strcmp(argv[1], "threads") == 0) { /* tests/sanitize.sh, under TSan */
         test_pool_threads();
         test_parallel();
+        test_handoff_threads();
         printf("%ld passed, %ld failed\n", n_pass, n_fail);
         return n_fail ? 1 : 0;
     }
@@ -1416,6 +1526,8 @@ int main(int argc, char **argv) {
     test_pool_threads();
     test_parallel();
     test_parallel_fork();
+    test_handoff_garbage();
+    test_handoff_threads();
     lf_parallel_shutdown();
     printf("%ld passed, %ld failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

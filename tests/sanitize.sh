@@ -12,7 +12,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TESTS=(tests/core/test_core.py tests/core/test_compress.py tests/core/test_module.py tests/core/test_sumtree.py
        tests/core/test_parallel.py
        tests/hardening/test_misuse.py tests/hardening/test_fuzz.py tests/replay/test_model_fuzz.py tests/replay/test_buffer.py
-       tests/replay/test_sampler.py)
+       tests/replay/test_sampler.py tests/replay/test_serve.py)
 FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g"
 REPORT='ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer'
 
@@ -29,8 +29,8 @@ copy() {  # the checkout, without what a build makes, into the new folder $1
 }
 
 echo "-- csrc/test_kernels.c"
-gcc -std=c99 -O1 -Wall -Wextra $FLAGS -I"$ROOT/csrc" -I"$BLOSC2/include" \
-    "$ROOT"/csrc/{test_kernels,kernels,pool,codec,sumtree,parallel}.c "$BLOSC2/lib/libblosc2.a" \
+gcc -std=c11 -O1 -Wall -Wextra $FLAGS -I"$ROOT/csrc" -I"$BLOSC2/include" \
+    "$ROOT"/csrc/{test_kernels,kernels,pool,codec,sumtree,parallel,handoff}.c "$BLOSC2/lib/libblosc2.a" \
     -o "$SCRATCH/test_kernels" -lpthread -ldl -lm
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 "$SCRATCH/test_kernels" \
     > "$SCRATCH/kernels.log" 2>&1 || { cat "$SCRATCH/kernels.log"; exit 1; }
@@ -38,8 +38,8 @@ tail -n 1 "$SCRATCH/kernels.log"
 if grep -Eq "$REPORT|FAIL" "$SCRATCH/kernels.log"; then cat "$SCRATCH/kernels.log"; exit 1; fi
 
 echo "-- csrc/test_kernels.c threads, under ThreadSanitizer"
-gcc -std=c99 -O1 -Wall -Wextra -fsanitize=thread -fno-omit-frame-pointer -g -I"$ROOT/csrc" \
-    -I"$BLOSC2/include" "$ROOT"/csrc/{test_kernels,kernels,pool,codec,sumtree,parallel}.c \
+gcc -std=c11 -O1 -Wall -Wextra -fsanitize=thread -fno-omit-frame-pointer -g -I"$ROOT/csrc" \
+    -I"$BLOSC2/include" "$ROOT"/csrc/{test_kernels,kernels,pool,codec,sumtree,parallel,handoff}.c \
     "$BLOSC2/lib/libblosc2.a" -o "$SCRATCH/test_threads" -lpthread -ldl -lm
 TSAN_OPTIONS=halt_on_error=1 "$SCRATCH/test_threads" threads > "$SCRATCH/threads.log" 2>&1 \
     || { cat "$SCRATCH/threads.log"; exit 1; }

@@ -379,7 +379,7 @@ class ReplayBuffer:
         outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)
         return fill(self._drawn(B, {}), self._keys, outs, scale)
 
-    def sampler(self, batch_size, *, prefetch=2, dtype=None, scale=None) -> Sampler:
+    def sampler(self, batch_size, *, prefetch=2, dtype=None, scale=None, out=None) -> Sampler:
         """An iterator of batches drawn as :meth:`sample` draws them, gathered in a thread.
 
         The buffer's thread draws each batch, the sampler's copies (or decodes) its frames
@@ -409,15 +409,19 @@ class ReplayBuffer:
                 copied when asked for, while the caller waits).
             dtype: output dtype of the observations, as :meth:`sample`.
             scale: as :meth:`sample`.
+            out: optional list of ``2 * prefetch + 1`` pairs like :meth:`sample`'s ``out``,
+                all apart: batch ``j`` (from 0) is gathered into ``out[j % len(out)]`` from
+                the ``next()`` call ``j - prefetch`` on (the first ``prefetch``: from the
+                sampler's making) until the one that returns it (``lazyframes.serve``).
 
         Returns:
             A :class:`~lazyframes.replay.Sampler`, an iterator of :class:`Samples`.
 
         Raises:
             ValueError: an empty buffer, ``batch_size`` < 1, ``prefetch`` < 0, no
-                sampleable transition yet (when ``prefetch`` > 0).
+                sampleable transition yet (when ``prefetch`` > 0), a bad ``out``.
             TypeError: an unsupported conversion, non-integer ``batch_size`` or
-                ``prefetch``. Nothing is drawn and no thread started then.
+                ``prefetch``, a bad ``out``. Nothing is drawn and no thread started then.
 
         Example:
             >>> rb = ReplayBuffer(1000, seed=0)
@@ -431,19 +435,24 @@ class ReplayBuffer:
             >>> batch.observations.shape, len(rb), int(batch.actions.max()) < 22
             ((32, 4, 84, 84), 25, True)
         """
-        return self._sampler(batch_size, prefetch, dtype, scale, {})
+        return self._sampler(batch_size, prefetch, dtype, scale, {}, out)
 
-    def _sampler(self, batch_size, prefetch, dtype, scale, options: dict) -> Sampler:
+    def _sampler(self, batch_size, prefetch, dtype, scale, options: dict, out=None) -> Sampler:
         """A sampler of ``_drawn(B, options)`` (the options checked by the caller)."""
         self._draws.wait()
         P = operator.index(prefetch)
         if P < 0:
             raise ValueError(f"prefetch must be at least 0, got {P}")
         B = self._batch_size(batch_size)
+        if out is None:
+            out = [None] * (2 * P + 1)  # fresh arrays
+        elif not isinstance(out, (list, tuple)) or len(out) != 2 * P + 1:
+            raise TypeError(f"out must be a list of 2 * prefetch + 1 = {2 * P + 1} output sets")
         sets = [
-            outputs(self._stores, self._frames, self._keys, B, None, dtype, scale, fresh=True)
-            for _ in range(2 * P + 1)
+            outputs(self._stores, self._frames, self._keys, B, o, dtype, scale, fresh=True)
+            for o in out
         ]
+        _core.check_apart([a for outs in sets for o in outs for a in o[:2]])
         sampler = Sampler(lambda: self._drawn(B, options), self._draws, self._keys, P, sets, scale)
         self._samplers.add(sampler)
         return sampler

@@ -217,12 +217,14 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)
         return fill(self._drawn(B, {"beta": b}), self._keys, outs, scale)
 
-    def sampler(self, batch_size, *, beta=0.4, prefetch=2, dtype=None, scale=None) -> Sampler:
+    def sampler(
+        self, batch_size, *, beta=0.4, prefetch=2, dtype=None, scale=None, out=None
+    ) -> Sampler:
         """An iterator of prioritized batches, gathered in a thread: :meth:`ReplayBuffer.sampler`.
 
         The batches are :meth:`sample`'s (``beta`` as there): with no add and no update
         in between, the batches successive ``sample(batch_size, beta=beta, dtype=dtype,
-        scale=scale)`` calls would return.
+        scale=scale)`` calls would return. ``out``: as there.
 
         **Priorities are those at the draw.** When ``next()`` returns batch ``j`` it asks
         for batch ``j + prefetch``, drawn with the priorities of that moment (an
@@ -252,7 +254,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             >>> batch.actions.tolist(), len(rb)  # mostly multiples of 10
             ([60, 70, 80, 85, 87, 30, 40, 50], 60)
         """
-        return self._sampler(batch_size, prefetch, dtype, scale, {"beta": _beta(beta)})
+        return self._sampler(batch_size, prefetch, dtype, scale, {"beta": _beta(beta)}, out)
 
     def _pick(self, batch_size: int, options: dict) -> tuple:
         """``(positions, numbers, weights)`` of one prioritized draw (``options["beta"]``).

@@ -16,7 +16,8 @@ from lazyframes import _core as core
 
 PUBLIC = {"FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "RowRing", "SumTree",
           "stack", "default_pool", "encode_frames", "decode_frames", "set_num_threads",
-          "get_num_threads", "draw_integers", "check_outs", "check_apart"}  # fmt: skip
+          "get_num_threads", "draw_integers", "check_outs", "check_apart", "Handoff",
+          "SharedWord"}  # fmt: skip
 CONSTANTS = {"KIND_KEY", "KIND_DELTA", "KIND_RAW"}  # the kinds of blob of encode_frames
 PICKLING = {"_restore_frame", "_restore_lazyframes", "_restore_lazybatch"}
 # dunders that are part of the API (their protocol is their documentation)

@@ -121,6 +121,19 @@ def test_a_batch_is_valid_for_prefetch_plus_one_calls_then_its_set_is_reused():
     batches.close()
 
 
+def test_out_sets_are_filled_in_turn_and_checked():
+    rb, P, f32 = filled(), 1, np.float32
+    sets = [(np.empty((5, 4, *FS), f32), np.empty((5, 4, *FS), f32)) for _ in range(3)]
+    with rb.sampler(5, prefetch=P, dtype=f32, out=sets) as a, filled().sampler(5, dtype=f32) as b:
+        for j in range(5):  # batch j in sets[j % 3], the values of a sampler without out
+            s = next(a)
+            assert s.observations is sets[j % 3][0] and s.next_observations is sets[j % 3][1]
+            assert_same_samples(s, next(b), f"batch {j}")
+    refused(TypeError, r"2 \* prefetch \+ 1 = 3", rb.sampler, 5, prefetch=P, out=sets[:2])
+    refused(ValueError, "overlap", rb.sampler, 5, prefetch=P, out=[sets[0], sets[1], sets[0]])
+    refused(TypeError, "dtype", rb.sampler, 5, prefetch=P, out=sets, dtype=np.uint8)
+
+
 # -- adds while the thread copies ---------------------------------------------------------
 def check_batch(s, j):
     """Every frame of batch ``j`` is the frame its transition stored (``add``), whole."""
