@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numbers
 import operator
+import os
 from collections.abc import Mapping
 
 import numpy as np
@@ -282,3 +283,14 @@ def out_not_ndarray(out) -> str:
     """The TypeError of an ``out`` that is not a plain ndarray (a subclass: how to pass it)."""
     hint = "; pass out.view(np.ndarray)" if isinstance(out, np.ndarray) else ""
     return f"out must be a numpy.ndarray, got {type(out).__name__}{hint}"
+
+
+def process_exists(pid: int) -> bool:
+    """False only for a pid no process has (another user's process exists: EPERM)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):
+        return True
+    return True

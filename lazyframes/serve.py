@@ -36,6 +36,7 @@ import time
 
 import numpy as np
 
+from . import _checks as C
 from . import _core
 from .replay import PrioritizedReplayBuffer, Samples
 
@@ -414,12 +415,4 @@ class BatchClient:
 
 def _alive(pid: int) -> bool:
     """True if process ``pid`` exists (ours or another user's); False for 0 or a gone one."""
-    if not 0 < pid < 2**31:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return 0 < pid < 2**31 and C.process_exists(pid)

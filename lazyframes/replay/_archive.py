@@ -124,20 +124,9 @@ def _remove_dead_temporaries(d: str, base: str) -> None:
     with contextlib.suppress(OSError):
         for name in os.listdir(d):
             m = pattern.fullmatch(name)
-            if m is not None and not _running(int(m.group(1))):
+            if m is not None and not C.process_exists(int(m.group(1))):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(d, name))
-
-
-def _running(pid: int) -> bool:
-    """False only for a pid no process has (another user's process is running: EPERM)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (OSError, OverflowError):
-        return True
-    return True
 
 
 def to_bytes(state: State) -> bytes:
