@@ -21,8 +21,8 @@ and floors measured in the same run and returns its rows (a list of dicts):
 Run alone (not by ``python -m bench``): ``bench_add`` (``ReplayBuffer.add``
 of this checkout against lazyframes 0.1 and 0.2, built once in
 ``~/.cache/lazyframes-bench``, the baselines restatement and a C floor, the revisions
-in processes taking turns), ``bench_prioritized`` and
-``bench_distributed``. ``_util`` holds what they share (tables, the header line,
+in processes taking turns), ``bench_prioritized``,
+``bench_distributed`` and ``bench_serve``. ``_util`` holds what they share (tables, the header line,
 round-robin timing, the ``--check`` report).
 
 bench/README.md explains the floors and the developer targets (``--check``).
