@@ -48,6 +48,7 @@ import numpy as np
 from . import _checks as C
 from . import _core
 from .replay import _ring
+from .replay._archive import decode_piece
 from .replay._args import Parser, options
 from .replay._store import FrameStore, check_pool_geometry, own_pool
 
@@ -64,6 +65,7 @@ KEYS = frozenset((
 ))  # fmt: skip
 #: Flag bits of a transition on the wire: those of the replay buffer.
 TERM, TRUNC, SKIP = _ring.TERM, _ring.TRUNC, _ring.SKIP
+PIECE = 256  # frames decoded at once by a receiver (1.8 MB of 84x84)
 
 
 def wire_bytes(obj) -> int:
@@ -217,8 +219,7 @@ class Sender:
         remap = np.empty(c + m, np.int64)
         remap[:c] = np.arange(c)
         remap[c + order] = c + np.arange(m)
-        new_slots = np.asarray(self._new, np.int64)[order]
-        ids = _id_dtype(c + m)
+        new_slots, ids = np.asarray(self._new, np.int64)[order], _id_dtype(c + m)
         index = self._index
 
         def refs(slots: np.ndarray) -> np.ndarray:
@@ -263,8 +264,7 @@ class Sender:
         }
         # the kept frames: held before the window's owners are dropped
         self._carry_owner = self._frames.pool.lazy_batch(np.asarray(keep, np.int64)[:, None])
-        self._carry = keep
-        self._index = {s: i for i, s in enumerate(keep)}
+        self._carry, self._index = keep, {s: i for i, s in enumerate(keep)}
         self._seq += 1
         self._reset_window()
         return msg
@@ -372,11 +372,8 @@ class Receiver:
         dt = C.frame_dtype((np.uint8 if pool is None else pool.dtype) if dtype is None else dtype)
         if pool is not None:
             check_pool_geometry(pool, fs, dt)
-        self._rb = replay
-        self._geometry = (fs, dt)
-        self._max_frames = operator.index(max_frames)
+        self._rb, self._geometry, self._max_frames = replay, (fs, dt), operator.index(max_frames)
         self._streams: list[_Stream] = []
-        self._next_env = 0
 
     @property
     def replay(self):
@@ -392,15 +389,15 @@ class Receiver:
         num_envs = operator.index(num_envs)
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
-        if self._next_env + num_envs > self._rb.num_envs:
+        used = sum(st.num_envs for st in self._streams)  # the streams' envs, in order
+        if used + num_envs > self._rb.num_envs:
             raise ValueError(
-                f"the buffer has num_envs={self._rb.num_envs}, {self._next_env} of them "
+                f"the buffer has num_envs={self._rb.num_envs}, {used} of them "
                 f"already opened: no room for {num_envs} more"
             )
         # a buffer holding transitions (restored, or filled locally): its envs' next
         # transitions start fresh, never linked to those before the stream
-        self._streams.append(_Stream(self._next_env, num_envs, len(self._rb) > 0))
-        self._next_env += num_envs
+        self._streams.append(_Stream(used, num_envs, len(self._rb) > 0))
         return len(self._streams) - 1
 
     def reopen(self, stream) -> None:
@@ -441,13 +438,11 @@ class Receiver:
                 f"the message has {p.k} frames per observation, the buffer {rb.stack_size}"
             )
         actions, rewards = p.checked_values(rb.action_shape, rb.action_dtype)
-        frames = p.frames()
         if pool is None:
             pool = own_pool(p.frame_shape, p.dtype, rb.capacity, rb.memory()["compression"])
-        # every check passed: push the frames, add the transitions, keep the retained
+        new, _held = p.push(pool)  # (_held: holds the new frames)
+        # every check passed: add the transitions, keep the retained
         st = p.stream
-        pushed = pool.push_batch(frames, k=1) if len(frames) else None  # holds the new frames
-        new = np.empty(0, np.int64) if pushed is None else pushed.slots.ravel()
         table = np.concatenate([st.carry.slots.ravel(), new]) if p.carry else new
         # messages were lost: each env's next transition starts fresh
         broken = st.broken | st.seen if p.seq != st.seq else st.broken.copy()
@@ -521,8 +516,11 @@ class Parsed:
             raise ValueError(f"action has shape {np.shape(action)}, expected {(T, *action_shape)}")
         return Parser(max(T, 1), action_shape, action_dtype).values(action, reward, T)
 
-    def frames(self) -> np.ndarray:
-        """The new frames ``(m, *frame_shape)``, each blob's checksum checked, then decoded.
+    def push(self, pool) -> tuple:
+        """``(slots, owners)``: the new frames, each blob's checksum checked, then pushed.
+
+        Decoded and pushed ``PIECE`` at a time (no more exist decoded beside the pool's); a
+        blob that does not decode raises, the pieces pushed before it dropped with it.
 
         Raises:
             ValueError: a blob whose CRC-32 is not its ``crcs`` entry (naming the frame), a
@@ -535,8 +533,7 @@ class Parsed:
         except (TypeError, ValueError):
             what = type(self._msg["payload"]).__name__
             raise TypeError(f"payload must be bytes-like, got {what}") from None
-        offsets = np.zeros(len(self._sizes) + 1, np.int64)
-        np.cumsum(self._sizes, out=offsets[1:])
+        offsets = np.concatenate([[0], np.cumsum(self._sizes, dtype=np.int64)])
         if offsets[-1] != data.nbytes:
             raise ValueError(
                 f"the blobs' offsets end at {offsets[-1]}, the payload has {data.nbytes} bytes"
@@ -547,7 +544,15 @@ class Parsed:
                 f"frame {bad[0]} of the message (of {len(self._sizes)} new frames): its blob's "
                 f"CRC-32 is not the sender's, the message was corrupted"
             )
-        return _core.decode_frames(data, offsets, self._kinds, self.frame_shape, self.dtype)
+        m, prev = len(self._sizes), None
+        slots, owners = np.empty(m, np.int64), []
+        for a in range(0, m, PIECE):
+            b, lo, hi = min(m, a + PIECE), int(offsets[a]), int(offsets[min(m, a + PIECE)])
+            frames = decode_piece(data[lo:hi], offsets[a : b + 1] - lo, self._kinds[a:b], prev,
+                                  self.frame_shape, self.dtype)  # fmt: skip
+            owners.append(pool.push_batch(frames, k=1))
+            slots[a:b], prev = owners[-1].slots[:, 0], frames[-1].copy()
+        return slots, owners
 
     def flag_masks(self) -> tuple:
         """``(terminated, truncated, autoreset)`` bool ``(T,)`` from the flag bits."""
@@ -614,8 +619,7 @@ def _header(msg, streams: list, geometry: tuple) -> tuple:
     sid = _count(msg["stream"], "stream")
     if sid >= len(streams):
         raise ValueError(f"unknown stream {sid}: open it with Receiver.open first")
-    st = streams[sid]
-    nonce = _count(msg["nonce"], "nonce")
+    st, nonce = streams[sid], _count(msg["nonce"], "nonce")
     if nonce >> 64:
         raise ValueError(f"nonce must be below 2**64, got {nonce}")
     if st.nonce is not None and nonce != st.nonce:
@@ -624,8 +628,7 @@ def _header(msg, streams: list, geometry: tuple) -> tuple:
             f"{nonce}): one Sender per stream; a restarted actor's stream is given to its new "
             f"Sender by Receiver.reopen({sid})"
         )
-    seq = _count(msg["seq"], "seq")
-    carry = _count(msg["carry"], "carry")
+    seq, carry = _count(msg["seq"], "seq"), _count(msg["carry"], "carry")
     if seq < st.seq:
         raise ValueError(
             f"stream {sid}: message {seq} comes after message {st.seq - 1}: a duplicate or "
@@ -647,8 +650,7 @@ def _header(msg, streams: list, geometry: tuple) -> tuple:
             f"receiver's of shape {geometry[0]} and dtype {geometry[1].str!r}"
         )
     dt = geometry[1]
-    k = C.stack_size(msg["stack_size"])
-    layout = msg["layout"]
+    k, layout = C.stack_size(msg["stack_size"]), msg["layout"]
     if type(layout) is not str or layout not in C.LAYOUTS:
         raise ValueError(f"layout must be one of {C.LAYOUTS}, got {layout!r}")
     C.check_layout(layout, fs)

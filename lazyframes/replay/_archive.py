@@ -129,6 +129,19 @@ def _remove_dead_temporaries(d: str, base: str) -> None:
                     os.unlink(os.path.join(d, name))
 
 
+def decode_piece(payload, offsets, kinds, prev, frame_shape, dtype) -> np.ndarray:
+    """The frames of consecutive blobs of a container (``offsets`` from 0 in ``payload``).
+
+    A first blob that is a delta applies to ``prev``, the frame before it (the previous
+    piece's last): a container decoded piece by piece, never whole (checkpoints, messages).
+    """
+    n = len(kinds)
+    if n and kinds[0] == _core.KIND_DELTA and prev is not None:  # prev as a raw blob first
+        payload, offsets = prev.tobytes() + bytes(payload), np.append(0, offsets + prev.nbytes)
+        kinds = np.append(np.uint8(_core.KIND_RAW), kinds)
+    return _core.decode_frames(payload, offsets, kinds, frame_shape, dtype)[len(kinds) - n :]
+
+
 def to_bytes(state: State) -> bytes:
     """The checkpoint as bytes (what :func:`save` writes): a buffer's pickle."""
     fh = io.BytesIO()
@@ -598,7 +611,6 @@ def read_blobs(ar: Archive, table, index: np.ndarray, sfx: str) -> None:
         )
         if live.max() * fb > max(_TABLE_FLOOR, _TABLE_FACTOR * ar.size):
             raise ValueError(f"{live.max()} frames of {fb} bytes would be held at once")
-        decode = _core.decode_frames
         slots = np.full(nf, -1, np.int64)
         holders: dict = {}  # chunk -> LazyBatches holding the frames it is the last to need
         prev = None  # the last frame decoded, for a delta that starts a piece
@@ -611,16 +623,13 @@ def read_blobs(ar: Archive, table, index: np.ndarray, sfx: str) -> None:
                 if len(payload) != hi - lo:
                     raise ValueError("frame_blobs entry is truncated")
                 offs, kds = offsets[done : stop + 1] - lo, kinds[done:stop]
-                if kds[0] == _core.KIND_DELTA and prev is not None:  # the previous frame, raw
-                    payload, offs = prev.tobytes() + payload, np.append(0, offs + fb)
-                    kds = np.append(np.uint8(_core.KIND_RAW), kds)
-                frames = decode(payload, offs, kds, fs, dt)[-(stop - done) :]
+                frames = decode_piece(payload, offs, kds, prev, fs, dt)
                 part = pool.push_batch(frames, k=1)
                 slots[done:stop] = part.slots[:, 0]
                 for h in np.unique(last[done:stop]).tolist():
                     mine = slots[done:stop][last[done:stop] == h]
                     holders.setdefault(h, []).append(pool.lazy_batch(mine[:, None]))
-                prev, part = frames[-1], None
+                prev, part = frames[-1].copy(), None
                 done = stop
             mine = rows[c * per : (c + 1) * per]
             used, at = np.unique(index[mine], return_inverse=True)
