@@ -286,11 +286,15 @@ def out_not_ndarray(out) -> str:
 
 
 def process_exists(pid: int) -> bool:
-    """False only for a pid no process has (another user's process exists: EPERM)."""
+    """False only for a pid no process has, or a zombie's (another user's process: True)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except (OSError, OverflowError):
         return True
-    return True
+    try:  # the state after the command's ")": Z, exited but not reaped
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[:1] != [b"Z"]
+    except OSError:
+        return True

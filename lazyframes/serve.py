@@ -1,6 +1,6 @@
 """Batches served through shared memory to learners in other processes, by the buffer's owner.
 
-The owner of a buffer makes a :class:`BatchServer` (a file in ``/dev/shm``) and calls its
+The owner of a buffer makes a :class:`BatchServer` (a file in shared memory) and calls its
 :meth:`~BatchServer.pump` between adds; each learner process reads its batches with a
 :class:`BatchClient`. docs/SHARED.md: the file, the protocol, what a learner can break.
 
@@ -25,13 +25,12 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import itertools
 import json
 import math
 import mmap
 import os
-import secrets
 import time
 
 import numpy as np
@@ -88,6 +87,7 @@ def _checked(d, size: int) -> dict:
             or d["first"] < HEAD_BYTES or d["record_bytes"] < 8 + 12 * B
             or d["learner_bytes"] < need
             or (d["slot_bytes"] | d["record_bytes"]) % ALIGN or d["learner_bytes"] % PAGE
+            or d["slot_bytes"] < ALIGN  # (S slots of 64 bytes or more fit in the file)
             or not (keys is None or (isinstance(keys, list) and all(type(k) is str for k in keys)))
             or not isinstance(d.get("prioritized"), bool) or not isinstance(leaves, list)
             or [(x.get("field"), x.get("key")) if isinstance(x, dict) else x for x in leaves]
@@ -97,8 +97,9 @@ def _checked(d, size: int) -> dict:
         raise ValueError(f"the file is {size} bytes, its header describes another size")
     for x in leaves:
         shape, at = x.get("shape"), x.get("offset")
+        ints = type(shape) is list and all(type(i) is int and i >= 0 for i in shape)
         try:
-            n = np.dtype(x.get("dtype")).itemsize * math.prod(shape)  # (ints: checked below)
+            n = np.dtype(x.get("dtype")).itemsize * math.prod(shape) if ints else -1
         except (TypeError, ValueError):
             n = -1
         if (n < 0 or np.dtype(x["dtype"]).hasobject or not isinstance(shape, list) or not shape
@@ -170,16 +171,21 @@ class BatchServer:
         batch_size, dtype, scale: as ``rb.sampler``'s; ``beta`` too (prioritized only).
         learners: how many learners (each a :class:`BatchClient` of its own index).
         prefetch: batches each sampler gathers ahead, at least 1.
-        path: the file to create (default: a new name in ``/dev/shm``); it must not exist.
+
+    Attributes:
+        path: the file learners open (``/proc/<pid>/fd/<fd>``): a memfd, sealed against
+            resizing (a learner cannot truncate it under the owner), its memory
+            allocated at once and freed with the last process that maps it (nothing is
+            left behind when the owner is killed).
 
     Raises:
-        ValueError, TypeError: as ``rb.sampler``. FileExistsError: ``path`` exists.
+        ValueError, TypeError: as ``rb.sampler``. OSError: no memory for the file.
     """
 
     _learners: list[_Learner]
 
     def __init__(self, rb, batch_size, *, learners=1, prefetch=2, dtype=None, scale=None,
-                 beta=None, path=None):  # fmt: skip
+                 beta=None):  # fmt: skip
         prioritized = isinstance(rb, PrioritizedReplayBuffer)  # (a uniform one refuses beta)
         B, L, P = int(batch_size), int(learners), int(prefetch)
         if L < 1 or P < 1:  # prefetch >= 1: the sampler's first draws check rb is sampleable
@@ -192,19 +198,19 @@ class BatchServer:
         d["first"] = _up(HEAD_BYTES + len(json.dumps(d)) + 64, PAGE)  # + its own entry
         text = json.dumps(d).encode()
         self._rb, self._d, self._closed, self._learners = rb, d, True, []
-        self.path = path or f"/dev/shm/lazyframes-serve-{os.getpid()}-{secrets.token_hex(4)}"
-        tmp = f"{self.path}.{secrets.token_hex(4)}.tmp"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        self._pid, size = os.getpid(), d["first"] + L * d["learner_bytes"]
+        fd = os.memfd_create("lazyframes-serve", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
-            os.ftruncate(fd, d["first"] + L * d["learner_bytes"])
-            self._buf = mmap.mmap(fd, d["first"] + L * d["learner_bytes"])
+            os.posix_fallocate(fd, 0, size)  # every page now: no SIGBUS on a full memory later
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+            self._buf = mmap.mmap(fd, size)
             self._buf[HEAD_BYTES : HEAD_BYTES + len(text)] = text
             self._buf[:16] = MAGIC + np.array([VERSION, len(text)], "<u4").tobytes()
-            os.link(tmp, self.path)  # a client never opens a half-written file
-            self._closed = False  # the file is ours: close() removes it
-        finally:
+        except BaseException:
             os.close(fd)
-            os.unlink(tmp)
+            raise
+        self._fd, self._closed = fd, False  # its name, once the header is written
+        self.path = f"/proc/{self._pid}/fd/{fd}"
         opts = {
             "prefetch": P,
             "dtype": dtype,
@@ -286,16 +292,17 @@ class BatchServer:
         return None
 
     def close(self) -> None:
-        """Stop the samplers, tell the learners (``next()`` raises), remove the file (once)."""
-        if getattr(self, "_closed", True):  # closed, or no file made
+        """Stop the samplers, tell the learners (``next()`` raises), close the file (once).
+
+        Only in the process that made the server (a forked child's exit closes nothing).
+        """
+        if getattr(self, "_closed", True) or os.getpid() != self._pid:
             return
         self._closed = True
         for x in self._learners:
             x.sampler.close()
-        if hasattr(self, "_buf"):
-            _core.SharedWord(self._buf, 16).store(1)
-        with contextlib.suppress(FileNotFoundError):  # removed by someone else
-            os.unlink(self.path)
+        _core.SharedWord(self._buf, 16).store(1)
+        os.close(self._fd)  # the memory goes with the last learner's mapping
 
     __del__ = close
 
@@ -338,7 +345,7 @@ class BatchClient:
             if seen == pid or _alive(seen):
                 raise RuntimeError(f"learner {i} is claimed by process {seen}, alive")
             ok, seen = self._claim.cas(seen, pid)
-        self._claimed, self._holding = True, False
+        self._claimed, self._holding, self._pid = True, False, pid
         self._status, self._shut = _core.SharedWord(buf, base + STATUS), _core.SharedWord(buf, 16)
         self._batches = _core.Handoff(buf, base + BATCHES, d["slots"])
         self._updates = _core.Handoff(buf, base + UPDATES, d["records"])
@@ -357,7 +364,7 @@ class BatchClient:
         seconds at most; None: no limit). Raises TimeoutError, or ConnectionError once the
         server closed, died or disconnected this learner (the batches published are lost).
         """
-        self._release()
+        self._release()  # (in the claiming process only)
         self._until(lambda: self._batches.ready(self._tail), timeout)
         self._holding = True
         return self._samples[self._tail % self._d["slots"]]
@@ -372,8 +379,9 @@ class BatchClient:
         """
         if not self.prioritized:
             raise TypeError("the server's buffer is not a PrioritizedReplayBuffer")
-        idx = np.asarray(indices).reshape(-1)
-        pri = np.asarray(priorities, np.float32).reshape(-1)
+        self._own()
+        idx, pri = np.asarray(indices).reshape(-1), np.asarray(priorities, np.float32).reshape(-1)
+        idx = idx if idx.size else idx.astype(np.int64)  # [] is a float array
         if idx.dtype.kind not in "iu" or idx.size != pri.size or idx.size > self.batch_size:
             raise ValueError(f"{idx.size} integer indices and {pri.size} priorities (at most "
                              f"batch_size {self.batch_size} of each, as many)")  # fmt: skip
@@ -399,7 +407,13 @@ class BatchClient:
         if n < 0:
             raise ConnectionError("the server's counter is impossible (a broken file)")
 
+    def _own(self) -> None:
+        if os.getpid() != self._pid:  # two processes would read one ring: torn batches
+            raise RuntimeError(f"learner {self.learner} is process {self._pid}'s: a forked "
+                               f"child makes its own BatchClient")  # fmt: skip
+
     def _release(self) -> None:
+        self._own()
         if self._holding:
             self._holding = False
             self._tail += 1
@@ -407,7 +421,7 @@ class BatchClient:
 
     def close(self) -> None:
         """Release the batch held and the claim (another client may take this learner)."""
-        if self._claimed:
+        if self._claimed and os.getpid() == self._pid:  # (a forked child's: nothing)
             self._release()
             self._claim.cas(os.getpid(), 0)
             self._claimed = False

@@ -187,15 +187,16 @@ def test_a_hostile_learner_never_crashes_blocks_or_corrupts_the_others():
         assert server.status[0][2] is not None  # seen and disconnected
 
 
-def test_a_learner_whose_update_is_impossible_is_disconnected(tmp_path):
+def test_a_learner_whose_update_is_impossible_is_disconnected():
     rb = make("prioritized")
-    with BatchServer(rb, 4, learners=4, prefetch=1, path=str(tmp_path / "s")) as server:
+    with BatchServer(rb, 4, learners=4, prefetch=1) as server:
         a, b = BatchClient(server.path, learner=0), BatchClient(server.path, learner=1)
         server.pump()
         batch = a.next(timeout=10)
         a.update_priorities(batch.indices, [1.0, np.inf, 1.0, 1.0])
         b.update_priorities([10**12], [1.0])  # never written
-        d = json.loads((tmp_path / "s").read_bytes()[64:].split(b"\0")[0])
+        with open(server.path, "rb") as f:
+            d = json.loads(f.read()[64:].split(b"\0")[0])
         with open(server.path, "r+b") as f:  # learner 2's tail, learner 3's update ring
             f.seek(d["first"] + 2 * d["learner_bytes"] + 128)
             f.write((10**9).to_bytes(8, "little"))
@@ -214,8 +215,8 @@ def test_a_learner_whose_update_is_impossible_is_disconnected(tmp_path):
 
 def test_a_truncated_or_garbage_file_is_a_value_error(tmp_path):
     rb = make("dict")
-    with BatchServer(rb, 4, learners=1, prefetch=1, path=str(tmp_path / "s")):
-        data = (tmp_path / "s").read_bytes()
+    with BatchServer(rb, 4, learners=1, prefetch=1) as server, open(server.path, "rb") as f:
+        data = f.read()
     n = int.from_bytes(data[12:16], "little")
     d = json.loads(data[64 : 64 + n])
     rng = np.random.default_rng(0)
@@ -239,3 +240,25 @@ def test_a_truncated_or_garbage_file_is_a_value_error(tmp_path):
         refused(ValueError, ".", BatchClient, str(path))
     (tmp_path / "good").write_bytes(header())  # the file as made (JSON padded): accepted
     BatchClient(str(tmp_path / "good")).close()
+
+
+def test_the_file_outlives_no_owner_and_is_the_owners_alone():
+    rb = make("prioritized")
+    server = BatchServer(rb, 4, learners=1, prefetch=1)
+    path, client = server.path, BatchClient(server.path)
+    refused(PermissionError, "", os.truncate, path, 4096)  # sealed: no SIGBUS for the owner
+    client.update_priorities([], [])  # an empty update: applied by the next pump
+    for fn in (server.close, client.next):  # in a forked child: closes nothing, reads nothing
+        pid = os.fork()
+        if pid == 0:
+            try:
+                fn()
+            finally:
+                os._exit(0 if fn == server.close else 3)
+        assert os.waitpid(pid, 0)[1] == 0 if fn == server.close else 3 << 8
+    assert server.pump() == 2 and client.next(timeout=10).actions.shape == (4,)
+    assert server.status == [(2, 1, None)]
+    server.close()
+    refused(ConnectionError, "closed", client.next, timeout=10)
+    client.close()
+    assert not os.path.exists(path)  # the owner's descriptor closed: no file left anywhere
