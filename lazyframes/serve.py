@@ -47,6 +47,7 @@ HEAD_BYTES = 64  # magic, version, JSON length, the closed word (at 16); then th
 # batch ring's and the update ring's control blocks, its slots, its records (SHARED.md).
 CLAIM, STATUS, BATCHES, UPDATES, SLOTS = 0, 8, 64, 192, 320
 ALIGN, PAGE = 64, mmap.PAGESIZE
+MAX_PREFETCH = 1024  # bounds the views a client makes of a header (a hostile one's too)
 _FIELDS = Samples._fields
 _INTS = ("batch_size", "slots", "prefetch", "records", "learners", "slot_bytes", "record_bytes",
          "learner_bytes", "first", "owner")  # fmt: skip
@@ -87,7 +88,7 @@ def _checked(d, size: int) -> dict:
             or d["first"] < HEAD_BYTES or d["record_bytes"] < 8 + 12 * B
             or d["learner_bytes"] < need
             or (d["slot_bytes"] | d["record_bytes"]) % ALIGN or d["learner_bytes"] % PAGE
-            or d["slot_bytes"] < ALIGN  # (S slots of 64 bytes or more fit in the file)
+            or d["slot_bytes"] < ALIGN or d["prefetch"] > MAX_PREFETCH
             or not (keys is None or (isinstance(keys, list) and all(type(k) is str for k in keys)))
             or not isinstance(d.get("prioritized"), bool) or not isinstance(leaves, list)
             or [(x.get("field"), x.get("key")) if isinstance(x, dict) else x for x in leaves]
@@ -188,8 +189,9 @@ class BatchServer:
                  beta=None):  # fmt: skip
         prioritized = isinstance(rb, PrioritizedReplayBuffer)  # (a uniform one refuses beta)
         B, L, P = int(batch_size), int(learners), int(prefetch)
-        if L < 1 or P < 1:  # prefetch >= 1: the sampler's first draws check rb is sampleable
-            raise ValueError(f"learners and prefetch must be at least 1, got {L}, {P}")
+        if L < 1 or not 1 <= P <= MAX_PREFETCH:  # P >= 1: the first draws check rb is sampleable
+            raise ValueError(f"learners must be at least 1 and prefetch in [1, {MAX_PREFETCH}], "
+                             f"got {L}, {P}")  # fmt: skip
         pools = rb.pool  # one FramePool, or a dict of them by frame key (Dict)
         keys = list(rb.observation_shape) if isinstance(pools, dict) else None
         # the exact leaves of a batch, once: a gather of position 0 (no draw: the RNG stays)

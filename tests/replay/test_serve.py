@@ -233,7 +233,8 @@ def test_a_truncated_or_garbage_file_is_a_value_error(tmp_path):
     leaves[0]["offset"] = d["slot_bytes"]  # the first leaf outside its slot
     cases += [header(slot_bytes=64), header(learners=2), header(first=0), header(batch_size=10**6),
               header(leaves=d["leaves"][:-1]), header(prefetch=3), header(keys=["vec", "image"]),
-              header(leaves=leaves), header(prioritized=1)]  # fmt: skip
+              header(leaves=leaves), header(prioritized=1),
+              header(prefetch=1025, slots=2051, records=2051)]  # fmt: skip
     for i, case in enumerate(cases):
         path = tmp_path / f"bad{i}"
         path.write_bytes(case)
@@ -247,6 +248,7 @@ def test_the_file_outlives_no_owner_and_is_the_owners_alone():
     server = BatchServer(rb, 4, learners=1, prefetch=1)
     path, client = server.path, BatchClient(server.path)
     refused(PermissionError, "", os.truncate, path, 4096)  # sealed: no SIGBUS for the owner
+    refused(ValueError, "prefetch in", BatchServer, rb, 4, prefetch=1025)
     client.update_priorities([], [])  # an empty update: applied by the next pump
     for fn in (server.close, client.next):  # in a forked child: closes nothing, reads nothing
         pid = os.fork()
