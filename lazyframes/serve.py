@@ -103,9 +103,8 @@ def _checked(d, size: int) -> dict:
             n = np.dtype(x.get("dtype")).itemsize * math.prod(shape) if ints else -1
         except (TypeError, ValueError):
             n = -1
-        if (n < 0 or np.dtype(x["dtype"]).hasobject or not isinstance(shape, list) or not shape
-                or shape[0] != B or not all(type(i) is int and i >= 0 for i in [*shape, at])
-                or at % ALIGN or at + n > d["slot_bytes"]):  # fmt: skip
+        bad = n < 0 or np.dtype(x["dtype"]).hasobject or not shape or shape[0] != B
+        if bad or type(at) is not int or at < 0 or at % ALIGN or at + n > d["slot_bytes"]:
             raise ValueError(f"{_BAD}: a leaf {x!r}")
     return d
 
