@@ -9,9 +9,9 @@ def _check_container(payload, offsets, kinds, frame_bytes: int) -> tuple:
 
     Raises:
         TypeError: a payload that is not bytes-like, non-integer offsets or kinds.
-        ValueError: shapes that disagree, offsets that are not 0 then increasing up to
-            the payload's end, an unknown kind, a delta first, or a raw blob whose size
-            is not the frame's.
+        ValueError: shapes that disagree, offsets that are not 0 then non-decreasing up
+            to the payload's end, an unknown kind, or a raw blob whose size is not the
+            frame's.
     """
     try:
         data = np.frombuffer(memoryview(payload).cast("B"), np.uint8)
@@ -21,15 +21,13 @@ def _check_container(payload, offsets, kinds, frame_bytes: int) -> tuple:
     if offs.ndim != 1 or kds.ndim != 1 or offs.shape[0] != kds.shape[0] + 1:
         raise ValueError(f"offsets {offs.shape} and kinds {kds.shape} must be (n + 1,) and (n,)")
     # compared in their own dtype first: no value wraps when converted
-    if ((offs < 0) | (offs > data.size)).any() or ((kds < _KEY) | (kds > _RAW)).any():
-        raise ValueError("offsets must be in [0, len(payload)], kinds KIND_KEY/DELTA/RAW")
+    if ((offs < 0) | (offs > data.size)).any() or ((kds < KIND_KEY) | (kds > KIND_XOR)).any():
+        raise ValueError("offsets must be in [0, len(payload)], kinds one of KIND_*")
     offs, kds = offs.astype(np.int64), kds.astype(np.uint8)
     sizes = np.diff(offs)
-    if offs[0] != 0 or offs[-1] != data.size or (sizes <= 0).any():
-        raise ValueError("offsets must start at 0 and increase up to the payload's length")
-    if kds.size and kds[0] == _DELTA:
-        raise ValueError("the first blob is a delta: it has no previous frame")
-    if (sizes[kds == _RAW] != frame_bytes).any():
+    if offs[0] != 0 or offs[-1] != data.size or (sizes < 0).any():  # a patch may be empty
+        raise ValueError("offsets must start at 0 and not decrease up to the payload's length")
+    if (sizes[kds == KIND_RAW] != frame_bytes).any():
         raise ValueError(f"a raw blob is not {frame_bytes} bytes, one frame")
     return data, offs, kds
 

@@ -1,41 +1,41 @@
-# encode_frames / decode_frames: frames <-> one compressed container, for checkpoints.
+# encode_frames / decode_frames: frames <-> one compressed container, for checkpoints
+# and messages.
 #
 # Included by _core.pyx. The container is (payload, offsets, kinds): blob i is
-# payload[offsets[i]:offsets[i + 1]], of kind KIND_KEY (a Blosc2 chunk of the frame),
-# KIND_DELTA (a Blosc2 chunk of the frame XOR the previous frame) or KIND_RAW (the
-# frame's bytes: a frame that does not compress is stored raw).
-
-
-cdef enum:  # the kinds, as C constants (the values of _checks.KIND_*)
-    _KEY = 0
-    _DELTA = 1
-    _RAW = 2
+# payload[offsets[i]:offsets[i + 1]], of a kind of codec.h: the frames coded as a
+# compressing pool codes them (keyframes, and patches or XOR blobs against a frame of
+# their group), so that FramePool.adopt stores them as they are.
 
 
 def encode_frames(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
-                  level=C.DEFAULT_COMPRESSION["level"], group=C.DEFAULT_COMPRESSION["group"]):
-    """Compress ``n`` frames into one container: XOR deltas, a keyframe every ``group`` frames.
+                  level=C.DEFAULT_COMPRESSION["level"], group=C.DEFAULT_COMPRESSION["group"],
+                  keys=None):
+    """Compress ``n`` frames into one container, as a compressing :class:`FramePool` would.
 
-    Frame i is a keyframe when ``i % group == 0``, else the XOR delta against frame
-    ``i - 1``, compressed with ``codec`` at ``level`` (the codec of a compressing
-    :class:`FramePool`; docs/COMPRESSION.md). :func:`decode_frames` inverts it.
+    Frame 0 is a keyframe (``KIND_KEY``), and so is each frame of ``keys`` and each that
+    a group of ``group`` frames has no room for or that a delta would not pay for. The
+    others are ``KIND_PATCH`` or ``KIND_XOR`` deltas against the frame of their group at
+    position ``pos - lowbit(pos)`` (docs/COMPRESSION.md). :func:`decode_frames` inverts
+    it; :meth:`FramePool.adopt` stores its blobs as they are.
 
     Args:
         frames: a numeric array ``(n, *S)``, ``n >= 0``.
         codec, level, group: as :meth:`FramePool.enable_compression`.
+        keys: indices of frames that start a keyframe, e.g. the first frame of each env
+            (a delta between envs does not pay), or None.
 
     Returns:
         ``(payload, offsets, kinds)``: ``bytes``, int64 ``(n + 1,)`` and uint8 ``(n,)``.
 
     Raises:
         TypeError, ValueError: frames that are not a numeric array with a leading axis,
-            or bad options.
+            bad options or keys.
 
     Example:
         >>> frames = np.zeros((3, 84, 84), np.uint8)
-        >>> payload, offsets, kinds = encode_frames(frames, group=2)
-        >>> kinds.tolist(), len(payload) < 3 * 84 * 84
-        ([0, 1, 0], True)
+        >>> payload, offsets, kinds = encode_frames(frames, keys=[2])
+        >>> kinds.tolist() == [KIND_KEY, KIND_PATCH, KIND_KEY], len(payload) < 84 * 84
+        (True, True)
         >>> np.array_equal(decode_frames(payload, offsets, kinds, (84, 84), np.uint8), frames)
         True
     """
@@ -45,8 +45,15 @@ def encode_frames(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
         raise ValueError(f"frames must have a leading axis, got shape {a.shape}")
     C.frame_dtype(a.dtype)  # a numeric dtype (TypeError otherwise)
     cdef cnp.ndarray arr = np.ascontiguousarray(a)
-    cdef Py_ssize_t n = arr.shape[0], i
+    cdef Py_ssize_t n = arr.shape[0]
     cdef size_t fb = arr.itemsize * (arr.size // n if n else 0)
+    is_key = np.zeros(n, np.uint8)
+    if keys is not None:
+        at = _as_ints(keys, "keys")
+        if at.ndim != 1 or ((at < 0) | (at >= n)).any():
+            raise ValueError(f"keys must be indices of the {n} frames")
+        is_key[at] = 1
+    cdef const unsigned char[::1] kk = is_key
     cdef lf_codec c
     c.codec = _CODEC_CODES[opts["codec"]]
     c.level = opts["level"]
@@ -55,42 +62,30 @@ def encode_frames(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
         raise ValueError(f"frames of {fb} bytes are too large to compress")
     offsets = np.zeros(n + 1, np.int64)
     kinds = np.zeros(n, np.uint8)
+    if n == 0:
+        return b"", offsets, kinds
     cdef int64_t[::1] off = offsets
     cdef uint8_t[::1] kd = kinds
-    cdef size_t one = 1
-    cdef unsigned char *buf = <unsigned char *>malloc(max(one, <size_t>n * (fb + LF_BLOB_OVERHEAD)))
-    cdef unsigned char *delta = <unsigned char *>malloc(max(one, fb))
-    cdef void *cctx = lf_cctx_new(c)
+    cdef unsigned char *buf = <unsigned char *>malloc(<size_t>n * (fb + LF_BLOB_OVERHEAD))
+    cdef lf_coder coder
+    memset(&coder, 0, sizeof(coder))
     cdef const unsigned char *src = <const unsigned char *>cnp.PyArray_DATA(arr)
-    cdef const unsigned char *frame
-    cdef long r = 0
+    cdef int r = 0
     try:
-        if buf == NULL or delta == NULL or cctx == NULL:
+        if buf == NULL or lf_coder_init(&coder, c, fb):
             raise MemoryError()
         with nogil:
-            for i in range(n):
-                frame = src + i * fb
-                if i % c.group:
-                    lf_xor_of(delta, frame, frame - fb, fb)
-                    frame = delta
-                    kd[i] = _DELTA
-                else:
-                    kd[i] = _KEY
-                r = lf_compress(cctx, frame, fb, buf + off[i])
-                if r < 0:
-                    break
-                off[i + 1] = off[i] + r
+            r = lf_coder_container(&coder, src, n, c.group, &kk[0], buf, &off[0], &kd[0])
         if r < 0:
             raise MemoryError("the codec failed to compress a frame")
         payload = (<char *>buf)[:off[n]]
     finally:
         free(buf)
-        free(delta)
-        lf_ctx_free(cctx)
+        lf_coder_free(&coder)
     return payload, offsets, kinds
 
 
-def decode_frames(payload, offsets, kinds, frame_shape, dtype):
+def decode_frames(payload, offsets, kinds, frame_shape, dtype, *, before=None):
     """The frames ``(n, *frame_shape)`` of a container made by :func:`encode_frames`.
 
     Every size and offset is checked before anything is allocated, and every blob
@@ -99,8 +94,12 @@ def decode_frames(payload, offsets, kinds, frame_shape, dtype):
     Args:
         payload: bytes-like, the blobs one after the other.
         offsets: ints ``(n + 1,)``: 0, then the end of each blob.
-        kinds: ints ``(n,)``: ``KIND_KEY``, ``KIND_DELTA`` (not first) or ``KIND_RAW``.
+        kinds: ints ``(n,)``, ``KIND_*``: the first a keyframe (``KIND_KEY`` or
+            ``KIND_RAW``) unless ``before`` is given.
         frame_shape, dtype: of one frame.
+        before: None, or the decoded frames ``(g, *frame_shape)`` of the group these
+            blobs continue, from its keyframe on (how a container is decoded piece by
+            piece: :func:`lazyframes.replay._archive.decode_piece`).
 
     Raises:
         TypeError, ValueError: a bad shape or dtype, or a container that is not valid.
@@ -109,7 +108,14 @@ def decode_frames(payload, offsets, kinds, frame_shape, dtype):
     dt = C.frame_dtype(dtype)
     cdef size_t fb = math.prod(shape) * dt.itemsize
     data, offs, kds = _check_container(payload, offsets, kinds, fb)
-    cdef Py_ssize_t n = kds.shape[0], i
+    cdef Py_ssize_t n = kds.shape[0], i, g = 0
+    cdef cnp.ndarray prior = None
+    if before is not None:
+        prior = np.ascontiguousarray(before, dt)
+        g = prior.shape[0] if prior.ndim == len(shape) + 1 else -1
+        if g < 1 or g > LF_MAX_GROUP or (<object>prior).shape[1:] != shape:
+            raise ValueError(f"before must be 1 to {LF_MAX_GROUP} frames of shape {shape}, "
+                             f"got shape {np.shape(before)}")
     out = np.empty((n, *shape), dt)
     if n == 0:
         return out
@@ -117,20 +123,32 @@ def decode_frames(payload, offsets, kinds, frame_shape, dtype):
     cdef const int64_t[::1] off = offs
     cdef const uint8_t[::1] kd = kds
     cdef unsigned char *dst = <unsigned char *>cnp.PyArray_DATA(out)
+    cdef unsigned char *delta = <unsigned char *>malloc(max(<size_t>1, fb))
     cdef void *dctx = lf_dctx_new()
     cdef Py_ssize_t bad = -1
-    if dctx == NULL:
+    cdef const unsigned char *pre = NULL if prior is None else \
+        <const unsigned char *>cnp.PyArray_DATA(prior) + g * fb  # frame -1 at pre - fb
+    cdef const unsigned char *base
+    cdef lf_tree t
+    cdef int64_t r
+    t.start = -g
+    t.pos = g - 1 if g else 0
+    if dctx == NULL or delta == NULL:
+        lf_ctx_free(dctx)
+        free(delta)
         raise MemoryError()
     with nogil:
         for i in range(n):
-            if kd[i] == _RAW:
-                memcpy(dst + i * fb, &pl[0] + off[i], fb)  # its size was checked
-            elif lf_decompress(dctx, &pl[0] + off[i], off[i + 1] - off[i], dst + i * fb, fb):
+            r = lf_tree_step(&t, i, kd[i])
+            base = NULL if r == LF_TREE_KEY else (pre + r * fb if r < 0 else dst + r * fb)
+            if r == LF_TREE_BAD or lf_kind_decode(dctx, kd[i], &pl[0] + off[i],
+                                                  off[i + 1] - off[i], base, dst + i * fb,
+                                                  fb, delta):
                 bad = i
                 break
-            elif kd[i] == _DELTA:
-                lf_xor_into(dst + i * fb, dst + (i - 1) * fb, fb)
     lf_ctx_free(dctx)
+    free(delta)
     if bad >= 0:
-        raise ValueError(f"blob {bad} of the container does not decode to one frame")
+        raise ValueError(f"blob {bad} of the container does not decode to one frame (or is a "
+                         f"delta with no frame to apply to)")
     return out

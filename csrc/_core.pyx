@@ -51,14 +51,17 @@ lf_codec_init()  # once per process: C-Blosc2's global state; every codec call u
 
 __all__ = [
     "FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool",
-    "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW", "SumTree", "RowRing",
+    "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW", "KIND_PATCH",
+    "KIND_XOR", "SumTree", "RowRing",
     "set_num_threads", "get_num_threads", "draw_integers", "check_outs", "check_apart",
     "Handoff", "SharedWord",
 ]
 
-#: Kinds of blob in an :func:`encode_frames` container: a compressed frame, a compressed
-#: XOR delta against the previous frame, or the frame's raw bytes (``_KEY``, ... in C).
-KIND_KEY, KIND_DELTA, KIND_RAW = 0, 1, 2
+#: Kinds of blob in an :func:`encode_frames` container (``LF_KIND_*`` in C, codec.h): a
+#: compressed frame (a keyframe), a compressed XOR delta against the previous frame (read
+#: only: containers before 0.3), the frame's raw bytes, a patch or a compressed XOR delta
+#: against a frame of its group.
+KIND_KEY, KIND_DELTA, KIND_RAW, KIND_PATCH, KIND_XOR = 0, 1, 2, 3, 4
 #: A slot id a SlotTable cannot store.
 _ID_OVER_INT32 = "a SlotTable stores slot ids as int32: this id is above 2**31 - 1"
 
@@ -117,6 +120,17 @@ cdef extern from "codec.h" nogil:
     void lf_coder_free(lf_coder *c)
     long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned char *base,
                          const unsigned char **out, unsigned char *kind)
+    const int64_t LF_TREE_KEY, LF_TREE_BAD
+    ctypedef struct lf_tree:
+        int64_t start
+        unsigned pos
+    int64_t lf_tree_step(lf_tree *t, int64_t i, int kind)
+    int lf_kind_decode(void *dctx, int kind, const unsigned char *blob, size_t bn,
+                       const unsigned char *base, unsigned char *out, size_t n,
+                       unsigned char *delta)
+    int lf_coder_container(lf_coder *c, const unsigned char *frames, size_t m, int group,
+                           const unsigned char *keys, unsigned char *out, int64_t *offsets,
+                           uint8_t *kinds)
 
 
 cdef extern from "pool.h" nogil:
@@ -154,6 +168,8 @@ cdef extern from "pool.h" nogil:
     size_t lf_pool_pending(const lf_pool *p)
     int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out)
     int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain)
+    int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offsets,
+                      const uint8_t *kinds, size_t m, int64_t *slots, size_t *bad)
     void lf_reader_init(lf_reader *r, lf_pool *p)
     int64_t lf_reader_add(lf_reader *r, int64_t slot)
     int lf_reader_reserve(lf_reader *r)

@@ -829,6 +829,53 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
             raise ValueError("push_batch needs at least one frame")
         return _step(self, code, None, kk, arr, NULL, pad)
 
+    def adopt(self, payload, offsets, kinds):
+        """Store the frames of an :func:`encode_frames` container as they are coded.
+
+        Its blobs become this pool's compressed frames, neither decoded nor compressed
+        again: how a :class:`~lazyframes.transport.Receiver` stores a message's frames. A
+        compressed frame that came this way decodes like one the pool compressed itself.
+
+        Args:
+            payload, offsets, kinds: a container of this pool's frames, of kinds
+                ``KIND_KEY``, ``KIND_PATCH`` and ``KIND_XOR`` (``encode_frames`` makes no
+                others).
+
+        Returns:
+            A :class:`LazyBatch` ``(n, 1)`` of the frames, ``"stack"`` layout.
+
+        Raises:
+            ValueError: a pool that does not compress, a container that is not valid or
+                has another kind of blob, a blob that does not decode (naming it: each
+                is checked first, a codec blob decompressed into scratch, a patch applied
+                there). Nothing is stored then.
+            MemoryError: no memory for the frames.
+        """
+        self._ready()
+        if self.p.z == NULL:
+            raise ValueError("adopt needs a compressing pool (enable_compression)")
+        data, offs, kds = _check_container(payload, offsets, kinds, self.p.frame_bytes)
+        cdef Py_ssize_t n = kds.shape[0]
+        cdef LazyBatch b = _new_batch(LF_STACK, n, 1)
+        if n == 0:
+            b._pool = self
+            return b
+        cdef const unsigned char[::1] pl = data
+        cdef const int64_t[::1] off = offs
+        cdef const uint8_t[::1] kd = kds
+        cdef size_t bad = 0
+        cdef int rc = lf_pool_adopt(&self.p, &pl[0], &off[0], &kd[0], n, b._slots, &bad)
+        if rc == -1:
+            raise MemoryError("no memory for the adopted frames")
+        if rc == -2:
+            raise ValueError(
+                f"blob {bad} of the container does not decode to a frame of "
+                f"{self.p.frame_bytes} bytes as a keyframe, patch or XOR blob of its group"
+            )
+        b._n = n
+        b._pool = self  # last: from here on, dealloc drops the references
+        return b
+
     def _push_dedup(self, frames, candidates=None, next_frames=None):
         """Push ``(E, k, *S)`` frames (or ``(k, *S)``: one observation) as a :class:`LazyBatch`,
         reusing slots whose bytes are equal.

@@ -208,6 +208,30 @@ int lf_patch_apply(const unsigned char *patch, size_t pn, const unsigned char *b
     return 0;
 }
 
+int lf_kind_decode(void *dctx, int kind, const unsigned char *blob, size_t bn,
+                   const unsigned char *base, unsigned char *out, size_t n, unsigned char *delta) {
+    switch (kind) {
+    case LF_KIND_KEY:
+        return lf_decompress(dctx, blob, bn, out, n);
+    case LF_KIND_RAW:
+        if (bn != n) return -1;
+        memcpy(out, blob, n);
+        return 0;
+    case LF_KIND_PATCH:
+        return base ? lf_patch_apply(blob, bn, base, out, n) : -1;
+    case LF_KIND_DELTA:
+    case LF_KIND_XOR:
+        if (!base || lf_decompress(dctx, blob, bn, delta, n)) return -1;
+        if (out == base)
+            lf_xor_into(out, delta, n);
+        else
+            lf_xor_of(out, delta, base, n);
+        return 0;
+    default:
+        return -1;
+    }
+}
+
 void lf_xor_of(unsigned char *restrict out, const unsigned char *restrict a,
                const unsigned char *restrict b, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = a[i] ^ b[i];
@@ -274,4 +298,32 @@ long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned cha
     }
     *out = c->blob;
     return codec_blob(c, frame, kind);
+}
+
+int lf_coder_container(lf_coder *c, const unsigned char *frames, size_t m, int group,
+                       const unsigned char *keys, unsigned char *out, int64_t *offsets,
+                       uint8_t *kinds) {
+    size_t n = c->n;
+    lf_tree t = {0, 0};
+    offsets[0] = 0;
+    for (size_t i = 0; i < m; i++) {
+        const unsigned char *base = NULL, *blob;
+        if (i > 0 && !(keys && keys[i]) && t.pos + 1 < (unsigned)group)
+            base = frames + (size_t)lf_tree_ref(&t) * n;
+        unsigned char kind;
+        long r = lf_coder_encode(c, frames + i * n, base, &blob, &kind);
+        if (r < 0) return -1;
+        kinds[i] = kind & LF_BLOB_PATCH ? LF_KIND_PATCH
+                   : kind & LF_BLOB_XOR ? LF_KIND_XOR
+                                        : LF_KIND_KEY;
+        lf_tree_step(&t, (int64_t)i, kinds[i]);
+        unsigned char *dst = out + offsets[i];
+        size_t w = (size_t)r;
+        if (kind & LF_BLOB_LEAN)
+            w = lf_unlean(&c->header, blob, w, dst);
+        else
+            memcpy(dst, blob, w);
+        offsets[i + 1] = offsets[i] + (int64_t)w;
+    }
+    return 0;
 }

@@ -10,6 +10,7 @@
 #define LAZYFRAMES_CODEC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -90,6 +91,54 @@ int lf_patch_apply(const unsigned char *patch, size_t pn, const unsigned char *b
 void lf_xor_of(unsigned char *out, const unsigned char *a, const unsigned char *b, size_t n);
 void lf_xor_into(unsigned char *out, const unsigned char *b, size_t n);
 
+/* Containers: frames coded one after another, each blob of a kind (the values of
+ * _core.KIND_*, docs/COMPRESSION.md). A keyframe (KEY or RAW) starts a group at position 0;
+ * a PATCH or XOR frame takes the next position pos of its group and is coded against the
+ * group's frame at position pos - lowbit(pos), as a compressing pool codes its frames
+ * (pool.h), so that a pool adopts such blobs as they are (lf_pool_adopt). A DELTA frame,
+ * of containers before 0.3, is coded against the frame before it. */
+enum { LF_KIND_KEY = 0, LF_KIND_DELTA = 1, LF_KIND_RAW = 2, LF_KIND_PATCH = 3, LF_KIND_XOR = 4 };
+
+typedef struct {
+    int64_t start;         /* index of the group's keyframe: {0, 0} before a container's
+                            * first frame, {-g, g - 1} where it continues a group of g
+                            * frames decoded before it (at indices -g to -1) */
+    unsigned pos;          /* position of the last frame in its group */
+} lf_tree;
+
+/* The index of the frame a PATCH or XOR frame would be coded against next. */
+static inline int64_t lf_tree_ref(const lf_tree *t) {
+    unsigned pos = t->pos + 1;
+    return t->start + (int64_t)(pos & (pos - 1));
+}
+
+/* Frame i (the frames before it stepped through t) of kind `kind`: the index of its
+ * reference frame (negative in the frames before), LF_TREE_KEY for a keyframe, or
+ * LF_TREE_BAD if it cannot be: an unknown kind, or a delta with no frame before it or
+ * past a full group of LF_MAX_GROUP frames. */
+#define LF_TREE_KEY INT64_MIN
+#define LF_TREE_BAD (INT64_MIN + 1)
+static inline int64_t lf_tree_step(lf_tree *t, int64_t i, int kind) {
+    if (kind == LF_KIND_KEY || kind == LF_KIND_RAW) {
+        t->start = i;
+        t->pos = 0;
+        return LF_TREE_KEY;
+    }
+    if (i <= t->start) return LF_TREE_BAD; /* no frame before it */
+    if (kind == LF_KIND_DELTA) return i - 1;
+    if ((kind != LF_KIND_PATCH && kind != LF_KIND_XOR) || t->pos + 1 >= LF_MAX_GROUP)
+        return LF_TREE_BAD;
+    int64_t ref = lf_tree_ref(t);
+    t->pos++;
+    return ref;
+}
+
+/* Decode one blob of `kind` (bn bytes) into out (n bytes): base is the decoded frame of
+ * its reference (NULL for a keyframe) and may be out; delta: n bytes of scratch (an XOR
+ * delta decoded there). 0, or -1 if the blob does not decode to n bytes. */
+int lf_kind_decode(void *dctx, int kind, const unsigned char *blob, size_t bn,
+                   const unsigned char *base, unsigned char *out, size_t n, unsigned char *delta);
+
 /* What a coded frame is (the blob flags of a pool's slot, pool.h, share these bits). */
 #define LF_BLOB_LEAN 1     /* a lean codec blob (above) */
 #define LF_BLOB_PATCH 4    /* a patch against the reference frame, not a codec blob */
@@ -128,6 +177,16 @@ void lf_coder_free(lf_coder *c);
  * fit); -1 if the codec failed (cannot happen: the buffers hold any frame). */
 long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned char *base,
                      const unsigned char **out, unsigned char *kind);
+
+/* Code m frames (c->n bytes each, one after another) into a container, as a pool codes
+ * them: a keyframe first, at each i with keys[i] nonzero (keys may be NULL) and wherever
+ * a group of `group` frames is full or a delta would not pay, the others patches or XOR
+ * blobs (lf_coder_encode), every blob whole (not lean). out: room for m (c->n +
+ * LF_BLOB_OVERHEAD) bytes; blob i is out[offsets[i]:offsets[i + 1]], of kinds[i]. 0, or
+ * -1 if the codec failed. */
+int lf_coder_container(lf_coder *c, const unsigned char *frames, size_t m, int group,
+                       const unsigned char *keys, unsigned char *out, int64_t *offsets,
+                       uint8_t *kinds);
 
 #ifdef __cplusplus
 }

@@ -152,7 +152,8 @@ static int grow_tables(lf_pool *p) {
     return 0;
 }
 
-int64_t lf_pool_alloc(lf_pool *p) {
+/* A new slot with refcount 1 whose lf_meta (in a compressing pool) holds buf, or -1. */
+static int64_t take_slot(lf_pool *p, unsigned char *buf) {
     size_t c;
     if (p->spc == 0) return -1; /* not initialised */
     while (p->n_heap) {
@@ -180,8 +181,6 @@ int64_t lf_pool_alloc(lf_pool *p) {
         p->chunks[c].in_heap = 1;
     }
     lf_chunk *ch = &p->chunks[c];
-    unsigned char *buf = NULL;
-    if (p->z && !(buf = malloc(p->frame_bytes))) return -1;
     uint32_t off = ch->free_head; /* live < spc: a free slot is listed */
     ch->free_head = ch->ref[off] & ~LF_FREE;
     if (ch->live == 0) p->n_empty--;
@@ -201,6 +200,14 @@ int64_t lf_pool_alloc(lf_pool *p) {
         note_peak(p);
     }
     return (int64_t)(c * p->spc + off);
+}
+
+int64_t lf_pool_alloc(lf_pool *p) {
+    unsigned char *buf = NULL;
+    if (p->z && !(buf = malloc(p->frame_bytes))) return -1;
+    int64_t slot = take_slot(p, buf);
+    if (slot < 0) free(buf);
+    return slot;
 }
 
 static void warm_forget(lf_compressor *z, int64_t slot);
@@ -459,24 +466,22 @@ int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain) {
     }
 }
 
+/* The container kind (codec.h) of a cold slot's blob flags. */
+static int blob_kind(uint8_t flags) {
+    return flags & LF_BLOB_PATCH ? LF_KIND_PATCH : flags & LF_BLOB_XOR ? LF_KIND_XOR : LF_KIND_KEY;
+}
+
 int lf_blob_decode(const lf_pool *p, void *dctx, lf_blob b, const unsigned char *base,
                    unsigned char *out, unsigned char *chunk) {
     const unsigned char *blob = b.buf;
     size_t n = b.bytes, fb = p->frame_bytes;
-    if (b.flags & LF_BLOB_PATCH) return base ? lf_patch_apply(blob, n, base, out, fb) : -1;
     if (b.flags & LF_BLOB_LEAN) {
         n = lf_unlean(&p->z->coder.header, blob, n, chunk);
         blob = chunk;
     }
-    if (!(b.flags & LF_BLOB_XOR)) return lf_decompress(dctx, blob, n, out, fb);
     /* an XOR delta lands after the whole blob (in cache), then one pass applies it */
-    unsigned char *delta = chunk + fb + LF_BLOB_OVERHEAD;
-    if (!base || lf_decompress(dctx, blob, n, delta, fb)) return -1;
-    if (out == base)
-        lf_xor_into(out, delta, fb);
-    else
-        lf_xor_of(out, delta, base, fb);
-    return 0;
+    return lf_kind_decode(dctx, blob_kind(b.flags), blob, n, base, out, fb,
+                          chunk + fb + LF_BLOB_OVERHEAD);
 }
 
 int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *out) {
@@ -583,6 +588,67 @@ oom: /* keep the rest queued, from this slot on */
     lf_pool_meta(p, z->queue[i])->queued = 1;
     memmove(z->queue, z->queue + i, (z->n_queue - i) * sizeof(int64_t));
     z->n_queue -= i;
+    return -1;
+}
+
+int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offsets,
+                  const uint8_t *kinds, size_t m, int64_t *slots, size_t *bad) {
+    lf_compressor *z = p->z;
+    size_t fb = p->frame_bytes, i;
+    lf_tree t = {0, 0};
+    for (i = 0; i < m; i++) { /* every blob checked, in the pool's scratch, first */
+        size_t bn = (size_t)(offsets[i + 1] - offsets[i]);
+        int64_t r = lf_tree_step(&t, (int64_t)i, kinds[i]);
+        if (r == LF_TREE_BAD || kinds[i] == LF_KIND_RAW || kinds[i] == LF_KIND_DELTA ||
+            bn > fb + LF_BLOB_OVERHEAD ||
+            lf_kind_decode(z->dctx, kinds[i], payload + offsets[i], bn,
+                           r == LF_TREE_KEY ? NULL : z->base,
+                           z->base, fb, z->coder.delta)) {
+            *bad = i;
+            return -2;
+        }
+    }
+    t = (lf_tree){0, 0};
+    for (i = 0; i < m; i++) {
+        int64_t r = lf_tree_step(&t, (int64_t)i, kinds[i]);
+        size_t bn = (size_t)(offsets[i + 1] - offsets[i]);
+        uint8_t flags = kinds[i] == LF_KIND_PATCH ? LF_BLOB_PATCH
+                        : kinds[i] == LF_KIND_XOR ? LF_BLOB_XOR
+                                                  : 0;
+        unsigned char *b = z->coder.blob; /* the blob, made lean there if it can be */
+        memcpy(b, payload + offsets[i], bn);
+        if (!(flags & LF_BLOB_PATCH)) {
+            size_t lean = lf_lean(&z->coder.header, b, bn);
+            if (lean < bn) flags |= LF_BLOB_LEAN;
+            bn = lean;
+        }
+        int64_t slot = take_slot(p, NULL);
+        if (slot > INT32_MAX) lf_pool_decref(p, slot); /* a reference holds int32 ids */
+        if (slot < 0 || slot > INT32_MAX) goto oom;
+        uint8_t where;
+        unsigned char *mem = blob_alloc(p, bn, &where);
+        if (!mem) {
+            lf_pool_decref(p, slot); /* hot, with no buffer: freed */
+            goto oom;
+        }
+        memcpy(mem, b, bn);
+        lf_meta *mt = lf_pool_meta(p, slot);
+        mt->buf = mem;
+        mt->blob_bytes = (uint32_t)bn;
+        mt->blob_flags = (uint8_t)(where | flags);
+        mt->pos = (uint8_t)t.pos;
+        mt->cold_state = 1;
+        if (r != LF_TREE_KEY) {
+            mt->ref = (int32_t)slots[r];
+            lf_pool_incref_cold(p, slots[r]);
+        }
+        p->cold_frames++;
+        p->cold_bytes += bn;
+        slots[i] = slot;
+    }
+    return 0;
+oom: /* the frames adopted so far go again, children first */
+    while (i-- > 0) lf_pool_decref(p, slots[i]);
     return -1;
 }
 

@@ -228,6 +228,16 @@ lf_codec lf_pool_codec(const lf_pool *p);
  * not compressed then stay hot and queued). The caller holds the GIL. */
 int lf_pool_compress_pending(lf_pool *p);
 
+/* Adopt the m blobs of a container (codec.h; kinds KEY, PATCH and XOR) as cold frames,
+ * each in a new slot of refcount 1 (slots[i]) coded against the others as the container's
+ * groups say, which is how p codes its own frames: a message's frames stored as they
+ * came, neither decoded nor compressed again. Every blob is checked first (a codec blob
+ * decompressed into the pool's scratch, a patch applied there). 0; -1 on out of memory;
+ * -2 if blob *bad has another kind, is larger than a frame's blob or does not decode.
+ * Nothing changed unless 0. p compresses; the caller holds the GIL. */
+int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offsets,
+                  const uint8_t *kinds, size_t m, int64_t *slots, size_t *bad);
+
 /* Frames in the pending queue (tests and stats). */
 size_t lf_pool_pending(const lf_pool *p);
 

@@ -766,6 +766,72 @@ static void test_patches(void) {
     CHECK(bad == 0 && returned == 3000, "malformed patches (%ld)", bad);
 }
 
+/* A container (lf_coder_container) decoded frame by frame (lf_tree_step, lf_kind_decode),
+ * then adopted by a pool (lf_pool_adopt): the same frames; a corrupted one adopted whole
+ * and decodable, or refused with nothing changed. */
+static void test_adopt(void) {
+    enum { M = 150 };
+    lf_codec c = {LF_CODEC_LZ4, 9, 16};
+    unsigned char *want = malloc((size_t)M * ZFB), *got = malloc((size_t)M * ZFB), keys[M] = {0};
+    unsigned char *payload = malloc((size_t)M * (ZFB + LF_BLOB_OVERHEAD)), delta[ZFB];
+    int64_t offsets[M + 1], slots[M], again[M];
+    uint8_t kinds[M];
+    for (int i = 0; i < M; i++) series_frame(want + i * ZFB, i ? want + (i - 1) * ZFB : NULL, i);
+    keys[37] = 1;
+    lf_coder coder;
+    CHECK(lf_coder_init(&coder, c, ZFB) == 0, "coder");
+    CHECK(lf_coder_container(&coder, want, M, c.group, keys, payload, offsets, kinds) == 0, "code");
+    lf_coder_free(&coder);
+    void *dctx = lf_dctx_new();
+    lf_tree t = {0, 0};
+    long bad = 0, counts[5] = {0};
+    for (int i = 0; i < M; i++) {
+        int64_t r = lf_tree_step(&t, i, kinds[i]);
+        counts[kinds[i]]++;
+        bad += r == LF_TREE_BAD || (r != LF_TREE_KEY && (r < i - 15 || r >= i)) ||
+               (i == 37 && kinds[i] != LF_KIND_KEY);
+        bad += lf_kind_decode(dctx, kinds[i], payload + offsets[i], (size_t)(offsets[i + 1] - offsets[i]),
+                              r == LF_TREE_KEY ? NULL : got + r * ZFB, got + i * ZFB, ZFB, delta) != 0;
+    }
+    CHECK(bad == 0 && memcmp(got, want, (size_t)M * ZFB) == 0, "container decodes (%ld)", bad);
+    CHECK(counts[LF_KIND_KEY] && counts[LF_KIND_PATCH] && counts[LF_KIND_XOR], "all kinds");
+    lf_pool p;
+    lf_pool_init(&p, ZFB, 4 * ZFB);
+    CHECK(lf_pool_enable_compression(&p, c) == 0, "enable");
+    CHECK(lf_pool_adopt(&p, payload, offsets, kinds, M, slots, (size_t[1]){0}) == 0, "adopt");
+    bad = 0;
+    for (int i = 0; i < M; i++)
+        bad += lf_pool_is_hot(&p, slots[i]) || lf_pool_read(&p, slots[i], got) ||
+               memcmp(got, want + i * ZFB, ZFB);
+    CHECK(bad == 0 && p.cold_frames == M, "adopted frames decode (%ld)", bad);
+    long refused = 0;
+    for (int trial = 0; trial < 2000; trial++) { /* flipped bytes or kinds */
+        size_t at = rnd() % (size_t)offsets[M], k = rnd() % M, where = 0, live = p.live_frames;
+        uint8_t kind = kinds[k];
+        unsigned char was = payload[at];
+        if (trial % 4 == 0) kinds[k] = (uint8_t)(rnd() % 6);
+        else payload[at] ^= (unsigned char)(1 + rnd() % 255);
+        int rc = lf_pool_adopt(&p, payload, offsets, kinds, M, again, &where);
+        if (rc == 0) {
+            for (int i = 0; i < M; i++) bad += lf_pool_read(&p, again[i], got) != 0;
+            for (int i = M - 1; i >= 0; i--) lf_pool_decref(&p, again[i]);
+        } else {
+            refused++;
+            bad += rc != -2 || where >= M || p.live_frames != live;
+        }
+        payload[at] = was;
+        kinds[k] = kind;
+    }
+    CHECK(bad == 0 && refused > 0, "corrupted containers (%ld bad, %ld refused)", bad, refused);
+    for (int i = M - 1; i >= 0; i--) lf_pool_decref(&p, slots[i]);
+    CHECK(p.live_frames == 0 && p.cold_bytes == 0, "all freed");
+    lf_pool_free(&p);
+    lf_ctx_free(dctx);
+    free(want);
+    free(got);
+    free(payload);
+}
+
 static void test_codec_bad_input(void) {
     unsigned char frame[ZFB], blob[ZFB + LF_BLOB_OVERHEAD], out[ZFB], bad[ZFB + LF_BLOB_OVERHEAD];
     fill_random(frame, ZFB);
@@ -1519,6 +1585,7 @@ int main(int argc, char **argv) {
     test_compression();
     test_blob_slabs();
     test_codec_bad_input();
+    test_adopt();
     test_patches();
     test_sumtree_basic();
     test_sumtree_sample();

@@ -17,14 +17,17 @@ Scale: TypeAlias = float | None
 Compress: TypeAlias = bool | Mapping[str, Any] | None
 
 __all__ = [
-    "KIND_DELTA", "KIND_KEY", "KIND_RAW", "FramePool", "FrameRef", "Handoff", "LazyBatch",
-    "LazyFrames", "RowRing", "SharedWord", "SlotTable", "SumTree", "check_apart", "check_outs",
-    "decode_frames", "default_pool", "draw_integers", "encode_frames", "stack",
+    "KIND_DELTA", "KIND_KEY", "KIND_PATCH", "KIND_RAW", "KIND_XOR", "FramePool", "FrameRef",
+    "Handoff", "LazyBatch", "LazyFrames", "RowRing", "SharedWord", "SlotTable", "SumTree",
+    "check_apart", "check_outs", "decode_frames", "default_pool", "draw_integers",
+    "encode_frames", "stack",
 ]  # fmt: skip
 
 KIND_KEY: int
 KIND_DELTA: int
 KIND_RAW: int
+KIND_PATCH: int
+KIND_XOR: int
 _PART_BYTES: int
 
 class FramePool:
@@ -61,6 +64,12 @@ class FramePool:
     def stats(self) -> dict[str, int]: ...
     def __reduce__(self) -> Any: ...
     def push(self, frame: npt.ArrayLike) -> FrameRef: ...
+    def adopt(
+        self,
+        payload: bytes | bytearray | memoryview | np.ndarray,
+        offsets: npt.ArrayLike,
+        kinds: npt.ArrayLike,
+    ) -> LazyBatch: ...
     def push_batch(
         self,
         frames: npt.ArrayLike,
@@ -257,7 +266,12 @@ def stack(
 ) -> np.ndarray: ...
 def default_pool(frame_shape: Sequence[SupportsIndex], dtype: DTypeLike) -> FramePool: ...
 def encode_frames(
-    frames: npt.ArrayLike, *, codec: str = ..., level: int = ..., group: int = ...
+    frames: npt.ArrayLike,
+    *,
+    codec: str = ...,
+    level: int = ...,
+    group: int = ...,
+    keys: npt.ArrayLike | None = ...,
 ) -> tuple[bytes, np.ndarray, np.ndarray]: ...
 def decode_frames(
     payload: bytes | bytearray | memoryview | np.ndarray,
@@ -265,6 +279,8 @@ def decode_frames(
     kinds: npt.ArrayLike,
     frame_shape: Sequence[SupportsIndex],
     dtype: DTypeLike,
+    *,
+    before: npt.ArrayLike | None = ...,
 ) -> np.ndarray: ...
 def set_num_threads(n: SupportsIndex) -> None: ...
 def get_num_threads() -> int: ...

@@ -3,7 +3,8 @@
 An actor feeds a :class:`Sender` what it would feed :meth:`ReplayBuffer.add
 <lazyframes.ReplayBuffer.add>`; :meth:`Sender.flush` returns a *message*: the frames the
 receiver has not seen yet, each once (compressed with the core's ``encode_frames`` when
-compression is on), and the transitions as references into them. A :class:`Receiver`
+compression is on, as the receiving pool stores them), and the transitions as references
+into them. A :class:`Receiver`
 checks a message, untrusted input, before it writes anything, then adds it to a
 :class:`~lazyframes.ReplayBuffer` as the same ``add`` calls made locally would. A message
 is a ``dict`` of plain values, so any transport that pickles carries it (Ray,
@@ -65,7 +66,7 @@ KEYS = frozenset((
 ))  # fmt: skip
 #: Flag bits of a transition on the wire: those of the replay buffer.
 TERM, TRUNC, SKIP = _ring.TERM, _ring.TRUNC, _ring.SKIP
-PIECE = 256  # frames decoded at once by a receiver (1.8 MB of 84x84)
+PIECE = 256  # frames decoded at once by a receiver that does not adopt them (1.8 MB of 84x84)
 
 
 def wire_bytes(obj) -> int:
@@ -103,9 +104,10 @@ class Sender:
     Args:
         num_envs: env streams of this sender (the receiver's ``open(num_envs)``).
         stream: the id :meth:`Receiver.open` returned for this sender.
-        compress: compress the new frames with the core's ``encode_frames``: True (the
-            default codec, docs/COMPRESSION.md), a mapping of ``codec``/``level``/
-            ``group``, or False to send them raw.
+        compress: compress the new frames with the core's ``encode_frames``, as a
+            compressing receiver stores them: True (the default codec,
+            docs/COMPRESSION.md), a mapping of ``codec``/``level``/``group``, or False
+            to send them raw.
         action_shape: shape of one action, ``()`` for a discrete action.
         action_dtype: dtype the actions are sent in (the receiver casts them exactly to
             its buffer's, refusing values that do not fit).
@@ -206,7 +208,7 @@ class Sender:
 
         The message references the frames kept from the previous one (``carry``) and
         carries the frames not sent before, ordered by env then time (so compressed
-        XOR deltas run along each env's frames). Send messages in the order they are
+        deltas run along each env's frames). Send messages in the order they are
         made.
         """
         if not self._rows:
@@ -220,6 +222,7 @@ class Sender:
         remap[:c] = np.arange(c)
         remap[c + order] = c + np.arange(m)
         new_slots, ids = np.asarray(self._new, np.int64)[order], _id_dtype(c + m)
+        new_env = np.asarray(self._new_env, np.int64)[order]
         index = self._index
 
         def refs(slots: np.ndarray) -> np.ndarray:
@@ -233,7 +236,7 @@ class Sender:
             frames = self._frames.pool.gather(new_slots[:, None], layout="stack").reshape((m, *fs))
         else:
             frames = np.empty((0, *fs), dt)
-        payload, sizes, kinds = self._encode(frames)
+        payload, sizes, kinds = self._encode(frames, np.flatnonzero(np.diff(new_env, prepend=-1)))
         crcs = _crcs(memoryview(payload).cast("B"), sizes)
         # the frames the receiver keeps: each env's latest observation
         have = self._last[:, 0] >= 0
@@ -269,15 +272,15 @@ class Sender:
         self._reset_window()
         return msg
 
-    def _encode(self, frames: np.ndarray) -> tuple:
-        """``(payload, sizes, kinds)`` of the new frames: a container of the core's codec."""
+    def _encode(self, frames: np.ndarray, keys: np.ndarray) -> tuple:
+        """``(payload, sizes, kinds)``: the new frames' container, keyframes at ``keys``."""
         m = frames.shape[0]
         raw = np.full(m, _core.KIND_RAW, np.uint8)  # the kinds of m raw blobs
         if m == 0:
             return b"", np.zeros(0, np.uint32), raw
         if self._compress is None:  # the frames' array itself: out-of-band when pickled
             return frames, np.full(m, frames[0].nbytes, np.uint32), raw
-        payload, offsets, kinds = _core.encode_frames(frames, **self._compress)
+        payload, offsets, kinds = _core.encode_frames(frames, keys=keys, **self._compress)
         return payload, np.diff(offsets).astype(np.uint32), kinds
 
     def resync(self) -> None:
@@ -517,14 +520,17 @@ class Parsed:
         return Parser(max(T, 1), action_shape, action_dtype).values(action, reward, T)
 
     def push(self, pool) -> tuple:
-        """``(slots, owners)``: the new frames, each blob's checksum checked, then pushed.
+        """``(slots, owners)``: the new frames, each blob's checksum checked, then stored.
 
-        Decoded and pushed ``PIECE`` at a time (no more exist decoded beside the pool's); a
-        blob that does not decode raises, the pieces pushed before it dropped with it.
+        A compressing pool adopts compressed blobs as they are (``FramePool.adopt``);
+        otherwise they are decoded and pushed ``PIECE`` at a time (no more exist decoded
+        beside the pool's). A blob that does not decode raises, the
+        pieces pushed before it dropped with it.
 
         Raises:
             ValueError: a blob whose CRC-32 is not its ``crcs`` entry (naming the frame), a
-                container that is not valid (every blob is checked by ``decode_frames``).
+                container that is not valid (each blob is checked by ``adopt`` or
+                ``decode_frames``).
             TypeError: a payload that is not bytes-like.
         """
         try:
@@ -538,20 +544,23 @@ class Parsed:
             raise ValueError(
                 f"the blobs' offsets end at {offsets[-1]}, the payload has {data.nbytes} bytes"
             )
+        kinds, m = self._kinds, len(self._sizes)
         bad = np.flatnonzero(_crcs(data, self._sizes) != self._crcs)
         if bad.size:
             raise ValueError(
-                f"frame {bad[0]} of the message (of {len(self._sizes)} new frames): its blob's "
-                f"CRC-32 is not the sender's, the message was corrupted"
+                f"frame {bad[0]} of the message (of {m} new frames): its blob's CRC-32 is "
+                f"not the sender's, the message was corrupted"
             )
-        m, prev = len(self._sizes), None
-        slots, owners = np.empty(m, np.int64), []
+        if pool.compression is not None and not (kinds == _core.KIND_RAW).any():
+            batch = pool.adopt(data, offsets, kinds)
+            return batch.slots[:, 0], [batch]
+        slots, owners, group = np.empty(m, np.int64), [], None
         for a in range(0, m, PIECE):
             b, lo, hi = min(m, a + PIECE), int(offsets[a]), int(offsets[min(m, a + PIECE)])
-            frames = decode_piece(data[lo:hi], offsets[a : b + 1] - lo, self._kinds[a:b], prev,
-                                  self.frame_shape, self.dtype)  # fmt: skip
+            frames, group = decode_piece(data[lo:hi], offsets[a : b + 1] - lo, kinds[a:b], group,
+                                         self.frame_shape, self.dtype)  # fmt: skip
             owners.append(pool.push_batch(frames, k=1))
-            slots[a:b], prev = owners[-1].slots[:, 0], frames[-1].copy()
+            slots[a:b] = owners[-1].slots[:, 0]
         return slots, owners
 
     def flag_masks(self) -> tuple:
@@ -588,7 +597,7 @@ def parse(msg, streams: list, geometry: tuple, *, max_frames: int) -> Parsed:
         )
     arrays = {
         "sizes": sizes,
-        "kinds": _uints(msg["kinds"], "kinds", (m,)),
+        "kinds": _uints(msg["kinds"], "kinds", (m,), _core.KIND_XOR + 1),
         "crcs": _uints(msg["crcs"], "crcs", (m,)),
         "obs": _uints(msg["obs"], "obs", (T, k), c + m),
         "next_obs": _uints(msg["next_obs"], "next_obs", (T, k), c + m),
@@ -596,6 +605,8 @@ def parse(msg, streams: list, geometry: tuple, *, max_frames: int) -> Parsed:
         "retain": _uints(msg["retain"], "retain", None, c + m),
         "flags": _uints(msg["flags"], "flags", (T,), (TERM | TRUNC | SKIP) + 1),
     }
+    if (arrays["kinds"] == _core.KIND_DELTA).any():  # read only in old checkpoints
+        raise ValueError("kinds holds KIND_DELTA, which messages do not use")
     if arrays["retain"].shape[0] > k * st.num_envs:
         raise ValueError(f"retain keeps {arrays['retain'].shape[0]} frames, more than k x num_envs")
     return Parsed(msg, header, T, arrays)

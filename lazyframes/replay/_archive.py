@@ -129,17 +129,20 @@ def _remove_dead_temporaries(d: str, base: str) -> None:
                     os.unlink(os.path.join(d, name))
 
 
-def decode_piece(payload, offsets, kinds, prev, frame_shape, dtype) -> np.ndarray:
-    """The frames of consecutive blobs of a container (``offsets`` from 0 in ``payload``).
+def decode_piece(payload, offsets, kinds, before, frame_shape, dtype) -> tuple:
+    """``(frames, group)``: consecutive blobs' frames, and the group the next blobs continue.
 
-    A first blob that is a delta applies to ``prev``, the frame before it (the previous
-    piece's last): a container decoded piece by piece, never whole (checkpoints, messages).
+    The blobs are a container's (``offsets`` from 0 in ``payload``). ``before``: None for
+    the container's first piece, else the ``group`` the previous piece returned: a
+    container decoded piece by piece, never whole (checkpoints, messages), holds at most
+    a group (64 frames) beside the piece.
     """
-    n = len(kinds)
-    if n and kinds[0] == _core.KIND_DELTA and prev is not None:  # prev as a raw blob first
-        payload, offsets = prev.tobytes() + bytes(payload), np.append(0, offsets + prev.nbytes)
-        kinds = np.append(np.uint8(_core.KIND_RAW), kinds)
-    return _core.decode_frames(payload, offsets, kinds, frame_shape, dtype)[len(kinds) - n :]
+    frames = _core.decode_frames(payload, offsets, kinds, frame_shape, dtype, before=before)
+    if not len(kinds):
+        return frames, before
+    keys = np.flatnonzero((kinds == _core.KIND_KEY) | (kinds == _core.KIND_RAW))
+    group = frames[keys[-1] :] if keys.size else np.concatenate([before, frames])
+    return frames, group[-C.MAX_GROUP :].copy()  # a DELTA refers to the frame before only
 
 
 def to_bytes(state: State) -> bytes:
@@ -584,8 +587,8 @@ def read_blobs(ar: Archive, table, index: np.ndarray, sfx: str) -> None:
     with blobs:
         if len(shape) != 1 or offsets[0] != 0 or offsets[-1] != shape[0]:
             raise ValueError("frame_offsets do not span the frame_blobs entry")
-        if (np.diff(offsets) <= 0).any():
-            raise ValueError("frame_offsets must increase")
+        if (np.diff(offsets) < 0).any():  # a blob (a patch) may be empty
+            raise ValueError("frame_offsets must not decrease")
         if index.size and (index.min() < 0 or index.max() >= nf):
             raise ValueError("slot table refers to a frame that is not in the file")
         if nf * fb > max(_TABLE_FLOOR, _INFLATE_FACTOR * ar.size):
@@ -613,7 +616,7 @@ def read_blobs(ar: Archive, table, index: np.ndarray, sfx: str) -> None:
             raise ValueError(f"{live.max()} frames of {fb} bytes would be held at once")
         slots = np.full(nf, -1, np.int64)
         holders: dict = {}  # chunk -> LazyBatches holding the frames it is the last to need
-        prev = None  # the last frame decoded, for a delta that starts a piece
+        group = None  # the frames of the group the next piece continues
         done = 0
         for c in range(need.size):
             while done < need[c]:  # decode frames [done, stop) in pieces of <= per frames
@@ -623,13 +626,13 @@ def read_blobs(ar: Archive, table, index: np.ndarray, sfx: str) -> None:
                 if len(payload) != hi - lo:
                     raise ValueError("frame_blobs entry is truncated")
                 offs, kds = offsets[done : stop + 1] - lo, kinds[done:stop]
-                frames = decode_piece(payload, offs, kds, prev, fs, dt)
+                frames, group = decode_piece(payload, offs, kds, group, fs, dt)
                 part = pool.push_batch(frames, k=1)
                 slots[done:stop] = part.slots[:, 0]
                 for h in np.unique(last[done:stop]).tolist():
                     mine = slots[done:stop][last[done:stop] == h]
                     holders.setdefault(h, []).append(pool.lazy_batch(mine[:, None]))
-                prev, part = frames[-1].copy(), None
+                part = None
                 done = stop
             mine = rows[c * per : (c + 1) * per]
             used, at = np.unique(index[mine], return_inverse=True)

@@ -342,10 +342,57 @@ def test_container_roundtrip(group):
     assert offsets[-1] == len(payload)
     got = core.decode_frames(payload, offsets, kinds, (84, 84), np.uint8)
     assert np.array_equal(got, frames[:50])
-    assert kinds.tolist() == [0 if i % group == 0 else 1 for i in range(50)]
+    # a keyframe per group (Pong's deltas always pay), the others patches or XOR blobs
+    assert (kinds == core.KIND_KEY).tolist() == [i % group == 0 for i in range(50)]
+    assert set(kinds[kinds != core.KIND_KEY].tolist()) <= {core.KIND_PATCH, core.KIND_XOR}
     assert len(payload) < frames[:50].nbytes / 8
     empty = core.encode_frames(np.zeros((0, 3), np.uint8))
     assert core.decode_frames(*empty, (3,), np.uint8).shape == (0, 3)
+
+
+def test_a_container_decodes_piece_by_piece_from_the_group_before():
+    frames, _ = recorded("pong")
+    payload, offsets, kinds = core.encode_frames(frames[:50], group=16)
+    for cut in (1, 16, 21, 37):  # a delta first: decoded from the frames of its group before
+        key = cut // 16 * 16 if cut % 16 else cut - 16
+        o = offsets[cut:] - offsets[cut]
+        got = core.decode_frames(payload[offsets[cut] :], o, kinds[cut:], (84, 84), np.uint8,
+                                 before=frames[key:cut])  # fmt: skip
+        assert np.array_equal(got, frames[cut:50])
+    piece = payload[offsets[21] :], offsets[21:] - offsets[21], kinds[21:], (84, 84), np.uint8
+    refused(ValueError, "blob 0 .* no frame to apply to", core.decode_frames, *piece)
+    refused(ValueError, "before must be 1 to 64 frames", core.decode_frames, payload, offsets,
+            kinds, (84, 84), np.uint8, before=frames[:0])  # fmt: skip
+
+
+def test_adopted_blobs_are_stored_as_they_came_and_bad_ones_change_nothing():
+    frames, _ = recorded("pong")
+    payload, offsets, kinds = core.encode_frames(frames[:80], group=16, keys=[40])
+    assert np.flatnonzero(kinds == core.KIND_KEY).tolist() == [0, 16, 32, 40, 56, 72]
+    pool = core.FramePool((84, 84), np.uint8, compress=True)
+    batch = pool.adopt(payload, offsets, kinds)
+    stats = pool.stats()
+    assert (stats["cold_frames"], stats["hot_frames"], stats["pending_frames"]) == (80, 0, 0)
+    assert stats["cold_bytes"] < len(payload)  # codec blobs stored lean
+    assert np.array_equal(pool.gather(batch.slots, layout="stack")[:, 0], frames[:80])
+    # as the pool codes its own: 1 + popcount(position in its group) blobs decode a frame
+    pos = np.arange(80) - np.maximum.accumulate(np.where(kinds == core.KIND_KEY, np.arange(80), 0))
+    assert [len(pool._chain(s)) for s in batch.slots[:, 0]] == [1 + bin(p).count("1") for p in pos]
+    live = pool.live_frames
+    for p, o, k in _corruptions(payload, offsets, kinds):
+        try:
+            pool.adopt(p, o, k)
+        except (ValueError, TypeError):
+            assert pool.live_frames == live  # refused before anything is stored
+    delta = _with(kinds, 3, core.KIND_DELTA)  # read in old checkpoints only
+    refused(ValueError, "blob 3 of the container does not", pool.adopt, payload, offsets, delta)
+    raw = (frames[:3].tobytes(), np.arange(4) * frames[0].nbytes, np.full(3, core.KIND_RAW))
+    refused(ValueError, "blob 0 of the container does not decode", pool.adopt, *raw)
+    long = core.encode_frames(np.zeros((70, 84, 84), np.uint8))  # keyframes at 0 and 64
+    refused(ValueError, "blob 64 ", pool.adopt, *long[:2], _with(long[2], 64, core.KIND_PATCH))
+    assert pool.live_frames == live
+    refused(ValueError, "needs a compressing pool", core.FramePool((84, 84), np.uint8).adopt,
+            payload, offsets, kinds)  # fmt: skip
 
 
 def _with(a, i, value):
