@@ -507,6 +507,7 @@ cdef int _copy(_Copy *c) except -1:
     cdef Py_ssize_t per = c.n_out * c.k, m = c.n_obs * per, i, n_hot = 0
     cdef lf_pool *p
     cdef int rc = 0, o
+    cdef int64_t bad = -1  # the slot of a blob that did not decode
     for o in range(c.n_out):
         if not _fits(<object>c.out[o], c):
             raise RuntimeError("out changed while the call was checking its other arguments")
@@ -586,6 +587,7 @@ cdef int _copy(_Copy *c) except -1:
                 lf_pool_decref(c.pool if c.pools == NULL else c.pools[i // per], c.ids[i])
         for t in range(w.n):
             for i in range(rs[t].n):
+                bad = max(bad, rs[t].r[i].bad)
                 lf_reader_release(&rs[t].r[i])
             free(rs[t].r)
         if src != few:
@@ -594,7 +596,8 @@ cdef int _copy(_Copy *c) except -1:
     if rc == _NO_MEMORY:
         raise MemoryError()
     if rc == _CORRUPT:
-        raise RuntimeError("a compressed frame does not decode: the pool's memory is corrupted")
+        raise RuntimeError(f"the compressed frame in slot {bad} does not decode: the pool's "
+                           f"memory is corrupted")
     if rc != 0:  # _output checked the pair: unreachable unless the kernels disagree
         raise TypeError("the copy kernel refused the conversion")
     return 0

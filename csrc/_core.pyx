@@ -147,6 +147,7 @@ cdef extern from "pool.h" nogil:
     ctypedef struct lf_reader:
         lf_pool *p
         size_t n
+        int64_t bad
     int lf_pool_init(lf_pool *p, size_t frame_bytes, size_t chunk_bytes)
     void lf_pool_free(lf_pool *p)
     int64_t lf_pool_alloc(lf_pool *p)

@@ -707,7 +707,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         """A copy of the frame of a live slot (checked by the caller)."""
         cdef cnp.ndarray out = cnp.PyArray_EMPTY(self._nd, self._dims, self._descr.type_num, 0)
         if lf_pool_read(&self.p, slot, <unsigned char *>cnp.PyArray_DATA(out)) != 0:
-            raise RuntimeError("a compressed frame does not decode: the pool's memory is corrupted")
+            raise RuntimeError(f"the compressed frame in slot {slot} does not decode: the "
+                               f"pool's memory is corrupted")
         return out
 
     def get(self, slot):

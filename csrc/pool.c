@@ -665,6 +665,7 @@ int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out) {
 void lf_reader_init(lf_reader *r, lf_pool *p) {
     memset(r, 0, sizeof(*r));
     r->p = p;
+    r->bad = -1;
 }
 
 static size_t hash_slot(int64_t slot, size_t cap) {
@@ -791,12 +792,18 @@ int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end) {
         for (int32_t j = (int32_t)i; j >= 0 && !r->done[j] && n < LF_MAX_GROUP; j = r->ref[j])
             todo[n++] = j;
         int32_t up = r->ref[todo[n - 1]];
-        if (up >= 0 && !r->done[up]) return -2; /* a chain longer than LF_MAX_GROUP */
+        if (up >= 0 && !r->done[up]) { /* a chain longer than LF_MAX_GROUP */
+            r->bad = r->slots[todo[n - 1]];
+            return -2;
+        }
         const unsigned char *base = up >= 0 ? lf_reader_frame(r, up) : NULL;
         while (n > 0) { /* the oldest first: each from the frame before it */
             int32_t j = todo[--n];
             unsigned char *out = r->pos[j] >= 0 ? lf_reader_frame(r, j) : through;
-            if (lf_blob_decode(r->p, dctx, r->blobs[j], base, out, r->chunk)) return -2;
+            if (lf_blob_decode(r->p, dctx, r->blobs[j], base, out, r->chunk)) {
+                r->bad = r->slots[j];
+                return -2;
+            }
             if (r->pos[j] >= 0) r->done[j] = 1;
             base = out;
         }

@@ -304,6 +304,7 @@ typedef struct {
     size_t hcap;           /* a power of two, > 2 n */
     unsigned char *scratch; /* >= n_kept * frame_bytes, by lf_reader_reserve */
     size_t scratch_bytes;
+    int64_t bad;            /* the slot whose blob did not decode, or -1 */
     unsigned char *chunk;   /* frame_bytes + LF_BLOB_OVERHEAD: a lean blob made whole,
                              * then frame_bytes: a decoded XOR delta, then frame_bytes:
                              * the frames of a chain no row asked for */
@@ -317,7 +318,8 @@ void lf_reader_init(lf_reader *r, lf_pool *p);
 int64_t lf_reader_add(lf_reader *r, int64_t slot);
 /* The scratch of every entry asked for: 0, or -1 on out of memory. GIL held. */
 int lf_reader_reserve(lf_reader *r);
-/* Decode every entry asked for (reserved): 0, or -2 if a blob does not decode. No GIL
+/* Decode every entry asked for (reserved): 0, or -2 if a blob does not decode (its slot
+ * then in r->bad). No GIL
  * needed: it reads the reader's memory and the pinned blobs, never the pool's tables. */
 int lf_reader_decode(lf_reader *r, void *dctx);
 /* The same for the entries below `end` only (the rest stay for a later call), so that a

@@ -804,6 +804,20 @@ static void test_adopt(void) {
         bad += lf_pool_is_hot(&p, slots[i]) || lf_pool_read(&p, slots[i], got) ||
                memcmp(got, want + i * ZFB, ZFB);
     CHECK(bad == 0 && p.cold_frames == M, "adopted frames decode (%ld)", bad);
+    int k = M - 1; /* memory corrupted later: a reader's error names the slot */
+    while (kinds[k] != LF_KIND_PATCH) k--;
+    lf_meta *mk = lf_pool_meta(&p, slots[k]);
+    unsigned char saved[10];
+    size_t nk = mk->blob_bytes < 10 ? mk->blob_bytes : 10;
+    memcpy(saved, mk->buf, nk);
+    memset(mk->buf, 0xFF, nk); /* a varint past 64 bits, or past the patch's end */
+    lf_reader r;
+    lf_reader_init(&r, &p);
+    int64_t e = lf_reader_add(&r, slots[k]);
+    CHECK(e >= 0 && lf_reader_reserve(&r) == 0, "reader");
+    CHECK(lf_reader_decode(&r, dctx) == -2 && r.bad == slots[k], "corrupt slot named");
+    lf_reader_release(&r);
+    memcpy(mk->buf, saved, nk);
     long refused = 0;
     for (int trial = 0; trial < 2000; trial++) { /* flipped bytes or kinds */
         size_t at = rnd() % (size_t)offsets[M], k = rnd() % M, where = 0, live = p.live_frames;
