@@ -29,6 +29,8 @@ def _check_container(payload, offsets, kinds, frame_bytes: int) -> tuple:
         raise ValueError("offsets must start at 0 and not decrease up to the payload's length")
     if (sizes[kds == KIND_RAW] != frame_bytes).any():
         raise ValueError(f"a raw blob is not {frame_bytes} bytes, one frame")
+    if (sizes > frame_bytes + LF_BLOB_OVERHEAD).any():  # no coder makes one
+        raise ValueError(f"a blob is larger than any of a {frame_bytes}-byte frame")
     return data, offs, kds
 
 

@@ -119,7 +119,7 @@ def decode_frames(payload, offsets, kinds, frame_shape, dtype, *, before=None):
     out = np.empty((n, *shape), dt)
     if n == 0:
         return out
-    cdef const unsigned char[::1] pl = data
+    cdef const unsigned char *pl = <const unsigned char *>cnp.PyArray_DATA(data)  # may be empty
     cdef const int64_t[::1] off = offs
     cdef const uint8_t[::1] kd = kds
     cdef unsigned char *dst = <unsigned char *>cnp.PyArray_DATA(out)
@@ -141,7 +141,7 @@ def decode_frames(payload, offsets, kinds, frame_shape, dtype, *, before=None):
         for i in range(n):
             r = lf_tree_step(&t, i, kd[i])
             base = NULL if r == LF_TREE_KEY else (pre + r * fb if r < 0 else dst + r * fb)
-            if r == LF_TREE_BAD or lf_kind_decode(dctx, kd[i], &pl[0] + off[i],
+            if r == LF_TREE_BAD or lf_kind_decode(dctx, kd[i], pl + off[i],
                                                   off[i + 1] - off[i], base, dst + i * fb,
                                                   fb, delta):
                 bad = i

@@ -861,11 +861,11 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         if n == 0:
             b._pool = self
             return b
-        cdef const unsigned char[::1] pl = data
+        cdef const unsigned char *pl = <const unsigned char *>cnp.PyArray_DATA(data)  # may be empty
         cdef const int64_t[::1] off = offs
         cdef const uint8_t[::1] kd = kds
         cdef size_t bad = 0
-        cdef int rc = lf_pool_adopt(&self.p, &pl[0], &off[0], &kd[0], n, b._slots, &bad)
+        cdef int rc = lf_pool_adopt(&self.p, pl, &off[0], &kd[0], n, b._slots, &bad)
         if rc == -1:
             raise MemoryError("no memory for the adopted frames")
         if rc == -2:

@@ -51,10 +51,28 @@ long lf_compress(void *cctx, const void *src, size_t n, void *dst) {
     return r > 0 ? (long)r : -1;
 }
 
+/* 1 if a chunk's header is one lf_compress makes: typesize 1, no filter, the codec LZ4,
+ * LZ4HC or ZSTD (byte 22) with its format (the flags' top 3 bits; 0 for a small chunk
+ * stored as a memcpy), the extended header's flags 0x05 (and maybe memcpyed 0x02, not
+ * split 0x10), no special value but all-zero bytes. Blosc2 itself would also take chunks
+ * that leave the output unwritten (special UNINIT) or that name a plugin codec or filter,
+ * which it then looks for by starting a Python process. */
+static int header_ours(const unsigned char *h) {
+    int format = h[2] >> 5, flags = h[2] & 0x1F;
+    if (h[3] != 1 || (flags | 0x12) != 0x17 || (h[31] != 0 && h[31] != 0x10)) return 0;
+    if (h[22] != LF_CODEC_LZ4 && h[22] != LF_CODEC_LZ4HC && h[22] != LF_CODEC_ZSTD) return 0;
+    if (format != BLOSC_LZ4_FORMAT && format != BLOSC_ZSTD_FORMAT &&
+        !(format == 0 && (flags & BLOSC_MEMCPYED)))
+        return 0;
+    for (int i = 16; i < 31; i++)
+        if (i != 22 && h[i]) return 0; /* filters, their meta, the second flags */
+    return 1;
+}
+
 int lf_decompress(void *dctx, const void *blob, size_t blob_bytes, void *dst, size_t n) {
     int32_t nbytes, cbytes, blocksize;
-    if (blob_bytes < BLOSC_MIN_HEADER_LENGTH || blob_bytes > (size_t)INT32_MAX ||
-        n > (size_t)INT32_MAX)
+    if (blob_bytes < BLOSC_EXTENDED_HEADER_LENGTH || blob_bytes > (size_t)INT32_MAX ||
+        n > (size_t)INT32_MAX || !header_ours(blob))
         return -1;
     if (blosc2_cbuffer_sizes(blob, &nbytes, &cbytes, &blocksize) < 0 || nbytes < 0 ||
         (size_t)nbytes != n || cbytes < 0 || (size_t)cbytes != blob_bytes)
@@ -123,6 +141,7 @@ static int get_varint(const unsigned char *p, size_t pn, size_t *r, size_t *v) {
     for (unsigned shift = 0; shift < 64; shift += 7) {
         if (*r >= pn) return -1;
         unsigned char c = p[(*r)++];
+        if (shift == 63 && (c & 126)) return -1; /* bits past 64 */
         x |= (uint64_t)(c & 127) << shift;
         if (!(c & 128)) {
             if (x > SIZE_MAX) return -1;

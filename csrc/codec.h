@@ -96,7 +96,8 @@ void lf_xor_into(unsigned char *out, const unsigned char *b, size_t n);
  * a PATCH or XOR frame takes the next position pos of its group and is coded against the
  * group's frame at position pos - lowbit(pos), as a compressing pool codes its frames
  * (pool.h), so that a pool adopts such blobs as they are (lf_pool_adopt). A DELTA frame,
- * of containers before 0.3, is coded against the frame before it. */
+ * of containers before 0.3, takes its position too but is coded against the frame before
+ * it. */
 enum { LF_KIND_KEY = 0, LF_KIND_DELTA = 1, LF_KIND_RAW = 2, LF_KIND_PATCH = 3, LF_KIND_XOR = 4 };
 
 typedef struct {
@@ -124,12 +125,12 @@ static inline int64_t lf_tree_step(lf_tree *t, int64_t i, int kind) {
         t->pos = 0;
         return LF_TREE_KEY;
     }
-    if (i <= t->start) return LF_TREE_BAD; /* no frame before it */
-    if (kind == LF_KIND_DELTA) return i - 1;
-    if ((kind != LF_KIND_PATCH && kind != LF_KIND_XOR) || t->pos + 1 >= LF_MAX_GROUP)
-        return LF_TREE_BAD;
-    int64_t ref = lf_tree_ref(t);
-    t->pos++;
+    int delta = kind == LF_KIND_DELTA;
+    if (i <= t->start || t->pos + 1 >= LF_MAX_GROUP || (!delta && kind != LF_KIND_PATCH &&
+                                                        kind != LF_KIND_XOR))
+        return LF_TREE_BAD; /* no frame before it, a full group, an unknown kind */
+    int64_t ref = delta ? i - 1 : lf_tree_ref(t);
+    t->pos++; /* every frame of a group takes the next position: pos = i - start */
     return ref;
 }
 

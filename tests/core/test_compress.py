@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import recorded, refused
+from conftest import recorded, refused, run
 
 from lazyframes import _core as core
 
@@ -393,6 +393,55 @@ def test_adopted_blobs_are_stored_as_they_came_and_bad_ones_change_nothing():
     assert pool.live_frames == live
     refused(ValueError, "needs a compressing pool", core.FramePool((84, 84), np.uint8).adopt,
             payload, offsets, kinds)  # fmt: skip
+
+
+def _blob(frame, **kw):
+    """The codec blob of one frame (a keyframe's), as bytes."""
+    return core.encode_frames(frame[None], **kw)[0]
+
+
+HOSTILE = """
+import numpy as np, lazyframes._core as core
+f = np.zeros((1, 8, 8), np.uint8); f[0, 0, 0] = 1
+h = bytearray(core.encode_frames(f)[0])
+uninit = bytes(h[:12]) + (32).to_bytes(4, "little") + bytes(15) + b"\\x40"  # writes nothing
+h[2], h[22] = h[2] & 0x1F | 6 << 5, 36  # a plugin codec: Blosc2 would start python to find it
+for blob in (uninit, bytes(h)):
+    for call in (lambda o: core.FramePool((8, 8), np.uint8, compress=True).adopt(blob, o, [0]),
+                 lambda o: core.decode_frames(blob, o, [0], (8, 8), np.uint8)):
+        try:
+            call([0, len(blob)])
+        except ValueError:
+            print("refused")
+"""
+
+
+def test_only_chunks_our_codec_makes_are_decoded(tmp_path, monkeypatch):
+    """An UNINIT chunk (no bytes written) or one naming a plugin codec is refused, at once."""
+    for name in ("python", "python3"):  # what Blosc2 would start, looking for a plugin
+        (tmp_path / name).write_text(f"#!/bin/sh\ntouch {tmp_path}/started\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    r = run("-c", HOSTILE)
+    assert r.stdout.split() == ["refused"] * 4, r.stderr
+    assert not (tmp_path / "started").exists()
+
+
+def test_legacy_deltas_take_group_positions_and_empty_patches_decode():
+    frames = np.random.default_rng(0).integers(0, 4, (6, 8, 8)).astype(np.uint8)
+    xor = [_blob(frames[i] ^ frames[i - 1]) for i in range(1, 5)]  # KIND_DELTA blobs
+    patch = core.encode_frames(frames[4:6], group=2)[0][len(_blob(frames[4], group=2)) :]
+    blobs = [_blob(frames[0]), *xor, patch]  # frame 5 at position 5: a patch of frame 4
+    kinds = [core.KIND_KEY, *[core.KIND_DELTA] * 4, core.KIND_PATCH]
+    offsets = np.cumsum([0, *map(len, blobs)])
+    args, shape = (b"".join(blobs), offsets, kinds), ((8, 8), np.uint8)
+    assert np.array_equal(core.decode_frames(*args, *shape), frames)
+    cut = (args[0][offsets[5] :], offsets[5:] - offsets[5], kinds[5:])  # the last piece alone
+    assert np.array_equal(core.decode_frames(*cut, *shape, before=frames[:5])[0], frames[5])
+    same = core.decode_frames(b"", [0, 0], [core.KIND_PATCH], *shape, before=frames[:1])
+    assert np.array_equal(same[0], frames[0])  # a piece of empty patches: an empty payload
+    big = np.zeros(8 * 8 + 33, np.uint8)  # larger than any blob of a frame: refused by both
+    refused(ValueError, "larger than any", core.decode_frames, big, [0, big.size], [3], *shape)
 
 
 def _with(a, i, value):
