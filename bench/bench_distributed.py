@@ -21,6 +21,11 @@ end to end (first send to last acknowledgement); "replay us/tr" is the replay ac
 own time per transition. On a machine with fewer cores than actors the processes share
 them, so the rate measures the whole pipeline's CPU cost as much as its parallelism.
 
+First, in one process and without Ray, a table of ``Receiver.ingest`` against the same
+``ReplayBuffer.add`` calls made locally (``--local GAME ...``, recorded frames of Pong and
+MsPacman by default): time per transition, wire bytes, and stored bytes per frame (a
+compressing receiver stores the message's blobs as they came).
+
 Run: ``python -m bench.bench_distributed [--steps N]`` from the source checkout (needs
 ``.[distributed]``); the defaults take about a minute.
 """
@@ -190,6 +195,85 @@ def run(steps: int, envs: int, record: int, episode: int, flush: int, seed: int)
     return rows[1:]
 
 
+def local_ingest(games, flushes, envs: int, steps: int, seed: int) -> list[dict]:
+    """One process, no Ray: ``Receiver.ingest`` against making the same transitions locally.
+
+    ``envs`` envs replay recorded steps of each game (cached by bench_compress) at
+    different offsets. Locally, lazyframes' stacker pushes each new frame and
+    ``ReplayBuffer.add`` stores the step, the pool compressing each frame once only the
+    buffer holds it (an actor and learner in one process). Remotely, a Sender made a
+    message every ``flush`` vector steps beforehand (not timed), and a compressing
+    buffer's Receiver ingests them, adopting their blobs. Each side runs twice, the
+    second timed.
+    """
+    from pathlib import Path
+
+    from bench.bench_compress import record
+
+    rows = []
+    for game in games:
+        frames = np.load(record(game, 10_000, seed, Path.home() / ".cache" / "lazyframes"))
+        frames = frames["frames"]
+        at = np.random.default_rng(seed).integers(0, len(frames), envs)
+        news = [frames[(at + t) % len(frames)] for t in range(steps + 1)]
+        act, zero, no = np.ones(envs, np.int64), np.zeros(envs, np.float32), np.zeros(envs, bool)
+
+        def run(sink) -> float:
+            """Stack ``steps`` vector steps, ``sink(t, obs, next_obs)`` each: seconds."""
+            obs = lazyframes.FramePool(FRAME, np.uint8).push_batch(news[0], k=K)
+            t0 = time.perf_counter()
+            for t in range(1, steps + 1):
+                nxt = obs.shift(news[t])
+                sink(t, obs, nxt)
+                obs = nxt
+            return time.perf_counter() - t0
+
+        def buffer() -> lazyframes.ReplayBuffer:
+            return lazyframes.ReplayBuffer(steps * envs, num_envs=envs, compress=True)
+
+        for flush in flushes:
+            sender, msgs = Sender(num_envs=envs), []
+
+            def send(t, obs, nxt, sender=sender, msgs=msgs, flush=flush) -> None:
+                sender.add(obs, act, zero, nxt, no, no)
+                if t % flush == 0 or t == steps:
+                    msgs.append(sender.flush())
+
+            run(send)
+            row = {"game": game, "flush": flush}
+            for side in ("add", "ingest"):
+                for _ in range(2):
+                    rb = buffer()
+                    if side == "add":
+                        dt = run(lambda t, o, n, rb=rb: rb.add(o, act, zero, n, no, no))
+                    else:
+                        rx = Receiver(rb, frame_shape=FRAME)
+                        rx.open(envs)
+                        t0 = time.perf_counter()
+                        for m in msgs:
+                            rx.ingest(m)
+                        dt = time.perf_counter() - t0
+                st = rb.pool.stats()
+                row[f"{side}_us"] = 1e6 * dt / (steps * envs)
+                row[f"{side}_bpf"] = st["cold_bytes"] / max(1, st["cold_frames"])
+            row["ratio"] = row["ingest_us"] / row["add_us"]
+            row["wire"] = sum(wire_bytes(m) for m in msgs) / (steps * envs)
+            rows.append(row)
+    return rows
+
+
+LOCAL_COLUMNS = [
+    ("game", "game", str),
+    ("flush", "steps/message", str),
+    ("add_us", "local add us/tr", lambda x: f"{x:.1f}"),
+    ("ingest_us", "ingest us/tr", lambda x: f"{x:.1f}"),
+    ("ratio", "ingest/add", lambda x: f"{x:.2f}x"),
+    ("wire", "wire B/tr", lambda x: f"{x:,.0f}"),
+    ("add_bpf", "local B/frame", lambda x: f"{x:,.0f}"),
+    ("ingest_bpf", "received B/frame", lambda x: f"{x:,.0f}"),
+]
+
+
 def _int(x) -> str:
     return f"{x:,.0f}"
 
@@ -228,8 +312,14 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--record", type=int, default=400, help="recorded Pong steps per actor")
     p.add_argument("--episode", type=int, default=200, help="steps per emulated episode")
     p.add_argument("--seed", type=int, default=0, help="seed of the recordings and actions")
+    p.add_argument("--local", nargs="*", default=["Pong", "MsPacman"], metavar="GAME",
+                   help="games of the one-process ingest table (none: skip it)")  # fmt: skip
     args = p.parse_args(argv)
     print(header("bench_distributed"))
+    if args.local:
+        print("One process: Receiver.ingest vs the same ReplayBuffer.add calls, 8 envs, "
+              "1,200 vector steps of recorded frames, both buffers compressed")  # fmt: skip
+        print(format_table(local_ingest(args.local, (16, 50), 8, 1200, args.seed), LOCAL_COLUMNS))
     print(
         f"Ray actors on this machine, {args.envs} Pong envs each (recorded frames), "
         f"{args.steps} vector steps per actor, a message every {args.flush} steps"
