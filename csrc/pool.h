@@ -319,8 +319,8 @@ int64_t lf_reader_add(lf_reader *r, int64_t slot);
 /* The scratch of every entry asked for: 0, or -1 on out of memory. GIL held. */
 int lf_reader_reserve(lf_reader *r);
 /* Decode every entry asked for (reserved): 0, or -2 if a blob does not decode (its slot
- * then in r->bad). No GIL
- * needed: it reads the reader's memory and the pinned blobs, never the pool's tables. */
+ * then in r->bad). No GIL needed: it reads the reader's memory and the pinned blobs,
+ * never the pool's tables. */
 int lf_reader_decode(lf_reader *r, void *dctx);
 /* The same for the entries below `end` only (the rest stay for a later call), so that a
  * copy can decode a row's frames just before it copies them, while they are in cache. */

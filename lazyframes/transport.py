@@ -4,9 +4,9 @@ An actor feeds a :class:`Sender` what it would feed :meth:`ReplayBuffer.add
 <lazyframes.ReplayBuffer.add>`; :meth:`Sender.flush` returns a *message*: the frames the
 receiver has not seen yet, each once (compressed with the core's ``encode_frames`` when
 compression is on, as the receiving pool stores them), and the transitions as references
-into them. A :class:`Receiver`
-checks a message, untrusted input, before it writes anything, then adds it to a
-:class:`~lazyframes.ReplayBuffer` as the same ``add`` calls made locally would. A message
+into them. A :class:`Receiver` checks a message, untrusted input, before it writes
+anything, then adds it to a :class:`~lazyframes.ReplayBuffer` as the same ``add`` calls
+made locally would. A message
 is a ``dict`` of plain values, so any transport that pickles carries it (Ray,
 multiprocessing queues); a stream's messages must arrive in order. The format, the checks
 and the costs: docs/TRANSPORT.md. This module imports no distributed framework;
@@ -522,10 +522,9 @@ class Parsed:
     def push(self, pool) -> tuple:
         """``(slots, owners)``: the new frames, each blob's checksum checked, then stored.
 
-        A compressing pool adopts compressed blobs as they are (``FramePool.adopt``);
-        otherwise they are decoded and pushed ``PIECE`` at a time (no more exist decoded
-        beside the pool's). A blob that does not decode raises, the
-        pieces pushed before it dropped with it.
+        A compressing pool adopts compressed blobs as they are (``FramePool.adopt``), else
+        they are decoded and pushed ``PIECE`` at a time (no more exist decoded beside the
+        pool's); a blob that does not decode raises, the pieces pushed before it dropped.
 
         Raises:
             ValueError: a blob whose CRC-32 is not its ``crcs`` entry (naming the frame), a
