@@ -88,6 +88,8 @@ int lf_pool_init(lf_pool *p, size_t frame_bytes, size_t chunk_bytes) {
     return 0;
 }
 
+_Static_assert(sizeof(void *) != 8 || sizeof(lf_meta) == 24, "lf_meta is 24 bytes on 64-bit");
+
 static void compressor_free(lf_compressor *z);
 
 static void chunk_release(lf_chunk *c) {

@@ -54,13 +54,16 @@
 extern "C" {
 #endif
 
-/* Per-slot state of a compressing pool (32 bytes). */
+/* Per-slot state of a compressing pool (24 bytes). */
 typedef struct {
     unsigned char *buf;    /* HOT: the frame's bytes; COLD: its compressed blob */
-    uint64_t cold;         /* references held by SlotTable entries and delta children */
-    uint32_t blob_bytes;   /* COLD: bytes of the blob; 0 while HOT */
+    uint32_t cold;         /* references held by SlotTable entries and delta children;
+                            * like the refcount, it sticks at LF_REF_MAX */
+    union {                /* what a HOT frame needs, then what a COLD one does */
+        int32_t prev;      /* HOT: the previous frame recorded by SlotTable.set, or -1 */
+        uint32_t blob_bytes; /* COLD: bytes of the blob */
+    };
     int32_t ref;           /* COLD delta: the reference slot; -1 for a keyframe or HOT */
-    int32_t prev;          /* the previous frame recorded by SlotTable.set, or -1 */
     uint8_t pos;           /* COLD: position in its group (0 for a keyframe) */
     uint8_t cold_state;    /* 1 when COLD */
     uint8_t queued;        /* 1 while in the pending queue */
@@ -188,14 +191,14 @@ static inline void lf_pool_incref_cold(lf_pool *p, int64_t slot) {
     lf_pool_incref(p, slot);
     if (p->z) {
         lf_meta *m = lf_pool_meta(p, slot);
-        m->cold++;
+        if (m->cold < LF_REF_MAX) m->cold++;
         uint64_t n = lf_pool_refcount(p, slot);
         if (m->cold == n && n < LF_REF_MAX && !m->cold_state && !m->queued)
             lf_pool_queue(p, slot);
     }
 }
 static inline void lf_pool_decref_cold(lf_pool *p, int64_t slot) {
-    if (p->z) lf_pool_meta(p, slot)->cold--;
+    if (p->z && lf_pool_meta(p, slot)->cold < LF_REF_MAX) lf_pool_meta(p, slot)->cold--;
     lf_pool_decref(p, slot);
 }
 
@@ -204,7 +207,7 @@ static inline void lf_pool_decref_cold(lf_pool *p, int64_t slot) {
 static inline void lf_pool_set_prev(lf_pool *p, int64_t slot, int64_t prev) {
     if (p->z && slot != prev && prev <= INT32_MAX) {
         lf_meta *m = lf_pool_meta(p, slot);
-        if (m->prev < 0 && !m->cold_state) m->prev = (int32_t)prev;
+        if (!m->cold_state && m->prev < 0) m->prev = (int32_t)prev;
     }
 }
 
