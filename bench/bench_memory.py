@@ -5,7 +5,8 @@ random-policy recording (``AtariPreprocessing`` 84x84 grayscale, frame skip 4, s
 ``--seed``, recorded once and cached) of ``--steps`` env steps (default: 1,000,000 for
 Pong, 200,000 for any other game) is added, as stacked ``(4, 84, 84)`` observations with
 reset padding (one new frame a step, each step distinct), to
-``ReplayBuffer(steps, compress=True)`` in a spawned process of its own, then flushed.
+``ReplayBuffer(steps, compress=True, action_dtype=np.uint8)`` (Atari's actions fit one
+byte) in a spawned process of its own, then flushed.
 Columns, in bytes per transition:
 
 - **memory()**: ``memory()["bytes_per_transition"]``; **RSS**: the process's anonymous
@@ -69,7 +70,7 @@ def measure(game: str, path: str, seed: int) -> dict:
 
     stream = Stream(Path(path), None)
     r0 = rss_baseline()
-    rb = ReplayBuffer(stream.n, seed=seed, compress=True)
+    rb = ReplayBuffer(stream.n, seed=seed, compress=True, action_dtype=np.uint8)
     for item in stream:
         rb.add(*item)
     rb.flush()
@@ -144,7 +145,12 @@ def main(argv=None) -> list[dict]:
     args = p.parse_args(argv)
     if args.steps is not None and args.steps < 1:
         p.error(f"--steps must be >= 1, got {args.steps}")
-    print(header("bench_memory", "ReplayBuffer(n, compress=True), stacked (4, 84, 84) adds"))
+    print(
+        header(
+            "bench_memory",
+            "ReplayBuffer(n, compress=True, action_dtype=np.uint8), stacked (4, 84, 84) adds",
+        )
+    )
     rows = []
     for game in args.games:
         steps = args.steps or STEPS.get(game, DEFAULT_STEPS)
