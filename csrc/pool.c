@@ -648,6 +648,7 @@ int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offse
         p->cold_bytes += bn;
         slots[i] = slot;
     }
+    note_peak(p); /* the blobs came after their slots */
     return 0;
 oom: /* the frames adopted so far go again, children first */
     while (i-- > 0) lf_pool_decref(p, slots[i]);
