@@ -329,7 +329,10 @@ class FrameStore(Store):
             self._every = nxt
             if self._newest:
                 self._newest.clear()
-        else:
+        else:  # what every stream's add held stays held, but its rows go stale
+            if self._every is not None:
+                self._newest.update(dict.fromkeys(range(len(self._every)), self._every))
+                self._every = None
             self._newest.update(dict.fromkeys(envs.tolist(), nxt))
 
     def release(self) -> None:

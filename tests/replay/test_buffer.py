@@ -384,7 +384,7 @@ def test_pool_argument_chooses_the_store():
 
 @pytest.mark.parametrize("layout", ["stack", "first", "last"])
 def test_ndarray_and_foreign_observations_cost_one_new_frame_per_step(layout):
-    """Interleaved ndarray adds (any env_ids subset) or LazyFrames of another pool."""
+    """Interleaved ndarray adds (any env_ids subset, or every env) or LazyFrames of another pool."""
     axis = {"stack": None, "first": 0, "last": -1}[layout]
     shape = {"stack": FS, "first": (1, *FS), "last": (*FS, 1)}[layout]
 
@@ -395,13 +395,14 @@ def test_ndarray_and_foreign_observations_cost_one_new_frame_per_step(layout):
     rb = ReplayBuffer(1000, num_envs=3, layout=layout, stack_size=K, seed=0)
     rng, t, steps = np.random.default_rng(3), [0, 0, 0], 0
     for _ in range(30):
-        envs = rng.permutation(3)[: rng.integers(1, 4)].tolist()
+        every = rng.random() < 0.3  # env_ids=None: the rows held for it went stale once
+        envs = [0, 1, 2] if every else rng.permutation(3)[: rng.integers(1, 4)].tolist()
         o = np.stack([ob(e, t[e]) for e in envs])
         for e in envs:
             t[e] += 1
         n = np.stack([ob(e, t[e]) for e in envs])
         rb.add(o, [0] * len(envs), [0.0] * len(envs), n, [False] * len(envs),
-               [False] * len(envs), env_ids=envs)  # fmt: skip
+               [False] * len(envs), env_ids=None if every else envs)  # fmt: skip
         steps += len(envs)
     # per stream: the first observation (one frame, K times), then one new frame a step
     assert rb.memory()["unique_frames"] == steps + 3
