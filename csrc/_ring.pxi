@@ -834,6 +834,47 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             out.append(a)
         return tuple(out)
 
+    def walk(self, starts, Py_ssize_t steps):
+        """Each start's row and the next ``steps - 1`` rows of its stream, along the links.
+
+        Args:
+            starts: a 1-D int64 ndarray of positions in ``[0, size)``.
+            steps: rows per start, at least 1.
+
+        Returns:
+            An int64 array ``(len(starts), steps)``; -1 past a stream's newest row.
+
+        Raises:
+            TypeError: ``starts`` not a 1-D int64 ndarray. IndexError: a position out of
+                range. ValueError: ``steps`` < 1.
+        """
+        self._ready()
+        if not (cnp.PyArray_CheckExact(starts)
+                and cnp.PyArray_TYPE(<cnp.ndarray>starts) == cnp.NPY_INT64
+                and cnp.PyArray_NDIM(<cnp.ndarray>starts) == 1):
+            raise TypeError("starts must be a 1-D int64 ndarray")
+        if steps < 1:
+            raise ValueError(f"steps must be at least 1, got {steps}")
+        cdef cnp.ndarray r = cnp.PyArray_GETCONTIGUOUS(<cnp.ndarray>starts)
+        cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
+        cdef Py_ssize_t B = r.shape[0], i, t, n = self.size
+        for i in range(B):
+            if ri[i] < 0 or ri[i] >= n:
+                raise IndexError(f"position {ri[i]} out of range [0, {n})")
+        cdef cnp.npy_intp dims[2]
+        dims[0] = B
+        dims[1] = steps
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
+        cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
+        cdef int64_t p
+        for i in range(B):
+            p = ri[i]
+            for t in range(steps):
+                o[i * steps + t] = p
+                if p >= 0:
+                    p = self._get(self._next, p)
+        return out
+
     def positions(self, numbers):
         """The positions of the rows numbered ``numbers`` (integers, read flat).
 

@@ -19,7 +19,7 @@ engine".
 from ._buffer import ReplayBuffer
 from ._prioritized import PrioritizedReplayBuffer
 from ._sampler import Sampler
-from ._samples import Samples
+from ._samples import Samples, Sequences
 
 #: The samples of a uniform draw (the name of 0.2): :class:`Samples`.
 ReplaySamples = Samples
@@ -28,5 +28,5 @@ PrioritizedSamples = Samples
 
 __all__ = [
     "PrioritizedReplayBuffer", "PrioritizedSamples", "ReplayBuffer", "ReplaySamples", "Sampler",
-    "Samples",
+    "Samples", "Sequences",
 ]  # fmt: skip

@@ -23,7 +23,7 @@ from . import _archive
 from ._args import Parser, options
 from ._ring import Ring
 from ._sampler import DrawGate, Sampler
-from ._samples import Drawn, Samples, constant, draw, fill, outputs
+from ._samples import Drawn, Samples, Sequences, constant, draw, fill, outputs
 from ._store import FrameStore, check_pool, hold_all, kinds, pool_memory, prepare_all, stores_for
 
 
@@ -480,6 +480,61 @@ class ReplayBuffer:
         outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)
         drawn = draw(self._ring, self._stores, idx, idx, constant(B, 1.0))
         return fill(drawn, self._keys, outs, scale)
+
+    def sample_sequences(self, batch_size, length, *, burn_in=0, within_episode=False,
+                         frames=False, out=None, dtype=None, scale=None) -> Sequences:  # fmt: skip
+        """Sample ``batch_size`` windows of consecutive steps of one env stream each.
+
+        For recurrent (R2D2), self-predictive (SPR, BBF) and model-based agents: a window
+        is ``burn_in + length`` steps, ``burn_in`` first, drawn uniformly (with
+        replacement) over its valid first steps: a transition (not an autoreset
+        placeholder) whose stream holds the window's other steps (a window never runs past
+        the newest step) and, with ``within_episode``, whose whole window is one episode.
+        Otherwise a window runs on into the next episode and ``mask`` marks where (see
+        :class:`Sequences` and docs/SEQUENCES.md). One copy call writes the observations.
+
+        Args:
+            batch_size: windows ``B``, at least 1.
+            length: steps after the burn-in, at least 1.
+            burn_in: steps before them (returned too), at least 0.
+            within_episode: draw only windows within one episode (every ``mask`` 1.0).
+            frames: also return each window's ``T + k - 1`` frames, written once, and the
+                observations as a view of them (needs ``within_episode``).
+            out: an array to fill: the observations ``(B, T, *observation_shape)``, or
+                with ``frames`` the frames ``(B, T + k - 1, *frame_shape)``.
+            dtype: output dtype of the observations, as :meth:`sample`.
+            scale: as :meth:`sample`.
+
+        Raises:
+            ValueError: an empty buffer, bad sizes, no valid window yet, ``frames`` without
+                ``within_episode`` or with stacks that share no frames, a bad ``out``.
+            TypeError: Dict observations, non-integer sizes, a bad ``out`` or conversion.
+        """
+        self._draws.wait()
+        B = self._batch_size(batch_size)
+        length, burn_in = operator.index(length), operator.index(burn_in)
+        if length < 1 or burn_in < 0:
+            raise ValueError(f"length must be >= 1 and burn_in >= 0, got {length} and {burn_in}")
+        if frames and not within_episode:
+            raise ValueError(
+                "frames=True needs within_episode=True: only an episode's stacks share frames"
+            )
+        if self._keys is not None:
+            raise TypeError("sample_sequences does not take Dict observations yet")
+        T, store = burn_in + length, self._stores[0]
+        arr, dst = store.window_output(B, T, out, frames, dtype, scale)
+        with self._draws.drawing:
+            pos = self._ring.windows(self._rng, B, T, within_episode)
+        obs = store.copy_windows(pos, arr, frames, dst, scale)
+        _, actions, dones, rewards, truncs, discounts = self._ring.fields(pos.reshape(-1))
+        rewards, dones, truncs, discounts = (
+            a.reshape(B, T) for a in (rewards, dones, truncs, discounts)
+        )
+        return Sequences(
+            obs, actions.reshape(B, T, *self._action_shape), rewards, dones, truncs, discounts,
+            self._ring.episode_mask(pos).astype(np.float32), pos[:, 0].copy(), constant(B, 1.0),
+            arr if frames else None, burn_in,
+        )  # fmt: skip
 
     def _drawn(self, batch_size: int, options: dict) -> Drawn:
         """One batch drawn now (checked arguments): fields read, frames pinned.

@@ -275,6 +275,18 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         pos, weights = self._tree.sample_weighted(self._rng.random(batch_size), beta)
         return pos, self._ring.numbers(pos), weights
 
+    def sample_sequences(self, batch_size, length, **options):
+        """Not yet: windows drawn by priority (a uniform draw would ignore the priorities).
+
+        Raises:
+            NotImplementedError: always; :meth:`ReplayBuffer.sample_sequences` draws
+                windows uniformly.
+        """
+        raise NotImplementedError(
+            "PrioritizedReplayBuffer does not draw windows by priority yet; "
+            "ReplayBuffer.sample_sequences draws them uniformly"
+        )
+
     def update_priorities(self, indices, priorities, *, skip_evicted=False) -> None:
         """Set the priorities of the transitions ``indices`` (from :meth:`sample`).
 

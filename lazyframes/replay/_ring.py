@@ -19,6 +19,7 @@ from ._samples import constant
 TERM = 1  # the episode terminated: don't bootstrap
 TRUNC = 2  # the episode was cut by a time limit
 SKIP = 4  # an autoreset placeholder: never sampled, ends every n-step window
+ENDS = TERM | TRUNC  # the episode ended with this step
 #: The error of a draw from a buffer that holds transitions but none sampleable.
 NOT_SAMPLEABLE = (
     "no transition can be sampled yet: every stored n-step window is still open (add more "
@@ -114,7 +115,7 @@ class Ring(_core.RowRing):
         ret = rewards[idx].astype(np.float64)
         last = idx.copy()
         m = np.ones(idx.shape, np.int64)
-        alive = valid & ((fl0 & (TERM | TRUNC)) == 0)
+        alive = valid & ((fl0 & ENDS) == 0)
         for j in range(1, n):
             p = nxt[last]
             inr = p >= 0
@@ -125,7 +126,7 @@ class Ring(_core.RowRing):
             ret += np.where(step, g**j * rewards[p].astype(np.float64), 0.0)
             last = np.where(step, p, last)
             m += step
-            alive = step & ((fl & (TERM | TRUNC)) == 0)
+            alive = step & ((fl & ENDS) == 0)
             if not alive.any():
                 break
         flast = flags[last]
@@ -181,3 +182,59 @@ class Ring(_core.RowRing):
             trunc.astype(np.float32),
             (self.gamma**m).astype(np.float32),
         )
+
+    # -- windows of consecutive steps (sample_sequences; RowRing.walk follows the links) -
+    def episode_mask(self, pos: np.ndarray) -> np.ndarray:
+        """Whether each step of windows ``pos`` is of its first step's episode.
+
+        A step is not once an earlier step of the window ended the episode (terminated or
+        truncated) or once the window reached an autoreset placeholder (itself included).
+        """
+        fl = self.flags[pos]
+        out = (fl & SKIP) != 0
+        out[:, 1:] |= (fl[:, :-1] & ENDS) != 0
+        return ~np.logical_or.accumulate(out, axis=1)
+
+    def windows(self, rng: np.random.Generator, count: int, steps: int, within: bool) -> np.ndarray:
+        """``count`` windows ``(count, steps)`` drawn uniformly over their valid starts.
+
+        A start is valid when its stream holds ``steps - 1`` steps after it and it is not
+        an autoreset placeholder; with ``within``, when the whole window is one episode
+        (:meth:`episode_mask`). Random starts are redrawn where invalid; after 32 rounds,
+        the valid starts are enumerated (few are valid).
+
+        Raises:
+            ValueError: the ring is empty, or no window is valid.
+        """
+        total = len(self)
+        if total == 0:
+            raise ValueError("cannot sample from an empty ReplayBuffer")
+
+        def valid(starts):
+            pos = self.walk(starts, steps)
+            ok = pos[:, -1] >= 0
+            if within:
+                ok &= self.episode_mask(np.where(ok[:, None], pos, 0))[:, -1]
+            else:
+                ok &= (self.flags[starts] & SKIP) == 0
+            return pos, ok
+
+        pos, ok = valid(_core.draw_integers(rng, total, count))
+        for _ in range(32):
+            bad = np.flatnonzero(~ok)
+            if bad.size == 0:
+                return pos
+            pos[bad], ok[bad] = valid(_core.draw_integers(rng, total, bad.size))
+        good = np.concatenate(
+            [s[valid(s)[1]] for s in np.array_split(np.arange(total), -(-total // 65536))]
+        )
+        if good.size == 0:
+            raise ValueError(
+                f"no window of {steps} steps can be sampled yet: no stream holds {steps} "
+                f"steps after a start"
+                + (" within one episode" if within else "")
+                + " (add more steps)"
+            )
+        bad = np.flatnonzero(~ok)
+        pos[bad] = self.walk(good[_core.draw_integers(rng, good.size, bad.size)], steps)
+        return pos

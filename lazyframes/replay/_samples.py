@@ -71,6 +71,42 @@ class Samples(NamedTuple):
     weights: np.ndarray
 
 
+class Sequences(NamedTuple):
+    """A batch of ``B`` windows of ``T`` consecutive steps of one env stream each.
+
+    :meth:`ReplayBuffer.sample_sequences`'s result; ``T = burn_in + length``, the first
+    ``burn_in`` steps of each window being its burn-in.
+
+    Attributes:
+        observations: ``(B, T, *observation_shape)``: step ``t``'s observation (with
+            ``frames=True`` a read-only view of ``frames``).
+        actions: ``(B, T, *action_shape)`` of ``action_dtype``.
+        rewards, dones, truncations, discounts: float32 ``(B, T)``: each step's n-step
+            fields, as :class:`Samples` (a step's window may look past step ``T - 1``
+            within its episode; with ``n_step=1``, its reward and flags).
+        mask: float32 ``(B, T)``: 1.0 for the steps of the episode of the window's first
+            step; 0.0 from the step after one that terminated or was truncated, and
+            from an autoreset placeholder on (their fields are the stream's, unmasked).
+        indices: int64 ``(B,)``: the ring positions of the windows' first steps.
+        weights: float32 ``(B,)``: all 1.0 (uniform draws).
+        frames: None, or with ``frames=True`` the ``(B, T + k - 1, *frame_shape)`` frames
+            of each window, each read and written once.
+        burn_in: the number of burn-in steps at the start of each window.
+    """
+
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray
+    truncations: np.ndarray
+    discounts: np.ndarray
+    mask: np.ndarray
+    indices: np.ndarray
+    weights: np.ndarray
+    frames: np.ndarray | None
+    burn_in: int
+
+
 def outputs(stores: tuple, frames: tuple, keys, B: int, out, dtype, scale, fresh=False) -> list:
     """Per frame store, the checked ``(obs_out, next_out, dtype)`` a batch of ``B`` fills.
 

@@ -63,6 +63,22 @@ def frames_view(arr, layout, k, lead=1) -> np.ndarray:
     return np.moveaxis(arr.reshape(arr.shape[:-1] + (k, c)), -2, lead)
 
 
+def window_view(frames: np.ndarray, layout: str, k: int, T: int) -> np.ndarray:
+    """A read-only view ``(B, T, *obs_shape)`` of windows' frames ``(B, T + k - 1, *S)``.
+
+    Observation ``t`` of window ``b`` is its frames ``t .. t + k - 1`` in ``layout``
+    (``"last"``: frames of one channel only).
+    """
+    st, sh = frames.strides, frames.shape
+    if layout == "stack":
+        shape, strides = (sh[0], T, k, *sh[2:]), (st[0], st[1], st[1], *st[2:])
+    elif layout == "first":  # (k * C, ...): frame j's channel c at j * C + c
+        shape, strides = (sh[0], T, k * sh[2], *sh[3:]), (st[0], st[1], *st[2:])
+    else:  # (..., k): one channel
+        shape, strides = (sh[0], T, *sh[2:-1], k), (st[0], st[1], *st[2:-1], st[1])
+    return np.lib.stride_tricks.as_strided(frames, shape, strides, writeable=False)
+
+
 class Geometry:
     """How a frame store splits observations into frames: decided by the first add."""
 
@@ -476,6 +492,51 @@ class FrameStore(Store):
             table.batch(idx, 0, g.k, layout=g.layout),
             table.batch(last, g.k, 2 * g.k, layout=g.layout),
         )
+
+    def window_output(self, B: int, T: int, out, frames: bool, dtype, scale) -> tuple:
+        """``(array, dtype)`` a batch of ``B`` windows of ``T`` steps fills, checked.
+
+        The observations ``(B, T, *obs_shape)``, or with ``frames`` the frames ``(B, T + k -
+        1, *frame_shape)`` (:func:`window_view`: not in layout "last" with frames of C > 1).
+        """
+        g = self._geom
+        if frames and g.layout == "last" and g.frame_shape[-1] != 1:
+            raise ValueError(
+                f"frames=True needs frames of one channel in layout 'last' (observations "
+                f"{g.obs_shape} cannot be a view of the frames): use frames=False"
+            )
+        shape = (B, T + g.k - 1, *g.frame_shape) if frames else (B, T, *g.obs_shape)
+        if out is None:
+            dst = C.output_dtype(g.dtype, dtype, scale)
+            return np.empty(shape, dst), dst
+        dst = C.output_dtype(g.dtype, dtype if dtype is not None else getattr(out, "dtype", None),
+                             scale)  # fmt: skip
+        _core.check_outs((out,), shape, dst)
+        return out, dst
+
+    def copy_windows(self, pos: np.ndarray, arr: np.ndarray, frames: bool, dtype, scale):
+        """Copy the observations of the windows ``pos`` ``(B, T)`` into ``arr``: one call.
+
+        ``arr`` from :meth:`window_output`. Returns the observations: ``arr``, or with
+        ``frames`` a read-only view of it (each window's observations must then share
+        frames as a frame stacker's do: ValueError otherwise, before anything is written).
+        """
+        g, (B, T), k = self._geom, pos.shape, self._geom.k
+        if not frames:
+            flat = arr.reshape((B * T, *g.obs_shape))
+            self._table.gather(pos.reshape(-1), 0, k, flat, layout=g.layout, dtype=dtype,
+                               scale=scale)  # fmt: skip
+            return arr
+        ids = self._table.ids(pos.reshape(-1)).reshape(B, T, 2 * k)
+        bad = np.flatnonzero((ids[:, 1:, : k - 1] != ids[:, :-1, 1:k]).any(axis=(1, 2)))
+        if bad.size:
+            raise ValueError(
+                f"frames=True: the observations of window {int(bad[0])} do not share frames "
+                f"with their predecessors (stacks not from one frame stack): use frames=False"
+            )
+        slots = np.concatenate([ids[:, 0, :k], ids[:, 1:, k - 1]], axis=1)
+        self._pool.gather(slots, arr, layout="stack", dtype=dtype, scale=scale)
+        return window_view(arr, g.layout, k, T)
 
     # -- memory and checkpoints -------------------------------------------------------
     def frame_ids(self, n: int) -> np.ndarray:

@@ -761,3 +761,14 @@ def test_ring_streams_in_the_narrowest_dtype(streams, dtype):
     assert ring.env.dtype == dtype and (ring.env == np.tile(ids, 2)).all()
     assert (ring.last == ids).all() and (ring.next[:streams] == -1).all()
     assert (ring.next[streams:] == ids).all()
+
+
+def test_ring_walk_follows_each_stream():
+    ring = core.RowRing(6, 2, [("a", (), np.uint8)])
+    ring.grow(6)
+    for streams in ([0], [1], [0], [0], [1]):  # rows 0..4: stream 0 at 0, 2, 3; 1 at 1, 4
+        ring.append(np.array(streams), (np.zeros(1, np.uint8),))
+    assert ring.walk(np.array([0, 1, 3]), 3).tolist() == [[0, 2, 3], [1, 4, -1], [3, -1, -1]]
+    refused(TypeError, "int64", ring.walk, np.array([0], np.int32), 2)
+    refused(IndexError, "out of range", ring.walk, np.array([5]), 2)
+    refused(ValueError, "at least 1", ring.walk, np.array([0]), 0)

@@ -122,10 +122,14 @@ class ReplayModel:
                 return t
         return None
 
-    def window(self, t):
-        """The steps of ``t``'s n-step window (``t`` first), or None if it is not sampleable."""
+    def window(self, t, open_ok=False):
+        """The steps of ``t``'s n-step window (``t`` first), or None if it is not sampleable.
+
+        ``open_ok``: a window open at the stream's newest transition ends there (a step of
+        a sequence: its fields are computed whatever it is).
+        """
         if t.skip:
-            return None
+            return [t] if open_ok else None
         stream = self.streams[t.env]
         steps = []
         for u in stream[stream.index(t) : stream.index(t) + self.n_step]:
@@ -134,7 +138,7 @@ class ReplayModel:
             steps.append(u)
             if u.terminated or u.truncated:
                 return steps
-        return steps if len(steps) == self.n_step else None  # else: still open
+        return steps if len(steps) == self.n_step or open_ok else None  # else: still open
 
     def sampleable(self):
         """The stored transitions that ``sample`` may draw, oldest first."""
@@ -144,10 +148,10 @@ class ReplayModel:
         """The ring positions that ``sample`` may draw, sorted."""
         return sorted(self.position(t) for t in self.sampleable())
 
-    def expected(self, pos):
+    def expected(self, pos, open_ok=False):
         """The sample fields of the transition at ring position ``pos``, or None if not drawable."""
         t = self.at(pos)
-        steps = None if t is None else self.window(t)
+        steps = None if t is None else self.window(t, open_ok)
         if steps is None:
             return None
         ret = sum(self.gamma**i * float(u.reward) for i, u in enumerate(steps))
@@ -161,6 +165,32 @@ class ReplayModel:
             truncations=np.float32(last.truncated),
             discounts=np.float32(self.gamma ** len(steps)),
         )
+
+    # -- windows of consecutive steps (sample_sequences) -------------------------------
+    def sequence(self, t, steps):
+        """``t`` and the next ``steps - 1`` steps of its stream, or None if it has fewer."""
+        stream = self.streams[t.env]
+        i = stream.index(t)
+        return stream[i : i + steps] if i + steps <= len(stream) else None
+
+    @staticmethod
+    def mask(seq):
+        """Whether each step of ``seq`` is of its first step's episode (sample_sequences)."""
+        out, alive = [], True
+        for j, u in enumerate(seq):
+            prev = seq[j - 1] if j else None
+            alive = alive and not u.skip and not (prev and (prev.terminated or prev.truncated))
+            out.append(alive)
+        return out
+
+    def starts(self, steps, within):
+        """The ring positions ``sample_sequences`` may start a window of ``steps`` at, sorted."""
+        ok = []
+        for t in self.fifo:
+            seq = self.sequence(t, steps)
+            if seq is not None and not t.skip and (not within or all(self.mask(seq))):
+                ok.append(self.position(t))
+        return sorted(ok)
 
 
 class PrioritizedModel(ReplayModel):

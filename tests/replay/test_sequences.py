@@ -1,0 +1,157 @@
+"""``ReplayBuffer.sample_sequences`` against the plain-Python model: windows of stream steps."""
+
+import numpy as np
+import pytest
+from conftest import refused
+from test_model import SHAPES, K, Run, chi2_p, names
+
+import lazyframes
+
+STEP_FIELDS = ("actions", "rewards", "dones", "truncations", "discounts")
+
+
+def check_windows(run, B, length, burn_in=0, within=False, frames=False, **kw):
+    """One ``sample_sequences`` checked step by step against the model; returns it."""
+    rb, m, T = run.rb, run.model, burn_in + length
+    s = rb.sample_sequences(B, length, burn_in=burn_in, within_episode=within, frames=frames, **kw)
+    assert s.observations.shape == (B, T, *rb.observation_shape) and s.burn_in == burn_in
+    assert s.mask.shape == s.rewards.shape == (B, T) and s.indices.dtype == np.int64
+    assert (s.frames is not None) == frames and np.all(s.weights == 1)
+    starts = set(m.starts(T, within))
+    for b, pos in enumerate(s.indices.tolist()):
+        assert pos in starts, f"window {b} starts at {pos}, not a valid start: {sorted(starts)}"
+        seq = m.sequence(m.at(pos), T)
+        mask = m.mask(seq)
+        assert s.mask[b].tolist() == [float(x) for x in mask], (b, s.mask[b], mask)
+        for t, u in enumerate(seq):
+            got = s.observations[b, t]
+            assert np.array_equal(got, u.obs), (
+                f"window {b} step {t}: frames {names(got, run.layout)}, "
+                f"model {names(u.obs, run.layout)}"
+            )
+            want = m.expected(m.position(u), open_ok=True)
+            assert s.actions[b, t] == want.actions
+            if mask[t]:  # masked steps' fields are the stream's: checked where they count
+                for name in STEP_FIELDS[1:]:
+                    assert getattr(s, name)[b, t] == getattr(want, name), (name, b, t)
+        if frames:  # observation t is frames t .. t + k - 1
+            f = s.frames[b]
+            for t in range(T):
+                assert np.array_equal(stacked(f[t : t + K], run.layout), s.observations[b, t])
+    return s
+
+
+def stacked(frames, layout):
+    """``K`` frames as one observation of ``layout``."""
+    axis = 0 if layout == "first" else -1
+    return frames if layout == "stack" else np.concatenate(frames, axis=axis)
+
+
+@pytest.mark.parametrize("layout", list(SHAPES))
+@pytest.mark.parametrize("kind", ["batch", "array"])
+@pytest.mark.parametrize("num_envs, n_step", [(1, 1), (3, 2)])
+def test_windows_match_model(layout, kind, num_envs, n_step):
+    # interleaved streams (random env subsets), episode ends of every kind, wrap-around
+    run = Run(40, num_envs=num_envs, n_step=n_step, layout=layout, seed=5)
+    for i in range(90):
+        run.add(kind, run.envs(kind) if num_envs > 1 else None, p_end=0.08)
+        if i > 30 and i % 7 == 0:
+            check_windows(run, 9, 3, burn_in=i % 3)
+            if run.model.starts(4, True):
+                check_windows(run, 5, 4, within=True, frames=layout != "last")
+    assert run.model.full
+
+
+def test_draws_are_uniform_over_valid_starts():
+    run = Run(48, num_envs=2, seed=6)
+    for _ in range(80):
+        run.add("array", p_end=0.1)
+    for within in (False, True):
+        ok = run.model.starts(5, within)
+        assert 2 <= len(ok) < len(run.model) - 8, "the test needs starts that cannot be drawn"
+        draws = run.rb.sample_sequences(20_000, 5, within_episode=within).indices
+        assert set(draws.tolist()) <= set(ok)
+        counts = np.bincount(draws, minlength=48)[ok]
+        assert chi2_p(counts, [1 / len(ok)] * len(ok)) > 1e-4, counts
+
+
+def test_few_valid_starts_are_enumerated():
+    # a window as long as the streams: nearly every random start is redrawn, then enumerated
+    run = Run(60, num_envs=2, seed=7)
+    for _ in range(30):
+        run.add("array", p_end=0.0)
+    ok = run.model.starts(29, False)
+    assert len(ok) == 4  # 2 streams x 2 starts
+    assert set(check_windows(run, 50, 29).indices.tolist()) == set(ok)
+    refused(ValueError, "no window of 31 steps", run.rb.sample_sequences, 1, 31)
+
+
+def test_compressed_windows_are_the_same():
+    runs = [Run(200, num_envs=2, n_step=3, seed=8, compress=c) for c in (False, True)]
+    for _ in range(150):
+        for run in runs:
+            run.rng = np.random.default_rng(len(run.model.fifo))  # the same adds
+            run.add("batch", p_end=0.05)
+    runs[1].rb.flush()
+    a, b = (run.rb.sample_sequences(16, 6, burn_in=2) for run in runs)
+    for name, x, y in zip(a._fields, a, b, strict=True):
+        assert np.array_equal(x, y), name
+    a, b = (run.rb.sample_sequences(8, 6, within_episode=True, frames=True) for run in runs)
+    assert np.array_equal(a.frames, b.frames) and np.array_equal(a.observations, b.observations)
+    assert runs[1].rb.memory()["cold_frames"] > 0
+
+
+def test_out_dtype_and_scale():
+    run = Run(60, seed=9)
+    for _ in range(40):
+        run.add("array", p_end=0.05)
+    rb = run.rb
+    out = np.empty((4, 3, *rb.observation_shape), np.float32)
+    state = rb._rng.bit_generator.state
+    s = rb.sample_sequences(4, 3, out=out, scale=1 / 255)
+    assert s.observations is out
+    rb._rng.bit_generator.state = state
+    u = rb.sample_sequences(4, 3)
+    assert np.array_equal(out, u.observations.astype(np.float32) * np.float32(1 / 255))
+    frames = np.empty((4, 3 + K - 1, *SHAPES["stack"]), np.uint8)
+    s = rb.sample_sequences(4, 3, within_episode=True, frames=True, out=frames)
+    assert s.frames is frames and not s.observations.flags.writeable
+
+
+def test_refusals_before_a_draw():
+    run = Run(30, layout="last", seed=10)
+    rb = run.rb
+    refused(ValueError, "empty", rb.sample_sequences, 1, 2)
+    for _ in range(20):
+        run.add("array", p_end=0.0)
+    state = rb._rng.bit_generator.state
+    refused(ValueError, "length must be", rb.sample_sequences, 1, 0)
+    refused(ValueError, "burn_in >= 0", rb.sample_sequences, 1, 2, burn_in=-1)
+    refused(ValueError, "needs within_episode", rb.sample_sequences, 1, 2, frames=True)
+    refused(ValueError, "one channel in layout 'last'", rb.sample_sequences, 1, 2,
+            within_episode=True, frames=True)  # fmt: skip
+    refused(ValueError, "shape", rb.sample_sequences, 2, 2, out=np.empty((2, 3, 5, 6, 6), np.uint8))
+    refused(TypeError, "scale needs a float", rb.sample_sequences, 2, 2, scale=2.0)
+    refused(TypeError, "integer", rb.sample_sequences, 2, 2.5)
+    assert rb._rng.bit_generator.state == state  # nothing drawn
+
+
+def test_frames_refused_when_stacks_share_no_frames():
+    rb = lazyframes.ReplayBuffer(20, seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(10):  # unrelated stacks: nothing to share
+        obs, nxt = rng.integers(0, 255, (2, K, 3, 3), dtype=np.uint8)
+        rb.add(obs, 0, 0.0, nxt, False, False)
+    refused(ValueError, "do not share frames", rb.sample_sequences, 2, 3,
+            within_episode=True, frames=True)  # fmt: skip
+    assert rb.sample_sequences(2, 3).observations.shape == (2, 3, K, 3, 3)
+
+
+def test_dict_and_prioritized_refused():
+    rb = lazyframes.ReplayBuffer(10, frame_keys="img")
+    f = np.zeros((K, 2, 2), np.uint8)
+    rb.add({"img": f, "v": np.zeros(2)}, 0, 0.0, {"img": f, "v": np.zeros(2)}, False, False)
+    refused(TypeError, "Dict observations", rb.sample_sequences, 1, 1)
+    rb = lazyframes.PrioritizedReplayBuffer(10)
+    rb.add(f, 0, 0.0, f, False, False)
+    refused(NotImplementedError, "by priority", rb.sample_sequences, 1, 1)
