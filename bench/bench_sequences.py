@@ -74,7 +74,8 @@ def torchrl_buffer(stream: Stream, T: int, B: int):
     try:
         import torch
         from tensordict import TensorDict
-        from torchrl.data import LazyTensorStorage, ReplayBuffer as TorchRB, SliceSampler
+        from torchrl.data import LazyTensorStorage, SliceSampler
+        from torchrl.data import ReplayBuffer as TorchRB
     except ImportError as e:
         print(f"TorchRL rows skipped: {e}")
         return None
@@ -117,9 +118,7 @@ def main(argv=None) -> list[dict]:
     fns = {
         "sample_sequences": lambda: raw.sample_sequences(B, T, out=obs_out),
         "sample_sequences compress": lambda: comp.sample_sequences(B, T, out=obs_out),
-        "frames": lambda: raw.sample_sequences(
-            B, T, within_episode=True, frames=True, out=fr_out
-        ),
+        "frames": lambda: raw.sample_sequences(B, T, within_episode=True, frames=True, out=fr_out),
         "frames compress": lambda: comp.sample_sequences(
             B, T, within_episode=True, frames=True, out=fr_out
         ),

@@ -17,7 +17,7 @@ engine".
 """
 
 from ._buffer import ReplayBuffer
-from ._prioritized import PrioritizedReplayBuffer
+from ._prioritized import PrioritizedReplayBuffer, sequence_priority
 from ._sampler import Sampler
 from ._samples import Samples, Sequences
 
@@ -28,5 +28,5 @@ PrioritizedSamples = Samples
 
 __all__ = [
     "PrioritizedReplayBuffer", "PrioritizedSamples", "ReplayBuffer", "ReplaySamples", "Sampler",
-    "Samples", "Sequences",
+    "Samples", "Sequences", "sequence_priority",
 ]  # fmt: skip

@@ -510,6 +510,12 @@ class ReplayBuffer:
                 ``within_episode`` or with stacks that share no frames, a bad ``out``.
             TypeError: Dict observations, non-integer sizes, a bad ``out`` or conversion.
         """
+        return self._sequences(batch_size, length, burn_in, within_episode, frames, out, dtype,
+                               scale, {})  # fmt: skip
+
+    def _sequences(self, batch_size, length, burn_in, within_episode, frames, out, dtype, scale,
+                   options: dict) -> Sequences:  # fmt: skip
+        """:meth:`sample_sequences` with a subclass's ``options`` (``beta``) for its draw."""
         self._draws.wait()
         B = self._batch_size(batch_size)
         length, burn_in = operator.index(length), operator.index(burn_in)
@@ -524,7 +530,7 @@ class ReplayBuffer:
         T, store = burn_in + length, self._stores[0]
         arr, dst = store.window_output(B, T, out, frames, dtype, scale)
         with self._draws.drawing:
-            pos = self._ring.windows(self._rng, B, T, within_episode)
+            pos, indices, weights = self._pick_windows(B, T, within_episode, options)
         obs = store.copy_windows(pos, arr, frames, dst, scale)
         _, actions, dones, rewards, truncs, discounts = self._ring.fields(pos.reshape(-1))
         rewards, dones, truncs, discounts = (
@@ -532,9 +538,14 @@ class ReplayBuffer:
         )
         return Sequences(
             obs, actions.reshape(B, T, *self._action_shape), rewards, dones, truncs, discounts,
-            self._ring.episode_mask(pos).astype(np.float32), pos[:, 0].copy(), constant(B, 1.0),
+            self._ring.episode_mask(pos).astype(np.float32), indices, weights,
             arr if frames else None, burn_in,
         )  # fmt: skip
+
+    def _pick_windows(self, B: int, T: int, within: bool, options: dict) -> tuple:
+        """``(positions (B, T), window ids, weights)`` of one draw: uniform, every weight 1."""
+        pos = self._ring.windows(self._rng, B, T, within)
+        return pos, pos[:, 0].copy(), constant(B, 1.0)
 
     def _drawn(self, batch_size: int, options: dict) -> Drawn:
         """One batch drawn now (checked arguments): fields read, frames pinned.

@@ -16,7 +16,7 @@ from .. import _core
 from ._buffer import ReplayBuffer
 from ._ring import NOT_SAMPLEABLE, SKIP
 from ._sampler import Sampler
-from ._samples import Samples, fill, outputs
+from ._samples import Samples, Sequences, fill, outputs
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedSamples"]
 
@@ -275,17 +275,56 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         pos, weights = self._tree.sample_weighted(self._rng.random(batch_size), beta)
         return pos, self._ring.numbers(pos), weights
 
-    def sample_sequences(self, batch_size, length, **options):
-        """Not yet: windows drawn by priority (a uniform draw would ignore the priorities).
+    def sample_sequences(self, batch_size, length, *, beta=0.4, burn_in=0, within_episode=False,
+                         frames=False, out=None, dtype=None, scale=None) -> Sequences:  # fmt: skip
+        """Windows of :meth:`ReplayBuffer.sample_sequences`, drawn by their first step's priority.
+
+        A window's priority is its first transition's: window ``i`` is drawn with
+        probability ``p_i**alpha / sum_k p_k**alpha`` over the valid windows (whose first
+        step is also sampleable as a transition). ``indices`` are the first steps'
+        transition numbers, the window ids :meth:`update_priorities` takes (see
+        :func:`sequence_priority`, R2D2's mix of a window's per-step priorities);
+        ``weights`` are :meth:`sample`'s, ``(p_i / p_min)**(-alpha * beta)``, ``p_min``
+        the smallest priority of a sampleable transition. A window whose first step was
+        evicted is never drawn; checkpoints keep the priorities.
 
         Raises:
-            NotImplementedError: always; :meth:`ReplayBuffer.sample_sequences` draws
-                windows uniformly.
+            ValueError, TypeError: as :meth:`ReplayBuffer.sample_sequences`, or ``beta``
+                outside ``[0, 1]``.
         """
-        raise NotImplementedError(
-            "PrioritizedReplayBuffer does not draw windows by priority yet; "
-            "ReplayBuffer.sample_sequences draws them uniformly"
-        )
+        return self._sequences(batch_size, length, burn_in, within_episode, frames, out, dtype,
+                               scale, {"beta": _beta(beta)})  # fmt: skip
+
+    def _pick_windows(self, B: int, T: int, within: bool, options: dict) -> tuple:
+        """``(positions, numbers, weights)`` of ``B`` windows drawn by priority.
+
+        Windows that are not valid are redrawn; after 32 rounds, they are drawn among the
+        valid ones enumerated (few are valid).
+        """
+        if not self._tree.total() > 0.0:
+            raise ValueError(NOT_SAMPLEABLE)
+        beta, ring, tree = options["beta"], self._ring, self._tree
+        starts, w = tree.sample_weighted(self._rng.random(B), beta)
+        weights = np.asarray(w)  # (float32: beta is given)
+        pos, ok = ring.valid_windows(starts, T, within)
+        for _ in range(32):
+            bad = np.flatnonzero(~ok)
+            if bad.size == 0:
+                return pos, ring.numbers(pos[:, 0]), weights
+            starts, w = tree.sample_weighted(self._rng.random(bad.size), beta)
+            weights[bad] = w
+            pos[bad], ok[bad] = ring.valid_windows(starts, T, within)
+        good = ring.valid_starts(T, within)
+        leaves = tree.get(good)
+        if not leaves.sum() > 0.0:
+            raise ValueError(f"no window of {T} steps starts at a sampleable transition yet")
+        bad = np.flatnonzero(~ok)
+        cum = np.cumsum(leaves)
+        pick = np.minimum(np.searchsorted(cum, self._rng.random(bad.size) * cum[-1], "right"),
+                          good.size - 1)  # fmt: skip
+        pos[bad] = ring.walk(good[pick], T)
+        weights[bad] = ((leaves[pick] / tree.min()) ** -beta).astype(np.float32)
+        return pos, ring.numbers(pos[:, 0]), weights
 
     def update_priorities(self, indices, priorities, *, skip_evicted=False) -> None:
         """Set the priorities of the transitions ``indices`` (from :meth:`sample`).
@@ -393,3 +432,35 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         ok = self._ring.sampleable(pos) if n else np.zeros(0, bool)
         self._tree.set(pos, np.where(ok, prio**self._alpha, 0.0))
         self._open = pos[~ok & ((self._ring.flags[:n] & SKIP) == 0)]
+
+
+def sequence_priority(priorities, mask=None, *, eta=0.9) -> np.ndarray:
+    """R2D2's priority of windows from their steps': ``eta * max + (1 - eta) * mean``.
+
+    Kapturowski et al. (2019), eta = 0.9, over each window's absolute per-step priorities
+    (e.g. TD errors), the steps where ``mask`` is 0 left out (a window of no such step
+    gets 0).
+
+    Args:
+        priorities: ``(B, T)`` per-step priorities (their absolute values are taken).
+        mask: None, or ``(B, T)``: the steps that count (``Sequences.mask``).
+        eta: the weight of the max, in ``[0, 1]``.
+
+    Returns:
+        float64 ``(B,)``, for ``update_priorities(batch.indices, ...)``.
+
+    Example:
+        >>> sequence_priority([[1.0, -3.0, 2.0]], eta=0.5).tolist()
+        [2.5]
+    """
+    p = np.abs(np.asarray(priorities, np.float64))
+    if p.ndim != 2:
+        raise ValueError(f"priorities must have shape (B, T), got {p.shape}")
+    if not 0.0 <= eta <= 1.0:
+        raise ValueError(f"eta must be in [0, 1], got {eta!r}")
+    m = np.ones(p.shape, bool) if mask is None else np.asarray(mask) != 0
+    if m.shape != p.shape:
+        raise ValueError(f"mask has shape {m.shape}, priorities {p.shape}")
+    n = m.sum(axis=1)
+    mean = np.where(m, p, 0.0).sum(axis=1) / np.maximum(n, 1)
+    return eta * np.where(m, p, 0.0).max(axis=1, initial=0.0) + (1 - eta) * mean

@@ -195,12 +195,41 @@ class Ring(_core.RowRing):
         out[:, 1:] |= (fl[:, :-1] & ENDS) != 0
         return ~np.logical_or.accumulate(out, axis=1)
 
-    def windows(self, rng: np.random.Generator, count: int, steps: int, within: bool) -> np.ndarray:
-        """``count`` windows ``(count, steps)`` drawn uniformly over their valid starts.
+    def valid_windows(self, starts: np.ndarray, steps: int, within: bool) -> tuple:
+        """``(pos, ok)``: the windows ``(len(starts), steps)`` and whether each is valid.
 
         A start is valid when its stream holds ``steps - 1`` steps after it and it is not
         an autoreset placeholder; with ``within``, when the whole window is one episode
-        (:meth:`episode_mask`). Random starts are redrawn where invalid; after 32 rounds,
+        (:meth:`episode_mask`).
+        """
+        pos = self.walk(starts, steps)
+        ok = pos[:, -1] >= 0
+        if within:
+            ok &= self.episode_mask(np.where(ok[:, None], pos, 0))[:, -1]
+        else:
+            ok &= (self.flags[starts] & SKIP) == 0
+        return pos, ok
+
+    def valid_starts(self, steps: int, within: bool) -> np.ndarray:
+        """Every valid start of a window of ``steps`` (:meth:`valid_windows`), sorted.
+
+        Raises:
+            ValueError: there is none.
+        """
+        total = len(self)
+        chunks = np.array_split(np.arange(total), max(1, -(-total // 65536)))
+        good = np.concatenate([c[self.valid_windows(c, steps, within)[1]] for c in chunks])
+        if good.size == 0:
+            raise ValueError(
+                f"no window of {steps} steps can be sampled yet: no stream holds {steps} "
+                f"steps after a start{' within one episode' if within else ''} (add more steps)"
+            )
+        return good
+
+    def windows(self, rng: np.random.Generator, count: int, steps: int, within: bool) -> np.ndarray:
+        """``count`` windows ``(count, steps)`` drawn uniformly over their valid starts.
+
+        Random starts are redrawn where invalid (:meth:`valid_windows`); after 32 rounds,
         the valid starts are enumerated (few are valid).
 
         Raises:
@@ -209,32 +238,14 @@ class Ring(_core.RowRing):
         total = len(self)
         if total == 0:
             raise ValueError("cannot sample from an empty ReplayBuffer")
-
-        def valid(starts):
-            pos = self.walk(starts, steps)
-            ok = pos[:, -1] >= 0
-            if within:
-                ok &= self.episode_mask(np.where(ok[:, None], pos, 0))[:, -1]
-            else:
-                ok &= (self.flags[starts] & SKIP) == 0
-            return pos, ok
-
-        pos, ok = valid(_core.draw_integers(rng, total, count))
+        pos, ok = self.valid_windows(_core.draw_integers(rng, total, count), steps, within)
         for _ in range(32):
             bad = np.flatnonzero(~ok)
             if bad.size == 0:
                 return pos
-            pos[bad], ok[bad] = valid(_core.draw_integers(rng, total, bad.size))
-        good = np.concatenate(
-            [s[valid(s)[1]] for s in np.array_split(np.arange(total), -(-total // 65536))]
-        )
-        if good.size == 0:
-            raise ValueError(
-                f"no window of {steps} steps can be sampled yet: no stream holds {steps} "
-                f"steps after a start"
-                + (" within one episode" if within else "")
-                + " (add more steps)"
+            pos[bad], ok[bad] = self.valid_windows(
+                _core.draw_integers(rng, total, bad.size), steps, within
             )
-        bad = np.flatnonzero(~ok)
+        good, bad = self.valid_starts(steps, within), np.flatnonzero(~ok)
         pos[bad] = self.walk(good[_core.draw_integers(rng, good.size, bad.size)], steps)
         return pos

@@ -1,11 +1,14 @@
 """``ReplayBuffer.sample_sequences`` against the plain-Python model: windows of stream steps."""
 
+from collections import Counter
+
 import numpy as np
 import pytest
 from conftest import refused
 from test_model import SHAPES, K, Run, chi2_p, names
 
 import lazyframes
+from lazyframes.replay import sequence_priority
 
 STEP_FIELDS = ("actions", "rewards", "dones", "truncations", "discounts")
 
@@ -16,9 +19,10 @@ def check_windows(run, B, length, burn_in=0, within=False, frames=False, **kw):
     s = rb.sample_sequences(B, length, burn_in=burn_in, within_episode=within, frames=frames, **kw)
     assert s.observations.shape == (B, T, *rb.observation_shape) and s.burn_in == burn_in
     assert s.mask.shape == s.rewards.shape == (B, T) and s.indices.dtype == np.int64
-    assert (s.frames is not None) == frames and np.all(s.weights == 1)
+    assert (s.frames is not None) == frames and (run.prioritized or np.all(s.weights == 1))
     starts = set(m.starts(T, within))
-    for b, pos in enumerate(s.indices.tolist()):
+    for b, i in enumerate(s.indices.tolist()):
+        pos = m.position(m.by_number(i)) if run.prioritized else i  # ids: numbers there
         assert pos in starts, f"window {b} starts at {pos}, not a valid start: {sorted(starts)}"
         seq = m.sequence(m.at(pos), T)
         mask = m.mask(seq)
@@ -147,11 +151,48 @@ def test_frames_refused_when_stacks_share_no_frames():
     assert rb.sample_sequences(2, 3).observations.shape == (2, 3, K, 3, 3)
 
 
-def test_dict_and_prioritized_refused():
+def test_dict_refused():
     rb = lazyframes.ReplayBuffer(10, frame_keys="img")
     f = np.zeros((K, 2, 2), np.uint8)
     rb.add({"img": f, "v": np.zeros(2)}, 0, 0.0, {"img": f, "v": np.zeros(2)}, False, False)
     refused(TypeError, "Dict observations", rb.sample_sequences, 1, 1)
-    rb = lazyframes.PrioritizedReplayBuffer(10)
-    rb.add(f, 0, 0.0, f, False, False)
-    refused(NotImplementedError, "by priority", rb.sample_sequences, 1, 1)
+
+
+@pytest.mark.parametrize("within, steps", [(False, 4), (True, 4), (False, 15)])
+def test_prioritized_windows(within, steps):
+    # drawn in proportion to the first step's priority ** alpha among the valid windows,
+    # the ids are transition numbers, the weights sample's; 15 steps: few valid, enumerated
+    run = Run(30, num_envs=2, n_step=2, prioritized=True, alpha=0.7, seed=11)
+    for _ in range(40):  # wraps: numbers run past the capacity
+        run.add("batch", p_end=0.1)
+    m, rb = run.model, run.rb
+    numbers = [t.number for t in m.fifo]
+    prio = run.rng.uniform(0.1, 3, len(numbers))
+    rb.update_priorities(numbers, prio)
+    m.update_priorities(numbers, prio)
+    starts = {m.at(p).number for p in m.starts(steps, within)} & set(m.probabilities())
+    assert 2 <= len(starts) < len(numbers) - 4, "the test needs windows that cannot be drawn"
+    s = check_windows(run, 4, steps, within=within)  # ids are numbers, not positions
+    counts = Counter()
+    for _ in range(20):
+        s = rb.sample_sequences(500, steps, within_episode=within, beta=0.5)
+        for n, w, pos in zip(s.indices.tolist(), s.weights, s.observations[:, 0], strict=True):
+            t = m.by_number(n)
+            assert np.array_equal(pos, t.obs) and w == m.weight(n, 0.5), n
+        counts.update(s.indices.tolist())
+    assert set(counts) <= starts, "drew a window that is not valid"
+    powered = {n: m.by_number(n).priority ** 0.7 for n in starts}
+    total = sum(powered.values())
+    assert chi2_p([counts[n] for n in powered], [v / total for v in powered.values()]) > 1e-4
+    rb.update_priorities(s.indices, sequence_priority(np.ones((500, steps)), s.mask))
+
+
+def test_sequence_priority():
+    p = [[1.0, -4.0, 2.0, 8.0], [0.5, 0.5, 0.5, 0.5]]
+    got = sequence_priority(p, [[1, 1, 1, 0], [1, 1, 0, 0]], eta=0.9)
+    assert got.tolist() == [0.9 * 4 + 0.1 * 7 / 3, 0.5]
+    assert sequence_priority(p).tolist() == [0.9 * 8 + 0.1 * 15 / 4, 0.5]
+    assert sequence_priority([[1.0]], [[0]]).tolist() == [0.0]
+    refused(ValueError, "shape", sequence_priority, [1.0, 2.0])
+    refused(ValueError, "eta", sequence_priority, [[1.0]], eta=1.5)
+    refused(ValueError, "mask has shape", sequence_priority, [[1.0]], [[1, 1]])
