@@ -160,16 +160,26 @@ def check_args(args) -> None:
     Raises:
         UsageError: the message names the option, or the packages and the commands.
     """
-    for names, ok, what in RULES:
-        for name in names:
-            value = getattr(args, name)
-            if not ok(value):  # NaN too
-                raise UsageError(f"--{name.replace('_', '-')} must be {what}, got {value}")
+    check_numbers(args, RULES)
     if args.buffer_size < args.num_envs:
         raise UsageError(
             f"--buffer-size ({args.buffer_size}) must be at least --num-envs ({args.num_envs})"
         )
+    check_packages()
+    check_ale_env_id(args.env_id)
 
+
+def check_numbers(args, rules) -> None:
+    """Each option of ``rules`` (``(names, test, what the test says)``) passes its test."""
+    for names, ok, what in rules:
+        for name in names:
+            value = getattr(args, name)
+            if not ok(value):  # NaN too
+                raise UsageError(f"--{name.replace('_', '-')} must be {what}, got {value}")
+
+
+def check_packages() -> None:
+    """torch, lazyframes (built), gymnasium, ale-py and opencv import, or one line says how."""
     missing = [m for m in ("torch", "lazyframes", "gymnasium", "ale_py", "cv2") if _missing(m)]
     if missing:
         commands = ([INSTALL_TORCH] if "torch" in missing else []) + (
@@ -184,7 +194,6 @@ def check_args(args) -> None:
         import lazyframes  # noqa: F401
     except ImportError as e:  # a clone whose core is not built: the message says how
         raise UsageError(str(e)) from None
-    check_ale_env_id(args.env_id)
 
 
 def _missing(module: str) -> bool:

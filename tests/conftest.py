@@ -117,7 +117,7 @@ def run_ok(script, *args, cwd):
 #: ending the process with status 1: a check that passes where it should refuse, or that
 #: comes after the work has begun, fails the test at once instead of running the script.
 GUARDED = textwrap.dedent("""
-    import runpy, sys
+    import os, runpy, sys
     import gymnasium
 
     def started(*args, **kwargs):
@@ -131,6 +131,7 @@ GUARDED = textwrap.dedent("""
 
         ray.init = started
     sys.argv = sys.argv[2:]
+    sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))  # as python <script> sets it
     runpy.run_path(sys.argv[0], run_name="__main__")
 """)
 

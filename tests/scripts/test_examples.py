@@ -45,6 +45,36 @@ def test_dqn_atari_example_trains_a_few_steps(tmp_path, prioritized):
     assert (m is not None) == prioritized and (m is None or float(m.group(1)) >= 1.0), out
 
 
+R2D2_ARGS = [
+    "--total-timesteps", "400", "--num-envs", "2", "--learning-starts", "60",
+    "--batch-size", "4", "--burn-in", "2", "--length", "6", "--buffer-size", "1000",
+    "--target-network-frequency", "5", "--compress",
+]  # fmt: skip
+
+
+def test_r2d2_atari_example_trains_on_windows(tmp_path):
+    out = run_example("r2d2_atari.py", R2D2_ARGS, tmp_path)
+    m = re.search(
+        r"r2d2_atari summary: 400 env steps, (\d+) gradient steps on 4 windows of 8 steps, "
+        r"\d+ episodes, final loss ([0-9.]+), \d+ steps/s, replay 400 steps at ([0-9,]+) B",
+        out,
+    )
+    assert m, out
+    # 200 vector steps; an update when step >= 60 and step % 4 == 0: 60, 64, ..., 196
+    assert int(m.group(1)) == 35 and float(m.group(2)) >= 0.0
+    assert int(m.group(3).replace(",", "")) < 7_056  # frames stored once, compressed
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--length", "0"], "--length must be >= 1, got 0"),
+    (["--burn-in", "-1"], "--burn-in must be >= 0, got -1"),
+    (["--eta", "2"], "--eta must be in [0, 1], got 2.0"),
+    (["--env-id", "CartPole-v1"], "--env-id 'CartPole-v1' is not an ALE game"),
+])  # fmt: skip
+def test_r2d2_atari_refuses_a_bad_option_in_one_line_before_any_work(args, message):
+    assert_one_line_error(run_guarded("examples/r2d2_atari.py", *args), message)
+
+
 INSTALL_TORCH = (
     "python -m pip install torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu"
 )
