@@ -875,6 +875,46 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                     p = self._get(self._next, p)
         return out
 
+    def put(self, Py_ssize_t column, rows, values):
+        """Rewrite ``column`` at ``rows`` with ``values``, checked whole first (reanalyse).
+
+        Args:
+            column: the index of a column (not the counted one).
+            rows: a 1-D int64 ndarray of positions in ``[0, size)``.
+            values: an ndarray ``(len(rows), *shape)`` of the column's dtype, C-contiguous
+                (a float column's values finite); a repeated row gets its last value.
+
+        Raises:
+            IndexError: a column or position out of range. ValueError: the counted column,
+                a non-finite float. TypeError: ``rows`` or ``values`` of another type,
+                dtype or shape. Nothing is written then.
+        """
+        self._ready()
+        if not 0 <= column < self._ncols:
+            raise IndexError(f"column {column} out of range [0, {self._ncols})")
+        if column == self._counted_col:
+            raise ValueError(f"{self._names[column]} is counted: it is written by append only")
+        if not (cnp.PyArray_CheckExact(rows)
+                and cnp.PyArray_TYPE(<cnp.ndarray>rows) == cnp.NPY_INT64
+                and cnp.PyArray_NDIM(<cnp.ndarray>rows) == 1):
+            raise TypeError("rows must be a 1-D int64 ndarray")
+        cdef cnp.ndarray r = cnp.PyArray_GETCONTIGUOUS(<cnp.ndarray>rows)
+        cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
+        cdef Py_ssize_t B = r.shape[0], i, n = self.size, rb = self._rowbytes[column]
+        for i in range(B):
+            if ri[i] < 0 or ri[i] >= n:
+                raise IndexError(f"position {ri[i]} out of range [0, {n})")
+        if not _exact_rows(values, self._types[column], B, self._nds[column],
+                           self._dims + _MAX_COL_DIMS * column):
+            raise TypeError(f"values must be a C-contiguous ndarray of shape "
+                            f"{(B,) + self._shapes[column]} and dtype {self._dtypes[column]}")
+        cdef _Scalar sc
+        self._check_value(column, values, B, &sc)  # finite floats
+        cdef char *col = <char *>cnp.PyArray_DATA(<cnp.ndarray>self._cols[column])
+        cdef const char *src = <const char *>cnp.PyArray_DATA(<cnp.ndarray>values)
+        for i in range(B):
+            memcpy(col + ri[i] * rb, src + i * rb, rb)
+
     def positions(self, numbers):
         """The positions of the rows numbered ``numbers`` (integers, read flat).
 

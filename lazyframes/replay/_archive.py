@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import _checks as C
 from .. import _core
+from . import _extras
 from ._npz import FORMAT, Archive, write_entry
 from ._ring import SKIP, TERM, TRUNC
 from ._store import (
@@ -75,8 +76,10 @@ class Restored(NamedTuple):
 
     ``pool_opt``: the constructor's ``pool`` (the pool, or dict of pools, the frames
     were loaded into); ``stores``: the restored stores (empty before a first add);
-    ``ring``: ``(pos, full, env, actions, rewards, flags)``; ``archive``: the open
-    :class:`Archive`, for a subclass's entries.
+    ``ring``: ``(pos, full, env, columns)``, the columns actions, rewards, flags and the
+    per-step extras; ``extras``: the declarations ``(per step, per start)`` as the
+    constructor takes them and the stored starts ``(positions, arrays)`` (or None);
+    ``archive``: the open :class:`Archive`, for a subclass's entries.
     """
 
     meta: dict
@@ -86,12 +89,13 @@ class Restored(NamedTuple):
     stores: tuple
     ring: tuple
     rng: np.random.Generator
+    extras: tuple
     archive: Any
 
     def fill(self, ring) -> None:
         """Restore ``ring``'s transitions."""
-        pos, full, env, actions, rewards, flags = self.ring
-        ring.load(pos, full, env, (actions, rewards, flags))
+        pos, full, env, columns = self.ring
+        ring.load(pos, full, env, columns)
 
 
 # -- writing --------------------------------------------------------------------------
@@ -169,6 +173,8 @@ def write_archive(state: State, fh) -> None:
         "flags": ring.flags[:n],
         "env_ids": ring.env[:n].astype(np.int32),  # the file keeps int32
     }
+    for j, column in enumerate(ring.columns[3:]):  # per-step extras (declared in meta)
+        arrays[f"extra_{j}"] = column[:n]
     frame_sets = []  # (suffix, store)
     if state.keys is None:
         if state.stores:
@@ -266,10 +272,18 @@ def read(ar: Archive, pool, extra_bytes: int) -> Restored:
             f"versions {sorted(_ENTRIES)})"
         )
     leaves = meta.get("leaves")
+    try:
+        step_spec = _extras.declared(_declaration(meta, "extras"), "extras")
+        start_spec = _extras.declared(_declaration(meta, "start_extras"), "start_extras")
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"bad meta extras: {e}") from None
     allowed = _ENTRIES[version] | _OPTIONAL | _leaf_entries(leaves, version)
+    allowed |= {f"extra_{j}" for j in range(len(step_spec))}
+    if start_spec:
+        allowed |= {"start_positions"} | {f"start_extra_{j}" for j in range(len(start_spec))}
     if not ar.names() <= allowed:
         raise ValueError(f"unexpected entries {sorted(ar.names() - allowed)}")
-    check_capacity(meta, ar.size, extra_bytes)
+    check_capacity(meta, ar.size, extra_bytes + 8 * bool(start_spec))
     try:
         compression = C.compression(meta.get("compression"))
     except TypeError as e:
@@ -315,8 +329,37 @@ def read(ar: Archive, pool, extra_bytes: int) -> Restored:
         stores, pool_opt = (store,), store.pool
     elif n:
         raise ValueError("transitions without frames")
-    ring = (pos, full, envs, actions, rewards, flags)
-    return Restored(meta, compression, pool_opt, keys, stores, ring, rng, ar)
+    columns = [actions, rewards, flags]
+    columns += [ar.array(f"extra_{j}", (n, *sh), dt) for j, (_, sh, dt) in enumerate(step_spec)]
+    starts = None
+    if start_spec:
+        f, shape, _ = ar.open("start_positions", None, np.int64)
+        f.close()
+        if len(shape) != 1 or shape[0] > n:
+            raise ValueError(f"entry 'start_positions' has shape {shape}, expected at most ({n},)")
+        m = shape[0]
+        sp = ar.array("start_positions", (m,), np.int64)
+        if m and (sp.min() < 0 or sp.max() >= n or np.unique(sp).size != m):
+            raise ValueError("start_positions must be distinct stored positions")
+        starts = (sp, [ar.array(f"start_extra_{j}", (m, *sh), dt)
+                       for j, (_, sh, dt) in enumerate(start_spec)])  # fmt: skip
+    declared = tuple({name: (sh, dt) for name, sh, dt in spec} or None
+                     for spec in (step_spec, start_spec))  # fmt: skip
+    ring = (pos, full, envs, tuple(columns))
+    return Restored(meta, compression, pool_opt, keys, stores, ring, rng, (*declared, starts), ar)
+
+
+def _declaration(meta: dict, key: str):
+    """``meta[key]`` (``[[name, shape, dtype], ...]``, or missing) as ``{name: (shape, dtype)}``."""
+    decl = meta.get(key)
+    if decl is None:
+        return None
+    if not isinstance(decl, list) or not all(isinstance(d, list) and len(d) == 3 for d in decl):
+        raise ValueError(f"meta {key!r} must be a list of [name, shape, dtype]")
+    out = {d[0]: (d[1], d[2]) for d in decl}
+    if len(out) != len(decl):
+        raise ValueError(f"meta {key!r} repeats a name")
+    return out
 
 
 def _read_frames(ar: Archive, m: dict, sfx: str, n: int, pool, capacity: int, compression,

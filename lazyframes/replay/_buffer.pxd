@@ -9,4 +9,5 @@ cdef class ReplayBuffer:
     cdef public Parser _parser
     cdef public object _ring, _rng, _action_dtype, _layout_opt, _k_opt, _compress, _pool_opt
     cdef public object _frame_keys, _keys, _samplers, _draws
-    cdef public tuple _action_shape, _stores, _frames, _vectors, _tables
+    cdef public tuple _action_shape, _stores, _frames, _vectors, _tables, _extras
+    cdef public object _starts

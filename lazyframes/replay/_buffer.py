@@ -19,8 +19,8 @@ import numpy as np
 
 from .. import _checks as C
 from .. import _core
-from . import _archive
-from ._args import Parser, options
+from . import _archive, _extras
+from ._args import Parser, exact_cast, flags_array, numeric, options
 from ._ring import Ring
 from ._sampler import DrawGate, Sampler
 from ._samples import Drawn, Samples, Sequences, constant, draw, fill, outputs
@@ -119,14 +119,27 @@ class ReplayBuffer:
 
     def __init__(self, capacity, *, num_envs=1, n_step=1, gamma=0.99, seed=None, action_shape=(),
                  action_dtype=np.int64, layout=None, stack_size=None, pool=None, compress=False,
-                 frame_keys=None):  # fmt: skip
+                 frame_keys=None, extras=None, start_extras=None):  # fmt: skip
         num_envs, action_shape, action_dtype, layout, stack_size = options(
             num_envs, action_shape, action_dtype, layout, stack_size
         )
+        self._extras = _extras.declared(extras, "extras")
+        starts = _extras.declared(start_extras, "start_extras")
+        clash = {n for n, _, _ in self._extras} & {n for n, _, _ in starts}
+        if clash:
+            raise ValueError(f"extras and start_extras share the names {sorted(clash)}")
         self._parser = Parser(num_envs, action_shape, action_dtype)
         self._ring = Ring(
-            capacity, num_envs, n_step, gamma, action_shape, action_dtype, self._parser.convert
+            capacity,
+            num_envs,
+            n_step,
+            gamma,
+            action_shape,
+            action_dtype,
+            self._parser.convert,
+            self._extras,
         )  # checks capacity, n_step and gamma
+        self._starts = _extras.StartExtras(starts, self._ring.capacity) if starts else None
         for p in pool.values() if isinstance(pool, dict) else [pool]:
             check_pool(p)
         if frame_keys is not None:
@@ -258,7 +271,8 @@ class ReplayBuffer:
 
     # -- adding -----------------------------------------------------------------------
     def add(self, obs, action, reward, next_obs, terminated, truncated, *, autoreset=None,
-            env_ids=None, final_obs=None, final_mask=None) -> None:  # fmt: skip
+            env_ids=None, final_obs=None, final_mask=None, extras=None, start_extras=None,
+            starts=None) -> None:  # fmt: skip
         """Store one transition per env (or per id of ``env_ids``).
 
         Batched arguments have a leading axis of ``E``: ``num_envs``, or ``len(env_ids)``.
@@ -299,6 +313,12 @@ class ReplayBuffer:
             final_mask: bool (``(num_envs,)``): the rows to take from ``final_obs``
                 (``infos["_final_obs"]``, or ``truncations``); needed with ``final_obs``,
                 which is not read (may be None) when it marks no env.
+            extras: the per-step extras declared, ``{name: value}`` (``(E, *shape)``),
+                cast exactly as actions are; a name left out is stored as zeros.
+            start_extras: the per-start extras declared, ``{name: value}`` as ``extras``,
+                stored for the transitions ``starts`` marks (windows start only there).
+            starts: bool (``(E,)``): the transitions that are window starts (default:
+                every one, when ``start_extras`` is given).
 
         Raises:
             ValueError: a wrong shape or number of envs, frames of another shape or
@@ -326,6 +346,11 @@ class ReplayBuffer:
             keys, obs, batched, self.capacity, self._pool_opt, self._frame_keys,
             layout=self._layout_opt, stack_size=self._k_opt, compress=self._compress,
         )  # fmt: skip
+        if self._extras or extras is not None:
+            values += self._extra_values(extras, E, batched)
+        marked = start = None
+        if self._starts is not None or start_extras is not None or starts is not None:
+            marked, start = self._start_values(start_extras, starts, E, batched)
         ring, frames, tables, vectors = self._ring, self._frames, self._tables, self._vectors
         parts = prepare_all(stores, obs, next_obs, final, E, batched, ring, envs, values)
         if not self._stores:  # the first add: the new frame stores' tables
@@ -340,11 +365,34 @@ class ReplayBuffer:
                 stores[i].put(idx, parts[i])
         else:
             pos = ring.append(envs, values, tables, parts)
+        if self._starts is not None:  # (reserved by _start_values: cannot fail)
+            self._starts.put((pos + np.arange(E)) % ring.capacity, start, marked)
         if not self._stores:  # the first add: the buffer keeps its stores
             self._keep(stores, keys)
         hold_all(stores, parts, next_obs, envs)
         if self._hooked:
             self._on_add(pos, E)
+
+    def _extra_values(self, extras, E: int, batched: bool) -> tuple:
+        if not self._extras:
+            raise TypeError("extras: this buffer declares none (ReplayBuffer(..., extras=...))")
+        return _extras.values(self._extras, extras, E, batched, "extras")
+
+    def _start_values(self, start_extras, starts, E: int, batched: bool) -> tuple:
+        """``(marked, arrays)`` of an add's window starts, room made for them (or None, None)."""
+        if self._starts is None:
+            raise TypeError(
+                "start_extras, starts: this buffer declares no start_extras "
+                "(ReplayBuffer(..., start_extras=...))"
+            )
+        if start_extras is None and starts is None:
+            return None, None
+        marked = np.ones(E, bool)
+        if starts is not None:
+            marked = flags_array(starts, "starts", (E,) if batched else ()).reshape(E)
+        arrays = _extras.values(self._starts.spec, start_extras, E, batched, "start_extras")
+        self._starts.reserve(int(marked.sum()))
+        return marked, arrays
 
     # -- sampling ---------------------------------------------------------------------
     def sample(self, batch_size, *, out=None, dtype=None, scale=None) -> Samples:
@@ -529,23 +577,79 @@ class ReplayBuffer:
             raise TypeError("sample_sequences does not take Dict observations yet")
         T, store = burn_in + length, self._stores[0]
         arr, dst = store.window_output(B, T, out, frames, dtype, scale)
+        ring = self._ring
+        starts = None if self._starts is None else self._starts.marked()
         with self._draws.drawing:
-            pos, indices, weights = self._pick_windows(B, T, within_episode, options)
+            pos, weights = self._pick_windows(B, T, within_episode, starts, options)
         obs = store.copy_windows(pos, arr, frames, dst, scale)
-        _, actions, dones, rewards, truncs, discounts = self._ring.fields(pos.reshape(-1))
+        _, actions, dones, rewards, truncs, discounts = ring.fields(pos.reshape(-1))
         rewards, dones, truncs, discounts = (
             a.reshape(B, T) for a in (rewards, dones, truncs, discounts)
         )
+        extras = ring.extras(pos)
+        if self._starts is not None:
+            extras.update(self._starts.get(pos[:, 0]))
+        steps = self._step_ids(pos)
         return Sequences(
             obs, actions.reshape(B, T, *self._action_shape), rewards, dones, truncs, discounts,
-            self._ring.episode_mask(pos).astype(np.float32), indices, weights,
-            arr if frames else None, burn_in,
+            ring.episode_mask(pos).astype(np.float32), steps[:, 0].copy(), weights, steps,
+            extras, arr if frames else None, burn_in,
         )  # fmt: skip
 
-    def _pick_windows(self, B: int, T: int, within: bool, options: dict) -> tuple:
-        """``(positions (B, T), window ids, weights)`` of one draw: uniform, every weight 1."""
-        pos = self._ring.windows(self._rng, B, T, within)
-        return pos, pos[:, 0].copy(), constant(B, 1.0)
+    def _pick_windows(self, B: int, T: int, within: bool, starts, options: dict) -> tuple:
+        """``(positions (B, T), weights)`` of one draw: uniform, every weight 1.
+
+        ``starts``: None, or the positions windows may start at (start extras stored).
+        """
+        return self._ring.windows(self._rng, B, T, within, starts), constant(B, 1.0)
+
+    def _step_ids(self, pos: np.ndarray) -> np.ndarray:
+        """The ids of the steps at ring positions ``pos``: the positions."""
+        return pos
+
+    def update_extras(self, name: str, indices, values) -> None:
+        """Rewrite the extras ``name`` of the steps ``indices`` (MuZero's reanalyse).
+
+        Args:
+            name: a declared per-step or per-start extra.
+            indices: step ids, any shape (``Sequences.steps``, ``Sequences.indices``): ring
+                positions, or a :class:`PrioritizedReplayBuffer`'s transition numbers; for
+                a per-start extra, steps that are window starts.
+            values: ``(*indices.shape, *shape)``, cast exactly as :meth:`add` casts them.
+
+        Raises:
+            KeyError: an undeclared name. ValueError: an index out of range (or evicted),
+                not a window start for a per-start extra, a wrong shape, a value out of
+                range or not finite. TypeError: a dtype the extra cannot hold. Nothing is
+                written then.
+        """
+        self._draws.wait()
+        st = self._starts
+        decls = self._extras + (() if st is None else st.spec)
+        names = [d[0] for d in decls]
+        if name not in names:
+            raise KeyError(f"no extra {name!r}: declared {names}")
+        j = names.index(name)
+        _, shape, dtype = decls[j]
+        pos = self._step_positions(indices)
+        v = exact_cast(numeric(values, name), dtype, name)
+        if v.shape != np.shape(indices) + shape:
+            raise ValueError(f"values has shape {v.shape}, expected {np.shape(indices) + shape}")
+        v = np.ascontiguousarray(v.reshape((pos.size, *shape)))
+        if st is not None and j >= len(self._extras):
+            st.update(j - len(self._extras), pos, v)
+        else:
+            self._ring.put(3 + j, pos, v)
+
+    def _step_positions(self, indices) -> np.ndarray:
+        """The ring positions (flat int64) of step ids ``indices``, checked stored."""
+        idx = np.asarray(indices)
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
+        flat = idx.reshape(-1).astype(np.int64)
+        if flat.size and (flat.min() < 0 or flat.max() >= len(self)):
+            raise ValueError(f"indices out of range [0, {len(self)})")
+        return flat
 
     def _drawn(self, batch_size: int, options: dict) -> Drawn:
         """One batch drawn now (checked arguments): fields read, frames pinned.
@@ -597,6 +701,8 @@ class ReplayBuffer:
         self._ring.clear()
         for s in self._stores:
             s.clear()
+        if self._starts is not None:
+            self._starts.clear()
 
     def save(self, path) -> None:
         """Write the buffer to ``path`` (an ``.npz`` archive), atomically.
@@ -675,6 +781,11 @@ class ReplayBuffer:
         }  # fmt: skip
         extra_meta, extra = self._extra_state()
         meta.update(extra_meta)
+        if self._extras:
+            meta["extras"] = _extras.meta(self._extras)
+        if self._starts is not None:
+            meta["start_extras"] = _extras.meta(self._starts.spec)
+            extra = {**extra, **self._starts.state()}
         compression = self.memory()["compression"] if self._stores else self._compress
         return _archive.State(meta, self._ring, self._keys, self._stores, compression, extra)
 
@@ -694,11 +805,13 @@ class ReplayBuffer:
             m["capacity"], num_envs=m["num_envs"], n_step=m["n_step"], gamma=m["gamma"],
             action_shape=tuple(m["action_shape"]), action_dtype=np.dtype(m["action_dtype"]),
             layout=m["layout_opt"], stack_size=m["stack_size_opt"], pool=ck.pool_opt,
-            compress=ck.compression,
+            compress=ck.compression, extras=ck.extras[0], start_extras=ck.extras[1],
         )  # fmt: skip
         if rb.capacity != m["capacity"]:
             raise ValueError("inconsistent capacity")
         ck.fill(rb._ring)
+        if ck.extras[2] is not None and rb._starts is not None:  # (the one implies the other)
+            rb._starts.restore(*ck.extras[2])
         if ck.stores:
             rb._keep(ck.stores, ck.keys)
         rb._rng = ck.rng

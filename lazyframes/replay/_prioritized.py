@@ -295,36 +295,55 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return self._sequences(batch_size, length, burn_in, within_episode, frames, out, dtype,
                                scale, {"beta": _beta(beta)})  # fmt: skip
 
-    def _pick_windows(self, B: int, T: int, within: bool, options: dict) -> tuple:
-        """``(positions, numbers, weights)`` of ``B`` windows drawn by priority.
+    def _pick_windows(self, B: int, T: int, within: bool, starts, options: dict) -> tuple:
+        """``(positions, weights)`` of ``B`` windows drawn by priority.
 
-        Windows that are not valid are redrawn; after 32 rounds, they are drawn among the
-        valid ones enumerated (few are valid).
+        ``starts``: None (any position), or the positions a window may start at, drawn
+        among by their priorities. Windows that are not valid are redrawn; after 32
+        rounds, they are drawn among the valid ones enumerated (few are valid).
         """
         if not self._tree.total() > 0.0:
             raise ValueError(NOT_SAMPLEABLE)
         beta, ring, tree = options["beta"], self._ring, self._tree
-        starts, w = tree.sample_weighted(self._rng.random(B), beta)
-        weights = np.asarray(w)  # (float32: beta is given)
-        pos, ok = ring.valid_windows(starts, T, within)
+        cand = starts
+        if cand is not None:  # only the marked starts: drawn by their leaves
+            cand = cand[tree.get(cand) > 0.0]
+            if cand.size == 0:
+                raise ValueError("no window start is stored at a sampleable transition yet")
+        first, weights = self._draw_among(cand, B, beta)
+        pos, ok = ring.valid_windows(first, T, within)
         for _ in range(32):
             bad = np.flatnonzero(~ok)
             if bad.size == 0:
-                return pos, ring.numbers(pos[:, 0]), weights
-            starts, w = tree.sample_weighted(self._rng.random(bad.size), beta)
-            weights[bad] = w
-            pos[bad], ok[bad] = ring.valid_windows(starts, T, within)
-        good = ring.valid_starts(T, within)
-        leaves = tree.get(good)
-        if not leaves.sum() > 0.0:
+                return pos, weights
+            first, weights[bad] = self._draw_among(cand, bad.size, beta)
+            pos[bad], ok[bad] = ring.valid_windows(first, T, within)
+        good = ring.valid_starts(T, within, cand)
+        good = good[tree.get(good) > 0.0]
+        if good.size == 0:
             raise ValueError(f"no window of {T} steps starts at a sampleable transition yet")
         bad = np.flatnonzero(~ok)
+        first, weights[bad] = self._draw_among(good, bad.size, beta)
+        pos[bad] = ring.walk(first, T)
+        return pos, weights
+
+    def _draw_among(self, cand, m: int, beta: float) -> tuple:
+        """``(positions, weights)``: ``m`` draws by priority, among ``cand`` (None: all)."""
+        if cand is None:
+            first, w = self._tree.sample_weighted(self._rng.random(m), beta)
+            return first, np.asarray(w)  # (float32: beta is given)
+        leaves = self._tree.get(cand)
         cum = np.cumsum(leaves)
-        pick = np.minimum(np.searchsorted(cum, self._rng.random(bad.size) * cum[-1], "right"),
-                          good.size - 1)  # fmt: skip
-        pos[bad] = ring.walk(good[pick], T)
-        weights[bad] = ((leaves[pick] / tree.min()) ** -beta).astype(np.float32)
-        return pos, ring.numbers(pos[:, 0]), weights
+        pick = np.minimum(np.searchsorted(cum, self._rng.random(m) * cum[-1], "right"),
+                          cand.size - 1)  # fmt: skip
+        return cand[pick], ((leaves[pick] / self._tree.min()) ** -beta).astype(np.float32)
+
+    def _step_ids(self, pos: np.ndarray) -> np.ndarray:
+        """The ids of the steps at ring positions ``pos``: their transition numbers."""
+        return self._ring.numbers(pos).reshape(pos.shape)
+
+    def _step_positions(self, indices) -> np.ndarray:
+        return self._positions(indices)
 
     def update_priorities(self, indices, priorities, *, skip_evicted=False) -> None:
         """Set the priorities of the transitions ``indices`` (from :meth:`sample`).

@@ -43,14 +43,17 @@ class Ring(_core.RowRing):
         action_dtype: dtype of the actions.
         convert: what converts the values the ring does not take as they are
             (``_args.Parser.convert``).
+        extras: the per-step extras declared (``_extras.declared``): columns after the
+            flags, at most 13.
 
     Raises:
         ValueError: ``capacity < num_envs``, ``n_step`` or ``gamma`` out of range.
     """
 
-    __slots__ = ("gamma", "n_step")  # (no instance dict: method lookups skip it)
+    __slots__ = ("extra_names", "gamma", "n_step")  # (no instance dict: method lookups skip it)
 
-    def __init__(self, capacity, num_envs, n_step, gamma, action_shape, action_dtype, convert):
+    def __init__(self, capacity, num_envs, n_step, gamma, action_shape, action_dtype, convert,
+                 extras=()):  # fmt: skip
         capacity, n_step, gamma = operator.index(capacity), operator.index(n_step), float(gamma)
         if capacity < num_envs:
             raise ValueError(
@@ -66,10 +69,14 @@ class Ring(_core.RowRing):
             ("action", action_shape, action_dtype),
             ("reward", (), np.float32),
             ("flags", (), np.uint8, ("terminated", "truncated", "autoreset")),
+            *extras,
         )
+        if len(extras) > 13:
+            raise ValueError(f"at most 13 extras per step, got {len(extras)}")
         super().__init__(capacity, num_envs, columns, counted=(2, SKIP), convert=convert)
         self.n_step = n_step
         self.gamma = gamma
+        self.extra_names = tuple(name for name, _, _ in extras)
 
     @property
     def num_envs(self) -> int:
@@ -94,6 +101,10 @@ class Ring(_core.RowRing):
     @property
     def flags(self) -> np.ndarray:
         return self.columns[2]
+
+    def extras(self, idx: np.ndarray) -> dict:
+        """``{name: (*idx.shape, *shape)}``: the per-step extras of positions ``idx``."""
+        return {n: c[idx] for n, c in zip(self.extra_names, self.columns[3:], strict=True)}
 
     def order(self) -> np.ndarray:
         """The stored positions, oldest first."""
@@ -171,7 +182,7 @@ class Ring(_core.RowRing):
         there (SB3's ``NStepReplayBuffer`` does the same).
         """
         if self.n_step == 1:
-            actions, rewards, bits = self.take(idx)
+            actions, rewards, bits = self.take(idx)[:3]
             return idx, actions, bits[0], rewards, bits[1], constant(len(idx), self.gamma)
         _, ret, last, term, trunc, m = self.window(idx)
         return (
@@ -210,27 +221,32 @@ class Ring(_core.RowRing):
             ok &= (self.flags[starts] & SKIP) == 0
         return pos, ok
 
-    def valid_starts(self, steps: int, within: bool) -> np.ndarray:
+    def valid_starts(self, steps: int, within: bool, starts=None) -> np.ndarray:
         """Every valid start of a window of ``steps`` (:meth:`valid_windows`), sorted.
+
+        ``starts``: None (any position), or the positions a window may start at.
 
         Raises:
             ValueError: there is none.
         """
-        total = len(self)
-        chunks = np.array_split(np.arange(total), max(1, -(-total // 65536)))
+        cand = np.arange(len(self)) if starts is None else starts
+        chunks = np.array_split(cand, max(1, -(-cand.size // 65536)))
         good = np.concatenate([c[self.valid_windows(c, steps, within)[1]] for c in chunks])
         if good.size == 0:
             raise ValueError(
                 f"no window of {steps} steps can be sampled yet: no stream holds {steps} "
-                f"steps after a start{' within one episode' if within else ''} (add more steps)"
+                f"steps after a{' marked' if starts is not None else ''} start"
+                f"{' within one episode' if within else ''} (add more steps)"
             )
         return good
 
-    def windows(self, rng: np.random.Generator, count: int, steps: int, within: bool) -> np.ndarray:
+    def windows(self, rng: np.random.Generator, count: int, steps: int, within: bool,
+                starts=None) -> np.ndarray:  # fmt: skip
         """``count`` windows ``(count, steps)`` drawn uniformly over their valid starts.
 
-        Random starts are redrawn where invalid (:meth:`valid_windows`); after 32 rounds,
-        the valid starts are enumerated (few are valid).
+        ``starts``: None (any position), or the positions a window may start at. Random
+        starts are redrawn where invalid (:meth:`valid_windows`); after 32 rounds, the
+        valid starts are enumerated (few are valid).
 
         Raises:
             ValueError: the ring is empty, or no window is valid.
@@ -238,14 +254,20 @@ class Ring(_core.RowRing):
         total = len(self)
         if total == 0:
             raise ValueError("cannot sample from an empty ReplayBuffer")
-        pos, ok = self.valid_windows(_core.draw_integers(rng, total, count), steps, within)
+
+        def draw(m):
+            if starts is None:
+                return _core.draw_integers(rng, total, m)
+            if starts.size == 0:
+                raise ValueError("no window start is stored yet (add with start_extras=)")
+            return starts[_core.draw_integers(rng, starts.size, m)]
+
+        pos, ok = self.valid_windows(draw(count), steps, within)
         for _ in range(32):
             bad = np.flatnonzero(~ok)
             if bad.size == 0:
                 return pos
-            pos[bad], ok[bad] = self.valid_windows(
-                _core.draw_integers(rng, total, bad.size), steps, within
-            )
-        good, bad = self.valid_starts(steps, within), np.flatnonzero(~ok)
+            pos[bad], ok[bad] = self.valid_windows(draw(bad.size), steps, within)
+        good, bad = self.valid_starts(steps, within, starts), np.flatnonzero(~ok)
         pos[bad] = self.walk(good[_core.draw_integers(rng, good.size, bad.size)], steps)
         return pos

@@ -87,8 +87,14 @@ class Sequences(NamedTuple):
         mask: float32 ``(B, T)``: 1.0 for the steps of the episode of the window's first
             step; 0.0 from the step after one that terminated or was truncated, and
             from an autoreset placeholder on (their fields are the stream's, unmasked).
-        indices: int64 ``(B,)``: the ring positions of the windows' first steps.
-        weights: float32 ``(B,)``: all 1.0 (uniform draws).
+        indices: int64 ``(B,)``: the windows' ids, their first steps' (``steps[:, 0]``).
+        weights: float32 ``(B,)``: all 1.0 for uniform draws, importance weights for
+            prioritized ones.
+        steps: int64 ``(B, T)``: each step's id: its ring position, or for a
+            :class:`PrioritizedReplayBuffer` its transition number (``update_extras``
+            takes them).
+        extras: ``{name: array}``: the per-step extras ``(B, T, *shape)`` and the
+            per-start extras ``(B, *shape)`` the buffer declares (empty without).
         frames: None, or with ``frames=True`` the ``(B, T + k - 1, *frame_shape)`` frames
             of each window, each read and written once.
         burn_in: the number of burn-in steps at the start of each window.
@@ -103,6 +109,8 @@ class Sequences(NamedTuple):
     mask: np.ndarray
     indices: np.ndarray
     weights: np.ndarray
+    steps: np.ndarray
+    extras: dict
     frames: np.ndarray | None
     burn_in: int
 

@@ -772,3 +772,26 @@ def test_ring_walk_follows_each_stream():
     refused(TypeError, "int64", ring.walk, np.array([0], np.int32), 2)
     refused(IndexError, "out of range", ring.walk, np.array([5]), 2)
     refused(ValueError, "at least 1", ring.walk, np.array([0]), 0)
+
+
+def test_ring_put_rewrites_a_column_checked_first():
+    ring = core.RowRing(4, 1, [("a", (), np.uint8), ("v", (2,), np.float32)], counted=(0, 1))
+    ring.grow(4)
+    for t in range(3):
+        ring.append(None, (np.zeros(1, np.uint8), np.full((1, 2), t, np.float32)))
+    ring.put(1, np.array([2, 0]), np.array([[5, 6], [7, 8]], np.float32))
+    assert ring.columns[1].tolist() == [[7, 8], [1, 1], [5, 6], [0, 0]]
+    before = ring.columns[1].copy()
+    refused(
+        ValueError,
+        "finite",
+        ring.put,
+        1,
+        np.array([0, 1]),
+        np.array([[0, 0], [np.nan, 0]], np.float32),
+    )
+    refused(TypeError, "float32", ring.put, 1, np.array([0]), np.zeros((1, 2), np.float64))
+    refused(IndexError, "out of range", ring.put, 1, np.array([3]), np.zeros((1, 2), np.float32))
+    refused(IndexError, "column 2", ring.put, 2, np.array([0]), np.zeros(1, np.uint8))
+    refused(ValueError, "counted", ring.put, 0, np.array([0]), np.zeros(1, np.uint8))
+    assert np.array_equal(ring.columns[1], before)  # nothing written

@@ -1,5 +1,6 @@
 """``ReplayBuffer.sample_sequences`` against the plain-Python model: windows of stream steps."""
 
+import pickle
 from collections import Counter
 
 import numpy as np
@@ -196,3 +197,137 @@ def test_sequence_priority():
     refused(ValueError, "shape", sequence_priority, [1.0, 2.0])
     refused(ValueError, "eta", sequence_priority, [[1.0]], eta=1.5)
     refused(ValueError, "mask has shape", sequence_priority, [[1.0]], [[1, 1]])
+
+
+def stream_buffer(cls=lazyframes.ReplayBuffer, capacity=40, **kw):
+    """A buffer of 2 streams, frame ``n`` of env ``e`` filled with ``10 * n + e`` (mod 256)."""
+    return cls(capacity, num_envs=2, seed=0, extras={"logits": ((3,), np.float32),
+               "value": ((), np.float64)}, **kw)  # fmt: skip
+
+
+def fill(rb, steps, start_every=None):
+    """``steps`` adds of both envs; each step's extras encode its add count ``t`` and env.
+
+    Returns ``{position: (t, env)}`` of the stored steps and the marked starts' positions.
+    """
+    f = [[np.full((2, 2), e, np.uint8)] * K for e in range(2)]
+    held, marked = {}, set()
+    for t in range(steps):
+        nxt = [s[1:] + [np.full((2, 2), (10 * t + e) % 256, np.uint8)] for e, s in enumerate(f)]
+        extras = {"logits": np.array([[t, e, -1.0] for e in range(2)], np.float32),
+                  "value": np.array([t + 0.5, -t - 0.5])}  # fmt: skip
+        kw = {}
+        if start_every:
+            mark = np.array([(t + e) % start_every == 0 for e in range(2)])
+            kw = {"start_extras": {"state": np.full((2, 2, 3), t, np.float32) + [[[0]], [[1]]]},
+                  "starts": mark}  # fmt: skip
+        pos = rb._ring.pos
+        rb.add(np.stack([np.stack(s) for s in f]), [0, 1], [0.0, 0.0],
+               np.stack([np.stack(s) for s in nxt]), [False] * 2, [False] * 2,
+               extras=extras, **kw)  # fmt: skip
+        for e in range(2):
+            p = (pos + e) % rb.capacity
+            held[p] = (t, e)
+            marked.discard(p)
+            if start_every and mark[e]:
+                marked.add(p)
+        f = nxt
+    return held, marked
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_step_extras_come_with_their_steps_and_update(prioritized, tmp_path):
+    cls = lazyframes.PrioritizedReplayBuffer if prioritized else lazyframes.ReplayBuffer
+    rb = stream_buffer(cls)
+    held, _ = fill(rb, 35)  # wraps: 70 steps into 40
+    s = rb.sample_sequences(16, 5)
+    pos = s.steps % rb.capacity if prioritized else s.steps
+    assert np.array_equal(s.indices, s.steps[:, 0]) and s.extras["logits"].shape == (16, 5, 3)
+    for (b, t), p in np.ndenumerate(pos):
+        tt, e = held[int(p)]
+        assert s.extras["logits"][b, t].tolist() == [tt, e, -1.0]
+        assert s.extras["value"][b, t] == (tt + 0.5 if e == 0 else -tt - 0.5)
+    rb.update_extras("value", s.steps[:, 1:3], np.full((16, 2), 7.0))
+    again = rb.sample_sequences(200, 1).extras["value"]
+    assert np.count_nonzero(again == 7.0) > 0
+    updated = set(pos[:, 1:3].ravel().tolist())
+    for p in range(rb.capacity):  # exactly the updated steps hold 7
+        assert (rb._ring.extras(np.array([p]))["value"][0] == 7.0) == (p in updated)
+    for how in ("save", "pickle"):  # checkpoints keep them, and the declarations
+        if how == "save":
+            rb.save(tmp_path / "rb.npz")
+            copy = cls.load(tmp_path / "rb.npz")
+        else:
+            copy = pickle.loads(pickle.dumps(rb))
+        state = rb._rng.bit_generator.state
+        a = rb.sample_sequences(8, 4)
+        rb._rng.bit_generator.state = state
+        b = copy.sample_sequences(8, 4)
+        for name in ("logits", "value"):
+            assert np.array_equal(a.extras[name], b.extras[name]), name
+        fill(copy, 1)  # takes extras as the original does
+
+
+def test_step_extras_refusals_store_nothing():
+    rb = stream_buffer()
+    fill(rb, 3)
+    f = np.zeros((2, K, 2, 2), np.uint8)
+    args = (f, [0, 1], [0.0, 0.0], f, [False] * 2, [False] * 2)
+    for extras, exc, pattern in [
+        ({"nope": [1, 2]}, ValueError, "not declared"),
+        ({"value": [1.0]}, ValueError, r"shape \(1,\), expected \(2,\)"),
+        ({"value": [np.nan, 1.0]}, ValueError, "finite"),
+        ({"logits": np.zeros((2, 3), np.complex64)}, TypeError, "numeric"),
+        ([1.0], TypeError, "must be a dict"),
+    ]:
+        refused(exc, pattern, rb.add, *args, extras=extras)
+    assert len(rb) == 6
+    rb.add(*args)  # names left out: zeros
+    assert rb._ring.extras(np.array([6, 7]))["value"].tolist() == [0.0, 0.0]
+    refused(TypeError, "declares none", lazyframes.ReplayBuffer(5).add, f[0], 0, 0.0, f[0],
+            False, False, extras={"value": 1.0})  # fmt: skip
+    refused(KeyError, "no extra 'nope'", rb.update_extras, "nope", [0], [1.0])
+    refused(ValueError, "out of range", rb.update_extras, "value", [99], [1.0])
+    refused(ValueError, "expected", rb.update_extras, "value", [0, 1], [1.0])
+    refused(ValueError, "finite", rb.update_extras, "value", [0], [np.inf])
+    refused(ValueError, "identifiers", lazyframes.ReplayBuffer, 5, extras={"a b": ((), float)})
+    refused(TypeError, "pair", lazyframes.ReplayBuffer, 5, extras={"a": float})
+    refused(ValueError, "share the names", lazyframes.ReplayBuffer, 5,
+            extras={"a": ((), float)}, start_extras={"a": ((), float)})  # fmt: skip
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_windows_start_where_start_extras_are_stored(prioritized, tmp_path):
+    cls = lazyframes.PrioritizedReplayBuffer if prioritized else lazyframes.ReplayBuffer
+    rb = stream_buffer(cls, start_extras={"state": ((2, 3), np.float32)})
+    held, marked = fill(rb, 60, start_every=5)  # wraps: evicted starts leave
+    s = rb.sample_sequences(300, 4)
+    pos = s.indices % rb.capacity if prioritized else s.indices
+    assert set(pos.tolist()) <= marked and len(set(pos.tolist())) > 1
+    for b, p in enumerate(pos.tolist()):
+        t, e = held[p]
+        assert np.all(s.extras["state"][b] == t + e), (b, p)
+    assert s.extras["state"].shape == (300, 2, 3)
+    assert len(rb._starts._data[0]) <= 2 * len(marked) + 2  # evicted starts' rows reused
+    rb.update_extras("state", s.indices[:1], np.zeros((1, 2, 3)))
+    refused(
+        ValueError,
+        "no window start",
+        rb.update_extras,
+        "state",
+        s.indices[:1] + (1 if (pos[0] + 1) % 40 not in marked else 2),
+        np.zeros((1, 2, 3)),
+    )
+    rb.save(tmp_path / "rb.npz")
+    copy = cls.load(tmp_path / "rb.npz")
+    state = rb._rng.bit_generator.state
+    a = rb.sample_sequences(20, 3)
+    rb._rng.bit_generator.state = state
+    b = copy.sample_sequences(20, 3)
+    assert np.array_equal(a.indices, b.indices) and np.array_equal(
+        a.extras["state"], b.extras["state"]
+    )
+    rb.clear()
+    refused(ValueError, "empty", rb.sample_sequences, 1, 1)
+    fill(rb, 3)  # starts given nowhere (start_every=None): no window yet
+    refused(ValueError, "no window start", rb.sample_sequences, 1, 1)
