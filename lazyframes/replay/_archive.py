@@ -279,11 +279,12 @@ def read(ar: Archive, pool, extra_bytes: int) -> Restored:
         raise ValueError(f"bad meta extras: {e}") from None
     allowed = _ENTRIES[version] | _OPTIONAL | _leaf_entries(leaves, version)
     allowed |= {f"extra_{j}" for j in range(len(step_spec))}
-    if start_spec:
+    has_starts = meta.get("start_extras") is not None
+    if has_starts:
         allowed |= {"start_positions"} | {f"start_extra_{j}" for j in range(len(start_spec))}
     if not ar.names() <= allowed:
         raise ValueError(f"unexpected entries {sorted(ar.names() - allowed)}")
-    check_capacity(meta, ar.size, extra_bytes + 8 * bool(start_spec))
+    check_capacity(meta, ar.size, extra_bytes + 8 * has_starts)
     try:
         compression = C.compression(meta.get("compression"))
     except TypeError as e:
@@ -332,7 +333,7 @@ def read(ar: Archive, pool, extra_bytes: int) -> Restored:
     columns = [actions, rewards, flags]
     columns += [ar.array(f"extra_{j}", (n, *sh), dt) for j, (_, sh, dt) in enumerate(step_spec)]
     starts = None
-    if start_spec:
+    if has_starts:
         f, shape, _ = ar.open("start_positions", None, np.int64)
         f.close()
         if len(shape) != 1 or shape[0] > n:
@@ -343,8 +344,10 @@ def read(ar: Archive, pool, extra_bytes: int) -> Restored:
             raise ValueError("start_positions must be distinct stored positions")
         starts = (sp, [ar.array(f"start_extra_{j}", (m, *sh), dt)
                        for j, (_, sh, dt) in enumerate(start_spec)])  # fmt: skip
-    declared = tuple({name: (sh, dt) for name, sh, dt in spec} or None
-                     for spec in (step_spec, start_spec))  # fmt: skip
+    declared = (
+        {name: (sh, dt) for name, sh, dt in step_spec} or None,
+        {name: (sh, dt) for name, sh, dt in start_spec} if has_starts else None,
+    )
     ring = (pos, full, envs, tuple(columns))
     return Restored(meta, compression, pool_opt, keys, stores, ring, rng, (*declared, starts), ar)
 

@@ -139,7 +139,9 @@ class ReplayBuffer:
             self._parser.convert,
             self._extras,
         )  # checks capacity, n_step and gamma
-        self._starts = _extras.StartExtras(starts, self._ring.capacity) if starts else None
+        self._starts = None  # start_extras={}: marked starts without values (strided starts)
+        if start_extras is not None:
+            self._starts = _extras.StartExtras(starts, self._ring.capacity)
         for p in pool.values() if isinstance(pool, dict) else [pool]:
             check_pool(p)
         if frame_keys is not None:

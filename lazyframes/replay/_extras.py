@@ -94,7 +94,7 @@ class StartExtras:
     """The values of the steps where a window may start: a row each, by ring position.
 
     Args:
-        spec: the declaration (:func:`declared`), not empty.
+        spec: the declaration (:func:`declared`); empty, the marks alone (strided starts).
         capacity: the buffer's capacity (positions).
     """
 
@@ -103,17 +103,19 @@ class StartExtras:
         self._row = np.full(capacity, -1, np.int64)  # each position's row, -1: none
         self._data: list = []
         self._free: list = []  # rows of evicted starts
+        self._rows = 0  # rows made
         self.clear()
 
     def reserve(self, count: int) -> None:
         """Make room for ``count`` more starts (before an add writes anything)."""
         short = count - len(self._free)
         if short > 0:
-            n = len(self._data[0])
+            n = self._rows
             grown = max(n + short, 2 * n)
             self._data = [np.concatenate([d, np.empty((grown - n, *d.shape[1:]), d.dtype)])
                           for d in self._data]  # fmt: skip
             self._free.extend(range(grown - 1, n - 1, -1))
+            self._rows = grown
 
     def put(self, positions: np.ndarray, arrays: tuple | None, marked) -> None:
         """An add wrote ``positions``: their old starts go, the ``marked`` ones get ``arrays``.
@@ -145,28 +147,24 @@ class StartExtras:
         rows = self._row[positions]
         if (rows < 0).any():
             bad = positions[rows < 0][0]
-            raise ValueError(
-                f"position {bad} holds no window start: its start extras are not stored"
-            )
+            raise ValueError(f"position {bad} holds no window start (no start extras stored)")
         self._data[j][rows] = value
 
     def clear(self) -> None:
         """No start stored."""
         self._row[:] = -1
         self._data = [np.empty((0, *shape), dtype) for _, shape, dtype in self.spec]
-        self._free = []
+        self._free, self._rows = [], 0
 
     def state(self) -> dict:
         """A checkpoint's entries: the starts' positions and values, by position."""
         pos = self.marked()
         rows = self._row[pos]
-        return {
-            "start_positions": pos,
-            **{f"start_extra_{j}": d[rows] for j, d in enumerate(self._data)},
-        }
+        out = {f"start_extra_{j}": d[rows] for j, d in enumerate(self._data)}
+        return {"start_positions": pos, **out}
 
     def restore(self, positions: np.ndarray, arrays: list) -> None:
         """Take a checkpoint's starts (positions checked distinct and stored by the reader)."""
         self._data = [np.ascontiguousarray(a) for a in arrays]
         self._row[positions] = np.arange(len(positions))
-        self._free = []
+        self._free, self._rows = [], len(positions)

@@ -331,3 +331,16 @@ def test_windows_start_where_start_extras_are_stored(prioritized, tmp_path):
     refused(ValueError, "empty", rb.sample_sequences, 1, 1)
     fill(rb, 3)  # starts given nowhere (start_every=None): no window yet
     refused(ValueError, "no window start", rb.sample_sequences, 1, 1)
+
+
+def test_marked_starts_without_values(tmp_path):
+    # start_extras={}: R2D2's strided starts (an actor marks every 5th step of its episodes)
+    rb = stream_buffer(start_extras={})
+    f = np.zeros((2, K, 2, 2), np.uint8)
+    for t in range(30):
+        rb.add(f, [0, 1], [0.0, 0.0], f, [False] * 2, [False] * 2, starts=[t % 5 == 0] * 2)
+    s = rb.sample_sequences(100, 3)
+    assert set((s.indices // 2 % 5).tolist()) == {0} and set(s.extras) == {"logits", "value"}
+    rb.save(tmp_path / "rb.npz")
+    copy = lazyframes.ReplayBuffer.load(tmp_path / "rb.npz")
+    assert np.array_equal(copy._starts.marked(), rb._starts.marked())
