@@ -23,7 +23,7 @@ from . import _archive, _extras
 from ._args import Parser, exact_cast, flags_array, numeric, options
 from ._ring import Ring
 from ._sampler import DrawGate, Sampler
-from ._samples import Drawn, Samples, Sequences, constant, draw, fill, outputs
+from ._samples import Drawn, Samples, Sequences, constant, draw, fill, filler, outputs
 from ._store import FrameStore, check_pool, hold_all, kinds, pool_memory, prepare_all, stores_for
 
 
@@ -490,22 +490,30 @@ class ReplayBuffer:
     def _sampler(self, batch_size, prefetch, dtype, scale, options: dict, out=None) -> Sampler:
         """A sampler of ``_drawn(B, options)`` (the options checked by the caller)."""
         self._draws.wait()
+        P, out = self._prefetch(prefetch, out)
+        B, keys = self._batch_size(batch_size), self._keys
+        sets = [
+            outputs(self._stores, self._frames, keys, B, o, dtype, scale, fresh=True) for o in out
+        ]
+        _core.check_apart([a for outs in sets for o in outs for a in o[:2]])
+        sampler = Sampler(
+            lambda: self._drawn(B, options), self._draws,
+            filler(keys, scale), P, sets,
+        )  # fmt: skip
+        self._samplers.add(sampler)
+        return sampler
+
+    @staticmethod
+    def _prefetch(prefetch, out) -> tuple:
+        """``(prefetch, out)`` of a sampler, checked: ``out`` one entry per output set."""
         P = operator.index(prefetch)
         if P < 0:
             raise ValueError(f"prefetch must be at least 0, got {P}")
-        B = self._batch_size(batch_size)
         if out is None:
-            out = [None] * (2 * P + 1)  # fresh arrays
-        elif not isinstance(out, (list, tuple)) or len(out) != 2 * P + 1:
+            return P, [None] * (2 * P + 1)  # fresh arrays
+        if not isinstance(out, (list, tuple)) or len(out) != 2 * P + 1:
             raise TypeError(f"out must be a list of 2 * prefetch + 1 = {2 * P + 1} output sets")
-        sets = [
-            outputs(self._stores, self._frames, self._keys, B, o, dtype, scale, fresh=True)
-            for o in out
-        ]
-        _core.check_apart([a for outs in sets for o in outs for a in o[:2]])
-        sampler = Sampler(lambda: self._drawn(B, options), self._draws, self._keys, P, sets, scale)
-        self._samplers.add(sampler)
-        return sampler
+        return P, out
 
     def gather(self, indices, *, out=None, dtype=None, scale=None) -> Samples:
         """The samples of the stored transitions at ring positions ``indices``.
@@ -551,7 +559,9 @@ class ReplayBuffer:
             frames: also return each window's ``T + k - 1`` frames, written once, and the
                 observations as a view of them (needs ``within_episode``).
             out: an array to fill: the observations ``(B, T, *observation_shape)``, or
-                with ``frames`` the frames ``(B, T + k - 1, *frame_shape)``.
+                with ``frames`` the frames ``(B, T + k - 1, *frame_shape)``. Without it, an
+                array made once per shape and dtype, **overwritten by the next call** of
+                the same shape and dtype (as :meth:`sample`'s).
             dtype: output dtype of the observations, as :meth:`sample`.
             scale: as :meth:`sample`.
 
@@ -567,23 +577,37 @@ class ReplayBuffer:
                    options: dict) -> Sequences:  # fmt: skip
         """:meth:`sample_sequences` with a subclass's ``options`` (``beta``) for its draw."""
         self._draws.wait()
+        B, T, burn_in = self._window_args(batch_size, length, burn_in, within_episode, frames)
+        outs = self._stores[0].window_output(B, T, out, frames, dtype, scale)
+        drawn = self._drawn_windows(B, T, burn_in, within_episode, frames, options)
+        return self._fill_windows(drawn, outs, scale)
+
+    def _window_args(self, batch_size, length, burn_in, within, frames) -> tuple:
+        """``(B, T, burn_in)`` of a window draw's arguments, checked."""
         B = self._batch_size(batch_size)
         length, burn_in = operator.index(length), operator.index(burn_in)
         if length < 1 or burn_in < 0:
             raise ValueError(f"length must be >= 1 and burn_in >= 0, got {length} and {burn_in}")
-        if frames and not within_episode:
+        if frames and not within:
             raise ValueError(
                 "frames=True needs within_episode=True: only an episode's stacks share frames"
             )
         if self._keys is not None:
             raise TypeError("sample_sequences does not take Dict observations yet")
-        T, store = burn_in + length, self._stores[0]
-        arr, dst = store.window_output(B, T, out, frames, dtype, scale)
-        ring = self._ring
+        return B, burn_in + length, burn_in
+
+    def _drawn_windows(self, B: int, T: int, burn_in: int, within: bool, frames: bool,
+                       options: dict) -> tuple:  # fmt: skip
+        """``(owner, frames, batch)``: windows drawn now, their frames pinned (``owner``).
+
+        ``batch`` is their :class:`Sequences` but its observations (and frames):
+        :meth:`_fill_windows` copies them out, at once or in a sampler's thread.
+        """
+        ring, store = self._ring, self._stores[0]
         starts = None if self._starts is None else self._starts.marked()
         with self._draws.drawing:
-            pos, weights = self._pick_windows(B, T, within_episode, starts, options)
-        obs = store.copy_windows(pos, arr, frames, dst, scale)
+            pos, weights = self._pick_windows(B, T, within, starts, options)
+            owner = store.pin_windows(pos, frames)
         _, actions, dones, rewards, truncs, discounts = ring.fields(pos.reshape(-1))
         rewards, dones, truncs, discounts = (
             a.reshape(B, T) for a in (rewards, dones, truncs, discounts)
@@ -592,11 +616,52 @@ class ReplayBuffer:
         if self._starts is not None:
             extras.update(self._starts.get(pos[:, 0]))
         steps = self._step_ids(pos)
-        return Sequences(
-            obs, actions.reshape(B, T, *self._action_shape), rewards, dones, truncs, discounts,
+        batch = Sequences(
+            None, actions.reshape(B, T, *self._action_shape), rewards, dones, truncs, discounts,
             ring.episode_mask(pos).astype(np.float32), steps[:, 0].copy(), weights, steps,
-            extras, arr if frames else None, burn_in,
+            extras, None, burn_in,
         )  # fmt: skip
+        return owner, frames, batch
+
+    def _fill_windows(self, drawn: tuple, outs: tuple, scale) -> Sequences:
+        """The :class:`Sequences` of windows drawn (:meth:`_drawn_windows`), copied out.
+
+        ``outs``: ``(array, dtype)`` of ``FrameStore.window_output``.
+        """
+        owner, frames, batch = drawn
+        arr, dst = outs
+        obs = self._stores[0].fill_windows(owner, arr, frames, dst, scale)
+        return batch._replace(observations=obs, frames=arr if frames else None)
+
+    def sequence_sampler(self, batch_size, length, *, burn_in=0, within_episode=False,
+                         frames=False, prefetch=2, dtype=None, scale=None,
+                         out=None) -> Sampler:  # fmt: skip
+        """An iterator of :meth:`sample_sequences`' batches, gathered ahead in a thread.
+
+        As :meth:`sampler` is to :meth:`sample`: with no add in between, the batches
+        successive ``sample_sequences`` calls with these arguments would return; a batch
+        is the buffer at its draw; its observations (and frames) are valid until the
+        ``(prefetch + 1)``-th next ``next()``. ``out``: a list of ``2 * prefetch + 1``
+        arrays as ``sample_sequences``' ``out``. Raises as :meth:`sampler` and
+        :meth:`sample_sequences`.
+        """
+        return self._sequence_sampler(batch_size, length, burn_in, within_episode, frames,
+                                      prefetch, dtype, scale, out, {})  # fmt: skip
+
+    def _sequence_sampler(self, batch_size, length, burn_in, within, frames, prefetch, dtype,
+                          scale, out, options: dict) -> Sampler:  # fmt: skip
+        self._draws.wait()
+        B, T, burn_in = self._window_args(batch_size, length, burn_in, within, frames)
+        P, out = self._prefetch(prefetch, out)
+        store = self._stores[0]
+        sets = [store.window_output(B, T, o, frames, dtype, scale, fresh=True) for o in out]
+        _core.check_apart([a for a, _ in sets])
+        sampler = Sampler(
+            lambda: self._drawn_windows(B, T, burn_in, within, frames, options), self._draws,
+            lambda drawn, outs: self._fill_windows(drawn, outs, scale), P, sets,
+        )  # fmt: skip
+        self._samplers.add(sampler)
+        return sampler
 
     def _pick_windows(self, B: int, T: int, within: bool, starts, options: dict) -> tuple:
         """``(positions (B, T), weights)`` of one draw: uniform, every weight 1.

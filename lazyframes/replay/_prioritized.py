@@ -295,6 +295,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return self._sequences(batch_size, length, burn_in, within_episode, frames, out, dtype,
                                scale, {"beta": _beta(beta)})  # fmt: skip
 
+    def sequence_sampler(self, batch_size, length, *, beta=0.4, burn_in=0, within_episode=False,
+                         frames=False, prefetch=2, dtype=None, scale=None,
+                         out=None) -> Sampler:  # fmt: skip
+        """:meth:`ReplayBuffer.sequence_sampler` of :meth:`sample_sequences`' windows.
+
+        Drawn by priority; the priorities are those at each draw, as :meth:`sampler`'s.
+        """
+        options = {"beta": _beta(beta)}
+        return self._sequence_sampler(batch_size, length, burn_in, within_episode, frames,
+                                      prefetch, dtype, scale, out, options)  # fmt: skip
+
     def _pick_windows(self, B: int, T: int, within: bool, starts, options: dict) -> tuple:
         """``(positions, weights)`` of ``B`` windows drawn by priority.
 

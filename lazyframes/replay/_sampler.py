@@ -16,8 +16,6 @@ import time
 import weakref
 from collections.abc import Callable
 
-from . import _samples
-
 _live: weakref.WeakSet = weakref.WeakSet()  # the samplers not closed: closed at exit
 _gates: weakref.WeakSet = weakref.WeakSet()  # every gate: for a fork, and a forked child
 _fork = threading.local()  # .held: the locks a fork in this thread holds
@@ -145,14 +143,14 @@ def _copies(fills: queue.SimpleQueue, done: queue.SimpleQueue, stop: list, copyi
     """
     while (job := fills.get()) is not None:
         with copying:
-            drawn, (keys, outs, scale) = job
+            drawn, (fill, outs) = job
             del job
             result: tuple[object, object] | None = None
             if isinstance(drawn, BaseException):  # its traceback holds the sampler: not kept
                 result = ("draw", drawn)
             elif not stop[0]:
                 try:
-                    result = (True, _samples.fill(drawn, keys, outs, scale))
+                    result = (True, fill(drawn, outs))
                 except BaseException as e:  # re-raised by the caller's next(), which closes
                     result = (False, e)
             del drawn  # the pins go now, not when the caller takes the batch
@@ -164,28 +162,25 @@ def _copies(fills: queue.SimpleQueue, done: queue.SimpleQueue, stop: list, copyi
 class Sampler:
     """An iterator of sampled batches, each drawn and gathered ahead in background threads.
 
-    Made by :meth:`ReplayBuffer.sampler` (see there); not constructed directly.
-    ``next(sampler)`` returns a :class:`Samples`, the same type :meth:`ReplayBuffer.sample`
-    returns, and asks its threads for the batch that comes ``prefetch`` calls later. Use
-    it from the thread that adds. :meth:`close` (or a ``with`` block, or dropping the
-    sampler, or :meth:`ReplayBuffer.clear`) stops its threads; ``next()`` then raises
-    StopIteration.
+    Made by :meth:`ReplayBuffer.sampler` and :meth:`ReplayBuffer.sequence_sampler` (see
+    there); not constructed directly. ``next(sampler)`` returns what ``sample`` (or
+    ``sample_sequences``) returns, and asks its threads for the batch that comes
+    ``prefetch`` calls later. Use it from the thread that adds. :meth:`close` (or a
+    ``with`` block, or dropping the sampler, or :meth:`ReplayBuffer.clear`) stops its
+    threads; ``next()`` then raises StopIteration.
 
     Args:
-        draw: the buffer's draw of one batch (a :class:`~._samples.Drawn`).
+        draw: the buffer's draw of one batch (fields read, frames pinned).
         gate: the buffer's :class:`DrawGate`.
-        keys: the buffer's Dict keys, or None.
+        fill: ``fill(drawn, outs)``: the batch, its frames copied into an output set.
         prefetch: batches asked for ahead of the one ``next()`` returns.
-        sets: ``2 * prefetch + 1`` output sets (:func:`._samples.outputs`, fresh arrays),
-            used in turn: a batch's set is refilled ``prefetch + 1`` calls after it.
-        scale: the scale the copy applies (None: none).
+        sets: ``2 * prefetch + 1`` output sets (fresh arrays), used in turn: a batch's set
+            is refilled ``prefetch + 1`` calls after it.
     """
 
-    def __init__(
-        self, draw: Callable[[], _samples.Drawn], gate: DrawGate, keys, prefetch: int, sets, scale
-    ):
+    def __init__(self, draw: Callable, gate: DrawGate, fill: Callable, prefetch: int, sets):
         self._closed = True  # until the threads run: close() and __del__ have nothing to do
-        self._draw, self._gate, self._keys, self._scale = draw, gate, keys, scale
+        self._draw, self._gate, self._fill = draw, gate, fill
         self._prefetch, self._sets = prefetch, list(sets)
         self._count = 0  # batches asked for: the next one goes to set _count % len(sets)
         self._fills: queue.SimpleQueue = queue.SimpleQueue()
@@ -216,13 +211,13 @@ class Sampler:
         """Ask the threads for the next batch: ``drawn``, or None to draw it there (owed)."""
         outs = self._sets[self._count % len(self._sets)]
         self._count += 1
-        job = (drawn, self._draw, self._fills, self._stop, (self._keys, outs, self._scale))
+        job = (drawn, self._draw, self._fills, self._stop, (self._fill, outs))
         self._gate.ask(job, drawn is None)
 
     def __iter__(self) -> Sampler:
         return self
 
-    def __next__(self) -> _samples.Samples:
+    def __next__(self):
         """The next batch; asks the threads for the one ``prefetch`` calls later first.
 
         Raises:

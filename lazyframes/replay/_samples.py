@@ -100,7 +100,7 @@ class Sequences(NamedTuple):
         burn_in: the number of burn-in steps at the start of each window.
     """
 
-    observations: np.ndarray
+    observations: Any
     actions: np.ndarray
     rewards: np.ndarray
     dones: np.ndarray
@@ -198,3 +198,15 @@ def fill(drawn: Drawn, keys, outs: list, scale) -> Samples:
     else:
         o, n = dict(zip(keys, obs, strict=True)), dict(zip(keys, nxt, strict=True))
     return Samples._make((o, drawn.actions, n, *drawn[2:]))  # _make: no Python __new__
+
+
+def filler(keys, scale):
+    """A sampler's copy of :class:`Samples`: ``fill_set(drawn, outs)``.
+
+    :func:`fill` with ``keys`` and ``scale``.
+    """
+
+    def fill_set(drawn: Drawn, outs: list) -> Samples:
+        return fill(drawn, keys, outs, scale)
+
+    return fill_set

@@ -493,11 +493,14 @@ class FrameStore(Store):
             table.batch(last, g.k, 2 * g.k, layout=g.layout),
         )
 
-    def window_output(self, B: int, T: int, out, frames: bool, dtype, scale) -> tuple:
+    def window_output(self, B: int, T: int, out, frames: bool, dtype, scale,
+                      fresh: bool = False) -> tuple:  # fmt: skip
         """``(array, dtype)`` a batch of ``B`` windows of ``T`` steps fills, checked.
 
         The observations ``(B, T, *obs_shape)``, or with ``frames`` the frames ``(B, T + k -
         1, *frame_shape)`` (:func:`window_view`: not in layout "last" with frames of C > 1).
+        Without ``out``, an array made once per shape and dtype and reused, or with
+        ``fresh`` a new one (as :meth:`outputs`).
         """
         g = self._geom
         if frames and g.layout == "last" and g.frame_shape[-1] != 1:
@@ -508,25 +511,28 @@ class FrameStore(Store):
         shape = (B, T + g.k - 1, *g.frame_shape) if frames else (B, T, *g.obs_shape)
         if out is None:
             dst = C.output_dtype(g.dtype, dtype, scale)
-            return np.empty(shape, dst), dst
+            if fresh:
+                return np.empty(shape, dst), dst
+            arr = self._outs.get((shape, dst))
+            if arr is None:
+                arr = self._outs[(shape, dst)] = np.empty(shape, dst)
+            return arr, dst
         dst = C.output_dtype(g.dtype, dtype if dtype is not None else getattr(out, "dtype", None),
                              scale)  # fmt: skip
         _core.check_outs((out,), shape, dst)
         return out, dst
 
-    def copy_windows(self, pos: np.ndarray, arr: np.ndarray, frames: bool, dtype, scale):
-        """Copy the observations of the windows ``pos`` ``(B, T)`` into ``arr``: one call.
+    def pin_windows(self, pos: np.ndarray, frames: bool):
+        """The owner of the frames of the windows ``pos`` ``(B, T)``: a LazyBatch.
 
-        ``arr`` from :meth:`window_output`. Returns the observations: ``arr``, or with
-        ``frames`` a read-only view of it (each window's observations must then share
-        frames as a frame stacker's do: ValueError otherwise, before anything is written).
+        Of the ``B * T`` observations, or with ``frames`` of each window's ``T + k - 1``
+        frames, which the observations must share as a frame stacker's do (ValueError
+        otherwise). Pinned like :meth:`pin`'s: copied out later, in any thread.
         """
-        g, (B, T), k = self._geom, pos.shape, self._geom.k
+        B, T = pos.shape
+        k, layout = self._geom.k, self._geom.layout
         if not frames:
-            flat = arr.reshape((B * T, *g.obs_shape))
-            self._table.gather(pos.reshape(-1), 0, k, flat, layout=g.layout, dtype=dtype,
-                               scale=scale)  # fmt: skip
-            return arr
+            return self._table.batch(pos.reshape(-1), 0, k, layout=layout)
         ids = self._table.ids(pos.reshape(-1)).reshape(B, T, 2 * k)
         bad = np.flatnonzero((ids[:, 1:, : k - 1] != ids[:, :-1, 1:k]).any(axis=(1, 2)))
         if bad.size:
@@ -535,8 +541,18 @@ class FrameStore(Store):
                 f"with their predecessors (stacks not from one frame stack): use frames=False"
             )
         slots = np.concatenate([ids[:, 0, :k], ids[:, 1:, k - 1]], axis=1)
-        self._pool.gather(slots, arr, layout="stack", dtype=dtype, scale=scale)
-        return window_view(arr, g.layout, k, T)
+        return self._pool.lazy_batch(slots, layout="stack")
+
+    def fill_windows(self, owner, arr: np.ndarray, frames: bool, dtype, scale) -> np.ndarray:
+        """Copy ``owner``'s frames (:meth:`pin_windows`) into ``arr`` (:meth:`window_output`).
+
+        One call, the GIL released. Returns the observations: ``arr``, or with ``frames``
+        a read-only view of it.
+        """
+        B, T = arr.shape[0], (arr.shape[1] - self._geom.k + 1 if frames else arr.shape[1])
+        flat = arr if frames else arr.reshape((B * T, *self._geom.obs_shape))
+        owner.numpy(out=flat, dtype=dtype, scale=scale)
+        return window_view(arr, self._geom.layout, self._geom.k, T) if frames else arr
 
     # -- memory and checkpoints -------------------------------------------------------
     def frame_ids(self, n: int) -> np.ndarray:

@@ -1,5 +1,6 @@
 """``ReplayBuffer.sample_sequences`` against the plain-Python model: windows of stream steps."""
 
+import itertools
 import pickle
 from collections import Counter
 
@@ -344,3 +345,47 @@ def test_marked_starts_without_values(tmp_path):
     rb.save(tmp_path / "rb.npz")
     copy = lazyframes.ReplayBuffer.load(tmp_path / "rb.npz")
     assert np.array_equal(copy._starts.marked(), rb._starts.marked())
+
+
+@pytest.mark.parametrize("prioritized, frames", [(False, False), (True, True)])
+def test_sequence_sampler_yields_the_batches_of_sample_sequences(prioritized, frames):
+    runs = [Run(300, num_envs=2, seed=12, prioritized=prioritized, compress=True) for _ in "ab"]
+    for _ in range(200):
+        for run in runs:
+            run.rng = np.random.default_rng(len(run.model.fifo))  # the same adds
+            run.add("batch", p_end=0.02)
+    a, b = (run.rb for run in runs)
+    kw = {"burn_in": 1, "within_episode": frames, "frames": frames, "dtype": np.float32,
+          "scale": 0.5}  # fmt: skip
+    with a.sequence_sampler(6, 4, prefetch=2, **kw) as sampler:
+        got = [next(sampler) for _ in range(5)]
+        kept = [np.array(s.observations) for s in got[-3:]]  # valid until 3 more next()
+    want = []
+    for _ in range(5):  # (sample_sequences reuses its output: copied)
+        w = b.sample_sequences(6, 4, **kw)
+        want.append(w._replace(observations=np.array(w.observations)))
+    for g, w in zip(got[-3:], want[-3:], strict=True):
+        for name in ("indices", "weights", "steps", "mask", "rewards", "actions"):
+            assert np.array_equal(getattr(g, name), getattr(w, name)), name
+    for k, w in zip(kept, want[-3:], strict=True):
+        assert np.array_equal(k, w.observations)
+    check_windows(runs[0], 3, 4, burn_in=1)  # the buffer goes on as before
+
+
+def test_sequence_sampler_batches_are_the_buffer_at_their_draw():
+    # each batch is drawn before the adds that evict its steps: its frames stay its own
+    run = Run(60, seed=13)
+    for _ in range(50):
+        run.add("batch", p_end=0.0)
+    with run.rb.sequence_sampler(4, 5, prefetch=1, within_episode=True) as sampler:
+        for _ in range(30):
+            s = next(sampler)
+            for window in s.observations:  # one stream's consecutive stacks: a frame a step
+                seen = [names(o, "stack") for o in window]
+                for a, b in itertools.pairwise(seen):
+                    assert b[:-1] == a[1:] and b[-1] == (a[-1][0], a[-1][1] + 1), seen
+            run.add("batch", p_end=0.0)
+            run.add("batch", p_end=0.0)
+    refused(
+        TypeError, "2 \\* prefetch \\+ 1", run.rb.sequence_sampler, 2, 2, prefetch=1, out=[None]
+    )
