@@ -559,7 +559,8 @@ class ReplayBuffer:
             frames: also return each window's ``T + k - 1`` frames, written once, and the
                 observations as a view of them (needs ``within_episode``).
             out: an array to fill: the observations ``(B, T, *observation_shape)``, or
-                with ``frames`` the frames ``(B, T + k - 1, *frame_shape)``. Without it, an
+                with ``frames`` the frames ``(B, T + k - 1, *frame_shape)`` (Dict
+                observations: a dict of them by frame key). Without it, an
                 array made once per shape and dtype, **overwritten by the next call** of
                 the same shape and dtype (as :meth:`sample`'s).
             dtype: output dtype of the observations, as :meth:`sample`.
@@ -568,7 +569,7 @@ class ReplayBuffer:
         Raises:
             ValueError: an empty buffer, bad sizes, no valid window yet, ``frames`` without
                 ``within_episode`` or with stacks that share no frames, a bad ``out``.
-            TypeError: Dict observations, non-integer sizes, a bad ``out`` or conversion.
+            TypeError: non-integer sizes, a bad ``out`` or conversion.
         """
         return self._sequences(batch_size, length, burn_in, within_episode, frames, out, dtype,
                                scale, {})  # fmt: skip
@@ -578,9 +579,26 @@ class ReplayBuffer:
         """:meth:`sample_sequences` with a subclass's ``options`` (``beta``) for its draw."""
         self._draws.wait()
         B, T, burn_in = self._window_args(batch_size, length, burn_in, within_episode, frames)
-        outs = self._stores[0].window_output(B, T, out, frames, dtype, scale)
+        outs = self._window_outputs(B, T, out, frames, dtype, scale)
         drawn = self._drawn_windows(B, T, burn_in, within_episode, frames, options)
         return self._fill_windows(drawn, outs, scale)
+
+    def _window_outputs(self, B: int, T: int, out, frames: bool, dtype, scale,
+                        fresh: bool = False) -> list:  # fmt: skip
+        """Per frame store, the checked ``(array, dtype)`` windows fill (``out``: by frame key)."""
+        if self._keys is None:
+            return [self._stores[0].window_output(B, T, out, frames, dtype, scale, fresh)]
+        fkeys = [self._keys[i] for i in self._frames]
+        if out is not None and not (isinstance(out, dict) and out.keys() == set(fkeys)):
+            raise TypeError(f"out must be a dict of arrays by frame key {fkeys}")
+        outs = [
+            self._stores[i].window_output(
+                B, T, None if out is None else out[self._keys[i]], frames, dtype, scale, fresh
+            )
+            for i in self._frames
+        ]
+        _core.check_apart([a for a, _ in outs])
+        return outs
 
     def _window_args(self, batch_size, length, burn_in, within, frames) -> tuple:
         """``(B, T, burn_in)`` of a window draw's arguments, checked."""
@@ -592,8 +610,6 @@ class ReplayBuffer:
             raise ValueError(
                 "frames=True needs within_episode=True: only an episode's stacks share frames"
             )
-        if self._keys is not None:
-            raise TypeError("sample_sequences does not take Dict observations yet")
         return B, burn_in + length, burn_in
 
     def _drawn_windows(self, B: int, T: int, burn_in: int, within: bool, frames: bool,
@@ -603,12 +619,17 @@ class ReplayBuffer:
         ``batch`` is their :class:`Sequences` but its observations (and frames):
         :meth:`_fill_windows` copies them out, at once or in a sampler's thread.
         """
-        ring, store = self._ring, self._stores[0]
+        ring, flat = self._ring, None
         starts = None if self._starts is None else self._starts.marked()
         with self._draws.drawing:
             pos, weights = self._pick_windows(B, T, within, starts, options)
-            owner = store.pin_windows(pos, frames)
-        _, actions, dones, rewards, truncs, discounts = ring.fields(pos.reshape(-1))
+            flat = pos.reshape(-1)
+            owners = [  # frames pinned; a Dict's vector leaves copied
+                s.pin_windows(pos, frames) if type(s) is FrameStore
+                else s.gather(flat, flat)[0].reshape(B, T, *s.shape)
+                for s in self._stores
+            ]  # fmt: skip
+        _, actions, dones, rewards, truncs, discounts = ring.fields(flat)
         rewards, dones, truncs, discounts = (
             a.reshape(B, T) for a in (rewards, dones, truncs, discounts)
         )
@@ -621,17 +642,25 @@ class ReplayBuffer:
             ring.episode_mask(pos).astype(np.float32), steps[:, 0].copy(), weights, steps,
             extras, None, burn_in,
         )  # fmt: skip
-        return owner, frames, batch
+        return owners, frames, batch
 
-    def _fill_windows(self, drawn: tuple, outs: tuple, scale) -> Sequences:
+    def _fill_windows(self, drawn: tuple, outs: list, scale) -> Sequences:
         """The :class:`Sequences` of windows drawn (:meth:`_drawn_windows`), copied out.
 
-        ``outs``: ``(array, dtype)`` of ``FrameStore.window_output``.
+        ``outs``: :meth:`_window_outputs`'.
         """
-        owner, frames, batch = drawn
-        arr, dst = outs
-        obs = self._stores[0].fill_windows(owner, arr, frames, dst, scale)
-        return batch._replace(observations=obs, frames=arr if frames else None)
+        owners, frames, batch = drawn
+        obs, arrays = list(owners), []
+        for i, (arr, dst) in zip(self._frames, outs, strict=True):
+            obs[i] = self._stores[i].fill_windows(owners[i], arr, frames, dst, scale)
+            arrays.append(arr)
+        if self._keys is None:
+            return batch._replace(observations=obs[0], frames=arrays[0] if frames else None)
+        fkeys = [self._keys[i] for i in self._frames]
+        return batch._replace(
+            observations=dict(zip(self._keys, obs, strict=True)),
+            frames=dict(zip(fkeys, arrays, strict=True)) if frames else None,
+        )
 
     def sequence_sampler(self, batch_size, length, *, burn_in=0, within_episode=False,
                          frames=False, prefetch=2, dtype=None, scale=None,
@@ -653,9 +682,8 @@ class ReplayBuffer:
         self._draws.wait()
         B, T, burn_in = self._window_args(batch_size, length, burn_in, within, frames)
         P, out = self._prefetch(prefetch, out)
-        store = self._stores[0]
-        sets = [store.window_output(B, T, o, frames, dtype, scale, fresh=True) for o in out]
-        _core.check_apart([a for a, _ in sets])
+        sets = [self._window_outputs(B, T, o, frames, dtype, scale, fresh=True) for o in out]
+        _core.check_apart([a for outs in sets for a, _ in outs])
         sampler = Sampler(
             lambda: self._drawn_windows(B, T, burn_in, within, frames, options), self._draws,
             lambda drawn, outs: self._fill_windows(drawn, outs, scale), P, sets,

@@ -79,7 +79,8 @@ class Sequences(NamedTuple):
 
     Attributes:
         observations: ``(B, T, *observation_shape)``: step ``t``'s observation (with
-            ``frames=True`` a read-only view of ``frames``).
+            ``frames=True`` a read-only view of ``frames``); Dict observations: a dict by
+            key (the vector leaves' values, fresh arrays).
         actions: ``(B, T, *action_shape)`` of ``action_dtype``.
         rewards, dones, truncations, discounts: float32 ``(B, T)``: each step's n-step
             fields, as :class:`Samples` (a step's window may look past step ``T - 1``
@@ -96,7 +97,7 @@ class Sequences(NamedTuple):
         extras: ``{name: array}``: the per-step extras ``(B, T, *shape)`` and the
             per-start extras ``(B, *shape)`` the buffer declares (empty without).
         frames: None, or with ``frames=True`` the ``(B, T + k - 1, *frame_shape)`` frames
-            of each window, each read and written once.
+            of each window, each read and written once (Dict: a dict by frame key).
         burn_in: the number of burn-in steps at the start of each window.
     """
 

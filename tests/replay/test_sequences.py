@@ -153,11 +153,28 @@ def test_frames_refused_when_stacks_share_no_frames():
     assert rb.sample_sequences(2, 3).observations.shape == (2, 3, K, 3, 3)
 
 
-def test_dict_refused():
-    rb = lazyframes.ReplayBuffer(10, frame_keys="img")
-    f = np.zeros((K, 2, 2), np.uint8)
-    rb.add({"img": f, "v": np.zeros(2)}, 0, 0.0, {"img": f, "v": np.zeros(2)}, False, False)
-    refused(TypeError, "Dict observations", rb.sample_sequences, 1, 1)
+@pytest.mark.parametrize("frames", [False, True])
+def test_dict_observations(frames):
+    # an image leaf (frames of one stack) and a vector leaf, per step, in windows
+    rb = lazyframes.ReplayBuffer(50, seed=0, frame_keys="img")
+    pool = lazyframes.FramePool((2, 2), np.uint8)
+    refs = [pool.push(np.full((2, 2), t, np.uint8)) for t in range(45)]
+    for t in range(40):
+        obs = {"img": pool.lazy(refs[t : t + K], layout="stack"), "v": np.array([t, -t])}
+        nxt = {"img": pool.lazy(refs[t + 1 : t + 1 + K], layout="stack"), "v": np.array([t + 1, 0])}
+        rb.add(obs, t, 0.0, nxt, False, False)
+    out = {"img": np.empty((3, 5 + K - 1, 2, 2) if frames else (3, 5, K, 2, 2), np.float32)}
+    s = rb.sample_sequences(3, 5, within_episode=frames, frames=frames, out=out, dtype=np.float32)
+    for b, t0 in enumerate(s.indices.tolist()):
+        steps = np.arange(t0, t0 + 5)
+        assert s.observations["v"][b].tolist() == [[t, -t] for t in steps]
+        assert s.observations["img"][b, :, :, 0, 0].tolist() == [
+            list(range(t, t + K)) for t in steps
+        ]
+    assert (s.frames is None) != frames and (not frames or s.frames["img"] is out["img"])
+    refused(TypeError, "dict of arrays by frame key", rb.sample_sequences, 3, 5, out=out["img"])
+    with rb.sequence_sampler(2, 3) as sampler:
+        assert next(sampler).observations["v"].shape == (2, 3, 2)
 
 
 @pytest.mark.parametrize("within, steps", [(False, 4), (True, 4), (False, 15)])
