@@ -1,8 +1,9 @@
-"""A reference restating OpenAI baselines' LazyFrames, FrameStack and ReplayBuffer.
+"""A reference restating OpenAI baselines' LazyFrames, FrameStack, ScaledFloatFrame, ReplayBuffer.
 
 Copied in semantics (not imported: baselines needs TensorFlow 1): ``atari_wrappers``'
 LazyFrames, including the ``_out`` cache that makes every converted observation keep
-a private copy, and FrameStack; ``deepq/replay_buffer.py``'s ReplayBuffer, a circular
+a private copy, FrameStack and ScaledFloatFrame (each frame a float32 array: four times
+the bytes); ``deepq/replay_buffer.py``'s ReplayBuffer, a circular
 Python list of ``(obs_t, action, reward, obs_tp1, done)`` tuples. The differential
 tests compare lazyframes against them, the benchmarks measure them. Only the
 Gymnasium 1.x API (``reset -> (obs, info)``, 5-tuple ``step``) is new.
@@ -70,6 +71,19 @@ class BaselinesFrameStack(gym.Wrapper):
     def _get_ob(self):
         assert len(self.frames) == self.k
         return BaselinesLazyFrames(list(self.frames))
+
+
+class BaselinesScaledFloatFrame(gym.ObservationWrapper):
+    def __init__(self, env):
+        gym.ObservationWrapper.__init__(self, env)
+        self.observation_space = gym.spaces.Box(
+            low=0, high=1, shape=env.observation_space.shape, dtype=np.float32
+        )
+
+    def observation(self, observation):
+        # careful! This undoes the memory optimization, use
+        # with smaller replay buffers only.
+        return np.array(observation).astype(np.float32) / 255.0
 
 
 class BaselinesReplayBuffer:

@@ -208,9 +208,51 @@ cdef object _output(FramePool pool, lf_layout code, Py_ssize_t b, Py_ssize_t k, 
             dtype = out.dtype
         dst = C.output_dtype(pool._dtype, dtype, scale)
     c.dst_type = pool._ltype if dst is pool._descr else _lf_type(dst)  # output_dtype checked it
-    c.has_scale = scale is not None
+    c.has_scale = 0 if scale is None else LF_DIVIDE if type(scale) is _Divisor else 1
     c.scale = float(scale) if c.has_scale else 0.0
     return _target(out, c, dst, which)
+
+
+_Divisor = C.Divisor
+
+
+def unscale_u8(frame, divisor, out):
+    """The bytes ``b`` of a float32 frame whose values are each ``float32(b) / divisor``.
+
+    What a ``lazyframes.ScaledFloatFrame`` gives (``divisor`` 255): its stacker stores the
+    bytes, and converts them back exactly when asked. One C pass, no copy of ``frame``.
+
+    Args:
+        frame: a C-contiguous float32 ndarray.
+        divisor: a positive number.
+        out: a C-contiguous writeable uint8 ndarray of ``frame``'s size.
+
+    Returns:
+        ``out``.
+
+    Raises:
+        TypeError: arrays of another dtype, not C-contiguous, or ``out`` read-only.
+        ValueError: sizes that differ, or a value that is no such quotient (``out`` is then
+            partly written).
+    """
+    if not (type(frame) is np.ndarray and frame.dtype == np.float32
+            and frame.flags.c_contiguous):
+        raise TypeError("frame must be a C-contiguous float32 ndarray")
+    if not (type(out) is np.ndarray and out.dtype == np.uint8 and out.flags.c_contiguous
+            and out.flags.writeable):
+        raise TypeError("out must be a C-contiguous writeable uint8 ndarray")
+    if out.size != frame.size:
+        raise ValueError(f"out has {out.size} elements, frame {frame.size}")
+    cdef float d = divisor
+    if not d > 0:
+        raise ValueError(f"divisor must be positive, got {divisor!r}")
+    if lf_unscale_u8(<const float *>cnp.PyArray_DATA(frame), <size_t>frame.size, d,
+                     <uint8_t *>cnp.PyArray_DATA(out)) != 0:
+        raise ValueError(
+            f"a frame value is not a byte divided by {divisor:g} (the observations are not "
+            f"ScaledFloatFrame's exact quotients)"
+        )
+    return out
 
 
 @cython.boundscheck(False)

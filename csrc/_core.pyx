@@ -54,7 +54,7 @@ __all__ = [
     "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW", "KIND_PATCH",
     "KIND_XOR", "SumTree", "RowRing",
     "set_num_threads", "get_num_threads", "draw_integers", "check_outs", "check_apart",
-    "Handoff", "SharedWord",
+    "Handoff", "SharedWord", "unscale_u8",
 ]
 
 #: Kinds of blob in an :func:`encode_frames` container (``LF_KIND_*`` in C, codec.h): a
@@ -81,10 +81,11 @@ cdef extern from "layout.h" nogil:
 cdef extern from "kernels.h" nogil:
     enum:
         LF_BOOL, LF_INT8, LF_UINT8, LF_INT16, LF_UINT16, LF_INT32, LF_UINT32
-        LF_INT64, LF_UINT64, LF_FLOAT32, LF_FLOAT64, LF_NTYPES, LF_RAW
+        LF_INT64, LF_UINT64, LF_FLOAT32, LF_FLOAT64, LF_NTYPES, LF_RAW, LF_DIVIDE
     int lf_copy_stacks(const unsigned char *const *src, size_t n_obs, size_t k,
                        size_t outer, size_t inner, int src_type, int dst_type,
                        size_t itemsize, double scale, int has_scale, void *dst)
+    int lf_unscale_u8(const float *src, size_t n, float divisor, uint8_t *dst)
 
 
 cdef extern from "parallel.h" nogil:

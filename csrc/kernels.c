@@ -70,26 +70,34 @@ static void copy_raw(const unsigned char *const *src, size_t n_obs, size_t k,
 #define LF_TILE_BYTES 16384
 
 /* Contiguous conversion of n elements for one (source, destination) type pair; the
- * scale (EXPR of `v` and `sc`) is applied element by element. */
-#define LF_CONVERT_EXPR(NAME, ST, DT, EXPR)                                           \
+ * scale (MUL, or DIV for LF_DIVIDE, expressions of `v` and `sc`) is applied element by
+ * element. */
+#define LF_CONVERT_EXPR(NAME, ST, DT, MUL, DIV)                                       \
     static void NAME(const void *src_, size_t n, double scale, int has_scale,          \
                      void *dst_) {                                                     \
         const ST *restrict s = (const ST *)src_;                                       \
         DT *restrict d = (DT *)dst_;                                                   \
         const DT sc = (DT)scale;                                                       \
         (void)sc;                                                                      \
-        if (has_scale)                                                                 \
+        if (has_scale == LF_DIVIDE)                                                    \
             for (size_t i = 0; i < n; i++) {                                           \
                 DT v = (DT)s[i];                                                       \
-                d[i] = EXPR;                                                           \
+                d[i] = DIV;                                                            \
+            }                                                                          \
+        else if (has_scale)                                                            \
+            for (size_t i = 0; i < n; i++) {                                           \
+                DT v = (DT)s[i];                                                       \
+                d[i] = MUL;                                                            \
             }                                                                          \
         else                                                                           \
             for (size_t i = 0; i < n; i++) d[i] = (DT)s[i];                            \
     }
 /* Float destinations scale in their own precision: (DT)v * (DT)scale, as NumPy's
- * arr.astype(DT) * DT(scale). Others never scale (lf_supported refuses). */
-#define LF_CONVERT(NAME, ST, DT) LF_CONVERT_EXPR(NAME, ST, DT, v)
-#define LF_CONVERT_F(NAME, ST, DT) LF_CONVERT_EXPR(NAME, ST, DT, v * sc)
+ * arr.astype(DT) * DT(scale), or (DT)v / (DT)scale, as arr.astype(DT) / DT(scale)
+ * (correctly rounded: never a multiply by the rounded reciprocal). Others never scale
+ * (lf_supported refuses). */
+#define LF_CONVERT(NAME, ST, DT) LF_CONVERT_EXPR(NAME, ST, DT, v, v)
+#define LF_CONVERT_F(NAME, ST, DT) LF_CONVERT_EXPR(NAME, ST, DT, v * sc, v / sc)
 
 typedef void (*convert_fn)(const void *, size_t, double, int, void *);
 
@@ -138,6 +146,20 @@ int lf_supported(int src_type, int dst_type, int has_scale) {
     if (has_scale && dst_type != LF_FLOAT32 && dst_type != LF_FLOAT64)
         return 0;
     return 1;
+}
+
+int lf_unscale_u8(const float *src, size_t n, float divisor, uint8_t *dst) {
+    for (size_t i = 0; i < n; i++) {
+        const float v = src[i];
+        if (!(v >= 0.0f && v <= 255.0f / divisor)) /* also NaN */
+            return -1;
+        const float x = v * divisor + 0.5f;
+        const uint8_t b = (uint8_t)(x < 255.0f ? x : 255.0f);
+        if ((float)b / divisor != v)
+            return -1;
+        dst[i] = b;
+    }
+    return 0;
 }
 
 int lf_copy_stacks(const unsigned char *const *src, size_t n_obs, size_t k,

@@ -33,8 +33,9 @@ size_t lf_type_size(int t);
  * src_type/dst_type: lf_type values; equal types (or LF_RAW with itemsize)
  *             are a plain copy. itemsize is the source element size in bytes
  *             (used when src_type == dst_type == LF_RAW).
- * scale/has_scale: when has_scale, dst = (dst_t)src * (dst_t)scale; only for
- *             float destinations.
+ * scale/has_scale: when has_scale, dst = (dst_t)src * (dst_t)scale, or with
+ *             has_scale == LF_DIVIDE dst = (dst_t)src / (dst_t)scale; only for float
+ *             destinations.
  * Returns 0, or -1 for an unsupported type pair (nothing written then).
  */
 int lf_copy_stacks(const unsigned char *const *src, size_t n_obs, size_t k,
@@ -43,6 +44,14 @@ int lf_copy_stacks(const unsigned char *const *src, size_t n_obs, size_t k,
 
 /* Nonzero when lf_copy_stacks supports src_type -> dst_type (with scale or not). */
 int lf_supported(int src_type, int dst_type, int has_scale);
+
+/* has_scale of lf_copy_stacks that divides by the scale instead of multiplying. */
+#define LF_DIVIDE 2
+
+/* The bytes b of n float32 values that are each (float)b / divisor exactly (what a
+ * division of uint8 frames gives, e.g. baselines' ScaledFloatFrame with 255) into dst.
+ * Returns 0, or -1 at the first value that is no such quotient (dst partly written). */
+int lf_unscale_u8(const float *src, size_t n, float divisor, uint8_t *dst);
 
 #ifdef __cplusplus
 }

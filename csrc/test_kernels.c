@@ -238,6 +238,39 @@ static void test_u8_to_f32_scale(void) {
     CHECK(memcmp(o, w2, sizeof w2) == 0, "u8->f32 no scale ignores the scale value");
 }
 
+static void test_u8_divide_and_unscale(void) {
+    /* LF_DIVIDE: arr.astype(float32) / float32(255), which differs from * float32(1/255)
+     * in the last bit for some values; lf_unscale_u8 recovers the bytes, and refuses
+     * anything that is not such a quotient */
+    unsigned char a[256];
+    for (int i = 0; i < 256; i++) a[i] = (unsigned char)i;
+    const unsigned char *src[1] = {a};
+    float out[256], last[256 * 2];
+    CHECK(lf_copy_stacks(src, 1, 1, 1, 256, LF_UINT8, LF_FLOAT32, 1, 255.0, LF_DIVIDE, out) == 0,
+          "u8->f32 / 255");
+    int ok = 1, differ = 0;
+    for (int i = 0; i < 256; i++) {
+        volatile float want = (float)i / 255.0f, mul = (float)i * (float)(1.0 / 255.0);
+        ok &= out[i] == want;
+        differ += mul != want;
+    }
+    CHECK(ok, "u8->f32 / 255 is the correctly rounded quotient");
+    CHECK(differ > 0, "the multiply differs somewhere (%d values): the test tells them apart",
+          differ);
+    const unsigned char *s2[2] = {a, a + 128}; /* "last" layout, (128, 1) frames, k = 2 */
+    CHECK(lf_copy_stacks(s2, 1, 2, 128, 1, LF_UINT8, LF_FLOAT32, 1, 255.0, LF_DIVIDE, last) == 0,
+          "last / 255");
+    CHECK(last[0] == out[0] && last[1] == out[128] && last[255] == out[255], "interleaved / 255");
+    uint8_t back[256];
+    CHECK(lf_unscale_u8(out, 256, 255.0f, back) == 0 && memcmp(back, a, 256) == 0,
+          "unscale recovers every byte");
+    const float bad[] = {0.5f, -0.0f - 1e-9f, 1.0001f, 2.0f / 255.0f + 1e-7f, NAN};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        float one[1] = {bad[i]};
+        CHECK(lf_unscale_u8(one, 1, 255.0f, back) == -1, "unscale refuses %g", bad[i]);
+    }
+}
+
 static void test_i16_to_f64(void) {
     int16_t a[6] = {-32768, -1, 0, 1, 12345, 32767}, b[6] = {7, -7, 300, -300, 2, -2};
     const unsigned char *src[2] = {(const unsigned char *)a, (const unsigned char *)b};
@@ -1595,6 +1628,7 @@ int main(int argc, char **argv) {
     test_layout_shapes();
     test_geometry();
     test_u8_to_f32_scale();
+    test_u8_divide_and_unscale();
     test_i16_to_f64();
     test_other_conversions();
     test_unsupported();

@@ -28,13 +28,17 @@ __version__ = "0.2.0"
 
 __all__ = [
     "LAYOUTS", "FramePool", "FrameRef", "FrameStack", "FrameStackObservation", "LazyBatch",
-    "LazyFrames", "PrioritizedReplayBuffer", "ReplayBuffer", "default_pool", "get_num_threads",
+    "LazyFrames", "PrioritizedReplayBuffer", "ReplayBuffer", "ScaledFloatFrame",
+    "ScaledLazyBatch", "ScaledLazyFrames", "default_pool", "get_num_threads",
     "set_num_threads", "stack", "vector",
 ]  # fmt: skip
 
 _LAZY = {
     "FrameStack": ("wrappers", "FrameStack"),
     "FrameStackObservation": ("wrappers", "FrameStackObservation"),
+    "ScaledFloatFrame": ("wrappers", "ScaledFloatFrame"),
+    "ScaledLazyBatch": ("_scaled", "ScaledLazyBatch"),
+    "ScaledLazyFrames": ("_scaled", "ScaledLazyFrames"),
     "PrioritizedReplayBuffer": ("replay", "PrioritizedReplayBuffer"),
     "ReplayBuffer": ("replay", "ReplayBuffer"),
     "vector": ("vector", None),

@@ -188,6 +188,22 @@ def observation_shape(shape: tuple, k: int, layout: str) -> tuple:
     return (k,) + shape
 
 
+class Divisor(float):
+    """A ``scale`` that divides: ``dtype(frame) / dtype(divisor)``, never a multiply.
+
+    ``np.asarray(frame).astype(np.float32) / 255.0`` (baselines' ``ScaledFloatFrame``)
+    differs from a multiply by ``float32(1 / 255)`` in the last bit for 126 of the 256
+    byte values; the copy kernels divide for a scale of this type (``LF_DIVIDE``).
+    Internal: the scaled observations of ``lazyframes.ScaledFloatFrame`` use it.
+    """
+
+    __slots__ = ()
+
+
+#: The divisor of baselines' ScaledFloatFrame.
+BY_255 = Divisor(255.0)
+
+
 def output_dtype(src: np.dtype, dtype, scale) -> np.dtype:
     """The dtype a copy out produces, checking the fused conversion is supported.
 

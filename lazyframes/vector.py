@@ -32,7 +32,6 @@ from . import _core
 from .wrappers import (
     LeafStacks,
     _LazyLeaf,
-    as_frames,
     at,
     check_padding,
     check_stack_size,
@@ -94,27 +93,27 @@ class _LazyBatchLeaf(_LazyLeaf):
 
     def start_batch(self, frames):
         """New rings (a LazyBatch) starting episodes at ``frames`` ``(m, *S)``, padded."""
-        return self.pool.push_batch(
-            as_frames(frames, self.dtype), k=self.k, pad=self.pad_ref(), layout=self.layout
-        )
+        return self.view(self.pool.push_batch(
+            self.frames(frames), k=self.k, pad=self.pad_ref(), layout=self.layout
+        ))  # fmt: skip
 
     def shift_batch(self, ring, frames, restart):
         """One core call: push the frames, shift every ring, restart the rings in ``restart``."""
-        if type(frames) is not np.ndarray or frames.dtype != self.dtype:
-            frames = as_frames(frames, self.dtype)
-        return ring.shift(frames, restart, pad=self.pad_ref())
+        if type(frames) is not np.ndarray or frames.dtype != self.dtype or self.divisor:
+            frames = self.frames(frames)
+        return self.view(self.owner(ring).shift(frames, restart, pad=self.pad_ref()))
 
     def replace(self, ring, idx: np.ndarray, new):
         """``ring`` with the rows ``idx`` replaced by ``new`` (a new LazyBatch)."""
-        return ring.replace(idx, new)
+        return self.view(self.owner(ring).replace(idx, self.owner(new)))
 
     def take(self, ring, idx: np.ndarray):
         """The rows ``idx`` of ``ring``, in that order (a new LazyBatch; no frame copied)."""
-        return self.pool.lazy_batch(ring.slots[idx], layout=self.layout)
+        return self.view(self.pool.lazy_batch(self.owner(ring).slots[idx], layout=self.layout))
 
     def final(self, ring, i: int, frame, lazy: bool):
         """Env ``i``'s final observation: its ring with the episode's last frame."""
-        obs = ring[i].shift(as_frames(frame, self.dtype))
+        obs = self.view(self.owner(ring)[i].shift(self.frames(frame)))
         return obs if lazy else np.asarray(obs)
 
     def observe(self, ring, lazy: bool):
@@ -177,7 +176,20 @@ class _ArrayBatchLeaf:
         """Nothing to drop."""
 
 
-def _leaf_stackers(space: gym.Space, k: int, layout: str, pool, pad, who: str) -> list:
+def _divisor(envs: VectorEnv, space: gym.Space):
+    """The sub-envs' :class:`~lazyframes.ScaledFloatFrame` divisor (all the same), or None."""
+    if not (isinstance(space, gym.spaces.Box) and space.dtype == np.float32):
+        return None
+    get_attr = getattr(envs, "get_attr", None)  # (Sync and Async vector envs have it)
+    try:
+        found = set(get_attr("lazyframes_divisor")) if get_attr is not None else set()
+    except Exception:  # (AttributeError, or a sub-env process's error): not scaled
+        return None
+    return found.pop() if len(found) == 1 else None  # (None: not uint8 frames)
+
+
+def _leaf_stackers(space: gym.Space, k: int, layout: str, pool, pad, who: str,
+                   divisor=None) -> list:  # fmt: skip
     """A stacker per leaf of ``space``; ``pad`` is the padding value, None for reset padding.
 
     Raises:
@@ -190,7 +202,7 @@ def _leaf_stackers(space: gym.Space, k: int, layout: str, pool, pad, who: str) -
         leaf_pad = None if pad is None else at(pad, path)
         if isinstance(leaf, gym.spaces.Box):
             box_pool = leaf_pool(pool, path, who)
-            stackers.append(_LazyBatchLeaf(leaf, k, layout, box_pool, leaf_pad, who))
+            stackers.append(_LazyBatchLeaf(leaf, k, layout, box_pool, leaf_pad, who, divisor))
         elif isinstance(leaf, eager):
             if leaf_pool(pool, path, who) is not None:
                 raise TypeError(f"{who}: a pool was given for {leaf}, which is not a Box")
@@ -313,7 +325,13 @@ class FrameStackObservation(LeafStacks, VectorWrapper):
         padding_type, padding_value = check_padding(padding_type, space)
         batch_size = _batch_size(envs)
         stackers = _leaf_stackers(
-            space, k, layout, pool, None if padding_type == "reset" else padding_value, who
+            space,
+            k,
+            layout,
+            pool,
+            None if padding_type == "reset" else padding_value,
+            who,
+            _divisor(envs, space),
         )
         mode = AutoresetMode(envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         super().__init__(envs)

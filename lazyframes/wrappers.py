@@ -23,8 +23,9 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from . import _checks as C
 from . import _core
+from ._scaled import ScaledLazyBatch, ScaledLazyFrames, unscaled
 
-__all__ = ["FrameStack", "FrameStackObservation"]
+__all__ = ["FrameStack", "FrameStackObservation", "ScaledFloatFrame"]
 
 
 # -- spaces: helpers shared with lazyframes.vector ---------------------------------------
@@ -264,17 +265,41 @@ class _LazyLeaf:
         pad: the padding frame ("zero" or custom padding), or None to repeat the first
             frame of an episode ("reset" padding).
         who: the wrapper's name, for error messages.
+        divisor: None, or :class:`ScaledFloatFrame`'s divisor when the frames are its
+            floats: their bytes are stored (a uint8 pool), and the ring is a
+            :class:`~lazyframes.ScaledLazyFrames` showing them as the floats.
     """
 
-    def __init__(self, space: gym.spaces.Box, k: int, layout: str, pool, pad, who: str):
+    def __init__(self, space: gym.spaces.Box, k: int, layout: str, pool, pad, who: str,
+                 divisor=None):  # fmt: skip
         C.check_layout(layout, tuple(space.shape))
+        self.divisor = divisor
+        if divisor is not None:
+            space = gym.spaces.Box(0, 255, space.shape, np.uint8)
         self.pool = pool_for(space, pool, who)
         self.k = k
         self.layout = layout
         self.dtype = C.frame_dtype(space.dtype)
         # a copy: the padding frame is pushed on first use, and again after a release
-        self.pad_value = None if pad is None else np.asarray(pad).astype(self.dtype)
+        self.pad_value = None if pad is None else np.array(self.frames(pad))
         self.pad: Any = None  # FrameRef of pad_value, or None
+
+    def frames(self, frames):
+        """``frames`` as the pool stores them: its dtype, or the bytes of scaled floats."""
+        if self.divisor is None:
+            return as_frames(frames, self.dtype)
+        return unscaled(frames, self.divisor)
+
+    def owner(self, ring):
+        """The LazyFrames or LazyBatch of the pool under ``ring`` (a :meth:`view`)."""
+        return ring if self.divisor is None else ring.frames
+
+    def view(self, owner):
+        """What the stacker returns of ``owner`` (a LazyFrames or LazyBatch of the pool)."""
+        if self.divisor is None:
+            return owner
+        scaled = ScaledLazyFrames if isinstance(owner, _core.LazyFrames) else ScaledLazyBatch
+        return scaled(owner, self.divisor)
 
     def pad_ref(self):
         """The FrameRef of the padding frame (None for reset padding)."""
@@ -284,14 +309,14 @@ class _LazyLeaf:
 
     def start(self, frame, padded: bool = True):
         """A ring of k-1 padding frames (or, without padding, copies of ``frame``), then it."""
-        new = self.pool.push(as_frames(frame, self.dtype))
+        new = self.pool.push(self.frames(frame))
         pad = self.pad_ref() if padded else None
         pad = new if pad is None else pad
-        return self.pool.lazy([pad] * (self.k - 1) + [new], layout=self.layout)
+        return self.view(self.pool.lazy([pad] * (self.k - 1) + [new], layout=self.layout))
 
     def shift(self, ring, frame):
         """The next ring, with ``frame`` (checked before anything changes)."""
-        try:  # one core call: push the frame, share the k-1 newer ones
+        try:  # one core call: push the frame, share the k-1 newer ones (scaled: unscaled)
             return ring.shift(frame)
         except TypeError:  # another dtype: cast as Gymnasium does, or raise its error
             return ring.shift(as_frames(frame, self.dtype))
@@ -335,10 +360,12 @@ class _EagerLeaf:
         """Nothing to drop."""
 
 
-def make_leaf(space: gym.Space, path: tuple, k: int, layout: str, pool, padding, who: str):
+def make_leaf(space: gym.Space, path: tuple, k: int, layout: str, pool, padding, who: str,
+              divisor=None):  # fmt: skip
     """The stacker of the leaf ``space`` at ``path``: lazy for a Box, else eager (as Gymnasium).
 
-    ``pool`` and ``padding`` are the whole space's (:func:`leaf_pool`; None: reset padding).
+    ``pool`` and ``padding`` are the whole space's (:func:`leaf_pool`; None: reset padding);
+    ``divisor``: a Box space's :class:`ScaledFloatFrame` divisor (:func:`scaled_divisor`).
 
     Raises:
         TypeError: a pool given for a leaf that is not a Box.
@@ -346,7 +373,7 @@ def make_leaf(space: gym.Space, path: tuple, k: int, layout: str, pool, padding,
     pool = leaf_pool(pool, path, who)
     pad = None if padding is None else at(padding, path)
     if isinstance(space, gym.spaces.Box):
-        return _LazyLeaf(space, k, layout, pool, pad, who)
+        return _LazyLeaf(space, k, layout, pool, pad, who, divisor)
     if pool is not None:
         raise TypeError(f"{who}: a pool was given for {space}, which is not a Box (no frames)")
     return _EagerLeaf(space, k, pad)
@@ -367,8 +394,10 @@ class _RingWrapper(LeafStacks, gym.Wrapper):
         self._k = k
         self._layout = layout
         self._lazy = lazy
+        divisor = scaled_divisor(self.env, space)
         self._leaves = [
-            make_leaf(leaf, path, k, layout, pool, padding, who) for path, leaf in leaves(space)
+            make_leaf(leaf, path, k, layout, pool, padding, who, divisor)
+            for path, leaf in leaves(space)
         ]
         self._paths = [path for path, _ in leaves(space)]
         self._box = isinstance(space, gym.spaces.Box)
@@ -415,6 +444,69 @@ class _RingWrapper(LeafStacks, gym.Wrapper):
         self._ring = None
         self._release()
         super().close()
+
+
+class ScaledFloatFrame(gym.ObservationWrapper):
+    """Baselines' ``ScaledFloatFrame``: observations as float32 in ``[0, 1]``, without its cost.
+
+    Alone over an env, it is baselines' wrapper: each observation becomes a new float32
+    array, ``np.array(obs).astype(np.float32) / 255.0``, and the observation space
+    ``Box(0, 1, shape, float32)``. Under lazyframes' stackers (``FrameStack``,
+    ``FrameStackObservation``, ``lazyframes.vector.FrameStackObservation``, with any
+    wrappers between that leave observations as they are, e.g. baselines' order
+    ``FrameStack(ClipRewardEnv(ScaledFloatFrame(env)), 4)``), the stacker stores each
+    frame's bytes once, as without scaling (the float values are exact quotients, so no
+    value is lost; one that is not raises ``ValueError``), and returns
+    :class:`~lazyframes.ScaledLazyFrames` (:class:`~lazyframes.ScaledLazyBatch`) whose
+    ``np.asarray`` is the float32 values, bit for bit baselines'. A ``ReplayBuffer`` fed
+    them stores the bytes and samples the same float32 values. Baselines warns that this
+    wrapper "will undo the memory optimization of LazyFrames": here it does not.
+
+    The stack's ``observation_space`` is this wrapper's space stacked, ``Box(0, 1, ...,
+    float32)``: the values the observations hold. (Baselines' ``FrameStack`` reports
+    ``Box(0, 255, ..., uint8)`` over float frames: bounds and dtype of the frames it does
+    not return.)
+
+    Over observations that are not uint8 it is baselines' wrapper under the stackers too
+    (the floats are stacked as floats).
+
+    Example:
+        >>> import ale_py
+        >>> gym.register_envs(ale_py)
+        >>> env = FrameStackObservation(
+        ...     ScaledFloatFrame(gym.make("ALE/Pong-v5", obs_type="grayscale")), 4
+        ... )
+        >>> obs, _ = env.reset(seed=0)
+        >>> type(obs).__name__, obs.dtype, obs.pool.dtype, env.observation_space.high.max()
+        ('ScaledLazyFrames', dtype('float32'), dtype('uint8'), np.float32(1.0))
+    """
+
+    def __init__(self, env: gym.Env):
+        gym.ObservationWrapper.__init__(self, env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box):
+            raise TypeError(f"ScaledFloatFrame scales Box observations, got {space!r}")
+        self.observation_space = gym.spaces.Box(0.0, 1.0, space.shape, np.float32)
+        #: The divisor the stackers store the bytes of the floats by (uint8 frames only).
+        self.lazyframes_divisor = 255.0 if space.dtype == np.uint8 else None
+
+    def observation(self, observation):
+        """Baselines': ``np.array(observation).astype(np.float32) / 255.0``."""
+        return np.array(observation).astype(np.float32) / 255.0
+
+
+def scaled_divisor(env, space: gym.Space):
+    """:class:`ScaledFloatFrame`'s divisor, or None.
+
+    When ``env`` is one or wraps one and ``space`` holds its floats (a float32 Box).
+    """
+    if not (isinstance(space, gym.spaces.Box) and space.dtype == np.float32):
+        return None
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, ScaledFloatFrame):
+            return env.lazyframes_divisor
+        env = env.env
+    return None
 
 
 class FrameStack(_RingWrapper):

@@ -405,8 +405,11 @@ def _read_frames(ar: Archive, m: dict, sfx: str, n: int, pool, capacity: int, co
             table.take(np.arange(n), frames, index.astype(np.int64))
         del frames
         pool.flush()  # the frames only the table holds now: compressed
+    divisor = m.get("divisor")  # ScaledFloatFrame's observations (absent: plain frames)
+    if divisor is not None and not (isinstance(divisor, float) and 0 < divisor < math.inf):
+        raise ValueError(f"bad meta 'divisor': {divisor!r}")
     store = FrameStore(capacity, pool=pool, compress=compression, names=names, **opts)
-    store.restore(Geometry(layout, k, fs, dt), pool, table)
+    store.restore(Geometry(layout, k, fs, dt, divisor), pool, table)
     return store
 
 

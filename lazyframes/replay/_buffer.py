@@ -427,7 +427,7 @@ class ReplayBuffer:
         self._draws.wait()
         B = self._batch_size(batch_size)
         outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)
-        return fill(self._drawn(B, {}), self._keys, outs, scale)
+        return fill(self._drawn(B, {}), self._keys, outs)
 
     def sampler(self, batch_size, *, prefetch=2, dtype=None, scale=None, out=None) -> Sampler:
         """An iterator of batches drawn as :meth:`sample` draws them, gathered in a thread.
@@ -498,7 +498,7 @@ class ReplayBuffer:
         _core.check_apart([a for outs in sets for o in outs for a in o[:2]])
         sampler = Sampler(
             lambda: self._drawn(B, options), self._draws,
-            filler(keys, scale), P, sets,
+            filler(keys), P, sets,
         )  # fmt: skip
         self._samplers.add(sampler)
         return sampler
@@ -537,7 +537,7 @@ class ReplayBuffer:
         idx = idx.astype(np.int64)
         outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)
         drawn = draw(self._ring, self._stores, idx, idx, constant(B, 1.0))
-        return fill(drawn, self._keys, outs, scale)
+        return fill(drawn, self._keys, outs)
 
     def sample_sequences(self, batch_size, length, *, burn_in=0, within_episode=False,
                          frames=False, out=None, dtype=None, scale=None) -> Sequences:  # fmt: skip
@@ -581,7 +581,7 @@ class ReplayBuffer:
         B, T, burn_in = self._window_args(batch_size, length, burn_in, within_episode, frames)
         outs = self._window_outputs(B, T, out, frames, dtype, scale)
         drawn = self._drawn_windows(B, T, burn_in, within_episode, frames, options)
-        return self._fill_windows(drawn, outs, scale)
+        return self._fill_windows(drawn, outs)
 
     def _window_outputs(self, B: int, T: int, out, frames: bool, dtype, scale,
                         fresh: bool = False) -> list:  # fmt: skip
@@ -597,7 +597,7 @@ class ReplayBuffer:
             )
             for i in self._frames
         ]
-        _core.check_apart([a for a, _ in outs])
+        _core.check_apart([o[0] for o in outs])
         return outs
 
     def _window_args(self, batch_size, length, burn_in, within, frames) -> tuple:
@@ -644,14 +644,14 @@ class ReplayBuffer:
         )  # fmt: skip
         return owners, frames, batch
 
-    def _fill_windows(self, drawn: tuple, outs: list, scale) -> Sequences:
+    def _fill_windows(self, drawn: tuple, outs: list) -> Sequences:
         """The :class:`Sequences` of windows drawn (:meth:`_drawn_windows`), copied out.
 
-        ``outs``: :meth:`_window_outputs`'.
+        ``outs``: :meth:`_window_outputs`' ``(array, dtype, scale)`` per frame store.
         """
         owners, frames, batch = drawn
         obs, arrays = list(owners), []
-        for i, (arr, dst) in zip(self._frames, outs, strict=True):
+        for i, (arr, dst, scale) in zip(self._frames, outs, strict=True):
             obs[i] = self._stores[i].fill_windows(owners[i], arr, frames, dst, scale)
             arrays.append(arr)
         if self._keys is None:
@@ -683,10 +683,10 @@ class ReplayBuffer:
         B, T, burn_in = self._window_args(batch_size, length, burn_in, within, frames)
         P, out = self._prefetch(prefetch, out)
         sets = [self._window_outputs(B, T, o, frames, dtype, scale, fresh=True) for o in out]
-        _core.check_apart([a for outs in sets for a, _ in outs])
+        _core.check_apart([o[0] for outs in sets for o in outs])
         sampler = Sampler(
             lambda: self._drawn_windows(B, T, burn_in, within, frames, options), self._draws,
-            lambda drawn, outs: self._fill_windows(drawn, outs, scale), P, sets,
+            self._fill_windows, P, sets,
         )  # fmt: skip
         self._samplers.add(sampler)
         return sampler

@@ -215,7 +215,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         B = self._batch_size(batch_size)
         b = _beta(beta)
         outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)
-        return fill(self._drawn(B, {"beta": b}), self._keys, outs, scale)
+        return fill(self._drawn(B, {"beta": b}), self._keys, outs)
 
     def sampler(
         self, batch_size, *, beta=0.4, prefetch=2, dtype=None, scale=None, out=None

@@ -117,7 +117,7 @@ class Sequences(NamedTuple):
 
 
 def outputs(stores: tuple, frames: tuple, keys, B: int, out, dtype, scale, fresh=False) -> list:
-    """Per frame store, the checked ``(obs_out, next_out, dtype)`` a batch of ``B`` fills.
+    """Per frame store, the checked ``(obs_out, next_out, dtype, scale)`` a batch of ``B`` fills.
 
     ``frames``: the indices of the frame stores among ``stores``; ``out``: None (each
     store's reused arrays, or new ones with ``fresh``), or the pair ``(obs_out,
@@ -180,7 +180,7 @@ def draw(ring, stores: tuple, idx: np.ndarray, indices, weights) -> Drawn:
     return Drawn._make((leaves, actions, dones, rewards, truncs, indices, discounts, weights))
 
 
-def fill(drawn: Drawn, keys, outs: list, scale) -> Samples:
+def fill(drawn: Drawn, keys, outs: list) -> Samples:
     """The :class:`Samples` of a drawn batch, its frames copied into ``outs`` (:func:`outputs`).
 
     Reads only ``drawn`` (its owners' frames never change), so it may run in another
@@ -190,7 +190,7 @@ def fill(drawn: Drawn, keys, outs: list, scale) -> Samples:
     frame_outs = iter(outs)
     for a, b in drawn.leaves:
         if type(a) is _LazyBatch:
-            o0, o1, dst = next(frame_outs)
+            o0, o1, dst, scale = next(frame_outs)
             a, b = a.numpy_pairs(b, out=(o0, o1), dtype=dst, scale=scale)
         obs.append(a)
         nxt.append(b)
@@ -201,13 +201,10 @@ def fill(drawn: Drawn, keys, outs: list, scale) -> Samples:
     return Samples._make((o, drawn.actions, n, *drawn[2:]))  # _make: no Python __new__
 
 
-def filler(keys, scale):
-    """A sampler's copy of :class:`Samples`: ``fill_set(drawn, outs)``.
-
-    :func:`fill` with ``keys`` and ``scale``.
-    """
+def filler(keys):
+    """A sampler's copy of :class:`Samples`: ``fill_set(drawn, outs)``, :func:`fill`'s."""
 
     def fill_set(drawn: Drawn, outs: list) -> Samples:
-        return fill(drawn, keys, outs, scale)
+        return fill(drawn, keys, outs)
 
     return fill_set

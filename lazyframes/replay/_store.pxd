@@ -3,11 +3,11 @@ cimport cython
 cimport numpy as cnp
 
 cdef class Geometry:
-    cdef public object dtype, frame_shape, layout, obs_shape
+    cdef public object dtype, frame_shape, layout, obs_shape, divisor
     cdef public Py_ssize_t k
 
 cdef class _Obs:
-    cdef public object arr, k, layout, owner, pool
+    cdef public object arr, k, layout, owner, pool, divisor
 
 cdef class Store:
     cpdef tuple prepare(self, obs, nxt, final, Py_ssize_t E, bint batched, ring, envs, values)

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import _checks as C
 from .. import _core
+from .._scaled import ScaledLazyFrames, _Scaled
 from ._args import PER_ADD
 
 _LazyFrames, _LazyBatch = _core.LazyFrames, _core.LazyBatch
@@ -80,29 +81,58 @@ def window_view(frames: np.ndarray, layout: str, k: int, T: int) -> np.ndarray:
 
 
 class Geometry:
-    """How a frame store splits observations into frames: decided by the first add."""
+    """How a frame store splits observations into frames: decided by the first add.
 
-    def __init__(self, layout: str, k: int, frame_shape: tuple, dtype: np.dtype):
+    ``divisor``: None, or :class:`~lazyframes.ScaledFloatFrame`'s divisor when the
+    observations are its floats (the frames their bytes; samples the floats).
+    """
+
+    def __init__(self, layout: str, k: int, frame_shape: tuple, dtype: np.dtype, divisor=None):
         self.layout, self.k, self.frame_shape, self.dtype = layout, k, frame_shape, dtype
         self.obs_shape = C.observation_shape(frame_shape, k, layout)
+        self.divisor = divisor
 
     def meta(self) -> dict:
         """The checkpoint's description of it."""
-        return {
+        out = {
             "layout": self.layout,
             "stack_size": self.k,
             "frame_shape": list(self.frame_shape),
             "frame_dtype": self.dtype.str,
         }
+        if self.divisor is not None:
+            out["divisor"] = float(self.divisor)
+        return out
+
+    def conversion(self, dtype, scale) -> tuple:
+        """``(dtype, scale)`` of a copy out asked for with ``dtype`` and ``scale``.
+
+        Scaled observations copy out as their float32 values (a :class:`~.._checks.Divisor`).
+
+        Raises:
+            TypeError: another dtype or a scale for scaled observations.
+        """
+        if self.divisor is None:
+            return dtype, scale
+        if (dtype is not None and np.dtype(dtype) != np.float32) or scale is not None:
+            raise TypeError(
+                "the observations are ScaledFloatFrame's floats: they sample as their float32 "
+                "values (byte / 255), so pass no dtype (or float32) and no scale"
+            )
+        return np.dtype(np.float32), C.Divisor(self.divisor)
 
 
 class _Obs:
-    """One observation argument of one frame leaf, described: lazy (``owner``) or ``arr``."""
+    """One observation argument of one frame leaf, described: lazy (``owner``) or ``arr``.
+
+    ``divisor``: ScaledFloatFrame's divisor when the argument was its scaled view.
+    """
 
     def __init__(self, owner=None, arr=None, layout=None):
         self.owner, self.arr, self.layout = owner, arr, layout
         self.pool: Any = None
         self.k: Any = None
+        self.divisor: Any = None
         if owner is not None:
             self.pool, self.k, self.layout = owner.pool, owner.stack_size, owner.layout
 
@@ -118,11 +148,28 @@ class _Obs:
 def describe(x, name: str, E: int, batched: bool) -> _Obs:
     """Check the form of one observation argument of ``E`` transitions and describe it.
 
+    A :class:`~lazyframes.ScaledLazyFrames` (batch, or list of them) is described by its
+    frames, with its divisor.
+
     Raises:
         ValueError: a batch where one observation is expected, a wrong number of envs,
             observations of different geometries.
         TypeError: non-numeric input, LazyFrames mixed with other objects.
     """
+    divisor = None
+    if isinstance(x, _Scaled):
+        x, divisor = x.frames, x.divisor
+    elif isinstance(x, (list, tuple)) and x and isinstance(x[0], ScaledLazyFrames):
+        divisor = x[0].divisor
+        if not all(type(o) is ScaledLazyFrames and o.divisor == divisor for o in x):
+            raise TypeError(f"{name} mixes ScaledLazyFrames and other objects")
+        x = [o.frames for o in x]
+    o = _describe(x, name, E, batched)
+    o.divisor = divisor
+    return o
+
+
+def _describe(x, name: str, E: int, batched: bool) -> _Obs:
     lazies = isinstance(x, (list, tuple)) and all(isinstance(o, _LazyFrames) for o in x)
     if isinstance(x, _LazyBatch) or (batched and lazies and x):
         if not batched:
@@ -403,7 +450,7 @@ class FrameStore(Store):
         fs = C.frame_shape(fs)
         dt = C.frame_dtype(dt)
         C.check_layout(layout, fs)
-        return Geometry(layout, k, fs, dt)
+        return Geometry(layout, k, fs, dt, o.divisor)
 
     def _check(self, o: _Obs, name: str, geom: Geometry, E: int) -> None:
         """Check one described argument against the geometry.
@@ -413,6 +460,12 @@ class FrameStore(Store):
             TypeError: another dtype (observations are never cast).
         """
         k, fs, dt = geom.k, geom.frame_shape, geom.dtype
+        if o.divisor != geom.divisor:
+            raise ValueError(
+                f"{name} {'is' if o.divisor is not None else 'is not'} ScaledFloatFrame's "
+                f"(ScaledLazyFrames), the buffer's observations "
+                f"{'are' if geom.divisor is not None else 'are not'}"
+            )
         if o.owner is not None:
             if o.pool is self._pool and o.k == k:
                 return  # the store's own pool: its frames have the store's shape and dtype
@@ -452,12 +505,14 @@ class FrameStore(Store):
 
     # -- sampling ---------------------------------------------------------------------
     def outputs(self, B: int, out, dtype, scale, fresh: bool = False) -> tuple:
-        """``(obs_out, next_out, dtype)``: the arrays a sample fills, checked.
+        """``(obs_out, next_out, dtype, scale)``: the arrays a sample fills, checked.
 
         Without ``out``, a pair of arrays made once per ``(B, dtype)`` and reused, or with
         ``fresh`` a new pair (a sampler's output sets, which no ``sample`` overwrites).
         """
         g = self._geom
+        if g.divisor is not None:
+            dtype, scale = g.conversion(dtype, scale)
         if out is None:
             dst = (
                 g.dtype
@@ -466,17 +521,17 @@ class FrameStore(Store):
             )
             full = (B,) + g.obs_shape
             if fresh:
-                return np.empty(full, dst), np.empty(full, dst), dst
+                return np.empty(full, dst), np.empty(full, dst), dst, scale
             pair = self._outs.get((B, dst))
             if pair is None:
                 pair = self._outs[(B, dst)] = (np.empty(full, dst), np.empty(full, dst))
-            return pair[0], pair[1], dst
+            return pair[0], pair[1], dst, scale
         o0, o1 = out
         if not isinstance(o0, np.ndarray) or not isinstance(o1, np.ndarray):
             raise TypeError("out must be a pair (obs_out, next_obs_out) of ndarrays")
         dst = C.output_dtype(g.dtype, dtype if dtype is not None else o0.dtype, scale)
         _core.check_outs((o0, o1), (B,) + g.obs_shape, dst)
-        return o0, o1, dst
+        return o0, o1, dst, scale
 
     def pin(self, idx, last) -> tuple:
         """Owners of the frames of ``idx``'s observations and ``last``'s next observations.
@@ -495,7 +550,7 @@ class FrameStore(Store):
 
     def window_output(self, B: int, T: int, out, frames: bool, dtype, scale,
                       fresh: bool = False) -> tuple:  # fmt: skip
-        """``(array, dtype)`` a batch of ``B`` windows of ``T`` steps fills, checked.
+        """``(array, dtype, scale)`` a batch of ``B`` windows of ``T`` steps fills, checked.
 
         The observations ``(B, T, *obs_shape)``, or with ``frames`` the frames ``(B, T + k -
         1, *frame_shape)`` (:func:`window_view`: not in layout "last" with frames of C > 1).
@@ -503,6 +558,7 @@ class FrameStore(Store):
         ``fresh`` a new one (as :meth:`outputs`).
         """
         g = self._geom
+        dtype, scale = g.conversion(dtype, scale)
         if frames and g.layout == "last" and g.frame_shape[-1] != 1:
             raise ValueError(
                 f"frames=True needs frames of one channel in layout 'last' (observations "
@@ -512,15 +568,15 @@ class FrameStore(Store):
         if out is None:
             dst = C.output_dtype(g.dtype, dtype, scale)
             if fresh:
-                return np.empty(shape, dst), dst
+                return np.empty(shape, dst), dst, scale
             arr = self._outs.get((shape, dst))
             if arr is None:
                 arr = self._outs[(shape, dst)] = np.empty(shape, dst)
-            return arr, dst
+            return arr, dst, scale
         dst = C.output_dtype(g.dtype, dtype if dtype is not None else getattr(out, "dtype", None),
                              scale)  # fmt: skip
         _core.check_outs((out,), shape, dst)
-        return out, dst
+        return out, dst, scale
 
     def pin_windows(self, pos: np.ndarray, frames: bool):
         """The owner of the frames of the windows ``pos`` ``(B, T)``: a LazyBatch.

@@ -795,3 +795,17 @@ def test_ring_put_rewrites_a_column_checked_first():
     refused(IndexError, "column 2", ring.put, 2, np.array([0]), np.zeros(1, np.uint8))
     refused(ValueError, "counted", ring.put, 0, np.array([0]), np.zeros(1, np.uint8))
     assert np.array_equal(ring.columns[1], before)  # nothing written
+
+
+def test_unscale_u8_recovers_the_bytes_of_exact_quotients_only():
+    x = np.arange(256, dtype=np.uint8)
+    f = x.astype(np.float32) / 255.0
+    assert core.unscale_u8(f, 255.0, np.empty(256, np.uint8)).tolist() == x.tolist()
+    refused(ValueError, "not a byte divided by 255", core.unscale_u8,
+            f * np.float32(1.0001), 255.0, np.empty(256, np.uint8))  # fmt: skip
+    refused(
+        TypeError, "float32", core.unscale_u8, f.astype(np.float64), 255.0, np.empty(256, np.uint8)
+    )
+    refused(TypeError, "uint8", core.unscale_u8, f, 255.0, np.empty(256, np.int8))
+    refused(ValueError, "elements", core.unscale_u8, f, 255.0, np.empty(255, np.uint8))
+    refused(ValueError, "positive", core.unscale_u8, f, 0.0, np.empty(256, np.uint8))

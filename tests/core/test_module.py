@@ -17,7 +17,7 @@ from lazyframes import _core as core
 PUBLIC = {"FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "RowRing", "SumTree",
           "stack", "default_pool", "encode_frames", "decode_frames", "set_num_threads",
           "get_num_threads", "draw_integers", "check_outs", "check_apart", "Handoff",
-          "SharedWord"}  # fmt: skip
+          "SharedWord", "unscale_u8"}  # fmt: skip
 CONSTANTS = {"KIND_KEY", "KIND_DELTA", "KIND_RAW", "KIND_PATCH", "KIND_XOR"}  # encode_frames
 PICKLING = {"_restore_frame", "_restore_lazyframes", "_restore_lazybatch"}
 # dunders that are part of the API (their protocol is their documentation)
