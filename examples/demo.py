@@ -151,6 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="seed of the envs, the random policy and the replay sampling (default: %(default)s)",
     )
     p.add_argument(
+        "--scale",
+        action="store_true",
+        help="wrap each env in lazyframes.ScaledFloatFrame (baselines' wrap_deepmind(scale="
+        "True)): observations are float32 in [0, 1], and the buffer still stores each "
+        "frame's bytes once (the report then measures that case)",
+    )
+    p.add_argument(
         "--plot",
         metavar="FILE.png",
         default=None,
@@ -179,9 +186,14 @@ def _is_atari(env_id: str) -> bool:
     return env_id.startswith("ALE/") or "NoFrameskip" in env_id
 
 
-def make_env(env_id: str):
-    """One env as the DQN recipe makes it: ALE with Gymnasium's AtariPreprocessing."""
+def make_env(env_id: str, scale: bool = False):
+    """One env as the DQN recipe makes it: ALE with Gymnasium's AtariPreprocessing.
+
+    ``scale``: then :class:`lazyframes.ScaledFloatFrame` (float32 observations in [0, 1]).
+    """
     import gymnasium as gym
+
+    import lazyframes
 
     if _is_atari(env_id):
         import ale_py
@@ -189,8 +201,10 @@ def make_env(env_id: str):
 
         gym.register_envs(ale_py)
         env = gym.make(env_id, frameskip=1)
-        return AtariPreprocessing(env, frame_skip=4, screen_size=84, grayscale_obs=True)
-    return gym.make(env_id)
+        env = AtariPreprocessing(env, frame_skip=4, screen_size=84, grayscale_obs=True)
+    else:
+        env = gym.make(env_id)
+    return lazyframes.ScaledFloatFrame(env) if scale else env
 
 
 def _timed_classes():
@@ -227,7 +241,7 @@ def _timed_classes():
 
 
 # -- memory models of the alternatives --------------------------------------------------
-def _alternatives(transitions: int, obs_bytes: int, frame_bytes: int, forced_obs: int) -> dict:
+def _alternatives(transitions: int, pixels: int, itemsize: int, k: int, forced_obs: int) -> dict:
     """Bytes the same transitions take in the other buffers.
 
     - SB3 ``ReplayBuffer(optimize_memory_usage=True)``: one observation per transition
@@ -236,16 +250,26 @@ def _alternatives(transitions: int, obs_bytes: int, frame_bytes: int, forced_obs
     - baselines-style: a list of (obs, action, reward, next_obs, done) holding
       LazyFrames; frames are shared until an observation is converted, after which it
       caches its own concatenated copy (``_out``) and drops its frame references. An
-      unconverted observation adds one new frame; a converted one adds ``obs_bytes``.
+      unconverted observation adds one new frame; a converted one adds an observation.
       Python object overhead is not counted (it only adds to baselines' figure).
+    - the same with baselines' ``ScaledFloatFrame`` under ``FrameStack``
+      (``wrap_deepmind(scale=True)``): every frame a float32 array, 4 bytes a pixel.
+
+    ``pixels``: elements of one observation (of ``itemsize`` bytes; ``k`` frames).
     """
     forced_obs = min(forced_obs, transitions)
+    scalars = transitions * SB3_SCALAR_BYTES
+    obs_bytes, frame, floats = pixels * itemsize, pixels * itemsize // k, 4 * pixels
     return {
         "sb3_optimized": transitions * (obs_bytes + SB3_SCALAR_BYTES),
         "naive": transitions * (2 * obs_bytes + SB3_SCALAR_BYTES),
         "baselines_after_sampling": forced_obs * obs_bytes
-        + (transitions - forced_obs) * frame_bytes
-        + transitions * SB3_SCALAR_BYTES,
+        + (transitions - forced_obs) * frame
+        + scalars,
+        "baselines_scaled": transitions * floats // k + scalars,
+        "baselines_scaled_after_sampling": forced_obs * floats
+        + (transitions - forced_obs) * floats // k
+        + scalars,
     }
 
 
@@ -404,11 +428,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     k = args.stack_size
     Timed, TimedVector = _timed_classes()
     if n == 1:
-        inner = Timed(make_env(args.env))
+        inner = Timed(make_env(args.env, args.scale))
         env = lazyframes.FrameStackObservation(inner, k)
     else:
         inner = TimedVector(
-            gym.vector.SyncVectorEnv([lambda: make_env(args.env) for _ in range(n)])
+            gym.vector.SyncVectorEnv([lambda: make_env(args.env, args.scale) for _ in range(n)])
         )
         env = lvector.FrameStackObservation(inner, k)
     env.action_space.seed(args.seed)
@@ -417,9 +441,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = rb.capacity // n
 
     vec_steps = math.ceil(args.steps / n)
-    obs_shape = tuple(env.observation_space.shape if n == 1 else env.single_observation_space.shape)
+    space = env.observation_space if n == 1 else env.single_observation_space
+    obs_shape, obs_dtype = tuple(space.shape), space.dtype
     policy_in = np.empty(((n,) if n > 1 else (1,)) + obs_shape, np.float32)
-    scale = 1 / 255
+    # float32 in [0, 1]: converted in the copy, or ScaledFloatFrame's values as they are
+    conv = {} if args.scale else {"dtype": np.float32, "scale": 1 / 255}
 
     t_outer = t_mat = t_add = 0.0
     sample_us: list[float] = []
@@ -450,10 +476,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for step in range(vec_steps):
         # the policy's input: the observation materialised as float32 in [0, 1]
         t0 = perf()
-        if n == 1:
-            lazyframes.stack([obs], out=policy_in, dtype=np.float32, scale=scale)
+        if n > 1:
+            obs.numpy(out=policy_in, **conv)
+        elif args.scale:
+            policy_in[0] = np.asarray(obs)
         else:
-            obs.numpy(out=policy_in, dtype=np.float32, scale=scale)
+            lazyframes.stack([obs], out=policy_in, **conv)
         t_mat += perf() - t0
         action = env.action_space.sample()  # random policy
 
@@ -489,7 +517,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         if step % args.train_freq == 0 and real >= args.batch_size:
             t0 = perf()
-            batch = rb.sample(args.batch_size, dtype=np.float32, scale=scale)
+            batch = rb.sample(args.batch_size, **conv)
             sample_us.append((perf() - t0) * 1e6)
             tracker.mark(batch.indices)
         if step % checkpoint_every == 0 or step == vec_steps - 1:
@@ -509,14 +537,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     mem = rb.memory()
     stats = env.pool.stats()
-    obs_bytes = int(np.prod(obs_shape)) * np.dtype(env.observation_space.dtype).itemsize
+    pixels, itemsize = int(np.prod(obs_shape)), np.dtype(obs_dtype).itemsize
+    obs_bytes = pixels * itemsize
     frame_bytes = int(mem["frame_bytes"])
     stored_real = len(rb) - int(skipped.sum())
     lazy = _lazy_bytes(rb)
     forced = tracker.forced_observations()
-    alt = _alternatives(stored_real, obs_bytes, frame_bytes, forced)
+    alt = _alternatives(stored_real, pixels, itemsize, k, forced)
     for pt in series:
-        pt.update(_alternatives(pt["transitions"], obs_bytes, frame_bytes, pt.pop("forced_obs")))
+        pt.update(_alternatives(pt["transitions"], pixels, itemsize, k, pt.pop("forced_obs")))
     env_seconds = inner.seconds
     stacking_seconds = max(0.0, t_outer - env_seconds)
     env.close()
@@ -535,6 +564,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "train_freq": args.train_freq,
         "seed": args.seed,
         "compress": bool(args.compress),
+        "scale": bool(args.scale),
         "seconds": total,
         "env_steps_per_s": vec_steps * n / total,
         "time": {
@@ -636,7 +666,7 @@ def format_report(r: dict) -> str:
         (
             f"{r['steps']:,} env steps in {r['seconds']:.1f} s, {r['episodes_ended']} episodes "
             f"ended, random policy, {r['samples']:,} batches of {r['batch_size']} sampled "
-            "(float32, x1/255)"
+            + ("(float32: ScaledFloatFrame's values)" if r.get("scale") else "(float32, x1/255)")
         ),
         "",
     ]
@@ -680,16 +710,19 @@ def format_report(r: dict) -> str:
             "vs lazyframes",
         ]
     ]
-    mine = [("lazyframes (measured)", "lazyframes")]
+    scaled = " (ScaledFloatFrame)" if r.get("scale") else ""
+    mine = [(f"lazyframes{scaled} (measured)", "lazyframes")]
     if r["compress"]:
         mine = [
-            ("lazyframes compressed (measured)", "lazyframes"),
+            (f"lazyframes{scaled} compressed (measured)", "lazyframes"),
             ("lazyframes uncompressed (computed)", "lazyframes_uncompressed"),
         ]
     for label, key in mine + [
         ("SB3 optimize_memory_usage=True", "sb3_optimized"),
         ("naive obs + next_obs", "naive"),
         ("baselines-style list, after sampling", "baselines_after_sampling"),
+        ("baselines scale=True, before sampling", "baselines_scaled"),
+        ("baselines scale=True, after sampling", "baselines_scaled_after_sampling"),
     ]:
         per = m["per_transition"][key]
         rows.append(
@@ -714,6 +747,9 @@ def format_report(r: dict) -> str:
         f"(+{SB3_SCALAR_BYTES} B of action/reward/done/timeout, as SB3 stores them); "
         f"baselines-style from the {m['sampled_observations']:,} observations this run sampled "
         f"(each then caches its own {m['observation_bytes']:,} B copy). "
+        "baselines scale=True: wrap_deepmind(scale=True), whose ScaledFloatFrame under "
+        "FrameStack makes every frame float32 (4 B a pixel); lazyframes' ScaledFloatFrame "
+        "stores the bytes, as above (--scale measures it), and gives the same float32 values. "
         "'at 1M' extrapolates bytes/transition.",
         width=100,
     )

@@ -167,6 +167,26 @@ def test_demo_report_json_and_plot(demo_run):
     assert all("lazyframes_uncompressed" in p for p in series)
 
 
+def test_demo_scale_stores_the_same_bytes_as_without(demo_run, tmp_path):
+    # --scale: ScaledFloatFrame's float32 observations, the frames' bytes stored once
+    _, plain, _ = demo_run
+    r = run(DEMO, "--steps", "200", "--seed", "3", "--scale", "--json", f"{tmp_path}/s.json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads((tmp_path / "s.json").read_text())
+    assert (
+        rep["scale"] is True and "lazyframes (ScaledFloatFrame) compressed (measured)" in r.stdout
+    )
+    m, p = rep["memory"], plain["memory"]
+    assert m["unique_frames"] == p["unique_frames"] and m["frame_bytes"] == 84 * 84
+    assert m["lazyframes_uncompressed"] == p["lazyframes_uncompressed"]
+    assert m["observation_bytes"] == 4 * 28_224  # the floats' size
+    # baselines' scale=True path: float32 frames, 4 B a pixel, before and after sampling
+    assert m["per_transition"]["baselines_scaled"] == p["per_transition"]["baselines_scaled"]
+    assert p["per_transition"]["baselines_scaled"] == 4 * 7_056 + 20
+    assert p["baselines_scaled"] < p["baselines_scaled_after_sampling"] <= 200 * (112_896 + 20)
+    assert "baselines scale=True, after sampling" in r.stdout
+
+
 def test_demo_vector_envs_store_real_transitions_uncompressed(tmp_path):
     args = ["--num-envs", "2", "--batch-size", "8", "--json", f"{tmp_path}/v.json"]
     r = run(DEMO, "--steps", "120", *args, "--no-compress", "--no-progress")
