@@ -49,6 +49,7 @@ except ImportError as _e:  # pragma: no cover - only without the extra
 
 from . import FramePool
 from . import replay as _replay
+from ._checks import check_layout
 from .replay._buffer import _from_bytes
 
 __all__ = ["NStepReplayBuffer", "ReplayBuffer", "VecFrameStack"]
@@ -160,7 +161,8 @@ class ReplayBuffer(_buffers.ReplayBuffer):
             reward: ``(n_envs,)`` rewards.
             done: ``(n_envs,)`` episode ends, terminated or truncated.
             infos: one dict per env; ``"TimeLimit.truncated"`` marks a truncation (read
-                only with ``handle_timeout_termination``).
+                only with ``handle_timeout_termination``), which ends an n-step window
+                even when ``done`` is False, as in SB3.
             final_obs: optional final observations that replace the rows of
                 ``next_obs`` that ``final_mask`` marks, without a copy of the batch
                 (a Gymnasium 1.x vector env's ``infos["final_obs"]`` under same-step
@@ -181,7 +183,7 @@ class ReplayBuffer(_buffers.ReplayBuffer):
             np.asarray(reward, dtype=np.float32).reshape(E),
             np.asarray(next_obs).reshape((E, *self.obs_shape)),
             done & ~timeout,
-            done & timeout,
+            timeout,  # as SB3: a timeout ends an n-step window even without done
         )
         if E == 1 and final_mask is None:  # lazyframes' one-env form has no env axis
             args = tuple(a[0] for a in args)
@@ -257,10 +259,25 @@ class NStepReplayBuffer(ReplayBuffer):
         super().__init__(*args, **kwargs)
 
 
-class _Stacker:
-    """One Box of a ``VecFrameStack``: a LazyBatch of the last ``n_stack`` frames per env."""
+def _fits(layout: str, shape: tuple) -> bool:
+    """Whether the pool takes ``layout`` for frames of ``shape`` (``_checks.check_layout``)."""
+    try:
+        check_layout(layout, tuple(shape))
+    except ValueError:
+        return False
+    return True
 
-    def __init__(self, space, n_stack: int, channels_order):
+
+class _Stacker:
+    """One Box of a ``VecFrameStack``: a LazyBatch of the last ``n_stack`` frames per env.
+
+    SB3's stacks start as zeros (a ``step`` before ``reset`` shifts frames into them). A
+    channel order SB3 is told (``channels_order``) is honoured even where the frames'
+    shape suggests the other one: the frames are then stacked on a new axis and the
+    output concatenated from that (a reshape for "first", a copy for "last").
+    """
+
+    def __init__(self, space, n_stack: int, channels_order, num_envs: int):
         if not isinstance(space, spaces.Box):
             raise TypeError(f"VecFrameStack stacks Box observations, got {space}")
         first, _, _, axis = StackedObservations.compute_stacking(n_stack, space, channels_order)
@@ -271,34 +288,47 @@ class _Stacker:
         )
         self.dtype = np.dtype(space.dtype)
         self.pool = FramePool(space.shape, self.dtype)
-        self.layout: Literal["first", "last"] = "first" if first else "last"
+        self.concat: Literal["first", "last"] = "first" if first else "last"
+        self.layout = self.concat if _fits(self.concat, space.shape) else "stack"
         self.k = n_stack
         self.zero = self.pool.push(np.zeros(space.shape, self.dtype))  # SB3 pads with zeros
-        self.batch: Any = None  # set by reset()
+        zeros = np.zeros((num_envs, *space.shape), self.dtype)
+        self.batch: Any = self.pool.push_batch(zeros, k=n_stack, pad=self.zero, layout=self.layout)
+
+    def _out(self, lazy) -> np.ndarray:
+        """``lazy`` (a LazyBatch or LazyFrames) materialised in SB3's concatenation."""
+        a = np.asarray(lazy)
+        if self.layout == self.concat:
+            return a
+        lead = a.shape[: a.ndim - 1 - len(self.space.shape)]  # (n_envs,) or ()
+        if self.concat == "first":
+            return a.reshape(lead + self.space.shape)
+        return np.moveaxis(a, len(lead), -2).reshape(lead + self.space.shape)
 
     def reset(self, frames) -> np.ndarray:
         self.batch = self.pool.push_batch(
             np.asarray(frames, self.dtype), k=self.k, pad=self.zero, layout=self.layout
         )
-        return self.batch.numpy()
+        return self._out(self.batch)
 
     def update(self, frames, dones, terminal: dict) -> tuple:
         """The new stacks, and the terminal stacks of the envs in ``terminal``."""
         stacked = {
-            i: np.asarray(self.batch[i].shift(np.asarray(f, self.dtype)))
+            i: self._out(self.batch[i].shift(np.asarray(f, self.dtype)))
             for i, f in terminal.items()
         }
         self.batch = self.batch.shift(np.asarray(frames, self.dtype), restart=dones, pad=self.zero)
-        return self.batch.numpy(), stacked
+        return self._out(self.batch), stacked
 
 
 class VecFrameStack(VecEnvWrapper):
     """SB3's ``VecFrameStack``, stacking by frame reference.
 
-    Same arguments, observation space, values (zero padding after a reset),
-    ``infos[i]["terminal_observation"]`` and channel orders as
-    ``stable_baselines3.common.vec_env.VecFrameStack``; each step returns a fresh
-    ndarray (a dict of them for a Dict space) built by one gather of the frames.
+    Same arguments, observation space, values (zero padding after a reset, and stacks of
+    zeros a ``step`` before any ``reset`` shifts into), ``infos[i]["terminal_observation"]``
+    and channel orders as ``stable_baselines3.common.vec_env.VecFrameStack`` (an order
+    given is honoured even where the frames' shape suggests the other); each step returns
+    a fresh ndarray (a dict of them for a Dict space) built by one gather of the frames.
 
     Args:
         venv: the VecEnv to wrap (Box or Dict observations).
@@ -319,7 +349,9 @@ class VecFrameStack(VecEnvWrapper):
         if isinstance(space, spaces.Dict):
             orders = channels_order if isinstance(channels_order, dict) else None
             self._stackers = {
-                key: _Stacker(sub, n_stack, channels_order if orders is None else orders[key])
+                key: _Stacker(
+                    sub, n_stack, channels_order if orders is None else orders[key], venv.num_envs
+                )
                 for key, sub in space.spaces.items()
             }
             stacked = spaces.Dict({key: self._stackers[key].space for key in space.spaces})
@@ -328,7 +360,7 @@ class VecFrameStack(VecEnvWrapper):
                 raise TypeError(
                     "When the observation space is Box, channels_order can't be a dict."
                 )
-            self._stackers = {None: _Stacker(space, n_stack, channels_order)}
+            self._stackers = {None: _Stacker(space, n_stack, channels_order, venv.num_envs)}
             stacked = self._stackers[None].space
         super().__init__(venv, observation_space=stacked)
 
