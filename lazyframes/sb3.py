@@ -7,7 +7,8 @@
 
     model = DQN("CnnPolicy", env, replay_buffer_class=lazyframes.sb3.ReplayBuffer)
 
-(rl-baselines3-zoo: ``replay_buffer_class: lazyframes.sb3.ReplayBuffer``). They keep
+(rl-baselines3-zoo evaluates the string in its own module: ``replay_buffer_class:
+"__import__('lazyframes.sb3').sb3.ReplayBuffer"``; examples/zoo/). They keep
 SB3's constructor, ``add``, ``sample``, ``pos``/``full``/``size()``, torch
 ``ReplayBufferSamples`` with ``(B, 1)`` fields, pickling and random draws (a seeded run
 samples the same transitions), and store each frame once, in a
