@@ -5,7 +5,7 @@ a learner step, then adds ``--adds`` (4) transitions (a full buffer: each add ev
 The learner step is a single-threaded torch matmul (``torch.set_num_threads(1)``; it
 releases the GIL, as a real step's kernels do), sized before the timed run to last as
 long as one ``sample`` of that row; without torch, ``time.sleep`` of that length; the
-sampler's copies split over the cores but one (the README's advice), ``sample``'s over all. Each
+sampler's copies split over the cores but one (docs/REPLAY.md's advice), ``sample``'s over all. Each
 row times, in the same run and round-robin (blocks of steps in turn, so that the host's
 drift hits every column alike; 100 steps a block, so that the sampler's thread is in its
 steady state):
@@ -184,7 +184,7 @@ def run_row(name, rb, add, dtype, scale, steps: int, adds: int, block: int) -> d
     def blocks(count: int) -> None:
         for _ in range(count):
             for fn in (step_sample, step_sampler, learn_alone):
-                # as the README advises: sample's copy on every core (the learner waits for
+                # as docs/REPLAY.md advises: sample's copy on every core (the learner waits for
                 # it), a sampler's on what the 1-thread learner leaves
                 set_num_threads(max(1, every - 1) if fn is step_sampler else every)
                 for _ in range(block):

@@ -46,7 +46,7 @@ SB3_SCALAR_BYTES = 8 + 4 + 4 + 4
 DEFAULT_STEPS = 40_000
 
 #: Whether the demo's replay buffer compresses its frames unless told (--compress /
-#: --no-compress). On: compression meets its targets (README.md, "Memory", has the
+#: --no-compress). On: compression meets its targets (docs/BENCHMARKS.md, "Memory", has the
 #: measured table), and in this demo's loop (a batch sampled every 4 steps, no learner)
 #: it ran as many env steps per second as the uncompressed buffer (997 vs 1,001 over
 #: 10,000 Pong steps on the 2-core machine of that table) in ~1/20 of the memory.
@@ -57,7 +57,7 @@ COMPRESS_HELP = (
     "and the plot then show the compressed memory (bytes, ratio, frames compressed and "
     "held raw) beside the same frames uncompressed (default: %(default)s: a "
     "1M-transition Atari replay fits in 0.2-0.4 GB instead of ~7 GB, at about the same "
-    "env steps per second in this loop; README.md, 'Memory')"
+    "env steps per second in this loop; docs/BENCHMARKS.md, 'Memory')"
 )
 
 

@@ -22,9 +22,9 @@ try:
 except ImportError:  # pragma: no cover - only with Gymnasium < 1.1
     raise ImportError(
         f"lazyframes.vector needs Gymnasium >= 1.1 (its vector API, AutoresetMode); "
-        f"Gymnasium {gym.__version__} is installed: pip install 'lazyframes[vector]' or "
-        f"'gymnasium>=1.1'. lazyframes.wrappers and lazyframes.ReplayBuffer work with "
-        f"Gymnasium 0.29.1"
+        f"Gymnasium {gym.__version__} is installed: python -m pip install 'gymnasium>=1.1' "
+        f"(from a clone: python -m pip install -e '.[vector]'). lazyframes.wrappers and "
+        f"lazyframes.ReplayBuffer work with Gymnasium 0.29.1"
     ) from None
 from gymnasium.vector.utils import batch_space
 

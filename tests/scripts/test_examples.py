@@ -145,12 +145,19 @@ def test_cleanrl_dqn_atari_example_trains_a_few_steps(tmp_path):
 
 
 def _readme_blocks():
-    """The README's python blocks, each with the heading it sits under."""
-    text = Path(ROOT, "README.md").read_text()
+    """The python programs of the README and its docs/ pages (not ``>>>`` sessions: doctests).
+
+    Each with its file and the heading it sits under.
+    """
     out = []
-    for m in re.finditer(r"```python\n(.*?)```", text, flags=re.S):
-        heading = re.findall(r"^#{1,4} ([A-Z].*)$", text[: m.start()], flags=re.M)[-1]
-        out.append((heading, m.group(1)))
+    pages = ("WRAPPERS", "REPLAY", "PRIORITIZED", "SB3", "DISTRIBUTED", "BENCHMARKS", "API")
+    for path in [Path(ROOT, "README.md"), *(Path(ROOT, "docs", f"{p}.md") for p in pages)]:
+        text = path.read_text()
+        for m in re.finditer(r"```python\n(.*?)```", text, flags=re.S):
+            if m.group(1).lstrip().startswith(">>>"):
+                continue
+            heading = re.findall(r"^#{1,4} ([A-Z].*)$", text[: m.start()], flags=re.M)[-1]
+            out.append((f"{path.name}: {heading}", m.group(1)))
     return out
 
 
@@ -158,14 +165,15 @@ README_BLOCKS = _readme_blocks()
 
 
 def test_readme_has_its_python_examples():
-    assert len(README_BLOCKS) >= 5, "README lost its python examples"
+    assert len(README_BLOCKS) >= 5, "README and docs/ lost their python examples"
+    assert README_BLOCKS[0][0] == "README.md: One example"
 
 
 @pytest.mark.parametrize(
     "heading, code", README_BLOCKS, ids=[f"{i}-{h}" for i, (h, _) in enumerate(README_BLOCKS)]
 )
 def test_readme_python_block_runs_on_its_own(tmp_path, heading, code):
-    """Each python block of the README is a whole program: a reader can paste it alone."""
+    """Each python program of the README and docs/ is whole: a reader can paste it alone."""
     (tmp_path / "block.py").write_text(code)
     out = run_ok(tmp_path / "block.py", cwd=tmp_path)
     assert "Traceback" not in out
