@@ -19,7 +19,14 @@ transition instead of 28 KB (``optimize_memory_usage=True``) or 56 KB.
 returns one fresh ndarray per step (docs/DESIGN.md says why it does not hand its
 references to the buffer).
 
-Needs Stable-Baselines3 (``python -m pip install "stable-baselines3>=2.7"``).
+**CleanRL, without SB3.** The buffers need PyTorch alone: without Stable-Baselines3
+installed, ``from lazyframes.sb3 import ReplayBuffer`` is the same class on restatements of
+SB3's buffer API (``lazyframes._sb3_free``), sampling ``lazyframes.sb3.ReplayBufferSamples``
+(SB3's fields). CleanRL's ``dqn_atari.py`` switches with its import line alone: its
+``optimize_memory_usage=True`` stores the frames compressed. With SB3 installed the class
+is a subclass of SB3's ``ReplayBuffer`` (``replay_buffer_class``, ``load_replay_buffer``)
+and the samples SB3's type; pickles load in either process. ``VecFrameStack`` needs SB3
+(``python -m pip install "stable-baselines3>=2.7"``).
 """
 
 from __future__ import annotations
@@ -32,6 +39,12 @@ import numpy as np
 try:
     import torch as th
     from gymnasium import spaces
+except ImportError as _e:  # pragma: no cover - only without torch
+    raise ImportError(
+        f"lazyframes.sb3 returns torch tensors and needs PyTorch ({_e}); its CPU build: "
+        "python -m pip install torch --extra-index-url https://download.pytorch.org/whl/cpu"
+    ) from _e
+try:
     from stable_baselines3.common import buffers as _buffers
     from stable_baselines3.common.preprocessing import (
         get_action_dim,
@@ -42,18 +55,27 @@ try:
     from stable_baselines3.common.utils import get_device
     from stable_baselines3.common.vec_env import VecEnvWrapper
     from stable_baselines3.common.vec_env.stacked_observations import StackedObservations
-except ImportError as _e:  # pragma: no cover - only without the extra
-    raise ImportError(
-        f"lazyframes.sb3 needs Stable-Baselines3 and PyTorch ({_e}); install them with: "
-        f'python -m pip install "stable-baselines3>=2.7"'
-    ) from _e
+
+    _BufferBase: Any = _buffers.ReplayBuffer
+    HAVE_SB3 = True
+except ImportError:  # CleanRL without SB3: the buffers alone, on restatements of SB3's API
+    from . import _sb3_free
+
+    _BufferBase = _sb3_free.BufferBase
+    ReplayBufferSamples = _sb3_free.ReplayBufferSamples  # type: ignore[misc,assignment]
+    get_action_dim = _sb3_free.get_action_dim
+    get_device = _sb3_free.get_device
+    get_obs_shape = _sb3_free.get_obs_shape
+    is_image_space_channels_first = _sb3_free.is_image_space_channels_first
+    VecEnvWrapper = object  # type: ignore[assignment,misc]
+    HAVE_SB3 = False
 
 from . import FramePool
 from . import replay as _replay
 from ._checks import check_layout
 from .replay._buffer import _from_bytes
 
-__all__ = ["NStepReplayBuffer", "ReplayBuffer", "VecFrameStack"]
+__all__ = ["NStepReplayBuffer", "ReplayBuffer", "ReplayBufferSamples", "VecFrameStack"]
 
 
 def _image_geometry(space) -> tuple:
@@ -75,7 +97,7 @@ def _image_geometry(space) -> tuple:
     return "last", space.shape[-1]
 
 
-class ReplayBuffer(_buffers.ReplayBuffer):
+class ReplayBuffer(_BufferBase):
     """SB3's ``ReplayBuffer``, storing each frame once.
 
     The arguments are SB3's. Observations are split into channel planes stored in a
@@ -92,8 +114,9 @@ class ReplayBuffer(_buffers.ReplayBuffer):
         action_space: the action space.
         device: torch device of the sampled tensors.
         n_envs: number of envs of the VecEnv.
-        optimize_memory_usage: must be False: frames are always stored once (SB3's
-            memory-optimised path would need arrays this buffer does not have).
+        optimize_memory_usage: asks for the leaner store: without ``compress``, True
+            stores the frames compressed (each frame is stored once either way; CleanRL's
+            scripts pass True).
         handle_timeout_termination: read truncation from ``infos`` (SB3's default).
         pool: optional :class:`lazyframes.FramePool` to store the frames in, of one
             channel plane: ``(H, W)`` for channels-first spaces, ``(H, W, 1)`` for
@@ -102,11 +125,11 @@ class ReplayBuffer(_buffers.ReplayBuffer):
             ``compress`` (True, or a mapping of ``codec``, ``level``, ``group``; see
             docs/COMPRESSION.md): samples are the same bit for bit, :meth:`memory`
             reports the compressed bytes, and a pickled buffer (``save_replay_buffer``)
-            loads compressing with the same options.
+            loads compressing with the same options. None (default):
+            ``optimize_memory_usage`` decides.
 
     Raises:
-        ValueError: a non-image observation space, ``optimize_memory_usage=True``, bad
-            ``compress`` options.
+        ValueError: a non-image observation space, bad ``compress`` options.
         TypeError: ``compress`` of another type than bool or a mapping.
     """
 
@@ -115,19 +138,15 @@ class ReplayBuffer(_buffers.ReplayBuffer):
 
     def __init__(self, buffer_size, observation_space, action_space, device="auto", n_envs=1,
                  optimize_memory_usage=False, handle_timeout_termination=True, *, pool=None,
-                 compress=False):  # fmt: skip
+                 compress=None):  # fmt: skip
         layout, k = _image_geometry(observation_space)
-        if optimize_memory_usage:
-            raise ValueError(
-                "lazyframes.sb3.ReplayBuffer stores each frame once already: leave "
-                "optimize_memory_usage=False (DQN's default) and drop it from the buffer's "
-                "arguments"
-            )
+        if compress is None:
+            compress = bool(optimize_memory_usage)
         # SB3's __init__ is not called: it allocates buffer_size observations up front
         self.buffer_size = max(buffer_size // n_envs, 1)
         self.observation_space = observation_space
         self.action_space = action_space
-        self.obs_shape = get_obs_shape(observation_space)  # type: ignore[assignment]
+        self.obs_shape = get_obs_shape(observation_space)
         self.action_dim = get_action_dim(action_space)
         self.device = get_device(device)
         self.n_envs = n_envs
@@ -344,6 +363,11 @@ class VecFrameStack(VecEnvWrapper):
     """
 
     def __init__(self, venv, n_stack: int, channels_order=None):
+        if not HAVE_SB3:
+            raise ImportError(
+                "lazyframes.sb3.VecFrameStack wraps SB3 VecEnvs: python -m pip install "
+                '"stable-baselines3>=2.7"'
+            )
         space = venv.observation_space
         self._stackers: dict[str | None, _Stacker]
         stacked: spaces.Space

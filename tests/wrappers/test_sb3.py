@@ -152,8 +152,91 @@ def test_replay_refuses_what_it_cannot_store():
     act = spaces.Discrete(2)
     with pytest.raises(ValueError, match="image observations"):
         sb3.ReplayBuffer(10, spaces.Box(0, 1, (8,), np.float32), act)
-    with pytest.raises(ValueError, match="optimize_memory_usage"):
-        sb3.ReplayBuffer(10, spaces.Box(0, 255, (4, 84, 84), np.uint8), act, "cpu", 1, True)
+
+
+def test_optimize_memory_usage_stores_the_frames_compressed():
+    # CleanRL's call (optimize_memory_usage=True) switches with the import line alone
+    space, act = spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6)
+    for flag, kw, compressed in [
+        (True, {}, True),
+        (False, {}, False),
+        (True, {"compress": False}, False),
+    ]:
+        rb = sb3.ReplayBuffer(60, space, act, "cpu", 1, flag, False, **kw)
+        for args in stream(1, 50):
+            rb.add(*args)
+        assert (rb.memory()["cold_frames"] > 0) == compressed, (flag, kw)
+
+
+#: CleanRL's use of the buffer (dqn_atari.py), in a process where SB3 cannot be imported
+WITHOUT_SB3 = """
+import pickle, sys
+sys.modules["stable_baselines3"] = None  # not installed, as in CleanRL's venv
+import numpy as np, torch
+from gymnasium import spaces
+from lazyframes.sb3 import ReplayBuffer, ReplayBufferSamples, HAVE_SB3
+assert not HAVE_SB3
+obs_space, act_space = spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6)
+rb = ReplayBuffer(100, obs_space, act_space, "cpu", optimize_memory_usage=True,
+                  handle_timeout_termination=False)
+rng = np.random.default_rng(0)
+frames = rng.integers(0, 255, (60, 84, 84), dtype=np.uint8)
+for t in range(50):
+    rb.add(frames[t : t + 4][None], frames[t + 1 : t + 5][None], np.array([t % 6]),
+           np.array([1.0]), np.array([t % 17 == 16]), [{}])
+np.random.seed(0)
+s = rb.sample(8)
+assert type(s) is ReplayBufferSamples and s.discounts is None
+assert s.observations.shape == (8, 4, 84, 84) and s.observations.dtype == torch.uint8
+assert s.actions.shape == s.rewards.shape == s.dones.shape == (8, 1)
+assert (s.next_observations[:, :3] == s.observations[:, 1:]).all()
+sys.stdout.buffer.write(pickle.dumps(rb))
+"""
+
+
+def test_the_buffer_works_without_sb3_and_its_pickles_travel(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", WITHOUT_SB3], capture_output=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr.decode()
+    rb = pickle.loads(r.stdout)  # made without SB3, loaded with it: SB3's class, SB3's samples
+    assert isinstance(rb, sb3_buffers.ReplayBuffer) and rb.size() == 50
+    np.random.seed(0)  # noqa: NPY002
+    s = rb.sample(8)
+    assert type(s).__module__.startswith("stable_baselines3") and s.observations.shape[0] == 8
+    back = (
+        "import pickle, sys; sys.modules['stable_baselines3'] = None; rb = "
+        "pickle.loads(sys.stdin.buffer.read()); print(rb.size(), type(rb.sample(4)).__name__)"
+    )
+    r = subprocess.run([sys.executable, "-c", back], input=pickle.dumps(rb), capture_output=True,
+                       cwd=ROOT)  # fmt: skip
+    assert r.returncode == 0 and r.stdout.split() == [b"50", b"ReplayBufferSamples"], r.stderr
+
+
+def test_the_restatements_of_sb3_agree_with_sb3():
+    from stable_baselines3.common import preprocessing, utils
+
+    from lazyframes import _sb3_free as free
+
+    obs = [spaces.Box(0, 255, s, np.uint8) for s in ((4, 84, 84), (84, 84, 4), (3, 2, 5))]
+    obs += [spaces.Discrete(3), spaces.MultiDiscrete([2, 3]), spaces.MultiBinary(4)]
+    for o in obs:
+        assert free.get_obs_shape(o) == preprocessing.get_obs_shape(o)
+    acts = [spaces.Discrete(6), spaces.Box(-1, 1, (2, 3)), spaces.MultiDiscrete([2, 2]),
+            spaces.MultiBinary(5)]  # fmt: skip
+    for a in acts:
+        assert free.get_action_dim(a) == preprocessing.get_action_dim(a)
+    for o in obs[:2]:
+        assert free.is_image_space_channels_first(o) == preprocessing.is_image_space_channels_first(
+            o
+        )
+    for d in ("auto", "cpu", "cuda"):
+        assert free.get_device(d) == utils.get_device(d)
+    for dt in (np.float64, np.float32, np.int64):
+        assert free.BufferBase._maybe_cast_dtype(dt) == sb3_buffers.ReplayBuffer._maybe_cast_dtype(
+            dt
+        )
 
 
 class Frames(gym.Env):
