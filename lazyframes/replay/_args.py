@@ -47,20 +47,29 @@ def options(num_envs, action_shape, action_dtype, layout, stack_size) -> tuple:
     num_envs = operator.index(num_envs)
     if num_envs < 1:
         raise ValueError(f"num_envs must be at least 1, got {num_envs}")
-    if isinstance(action_shape, (int, np.integer)):
-        action_shape = (action_shape,)
-    action_shape = tuple(operator.index(d) for d in action_shape)
-    if any(d < 0 for d in action_shape):
-        raise ValueError(f"action_shape {action_shape} has a negative dimension")
-    action_dtype = np.dtype(action_dtype)
-    if action_dtype.kind not in "biuf":
-        raise TypeError(f"action_dtype must be a numeric dtype, got {action_dtype}")
+    action_shape, action_dtype = column(action_shape, action_dtype, "action_shape", "action_dtype")
     layout = None if layout is None else layout_name(layout)  # (a plain str)
     if stack_size is not None:
         stack_size = operator.index(stack_size)
         if stack_size < 1:
             raise ValueError(f"stack_size must be at least 1, got {stack_size}")
     return num_envs, action_shape, action_dtype, layout, stack_size
+
+
+def column(shape, dtype, shape_name: str, dtype_name: str) -> tuple:
+    """``(shape, dtype)`` of a stored column (actions, extras), checked and normalised.
+
+    Raises:
+        ValueError: a negative dimension. TypeError: a non-numeric dtype.
+    """
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else shape
+    shape = tuple(operator.index(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"{shape_name} {shape} has a negative dimension")
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biuf":
+        raise TypeError(f"{dtype_name} must be a numeric dtype, got {dtype}")
+    return shape, dtype
 
 
 class Parser:

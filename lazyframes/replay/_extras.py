@@ -13,11 +13,9 @@ Two kinds, declared at construction:
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
-from ._args import exact_cast, numeric
+from ._args import column, exact_cast, numeric
 
 
 def declared(extras, what: str) -> tuple:
@@ -39,14 +37,9 @@ def declared(extras, what: str) -> tuple:
             raise ValueError(f"{what} names must be identifiers, got {name!r}")
         if not isinstance(decl, (tuple, list)) or len(decl) != 2:
             raise TypeError(f"{what}[{name!r}] must be a pair (shape, dtype), got {decl!r}")
-        shape, dtype = decl
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        shape = tuple(operator.index(d) for d in shape)
-        if any(d < 0 for d in shape):
-            raise ValueError(f"{what}[{name!r}] has a negative dimension: {shape}")
-        dtype = np.dtype(dtype)
-        if dtype.kind not in "biuf":
-            raise TypeError(f"{what}[{name!r}] must have a numeric dtype, got {dtype}")
+        shape, dtype = column(
+            decl[0], decl[1], f"{what}[{name!r}] shape", f"{what}[{name!r}] dtype"
+        )
         out.append((name, shape, dtype))
     return tuple(out)
 
