@@ -11,6 +11,11 @@ import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
+# NumPy 2's headers, and the NumPy 1.22 C API as the floor the built module needs: one build
+# runs on NumPy 1.24 (CleanRL's pin) and on NumPy 2
+NUMPY_MACROS = [("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION"),
+                ("NPY_TARGET_VERSION", "NPY_1_22_API_VERSION")]  # fmt: skip
+
 
 def blosc2_dirs():
     """The include and lib directories of C-Blosc2 shipped inside the ``blosc2`` wheel.
@@ -52,7 +57,7 @@ ext = Extension(
         "csrc/handoff.c",
     ],
     include_dirs=["csrc", np.get_include(), BLOSC2_INCLUDE],
-    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
+    define_macros=NUMPY_MACROS,
     extra_compile_args=extra,
     extra_objects=[BLOSC2_STATIC],  # static: the wheel has no run-time dependency on blosc2
     # NumPy's static npyrandom: draw_integers calls the routine Generator.integers calls
@@ -70,7 +75,7 @@ COMPILED_PY = [
         f"lazyframes.replay.{m}",
         [f"lazyframes/replay/{m}.py"],
         include_dirs=[np.get_include()],  # (_store reads an ndarray's shape from C)
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
+        define_macros=NUMPY_MACROS,
         extra_compile_args=extra,
     )
     for m in ("_args", "_ring", "_store", "_samples", "_buffer", "_prioritized")
