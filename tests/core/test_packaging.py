@@ -21,8 +21,9 @@ def test_sdist_has_the_license_examples_docs_and_tests(tmp_path):
         members = {m.name.removeprefix(top + "/") for m in tar.getmembers()}
         info = tar.extractfile(f"{top}/PKG-INFO").read().decode()
     wanted = {"LICENSE", "README.md", ".ci/run"}
-    globs = [("examples", "*.py"), ("tests", "**/*.py"), ("tests", "*.sh"), ("tests/data", "*.npz"),
-             ("bench", "*.py"), ("bench", "*.md"), ("docs", "*.md"), ("csrc", "*.pyx")]  # fmt: skip
+    globs = [("examples", "**/*.py"), ("examples", "**/*.yml"), ("tests", "**/*.py"),
+             ("tests", "*.sh"), ("tests/data", "*.npz"), ("bench", "*.py"), ("bench", "*.md"),
+             ("docs", "*.md"), ("csrc", "*.pyx")]  # fmt: skip
     for folder, pattern in globs:
         wanted |= {p.relative_to(ROOT).as_posix() for p in (ROOT / folder).glob(pattern)}
     assert wanted <= members, sorted(wanted - members)

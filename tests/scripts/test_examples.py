@@ -75,6 +75,32 @@ def test_r2d2_atari_refuses_a_bad_option_in_one_line_before_any_work(args, messa
     assert_one_line_error(run_guarded("examples/r2d2_atari.py", *args), message)
 
 
+def test_jax_dqn_example_feeds_sample_out_into_device_put(tmp_path):
+    args = ["--total-timesteps", "400", "--num-envs", "2", "--learning-starts", "60",
+            "--batch-size", "8", "--buffer-size", "1000",
+            "--target-network-frequency", "5"]  # fmt: skip
+    out = run_example("jax_dqn.py", args, tmp_path)
+    m = re.search(r"jax_dqn summary: 400 env steps, (\d+) gradient steps, final loss ([0-9.]+), "
+                  r"\d+ steps/s, replay 400 transitions at ([0-9,]+) B each", out)  # fmt: skip
+    assert m, out
+    assert int(m.group(1)) == 35 and float(m.group(2)) >= 0.0  # steps 60, 64, ..., 196
+    assert int(m.group(3).replace(",", "")) < 7_056  # compressed frames
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["--gamma", "2"], "--gamma must be in [0, 1], got 2.0"),
+    (["--env-id", "CartPole-v1"], "--env-id 'CartPole-v1' is not an ALE game"),
+])  # fmt: skip
+def test_jax_dqn_refuses_a_bad_option_in_one_line_before_any_work(args, message):
+    assert_one_line_error(run_guarded("examples/jax_dqn.py", *args), message)
+
+
+def test_jax_dqn_names_the_install_command_of_jax():
+    r = run_guarded("examples/jax_dqn.py", block=["jax"])
+    assert_one_line_error(r, "needs jax, not installed: python -m pip install jax")
+
+
 INSTALL_TORCH = (
     "python -m pip install torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu"
 )
