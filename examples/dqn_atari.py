@@ -47,6 +47,7 @@ INSTALL_TORCH = (
     "python -m pip install torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu"
 )
 INSTALL_ATARI = "python -m pip install -e '.[atari]'"  # from the clone
+INSTALL_JAX = "python -m pip install jax"
 
 
 class UsageError(ValueError):
@@ -61,7 +62,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv=None):
-    """The options, checked (:func:`check_args`); a mistake exits with one line, status 2."""
+    """The options, checked (:func:`check_options`); a mistake exits with one line, status 2."""
     p = _Parser(
         description="CleanRL-style DQN on Atari with lazyframes' stacker and replay buffer. "
         "The defaults are sized for a CPU (about 15 minutes on 2 cores); the DQN paper's "
@@ -122,12 +123,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--progress-every", type=float, default=10.0, help="seconds between progress lines"
     )
-    args = p.parse_args(argv)
-    try:
-        check_args(args)
-    except UsageError as e:
-        p.exit(2, f"{p.prog}: error: {e}\n")
-    return args
+    return parse_checked(p, argv, RULES)
 
 
 #: (options, test, what the test says): every number option and its valid range
@@ -151,21 +147,39 @@ RULES = [
 ]
 
 
-def check_args(args) -> None:
+#: the packages a script needs, in the order its messages name them
+PACKAGES = ("torch", "lazyframes", "gymnasium", "ale_py", "cv2")
+
+
+def parse_checked(p: argparse.ArgumentParser, argv, rules, packages=PACKAGES):
+    """``p``'s options, checked (:func:`check_options`); a mistake exits with one line, status 2.
+
+    What dqn_atari.py, r2d2_atari.py and jax_dqn.py share.
+    """
+    args = p.parse_args(argv)
+    try:
+        check_options(args, rules, packages)
+    except UsageError as e:
+        p.exit(2, f"{p.prog}: error: {e}\n")
+    return args
+
+
+def check_options(args, rules, packages=PACKAGES) -> None:
     """Refuse, before any work, what would make the run fail or mean nothing.
 
-    Numbers first, then the packages (one line naming every missing one and the commands
-    that install them), then the env id: an ALE game, as the DQN recipe's wrappers need.
+    Numbers first (``rules``), then the packages (one line naming every missing one and the
+    commands that install them), then the env id: an ALE game, as the DQN recipe's wrappers
+    need.
 
     Raises:
         UsageError: the message names the option, or the packages and the commands.
     """
-    check_numbers(args, RULES)
+    check_numbers(args, rules)
     if args.buffer_size < args.num_envs:
         raise UsageError(
             f"--buffer-size ({args.buffer_size}) must be at least --num-envs ({args.num_envs})"
         )
-    check_packages()
+    check_packages(packages)
     check_ale_env_id(args.env_id)
 
 
@@ -178,20 +192,20 @@ def check_numbers(args, rules) -> None:
                 raise UsageError(f"--{name.replace('_', '-')} must be {what}, got {value}")
 
 
-def check_packages() -> None:
-    """torch, lazyframes (built), gymnasium, ale-py and opencv import, or one line says how."""
-    missing = [m for m in ("torch", "lazyframes", "gymnasium", "ale_py", "cv2") if _missing(m)]
+def check_packages(packages=PACKAGES) -> None:
+    """``packages`` import (lazyframes built), or one line names the missing and their commands."""
+    missing = [m for m in packages if _missing(m)]
     if missing:
-        commands = ([INSTALL_TORCH] if "torch" in missing else []) + (
-            [INSTALL_ATARI] if set(missing) - {"torch"} else []
-        )
+        own = {"torch": INSTALL_TORCH, "jax": INSTALL_JAX}  # the others: the atari extra
+        commands = [own[m] for m in missing if m in own]
+        commands += [INSTALL_ATARI] if set(missing) - set(own) else []
         names = {"ale_py": "ale-py", "cv2": "opencv-python-headless"}
         raise UsageError(
             f"needs {', '.join(names.get(m, m) for m in missing)}, not installed: "
             + " && ".join(commands)
         )
     try:
-        import lazyframes  # noqa: F401
+        import lazyframes  # noqa: F401  (every script needs it)
     except ImportError as e:  # a clone whose core is not built: the message says how
         raise UsageError(str(e)) from None
 

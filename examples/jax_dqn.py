@@ -20,18 +20,10 @@ Example (a few minutes on 2 cores):
 
 from __future__ import annotations
 
-import importlib.util
 import time
 
 import numpy as np
-from dqn_atari import (
-    UsageError,
-    _Parser,
-    check_ale_env_id,
-    check_numbers,
-    linear_schedule,
-    make_env,
-)
+from dqn_atari import _Parser, linear_schedule, make_env, parse_checked
 
 RULES = [
     (("num_envs", "buffer_size", "batch_size", "train_frequency", "target_network_frequency"),
@@ -40,7 +32,6 @@ RULES = [
     (("learning_rate",), lambda v: v > 0, "> 0"),
     (("gamma", "start_e", "end_e"), lambda v: 0 <= v <= 1, "in [0, 1]"),
 ]  # fmt: skip
-INSTALL = "python -m pip install jax && python -m pip install -e '.[atari]'"
 
 
 def parse_args(argv=None):
@@ -58,18 +49,7 @@ def parse_args(argv=None):
     p.add_argument("--learning-starts", type=int, default=1_000, help="vector steps first")
     p.add_argument("--train-frequency", type=int, default=4, help="vector steps per update")
     p.add_argument("--target-network-frequency", type=int, default=250, help="updates")
-    args = p.parse_args(argv)
-    try:
-        check_numbers(args, RULES)
-        if args.buffer_size < args.num_envs:
-            raise UsageError(f"--buffer-size ({args.buffer_size}) must be at least --num-envs")
-        missing = [m for m in ("jax", "ale_py", "cv2") if importlib.util.find_spec(m) is None]
-        if missing:
-            raise UsageError(f"needs {', '.join(missing)}, not installed: {INSTALL}")
-        check_ale_env_id(args.env_id)
-    except UsageError as e:
-        p.exit(2, f"{p.prog}: error: {e}\n")
-    return args
+    return parse_checked(p, argv, RULES, ("jax", "lazyframes", "gymnasium", "ale_py", "cv2"))
 
 
 def init_params(key, n_actions: int) -> dict:

@@ -29,15 +29,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from dqn_atari import (
-    UsageError,
-    _Parser,
-    check_ale_env_id,
-    check_numbers,
-    check_packages,
-    linear_schedule,
-    make_env,
-)
+from dqn_atari import _Parser, linear_schedule, make_env, parse_checked
 
 RULES = [
     (("num_envs", "buffer_size", "batch_size", "length", "train_frequency",
@@ -72,16 +64,7 @@ def parse_args(argv=None):
     p.add_argument("--train-frequency", type=int, default=4, help="vector steps per update")
     p.add_argument("--target-network-frequency", type=int, default=250, help="updates")
     p.add_argument("--torch-threads", type=int, default=1, help="0: torch's default")
-    args = p.parse_args(argv)
-    try:
-        check_numbers(args, RULES)
-        if args.buffer_size < args.num_envs:
-            raise UsageError(f"--buffer-size ({args.buffer_size}) must be at least --num-envs")
-        check_packages()
-        check_ale_env_id(args.env_id)
-    except UsageError as e:
-        p.exit(2, f"{p.prog}: error: {e}\n")
-    return args
+    return parse_checked(p, argv, RULES)
 
 
 def recurrent_q(n_actions: int, hidden: int):
