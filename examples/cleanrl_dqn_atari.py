@@ -1,13 +1,13 @@
-"""CleanRL's ``dqn_atari.py`` on Gymnasium 1.x, with lazyframes' replay buffer.
+"""A DQN in the shape of CleanRL's ``dqn_atari.py``, on Gymnasium 1.x, with lazyframes' buffer.
 
-This is CleanRL's single-file DQN (``cleanrl/dqn_atari.py``, docs at
-https://docs.cleanrl.dev/rl-algorithms/dqn/#dqn_ataripy) changed as little as possible.
-Its diff from upstream, in three groups:
+This is our script, not CleanRL's: it follows CleanRL's single-file DQN (docs at
+https://docs.cleanrl.dev/rl-algorithms/dqn/#dqn_ataripy) line for line where it can, and
+differs in three groups (docs/SB3.md shows the one-line change to CleanRL's own file):
 
 lazyframes (two changes; the first alone is the switch):
 
-- ``from stable_baselines3.common.buffers import ReplayBuffer`` ->
-  ``from lazyframes.sb3 import ReplayBuffer`` (same constructor, ``add`` and ``sample``;
+- ``from cleanrl_utils.buffers import ReplayBuffer`` (CleanRL's copy of SB3's) ->
+  ``from lazyframes.cleanrl import ReplayBuffer`` (same constructor, ``add`` and ``sample``;
   each frame stored once, and with CleanRL's ``optimize_memory_usage=True`` compressed:
   about 0.2 KB per transition instead of 28 KB; it needs torch, not SB3);
 - the copy of the batch with the final observations of the truncated envs put in,
@@ -42,6 +42,7 @@ This repository (so the script runs and is tested without CleanRL's own extras):
   CPU one thread makes a gradient step several times faster than torch's default);
 - tensorboard's ``SummaryWriter`` is used when tensorboard is installed, otherwise
   scalars are dropped (episode returns and SPS are printed either way);
+- ``cleanrl_utils.atari_wrappers`` -> SB3's ``atari_wrappers``, of which CleanRL's are a copy;
 - the Weights & Biases, video, model-saving and Hugging Face options are left out.
 
 The defaults are CleanRL's (10M steps, a 1M buffer, 80k learning starts: days on a
@@ -73,7 +74,7 @@ from stable_baselines3.common.atari_wrappers import (
     NoopResetEnv,
 )
 
-from lazyframes.sb3 import ReplayBuffer
+from lazyframes.cleanrl import ReplayBuffer
 
 gym.register_envs(ale_py)
 
