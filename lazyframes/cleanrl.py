@@ -16,6 +16,7 @@ one-line switch (docs/SB3.md, "CleanRL"):
 
 from __future__ import annotations
 
+import operator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -70,12 +71,15 @@ class PrioritizedReplayBuffer:
         gamma: discount, in ``[0, 1]``.
         alpha: priority exponent, ``>= 0``.
         beta: importance-sampling exponent, read by every :meth:`sample`.
-        eps: added to ``|td|`` by :meth:`update_priorities`, ``>= 0``.
+        eps: added to ``|td|`` by :meth:`update_priorities`: finite, ``> 0`` (a priority
+            of 0 could never be drawn again).
         compress: as :class:`lazyframes.ReplayBuffer`'s (default True).
         seed: seed of the draws (default: fresh entropy).
 
     Raises:
-        ValueError: ``obs_shape`` not 3-D; as :class:`lazyframes.PrioritizedReplayBuffer`.
+        ValueError: ``obs_shape`` not 3 sizes >= 1, ``eps`` not finite and positive; as
+            :class:`lazyframes.PrioritizedReplayBuffer`.
+        TypeError: a size of ``obs_shape`` not an integer.
 
     Example:
         >>> import numpy as np
@@ -92,12 +96,12 @@ class PrioritizedReplayBuffer:
 
     def __init__(self, capacity, obs_shape, device, n_step, gamma, alpha=0.6, beta=0.4,
                  eps=1e-6, *, compress=True, seed=None):  # fmt: skip
-        obs_shape = tuple(int(d) for d in obs_shape)
-        if len(obs_shape) != 3:
-            raise ValueError(f"obs_shape must be a stack (k, H, W), got {obs_shape}")
+        obs_shape = tuple(operator.index(d) for d in obs_shape)
+        if len(obs_shape) != 3 or min(obs_shape) < 1:
+            raise ValueError(f"obs_shape must be a stack (k, H, W) of sizes >= 1, got {obs_shape}")
         eps = float(eps)
-        if not eps >= 0.0:
-            raise ValueError(f"eps must be a number >= 0, got {eps!r}")
+        if not 0.0 < eps < float("inf"):  # (|td| + eps is a priority: positive and finite)
+            raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
         self._rb = _replay.PrioritizedReplayBuffer(
             capacity, alpha=alpha, n_step=n_step, gamma=gamma, seed=seed, layout="stack",
             stack_size=obs_shape[0], action_dtype=np.int64, compress=compress,
@@ -137,16 +141,31 @@ class PrioritizedReplayBuffer:
             truncated: optional, a time limit (``(1,)``): the window ends, bootstrapped.
 
         Raises:
-            ValueError, TypeError: as :meth:`lazyframes.ReplayBuffer.add`; nothing is
-                stored then.
+            ValueError: an observation of another shape than ``obs_shape``; as
+                :meth:`lazyframes.ReplayBuffer.add`.
+            TypeError: an observation not uint8, a flag that is None; as
+                :meth:`lazyframes.ReplayBuffer.add`.
+            Nothing is stored then.
         """
+        for name, o in (("obs", obs), ("next_obs", next_obs)):
+            a = np.asarray(o)
+            if a.shape not in (self.obs_shape, (1, *self.obs_shape)):
+                raise ValueError(f"{name} must be of shape {self.obs_shape} or "
+                                 f"{(1, *self.obs_shape)}, got {a.shape}")  # fmt: skip
+            if a.dtype != np.uint8:
+                raise TypeError(f"{name} must be uint8 frames, got {a.dtype}")
+        if done is None or truncated is None:
+            raise TypeError("done and truncated must be bools (or arrays of one), not None")
         self._rb.add(obs, action, reward, next_obs, done, truncated)
 
     def sample(self, batch_size: int) -> PrioritizedBatch:
         """A batch drawn by priority, with weights normalised by the batch's largest."""
-        shape = (int(batch_size), *self.obs_shape)
+        B = operator.index(batch_size)
+        if B < 1:
+            raise ValueError(f"batch_size must be at least 1, got {B}")
+        shape = (B, *self.obs_shape)
         obs, next_obs = th.empty(shape, dtype=th.uint8), th.empty(shape, dtype=th.uint8)
-        s = self._rb.sample(batch_size, beta=self.beta, out=(obs.numpy(), next_obs.numpy()))
+        s = self._rb.sample(B, beta=self.beta, out=(obs.numpy(), next_obs.numpy()))
         weights = s.weights / s.weights.max()
 
         def column(a, dtype=None):

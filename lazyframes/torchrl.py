@@ -70,13 +70,12 @@ class _Checkpointer(StorageCheckpointerBase):
             frames.unlink(missing_ok=True)
         else:
             storage._rb.save(frames)
-        torch.save({"rest": storage._rest.state_dict(), "next": storage._next}, path / "rest.pt")
+        torch.save(storage._rest.state_dict(), path / "rest.pt")
 
     def loads(self, storage: FrameStorage, path) -> None:
         frames = Path(path) / "frames.npz"
         rb = ReplayBuffer.load(frames) if frames.exists() else None
-        state = torch.load(Path(path) / "rest.pt")
-        storage._restore(rb, state["rest"], state["next"])
+        storage._restore(rb, torch.load(Path(path) / "rest.pt"))
 
 
 class FrameStorage(TensorStorage):  # (TorchRL's ReplayBuffer takes its samples as they are)
@@ -126,7 +125,6 @@ class FrameStorage(TensorStorage):  # (TorchRL's ReplayBuffer takes its samples 
         self._rb: ReplayBuffer | None = None  # made by the first write, for its actions
         self._rest = LazyTensorStorage(self.max_size)  # the entries but the pixels
         self._spec: dict | None = None  # the first batch's, {key: (shape, dtype)}
-        self._next = 0  # the ring position the next transition takes
 
     @property
     def buffer(self) -> ReplayBuffer | None:
@@ -162,20 +160,21 @@ class FrameStorage(TensorStorage):  # (TorchRL's ReplayBuffer takes its samples 
             raise ValueError(f"FrameStorage stores a flat batch of transitions, got batch_size "
                              f"{tuple(data.batch_size)}: extend with data.reshape(-1)")  # fmt: skip
         spec = _spec(batch)
+        if bad := {k: dt for k, (_, dt) in spec.items() if dt in _UNSTORABLE}:
+            raise TypeError(f"entries of dtypes TorchRL's storages cannot hold: {bad}")
         done = ("next", "terminated") if ("next", "terminated") in spec else ("next", "done")
         needed = (self.key, self.next_key, "action", ("next", "reward"), done)
         if missing := [k for k in needed if k not in spec]:
             raise KeyError(f"FrameStorage needs the entries {missing}")
-        if self._spec is not None and spec != self._spec:
-            diff = {k for k in spec.keys() | self._spec.keys() if spec.get(k) != self._spec.get(k)}
-            raise ValueError(f"entries, shapes or dtypes other than the first batch's: {diff}")
+        _same(spec, self._spec)
         if spec[self.key] != spec[self.next_key]:
             raise ValueError(f"{self.key} and {self.next_key} differ: {spec[self.key]}, "
                              f"{spec[self.next_key]}")  # fmt: skip
         B, action = batch.shape[0], batch.get("action")
         action = action.to(torch.uint8) if action.dtype == torch.bool else action  # one-hot
-        if action.is_complex():
-            raise TypeError(f"action must be real, got {action.dtype}")
+        for name, t in (("pixels", batch.get(self.key)), ("action", action)):
+            if t.is_complex() or t.dtype == torch.bfloat16:
+                raise TypeError(f"{name} must be real numbers of a NumPy dtype, got {t.dtype}")
 
         def one(key, default=None):  # a value per transition
             t = batch.get(key, default)
@@ -184,6 +183,9 @@ class FrameStorage(TensorStorage):  # (TorchRL's ReplayBuffer takes its samples 
             return t.reshape(B)
 
         reward = one(("next", "reward"))
+        if reward.dtype in (torch.bool, torch.bfloat16) or reward.is_complex():
+            raise TypeError(f"('next', 'reward') must be real numbers of a NumPy dtype, got "
+                            f"{reward.dtype}")  # fmt: skip
         flags = one(done), one(("next", "truncated"), torch.zeros(B, dtype=torch.bool))
         if any(f.dtype != torch.bool for f in flags):
             raise TypeError(f"{done} and ('next', 'truncated') must be bool")
@@ -208,9 +210,10 @@ class FrameStorage(TensorStorage):  # (TorchRL's ReplayBuffer takes its samples 
     def set(self, cursor, data, *, set_cursor: bool = True) -> None:
         """Store the transitions ``data`` at ``cursor``, which must be the next positions."""
         batch, action, *values = self._fields(data)
+        _same(_spec(batch, index=True), self._spec, index=True)  # the writer's "index" too
         B, M = batch.shape[0], self.max_size
         index = _positions(cursor, M).reshape(-1)
-        start = self._next
+        start = 0 if self._rb is None else self._rb.position
         if not set_cursor or not torch.equal(index, (start + torch.arange(B)) % M):
             raise ValueError(
                 f"FrameStorage is written in order, at its next position {start} (by "
@@ -220,7 +223,7 @@ class FrameStorage(TensorStorage):  # (TorchRL's ReplayBuffer takes its samples 
         rb = self._new(M, action) if self._rb is None else self._rb
         obs, nxt = _numpy(batch.get(self.key)), _numpy(batch.get(self.next_key))
         _add(rb, obs, nxt, action, *values)  # checked: cannot refuse
-        self._rb, self._spec, self._next = rb, self._spec or _spec(batch), (start + B) % M
+        self._rb, self._spec = rb, self._spec or _spec(batch, index=True)
         self._set_last_cursor(cursor)
         rest = batch.exclude(self.key, self.next_key)
         self._rest.set(index[-M:], rest[-M:])  # (of more than max_size, the last stay)
@@ -247,46 +250,56 @@ class FrameStorage(TensorStorage):  # (TorchRL's ReplayBuffer takes its samples 
         if self._rb is not None:  # (the bytes its pickle holds)
             _, (_, data) = self._rb.__reduce__()
             frames = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        return {"frames": frames, "rest": self._rest.state_dict(), "next": self._next}
+        return {"frames": frames, "rest": self._rest.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (the frames checked as ``ReplayBuffer.load`` checks)."""
         frames = state_dict["frames"]
         rb = None if frames is None else _from_bytes(ReplayBuffer, frames.numpy().tobytes())
-        self._restore(rb, state_dict["rest"], state_dict["next"])
+        self._restore(rb, state_dict["rest"])
 
-    def _restore(self, rb: ReplayBuffer | None, rest_state: dict, next_position) -> None:
+    def _restore(self, rb: ReplayBuffer | None, rest_state: dict) -> None:
         rest = LazyTensorStorage(self.max_size)
         rest.load_state_dict(rest_state)
         capacity, n = (self.max_size, 0) if rb is None else (rb.capacity, len(rb))
-        position = int(next_position)
-        if (
-            capacity != self.max_size
-            or len(rest) != n
-            or not (position == n if n < capacity else 0 <= position < n)
-        ):
+        streams = 1 if rb is None else rb.num_envs
+        if capacity != self.max_size or len(rest) != n or streams != 1:
             raise ValueError(f"not a state of a FrameStorage({self.max_size}): frames of {n} "
-                             f"transitions in {capacity}, {len(rest)} other entries")  # fmt: skip
-        self._rb, self._rest, self._spec, self._next = rb, rest, None, position
+                             f"transitions in {capacity} ({streams} streams), {len(rest)} "
+                             f"other entries")  # fmt: skip
+        self._rb, self._rest, self._spec = rb, rest, None
         if n:  # the first batch's spec is the stored transitions'
-            self._spec = _spec(self.get(torch.zeros(1, dtype=torch.long)))
+            self._spec = _spec(self.get(torch.zeros(1, dtype=torch.long)), index=True)
         self._bump_mutation_revision()
 
     def _empty(self) -> None:
         if self._rb is not None:
             self._rb.clear()
         self._rest._empty()
-        self._next = 0
         self._bump_mutation_revision()
 
 
-def _spec(batch) -> dict:
+# dtypes a LazyTensorStorage cannot write (torch has no index_put for them)
+_UNSTORABLE = (torch.uint16, torch.uint32, torch.uint64)
+
+
+def _spec(batch, index: bool = False) -> dict:
     """``{key: (shape, dtype)}`` of a batch's entries, batch axis left out.
 
-    Without ``"index"``: TensorDictReplayBuffer's writer sets it between its check and
-    the write (and stores it, as in TorchRL's storages).
+    Without ``"index"`` unless ``index``: TensorDictReplayBuffer's writer sets it between
+    its check and the write (and stores it, as in TorchRL's storages).
     """
-    return {k: (v.shape[1:], v.dtype) for k, v in batch.items(True, True) if k != "index"}
+    return {k: (v.shape[1:], v.dtype) for k, v in batch.items(True, True) if index or k != "index"}
+
+
+def _same(spec: dict, first: dict | None, index: bool = False) -> None:
+    """Refuse a batch whose ``spec`` is not the first batch's (``first``; None: none yet)."""
+    if first is None:
+        return
+    if not index:
+        first = {k: v for k, v in first.items() if k != "index"}
+    if diff := {k for k in spec.keys() | first.keys() if spec.get(k) != first.get(k)}:
+        raise ValueError(f"entries, shapes or dtypes other than the first batch's: {diff}")
 
 
 def _positions(index, n: int) -> torch.Tensor:

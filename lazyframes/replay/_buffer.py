@@ -234,6 +234,16 @@ class ReplayBuffer:
         """True once the buffer has wrapped around (every position holds a transition)."""
         return self._ring.full
 
+    @property
+    def position(self) -> int:
+        """The ring position the next transition is written to (0 again after ``capacity``).
+
+        Ring positions are what :meth:`gather` takes and a uniform buffer's
+        ``Samples.indices`` hold: transitions land at ``position``, ``position + 1``, ...
+        in the order :meth:`add` stores them.
+        """
+        return self._ring.pos
+
     def __len__(self) -> int:
         """Transitions stored (autoreset placeholders included, see :meth:`add`)."""
         return self._ring.size

@@ -152,12 +152,21 @@ def test_memory_is_one_frame_per_step():
 def test_bad_input_is_refused_before_anything_is_stored():
     refused(ValueError, "obs_shape must be a stack", PrioritizedReplayBuffer, 10, (84, 84),
             "cpu", 3, 0.99)  # fmt: skip
-    refused(ValueError, "eps", PrioritizedReplayBuffer, 10, SHAPE, "cpu", 3, 0.99, eps=-1.0)
+    refused(ValueError, "sizes >= 1", PrioritizedReplayBuffer, 10, (4, 0, 8), "cpu", 3, 0.99)
+    refused(TypeError, "integer", PrioritizedReplayBuffer, 10, (4, 8.5, 8), "cpu", 3, 0.99)
+    for eps in (-1.0, 0.0, float("inf")):
+        refused(ValueError, "eps", PrioritizedReplayBuffer, 10, SHAPE, "cpu", 3, 0.99, eps=eps)
     refused(ValueError, "alpha", PrioritizedReplayBuffer, 10, SHAPE, "cpu", 3, 0.99, alpha=-1)
     rb = filled(5, set())
     obs = stack(5)[None]
     one = np.array([1])
     refused(ValueError, "shape", rb.add, obs[:, :3], one, one, obs, one > 0)
-    refused(TypeError, "dtype", rb.add, obs.astype(np.float32), one, one, obs, one > 0)
+    refused(TypeError, "uint8", rb.add, obs.astype(np.float32), one, one, obs, one > 0)
     refused(ValueError, "finite", rb.add, obs, one, one * np.nan, obs, one > 0)
+    refused(ValueError, r"obs must be of shape \(4, 8, 8\)", rb.add, obs[..., :4], one,
+            one, obs, one > 0)  # fmt: skip
+    refused(TypeError, "next_obs must be uint8", rb.add, obs, one, one, obs.astype(np.int8),
+            one > 0)  # fmt: skip
+    refused(TypeError, "not None", rb.add, obs, one, one, obs, None)
+    refused(ValueError, "at least 1", rb.sample, -1)
     assert rb.size == 5

@@ -267,6 +267,13 @@ def test_a_bad_first_batch_is_refused_before_anything_is_written():
         (ValueError, "action is not finite", variant("action", inf)),
         (ValueError, "float32", variant(("next", "reward"), big)),
         (TypeError, "must be bool", variant(("next", "terminated"), data["next", "done"].long())),
+        (TypeError, "cannot hold.*uint32", variant("ids", torch.zeros(6, dtype=torch.uint32))),
+        (
+            TypeError,
+            "reward.*real",
+            variant(("next", "reward"), torch.ones(6, 1, dtype=torch.bool)),
+        ),
+        (TypeError, "action.*bfloat16", variant("action", data["action"].bfloat16())),
     ]:
         refused(exc, pattern, rb.extend, bad)
         assert len(rb) == 0 and rb.storage.buffer is None
