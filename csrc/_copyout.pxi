@@ -546,9 +546,9 @@ cdef int _copy(_Copy *c) except -1:
         MemoryError: no memory for the decoded frames.
         RuntimeError: a compressed frame does not decode.
     """
-    cdef Py_ssize_t per = c.n_out * c.k, m = c.n_obs * per, i, n_hot = 0
+    cdef Py_ssize_t per = c.n_out * c.k, m = c.n_obs * per, i, n_hot = 0, n_cold = 0
     cdef lf_pool *p
-    cdef int rc = 0, o
+    cdef int rc = 0, o, n
     cdef int64_t bad = -1  # the slot of a blob that did not decode
     for o in range(c.n_out):
         if not _fits(<object>c.out[o], c):
@@ -556,28 +556,17 @@ cdef int _copy(_Copy *c) except -1:
         c.dst[o] = <unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>c.out[o])
     c.obs_bytes = c.k * c.outer * c.inner * c.out_itemsize
     cdef size_t nbytes = c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out, work = nbytes
-    for i in range(m):  # the cold frames' decoding is work too
-        p = c.pool if c.pools == NULL else c.pools[i // per]
-        if lf_pool_is_live(p, c.ids[i]) and not lf_pool_is_hot(p, c.ids[i]):
-            work += _COLD_WEIGHT * p.frame_bytes
     cdef _Parts w
     w.c = c
-    # two parts or more only when the GIL is released: work >= 2 * _part_bytes >= 128 KiB
-    # means cold frames or nbytes >= _NOGIL_BYTES
-    w.n = <int>max(1, min(<size_t>lf_parallel_threads(), work // _part_bytes,
-                          <size_t>c.n_obs, <size_t>_COPY_PARTS))
+    w.n = 0  # parts (and their readers) made once the ids are checked
     cdef _Readers rs[_COPY_PARTS]
-    cdef int t
-    for t in range(w.n):
-        rs[t].r = NULL
-        rs[t].n = 0
-        w.rc[t] = 0
     w.rs = rs
+    cdef int t
     cdef bint cold = False
     cdef const unsigned char *few[64]
     cdef const unsigned char **src = few
     cdef int64_t few_entry[64]
-    cdef int64_t *entry = few_entry  # -1 for a hot frame
+    cdef int64_t *entry = few_entry  # -1 for a hot frame, a cold one's reader entry
     cdef int64_t e
     cdef int j
     if m > 64:
@@ -590,16 +579,31 @@ cdef int _copy(_Copy *c) except -1:
     w.src = src
     w.entry = entry
     try:
-        for t in range(w.n):  # every id checked (live) before anything is written
+        for i in range(m):  # every id checked (live) before anything is written
+            p = c.pool if c.pools == NULL else c.pools[i // per]
+            if not lf_pool_is_live(p, c.ids[i]):
+                _check_ids(p, c.ids + i, 1)  # raises, naming the slot
+            if lf_pool_is_hot(p, c.ids[i]):
+                src[i] = lf_pool_addr(p, c.ids[i])
+                entry[i] = -1
+            else:  # its reader is its part's, below
+                entry[i] = -2
+                n_cold += 1
+                work += _COLD_WEIGHT * p.frame_bytes  # the cold frames' decoding is work too
+        # two parts or more only when the GIL is released: work >= 2 * _part_bytes >= 128
+        # KiB means cold frames or nbytes >= _NOGIL_BYTES
+        n = <int>max(1, min(<size_t>lf_parallel_threads(), work // _part_bytes,
+                            <size_t>c.n_obs, <size_t>_COPY_PARTS))
+        for t in range(n):
+            rs[t].r = NULL
+            rs[t].n = 0
+            w.rc[t] = 0
+        w.n = n
+        for t in range(w.n if n_cold else 0):  # each part decodes the cold frames of its rows
             for i in range(_part_start(c.n_obs, w.n, t) * per,
                            _part_start(c.n_obs, w.n, t + 1) * per):
-                p = c.pool if c.pools == NULL else c.pools[i // per]
-                if not lf_pool_is_live(p, c.ids[i]):
-                    _check_ids(p, c.ids + i, 1)  # raises, naming the slot
-                if lf_pool_is_hot(p, c.ids[i]):
-                    src[i] = lf_pool_addr(p, c.ids[i])
-                    entry[i] = -1
-                else:
+                if entry[i] == -2:
+                    p = c.pool if c.pools == NULL else c.pools[i // per]
                     j = _resolve(&rs[t], p, c.ids[i], &e)  # a reader of the row's part
                     entry[i] = (<int64_t>j << 32) | e
             for j in range(rs[t].n):
