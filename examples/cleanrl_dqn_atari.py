@@ -43,6 +43,7 @@ This repository (so the script runs and is tested without CleanRL's own extras):
 - tensorboard's ``SummaryWriter`` is used when tensorboard is installed, otherwise
   scalars are dropped (episode returns and SPS are printed either way);
 - ``cleanrl_utils.atari_wrappers`` -> SB3's ``atari_wrappers``, of which CleanRL's are a copy;
+- a missing package is a one-line error naming the install commands;
 - the Weights & Biases, video, model-saving and Hugging Face options are left out.
 
 The defaults are CleanRL's (10M steps, a 1M buffer, 80k learning starts: days on a
@@ -54,10 +55,22 @@ CPU). Needs ``python -m pip install -e '.[atari,sb3]'`` and a CPU torch. A short
 
 import argparse
 import dataclasses
+import importlib.util
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass
+
+# a missing extra is one line naming the command, not a traceback (--help too)
+if _missing := [m for m in ("torch", "ale_py", "stable_baselines3", "lazyframes")
+                if importlib.util.find_spec(m) is None]:  # fmt: skip
+    sys.stderr.write(
+        f"cleanrl_dqn_atari.py: error: needs {', '.join(_missing)}, not installed: python -m "
+        "pip install torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu && "
+        "python -m pip install -e '.[atari,sb3]' (in the clone)\n"
+    )
+    sys.exit(2)
 
 import ale_py
 import gymnasium as gym

@@ -64,7 +64,16 @@ def parse_args(argv=None):
     p.add_argument("--train-frequency", type=int, default=4, help="vector steps per update")
     p.add_argument("--target-network-frequency", type=int, default=250, help="updates")
     p.add_argument("--torch-threads", type=int, default=1, help="0: torch's default")
-    return parse_checked(p, argv, RULES)
+    args = parse_checked(p, argv, RULES)
+    T = args.burn_in + args.length  # a window's steps, all in one env stream
+    if args.learning_starts < T:
+        p.exit(2, f"{p.prog}: error: --learning-starts ({args.learning_starts}) must be at "
+                  f"least --burn-in + --length ({T}), the steps of a window\n")  # fmt: skip
+    if args.buffer_size < args.num_envs * T:
+        p.exit(2, f"{p.prog}: error: --buffer-size ({args.buffer_size}) must be at least "
+                  f"--num-envs x (--burn-in + --length) ({args.num_envs * T}): each env's "
+                  f"share holds whole windows\n")  # fmt: skip
+    return args
 
 
 def recurrent_q(n_actions: int, hidden: int):

@@ -7,11 +7,22 @@ is the compiled extension ``lazyframes._core``, built from ``csrc/``.
 try:
     from . import _core
 except ImportError as _e:  # pragma: no cover - only without a build
+    import glob
+    import importlib.machinery
+    import os
+
+    # unbuilt, Python's message speaks of "a circular import": say what is missing instead
+    _here = os.path.dirname(__file__)
+    _built = any(
+        glob.glob(os.path.join(_here, "_core*" + suffix))
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES
+    )
+    _why = f"does not load ({_e})" if _built else "is not built"
     raise ImportError(
-        "lazyframes: the compiled core (lazyframes._core) is not built or does not load "
-        f"({_e}). Install the package with pip (from a clone: python -m pip install -e .), "
-        "or build it in place: python setup.py build_ext --inplace"
-    ) from _e
+        f"lazyframes: the compiled core (lazyframes._core) {_why}. Install the package with "
+        "pip (from a clone: python -m pip install -e .), or build it in place: python "
+        "setup.py build_ext --inplace"
+    ) from None
 
 from ._checks import LAYOUTS
 

@@ -41,9 +41,10 @@ try:
     from gymnasium import spaces
 except ImportError as _e:  # pragma: no cover - only without torch
     raise ImportError(
-        f"lazyframes.sb3 returns torch tensors and needs PyTorch ({_e}); its CPU build: "
-        "python -m pip install torch --extra-index-url https://download.pytorch.org/whl/cpu"
-    ) from _e
+        f"lazyframes' SB3 and CleanRL buffers return torch tensors and need PyTorch ({_e}). "
+        "Its CPU build, without PyPI's multi-GB CUDA build: "
+        "python -m pip install torch --index-url https://download.pytorch.org/whl/cpu"
+    ) from None
 try:
     from stable_baselines3.common import buffers as _buffers
     from stable_baselines3.common.preprocessing import (

@@ -70,6 +70,8 @@ def test_r2d2_atari_example_trains_on_windows(tmp_path):
     (["--burn-in", "-1"], "--burn-in must be >= 0, got -1"),
     (["--eta", "2"], "--eta must be in [0, 1], got 2.0"),
     (["--env-id", "CartPole-v1"], "--env-id 'CartPole-v1' is not an ALE game"),
+    (["--learning-starts", "23"], "(23) must be at least --burn-in + --length (24)"),
+    (["--buffer-size", "60"], "(--burn-in + --length) (96): each env's share holds whole windows"),
 ])  # fmt: skip
 def test_r2d2_atari_refuses_a_bad_option_in_one_line_before_any_work(args, message):
     assert_one_line_error(run_guarded("examples/r2d2_atari.py", *args), message)
