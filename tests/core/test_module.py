@@ -6,6 +6,7 @@ import functools
 import inspect
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -83,14 +84,24 @@ def test_layout_enum_matches_python():
     assert lazyframes.LAYOUTS == ("last", "first", "stack")
 
 
-def test_import_without_the_core_says_how_to_build_it():
+def test_import_without_the_core_says_how_to_build_it(tmp_path):
+    # a core that does not load: the import's own error is named
     code = "import sys; sys.modules['lazyframes._core'] = None; import lazyframes"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode != 0
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: lazyframes: the compiled core"), r.stderr
+    assert "does not load (import of lazyframes._core halted" in last, last
     assert "pip install -e ." in last and "setup.py build_ext --inplace" in last
-    assert "direct cause" in r.stderr  # chained from the error of the import itself
+    assert r.stderr.count("Traceback") == 1  # one error, not a chain
+    # an unbuilt clone (no site: no installed lazyframes): "not built", no circular import
+    (tmp_path / "lazyframes").mkdir()
+    shutil.copy(pathlib.Path(ROOT, "lazyframes", "__init__.py"), tmp_path / "lazyframes")
+    code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import lazyframes"
+    r = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True)
+    last = r.stderr.strip().splitlines()[-1]
+    assert "(lazyframes._core) is not built. Install" in last, r.stderr
+    assert "circular" not in r.stderr and r.stderr.count("Traceback") == 1
 
 
 def test_docstring_examples_run():
