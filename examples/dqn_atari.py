@@ -129,12 +129,19 @@ def parse_args(argv=None):
 #: (options, test, what the test says): every number option and its valid range
 RULES = [
     (
-        ("num_envs", "buffer_size", "batch_size", "target_network_frequency", "train_frequency"),
+        (
+            "num_envs",
+            "buffer_size",
+            "batch_size",
+            "target_network_frequency",
+            "train_frequency",
+            "total_timesteps",
+        ),
         lambda v: v >= 1,
         ">= 1",
     ),
     (
-        ("total_timesteps", "learning_starts", "torch_threads", "seed", "alpha", "progress_every"),
+        ("learning_starts", "torch_threads", "seed", "alpha", "progress_every"),
         lambda v: v >= 0,
         ">= 0",
     ),
@@ -225,7 +232,12 @@ def check_ale_env_id(env_id: str) -> None:
     try:
         spec = gym.spec(env_id)
     except gym.error.Error as e:
-        raise UsageError(f"--env-id {env_id!r}: {e}") from None
+        hint = (
+            ""
+            if env_id.startswith("ALE/")
+            else " (Atari games are ALE/<Game>-v5, e.g. ALE/Pong-v5)"
+        )
+        raise UsageError(f"--env-id {env_id!r}: {e}{hint}") from None
     if "ale_py" not in str(spec.entry_point):
         raise UsageError(
             f"--env-id {env_id!r} is not an ALE game: the DQN recipe's wrappers need one, "

@@ -26,9 +26,9 @@ import numpy as np
 from dqn_atari import _Parser, linear_schedule, make_env, parse_checked
 
 RULES = [
-    (("num_envs", "buffer_size", "batch_size", "train_frequency", "target_network_frequency"),
-     lambda v: v >= 1, ">= 1"),
-    (("total_timesteps", "learning_starts", "seed"), lambda v: v >= 0, ">= 0"),
+    (("num_envs", "buffer_size", "batch_size", "train_frequency", "target_network_frequency",
+      "total_timesteps"), lambda v: v >= 1, ">= 1"),
+    (("learning_starts", "seed"), lambda v: v >= 0, ">= 0"),
     (("learning_rate",), lambda v: v > 0, "> 0"),
     (("gamma", "start_e", "end_e"), lambda v: 0 <= v <= 1, "in [0, 1]"),
 ]  # fmt: skip

@@ -33,8 +33,8 @@ from dqn_atari import _Parser, linear_schedule, make_env, parse_checked
 
 RULES = [
     (("num_envs", "buffer_size", "batch_size", "length", "train_frequency",
-      "target_network_frequency", "hidden"), lambda v: v >= 1, ">= 1"),
-    (("total_timesteps", "learning_starts", "burn_in", "torch_threads", "seed"),
+      "target_network_frequency", "hidden", "total_timesteps"), lambda v: v >= 1, ">= 1"),
+    (("learning_starts", "burn_in", "torch_threads", "seed"),
      lambda v: v >= 0, ">= 0"),
     (("learning_rate",), lambda v: v > 0, "> 0"),
     (("gamma", "eta", "alpha", "beta", "start_e", "end_e"), lambda v: 0 <= v <= 1, "in [0, 1]"),

@@ -70,6 +70,7 @@ def test_r2d2_atari_example_trains_on_windows(tmp_path):
     (["--burn-in", "-1"], "--burn-in must be >= 0, got -1"),
     (["--eta", "2"], "--eta must be in [0, 1], got 2.0"),
     (["--env-id", "CartPole-v1"], "--env-id 'CartPole-v1' is not an ALE game"),
+    (["--env-id", "Pong-v5"], "(Atari games are ALE/<Game>-v5, e.g. ALE/Pong-v5)"),
     (["--learning-starts", "23"], "(23) must be at least --burn-in + --length (24)"),
     (["--buffer-size", "60"], "(--burn-in + --length) (96): each env's share holds whole windows"),
 ])  # fmt: skip
@@ -116,7 +117,7 @@ INSTALL_ATARI = "python -m pip install -e '.[atari]'"
     (["--env-id", "CartPole-v1"], "--env-id 'CartPole-v1' is not an ALE game"),
     (["--buffer-size", "0"], "--buffer-size must be >= 1, got 0"),
     (["--num-envs", "0"], "--num-envs must be >= 1, got 0"),
-    (["--total-timesteps", "-1"], "--total-timesteps must be >= 0, got -1"),
+    (["--total-timesteps", "0"], "--total-timesteps must be >= 1, got 0"),
     (["--num-envs", "4", "--buffer-size", "2"], "--buffer-size (2) must be at least"),
     (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
     (["--train-frequency", "0"], "--train-frequency must be >= 1, got 0"),
