@@ -106,14 +106,15 @@ class PrioritizedReplayBuffer:
             capacity, alpha=alpha, n_step=n_step, gamma=gamma, seed=seed, layout="stack",
             stack_size=obs_shape[0], action_dtype=np.int64, compress=compress,
         )  # fmt: skip
-        self.capacity = int(capacity)
         self.obs_shape = obs_shape
         self.device = th.device(device)
-        self.n_step = self._rb.n_step
-        self.gamma = self._rb.gamma
-        self.alpha = self._rb.alpha
         self.beta = beta
         self.eps = eps
+
+    capacity = property(lambda self: self._rb.capacity, doc="The most transitions held.")
+    n_step = property(lambda self: self._rb.n_step, doc="Steps of the return.")
+    gamma = property(lambda self: self._rb.gamma, doc="The discount.")
+    alpha = property(lambda self: self._rb.alpha, doc="The priority exponent.")
 
     @property
     def size(self) -> int:
