@@ -26,7 +26,7 @@ signatures, for type checkers). The module is split by topic:
 
 cimport cython
 cimport numpy as cnp
-from cpython.ref cimport PyObject
+from cpython.ref cimport Py_INCREF, PyObject
 from cpython.unicode cimport PyUnicode_FromObject
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.pycapsule cimport PyCapsule_GetPointer
@@ -64,6 +64,17 @@ __all__ = [
 KIND_KEY, KIND_DELTA, KIND_RAW, KIND_PATCH, KIND_XOR = 0, 1, 2, 3, 4
 #: A slot id a SlotTable cannot store.
 _ID_OVER_INT32 = "a SlotTable stores slot ids as int32: this id is above 2**31 - 1"
+
+
+cdef extern from "numpy/arrayobject.h":
+    # (numpy's .pxd leaves it out: it steals a reference to descr)
+    object PyArray_Empty(int nd, cnp.npy_intp *dims, cnp.dtype descr, int fortran)
+
+
+cdef inline object _empty(int nd, cnp.npy_intp *dims, cnp.dtype descr):
+    """A new C-contiguous array of ``dims`` and any dtype, without a Python-level call."""
+    Py_INCREF(descr)  # the reference PyArray_Empty steals
+    return PyArray_Empty(nd, dims, descr, 0)
 
 
 cdef extern from "layout.h" nogil:
@@ -156,6 +167,8 @@ cdef extern from "pool.h" nogil:
     int lf_pool_in_range(const lf_pool *p, int64_t slot)
     unsigned long long lf_pool_refcount(const lf_pool *p, int64_t slot)
     unsigned char *lf_pool_addr(const lf_pool *p, int64_t slot)
+    void lf_prefetch(const void *p)
+    void lf_pool_prefetch_ref(const lf_pool *p, int64_t slot)
     void lf_pool_incref(lf_pool *p, int64_t slot)
     void lf_pool_decref(lf_pool *p, int64_t slot)
     size_t lf_pool_bytes_held(const lf_pool *p)

@@ -161,6 +161,8 @@ cdef int _check_ids(lf_pool *p, const int64_t *a, Py_ssize_t n) except -1:
 
 cdef inline void _incref_all(lf_pool *p, const int64_t *a, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
+    for i in range(n):  # hints first: the refcounts' cache misses overlap
+        lf_pool_prefetch_ref(p, a[i])
     for i in range(n):
         lf_pool_incref(p, a[i])
 

@@ -807,12 +807,18 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         for i in range(B):
             if ri[i] < 0 or ri[i] >= n:
                 raise IndexError(f"position {ri[i]} out of range [0, {n})")
-        cdef cnp.npy_intp dims[2]
+        cdef cnp.npy_intp dims[cnp.NPY_MAXDIMS]
         cdef char *dst
         cdef const char *src
         cdef float *fv
         cdef uint8_t v
+        cdef cnp.ndarray col
         out = []
+        for j in range(self._ncols):  # hints first: the rows' cache misses overlap
+            src = <const char *>cnp.PyArray_DATA(<cnp.ndarray>self._cols[j])
+            rb = self._rowbytes[j]
+            for i in range(B):
+                lf_prefetch(src + ri[i] * rb)
         for j in range(self._ncols):
             src = <const char *>cnp.PyArray_DATA(<cnp.ndarray>self._cols[j])
             nb = len(<tuple>self._bits[j])
@@ -825,8 +831,12 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                     v = (<const uint8_t *>src)[ri[i]]
                     for b in range(nb):
                         fv[b * B + i] = <float>((v >> b) & 1)
-            else:
-                a = np.empty((B,) + self._shapes[j], self._dtypes[j])
+            else:  # (B, *shape) in the column's dtype
+                col = <cnp.ndarray>self._cols[j]
+                dims[0] = B
+                for b in range(1, col.ndim):
+                    dims[b] = col.shape[b]
+                a = _empty(col.ndim, dims, col.descr)
                 dst = <char *>cnp.PyArray_DATA(<cnp.ndarray>a)
                 rb = self._rowbytes[j]
                 for i in range(B):

@@ -173,6 +173,21 @@ static inline void lf_pool_incref(lf_pool *p, int64_t slot) {
     uint32_t *w = &lf_pool_chunk(p, slot)->ref[lf_pool_offset(p, slot)];
     if (*w < LF_REF_MAX) ++*w;
 }
+/* Ask for the cache line at p ahead of an access. A batch's table rows, columns and
+ * refcounts are scattered: a loop of hints before the loop of accesses overlaps their
+ * cache misses instead of taking them one after another. */
+static inline void lf_prefetch(const void *p) {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p);
+#else
+    (void)p;
+#endif
+}
+
+/* lf_prefetch of a slot's refcount word, ahead of lf_pool_incref/decref. */
+static inline void lf_pool_prefetch_ref(const lf_pool *p, int64_t slot) {
+    lf_prefetch(&lf_pool_chunk(p, slot)->ref[lf_pool_offset(p, slot)]);
+}
 static inline void lf_pool_decref(lf_pool *p, int64_t slot) {
     uint32_t *w = &lf_pool_chunk(p, slot)->ref[lf_pool_offset(p, slot)];
     if (*w == LF_REF_MAX) return;
