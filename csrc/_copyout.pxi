@@ -58,6 +58,8 @@ cdef struct _Copy:
 
 # Copies smaller than this keep the GIL: releasing it costs more than it lets run.
 cdef size_t _NOGIL_BYTES = 1 << 16
+cdef enum:
+    _FEW = 256  # ids a copy addresses without malloc
 
 
 cdef bint _fits(object arr, const _Copy *c) noexcept:
@@ -563,13 +565,13 @@ cdef int _copy(_Copy *c) except -1:
     w.rs = rs
     cdef int t
     cdef bint cold = False
-    cdef const unsigned char *few[64]
+    cdef const unsigned char *few[_FEW]  # on the stack up to a batch of 32 obs+next of k=4
     cdef const unsigned char **src = few
-    cdef int64_t few_entry[64]
+    cdef int64_t few_entry[_FEW]
     cdef int64_t *entry = few_entry  # -1 for a hot frame, a cold one's reader entry
     cdef int64_t e
     cdef int j
-    if m > 64:
+    if m > _FEW:
         src = <const unsigned char **>malloc(m * sizeof(void *))
         entry = <int64_t *>malloc(m * sizeof(int64_t))
         if src == NULL or entry == NULL:

@@ -770,56 +770,54 @@ cdef class LazyBatch:
         self._ready()
         return _copy_out(self._pool, self._code, self._slots, self._n, self._k, out, dtype, scale)
 
-    def numpy_pairs(self, other, out=None, *, dtype=None, scale=None):
-        """Materialise this batch and ``other`` row by row into two arrays, in one copy.
+    def numpy_pairs(self, out=None, *, dtype=None, scale=None):
+        """Materialise the two halves of each row into two arrays, in one copy.
 
-        Row i of the first array is this batch's observation i, of the second
-        ``other``'s; they are copied one after the other, so frames they share (a
-        transition's observation and next observation share k - 1) are read from memory
-        once, and a compressed frame is decoded once. It is :meth:`SlotTable.gather_pairs`
-        from two owners instead of a table's rows: a replay buffer pins the frames of a
-        batch when it draws it (:meth:`SlotTable.batch`) and copies them later, perhaps
+        A batch of pairs (:meth:`SlotTable.batch_pairs`) holds ``2k`` frames per row: an
+        observation's ``k``, then another's (a transition's next observation, which shares
+        ``k - 1`` of them). Row i of the first array is row i's first observation, of the
+        second its second; they are copied one after the other, so frames they share are
+        read from memory once, and a compressed frame is decoded once. It is
+        :meth:`SlotTable.gather_pairs` from an owner instead of a table's rows: a replay
+        buffer pins the frames of a batch when it draws it and copies them later, perhaps
         in another thread while the table changes. One call, GIL released.
 
         Args:
-            other: a LazyBatch of the same pool, length, stack size and layout.
-            out: None, or a pair of C-contiguous writeable arrays of shape :attr:`shape`
-                that do not overlap.
+            out: None, or a pair of C-contiguous writeable arrays of the shape of one half
+                (:attr:`shape` with ``k`` frames per row) that do not overlap.
             dtype, scale: as :meth:`numpy`.
 
         Returns:
-            A pair of arrays of shape :attr:`shape`: ``out``, or new ones.
+            A pair of arrays of the shape of one half: ``out``, or new ones.
 
         Raises:
-            TypeError: ``other`` not a LazyBatch, a bad ``out``, ``dtype`` or ``scale``.
-            ValueError: ``other`` of another pool, length, stack size or layout; a bad
-                ``out``. Nothing is written then.
+            ValueError: an odd :attr:`stack_size`, a bad ``out``. TypeError: a bad ``out``,
+                ``dtype`` or ``scale``. Nothing is written then.
 
         Example:
             >>> pool = FramePool((2, 2), np.uint8)
             >>> a = pool.push_batch(np.zeros((3, 2, 2), np.uint8), k=2)
             >>> b = a.shift(np.ones((3, 2, 2), np.uint8))
-            >>> obs, nxt = a.numpy_pairs(b)
+            >>> pairs = pool.lazy_batch(np.concatenate([a.slots, b.slots], axis=1))
+            >>> obs, nxt = pairs.numpy_pairs()
             >>> obs.shape, nxt[:, :, 0, 0].tolist()
             ((3, 2, 2, 2), [[0, 1], [0, 1], [0, 1]])
         """
         self._ready()
-        cdef LazyBatch o = _check_batch(self._pool, other, "other")
-        if o._n != self._n or o._k != self._k or o._code != self._code:
+        if self._k % 2:
             raise ValueError(
-                f"other has shape {o.shape} in layout {o.layout!r}, this batch "
-                f"{self.shape} in layout {self.layout!r}"
+                f"a batch of pairs holds an even number of frames per row, this one {self._k}"
             )
         if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
             raise TypeError("out must be a pair of ndarrays")
         o1, o2 = (None, None) if out is None else out
         if not _apart(o1, o2):
             _check_no_overlap(out, {})
-        cdef Py_ssize_t n = self._n, k = self._k, i
+        cdef Py_ssize_t n = self._n, k = self._k // 2
         cdef _Copy c
         memset(&c, 0, sizeof(c))
         c.n_out = 2
-        c.held = True  # self, and o: both owners live until the call returns
+        c.held = True  # self, live until the call returns
         res1 = _output(self._pool, self._code, n, k, o1, dtype, scale, &c, 0)
         dst_type = c.dst_type
         res2 = _output(self._pool, self._code, n, k, o2, dtype, scale, &c, 1)
@@ -827,17 +825,7 @@ cdef class LazyBatch:
             raise TypeError(
                 f"the two arrays of out have different dtypes: {res1.dtype} and {res2.dtype}"
             )
-        cdef cnp.npy_intp dims[2]
-        dims[0] = n
-        dims[1] = 2 * k
-        cdef cnp.ndarray ids = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
-        cdef int64_t *x = <int64_t *>cnp.PyArray_DATA(ids)
-        # phase 2: no Python code from here on. Row i of self then row i of other: the
-        # copy order (the owners' ids never change, and the call holds both owners)
-        for i in range(n):
-            memcpy(x + 2 * i * k, self._slots + i * k, k * sizeof(int64_t))
-            memcpy(x + (2 * i + 1) * k, o._slots + i * k, k * sizeof(int64_t))
-        c.ids = x
+        c.ids = self._slots  # row i's halves, one after the other: the copy order
         _copy(&c)
         return res1, res2
 

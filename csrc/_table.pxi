@@ -324,6 +324,8 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
         cdef const int32_t *row
         cdef Py_ssize_t i, j
+        for i in range(r.shape[0]):  # hints first: the rows' cache misses overlap
+            lf_prefetch(self._t + ri[i] * self._W + start)
         for i in range(r.shape[0]):
             row = self._t + ri[i] * self._W + start
             for j in range(k):
@@ -348,6 +350,47 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         self._select(r, a, z - a, b._slots, z - a)
         _incref_all(&self._pool.p, b._slots, r.shape[0] * (z - a))
         b._n = r.shape[0]
+        b._pool = self._pool  # last: from here on, dealloc drops the references
+        return b
+
+    def batch_pairs(self, rows1, cols1, rows2, cols2, *, layout="stack"):
+        """A :class:`LazyBatch` of pairs of observations: ``cols1`` then ``cols2`` of each row.
+
+        Row i holds columns ``cols1`` of ``rows1[i]`` then ``cols2`` of ``rows2[i]``: ``2k``
+        frames, its :attr:`~LazyBatch.stack_size`. The owner of what :meth:`gather_pairs`
+        copies, to copy later (a replay buffer's draw pins a batch's observations and next
+        observations in one object): ``batch_pairs(...).numpy_pairs()`` gives
+        ``gather_pairs(...)``'s arrays.
+
+        Args:
+            rows1, rows2: 1-D ints of one length B.
+            cols1, cols2: ``(start, stop)`` column ranges of one width k.
+            layout: as :meth:`batch`.
+
+        Raises:
+            IndexError: a row out of range. ValueError: rows of different lengths, bad
+                columns or of different widths, an empty entry, a layout that does not fit.
+        """
+        self._ready()
+        cdef cnp.ndarray r1 = _row_ids(rows1, self._R, False)
+        cdef Py_ssize_t a1, z1, a2, z2
+        a1, z1 = _columns(cols1, self._W)
+        cdef cnp.ndarray r2 = _row_ids(rows2, self._R, False)
+        a2, z2 = _columns(cols2, self._W)
+        if r1.shape[0] != r2.shape[0]:
+            raise ValueError(
+                f"rows1 and rows2 have different lengths: {r1.shape[0]} and {r2.shape[0]}"
+            )
+        if z1 - a1 != z2 - a2:
+            raise ValueError(f"cols1 and cols2 have different widths: {z1 - a1} and {z2 - a2}")
+        cdef lf_layout code = self._pool._layout(layout)
+        cdef Py_ssize_t e = r1.shape[0], k = z1 - a1
+        cdef LazyBatch b = _new_batch(code, e, 2 * k)
+        # no Python code from here on
+        self._select(r1, a1, k, b._slots, 2 * k)
+        self._select(r2, a2, k, b._slots + k, 2 * k)
+        _incref_all(&self._pool.p, b._slots, e * 2 * k)
+        b._n = e
         b._pool = self._pool  # last: from here on, dealloc drops the references
         return b
 
@@ -411,46 +454,14 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             As :meth:`gather`, for either half; nothing is written then.
         """
         self._ready()
-        cdef cnp.ndarray r1 = _row_ids(rows1, self._R, False)
-        cdef Py_ssize_t a1, z1, a2, z2
-        a1, z1 = _columns(cols1, self._W)
-        cdef cnp.ndarray r2 = _row_ids(rows2, self._R, False)
-        a2, z2 = _columns(cols2, self._W)
-        if r1.shape[0] != r2.shape[0]:
-            raise ValueError(
-                f"rows1 and rows2 have different lengths: {r1.shape[0]} and {r2.shape[0]}"
-            )
-        if z1 - a1 != z2 - a2:
-            raise ValueError(f"cols1 and cols2 have different widths: {z1 - a1} and {z2 - a2}")
         if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
             raise TypeError("out must be a pair of ndarrays")
         o1, o2 = (None, None) if out is None else out
-        cdef lf_layout code = self._pool._layout(layout)
-        if not (_apart(o1, o2) and _apart(o1, rows1) and _apart(o1, rows2)
-                and _apart(o2, rows1) and _apart(o2, rows2)):
+        if not (_apart(o1, rows1) and _apart(o1, rows2) and _apart(o2, rows1)
+                and _apart(o2, rows2)):
             _check_no_overlap(out, {"rows1": rows1, "rows2": rows2})
-        cdef Py_ssize_t e = r1.shape[0], k = z1 - a1
-        cdef _Copy c
-        memset(&c, 0, sizeof(c))
-        c.n_out = 2
-        res1 = _output(self._pool, code, e, k, o1, dtype, scale, &c, 0)
-        dst_type = c.dst_type
-        res2 = _output(self._pool, code, e, k, o2, dtype, scale, &c, 1)
-        if res1.dtype != res2.dtype or c.dst_type != dst_type:
-            raise TypeError(
-                f"the two arrays of out have different dtypes: {res1.dtype} and {res2.dtype}"
-            )
-        cdef cnp.npy_intp dims[2]
-        dims[0] = e
-        dims[1] = 2 * k
-        cdef cnp.ndarray ids = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
-        cdef int64_t *x = <int64_t *>cnp.PyArray_DATA(ids)
-        # phase 2: no Python code from here on. Obs i then next obs i: the copy order
-        self._select(r1, a1, k, x, 2 * k)
-        self._select(r2, a2, k, x + k, 2 * k)
-        c.ids = x
-        _copy(&c)
-        return res1, res2
+        pairs = self.batch_pairs(rows1, cols1, rows2, cols2, layout=layout)
+        return pairs.numpy_pairs(out, dtype=dtype, scale=scale)
 
     def take(self, rows, source, index):
         """Fill ``rows`` with slots of ``source`` by flat position (-1: empty); checkpoint load.

@@ -181,7 +181,6 @@ class LazyBatch:
     ) -> np.ndarray: ...
     def numpy_pairs(
         self,
-        other: LazyBatch,
         out: tuple[np.ndarray, np.ndarray] | None = None,
         *,
         dtype: DTypeLike | None = None,
@@ -229,6 +228,15 @@ class SlotTable:
     def clear(self, rows: Rows | None = None) -> None: ...
     def batch(
         self, rows: Rows, start: SupportsIndex, stop: SupportsIndex, *, layout: Layout = "stack"
+    ) -> LazyBatch: ...
+    def batch_pairs(
+        self,
+        rows1: Rows,
+        cols1: tuple[SupportsIndex, SupportsIndex],
+        rows2: Rows,
+        cols2: tuple[SupportsIndex, SupportsIndex],
+        *,
+        layout: Layout = "stack",
     ) -> LazyBatch: ...
     def gather(
         self,

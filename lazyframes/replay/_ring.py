@@ -153,7 +153,7 @@ class Ring(_core.RowRing):
         Raises:
             ValueError: the ring is empty, or nothing is sampleable yet.
         """
-        total = len(self)
+        total = self.size
         if total == 0:
             raise ValueError("cannot sample from an empty ReplayBuffer")
         n_skip = self.counted

@@ -131,8 +131,9 @@ def outputs(stores: tuple, frames: tuple, keys, B: int, out, dtype, scale, fresh
         return [stores[i].outputs(B, None, dtype, scale, fresh) for i in frames]
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise TypeError("out must be a pair (obs_out, next_obs_out) of ndarrays")
+    pairs: Any
     if keys is None:
-        pairs = [tuple(out)]
+        pairs = (out,)
     else:
         fkeys = [keys[i] for i in frames]
         if not all(isinstance(d, dict) and d.keys() == set(fkeys) for d in out):
@@ -141,8 +142,12 @@ def outputs(stores: tuple, frames: tuple, keys, B: int, out, dtype, scale, fresh
                 f"frame key {fkeys}"
             )
         pairs = [(out[0][key], out[1][key]) for key in fkeys]
-    outs = [stores[i].outputs(B, pair, dtype, scale) for i, pair in zip(frames, pairs, strict=True)]
-    _core.check_apart([a for o in outs for a in o[:2]])
+    outs, arrays = [], []
+    for n, i in enumerate(frames):  # one pair per frame store
+        o = stores[i].outputs(B, pairs[n], dtype, scale)
+        outs.append(o)
+        arrays += o[:2]
+    _core.check_apart(arrays)
     return outs
 
 
@@ -150,9 +155,9 @@ class Drawn(NamedTuple):
     """A drawn batch: every field read, every frame pinned; what :func:`fill` copies out.
 
     Attributes:
-        leaves: a list, per store, of a frame store's owners ``(obs, next_obs)`` (LazyBatches,
-            :meth:`~._store.FrameStore.pin`), or a vector store's arrays ``(obs,
-            next_obs)`` (fresh copies).
+        leaves: a list, per store, of a frame store's owner of the obs and next obs frames
+            (a LazyBatch of pairs, :meth:`~._store.FrameStore.pin`), or a vector store's
+            arrays ``(obs, next_obs)`` (fresh copies).
         actions, dones, rewards, truncations, indices, discounts, weights: the fields of
             :class:`Samples`.
     """
@@ -186,14 +191,19 @@ def fill(drawn: Drawn, keys, outs: list) -> Samples:
     Reads only ``drawn`` (its owners' frames never change), so it may run in another
     thread than the one that adds; the copy releases the GIL.
     """
-    obs, nxt = [], []
+    obs: list[Any] = []
+    nxt: list[Any] = []
     frame_outs = iter(outs)
-    for a, b in drawn.leaves:
-        if type(a) is _LazyBatch:
+    for leaf in drawn.leaves:
+        if type(leaf) is _LazyBatch:
             o0, o1, dst, scale = next(frame_outs)
-            a, b = a.numpy_pairs(b, out=(o0, o1), dtype=dst, scale=scale)
+            a, b = leaf.numpy_pairs((o0, o1), dtype=dst, scale=scale)
+        else:  # a vector store's arrays
+            a, b = leaf
         obs.append(a)
         nxt.append(b)
+    o: Any
+    n: Any
     if keys is None:  # one frame store
         o, n = obs[0], nxt[0]
     else:

@@ -533,20 +533,17 @@ class FrameStore(Store):
         _core.check_outs((o0, o1), (B,) + g.obs_shape, dst)
         return o0, o1, dst, scale
 
-    def pin(self, idx, last) -> tuple:
-        """Owners of the frames of ``idx``'s observations and ``last``'s next observations.
+    def pin(self, idx, last):
+        """The owner of the frames of ``idx``'s observations and ``last``'s next observations.
 
-        Two LazyBatches in the store's layout (``SlotTable.batch``) holding a reference on
-        each frame: the rows' frames stay live and unchanged (not compressed) whatever adds
-        overwrite the rows; ``LazyBatch.numpy_pairs`` copies them out, in any thread.
-        Frames waiting to be compressed are compressed first (``FramePool.flush``).
+        A LazyBatch of pairs in the store's layout (``SlotTable.batch_pairs``) holding a
+        reference on each frame: the rows' frames stay live and unchanged (not compressed)
+        whatever adds overwrite the rows; ``LazyBatch.numpy_pairs`` copies them out, in any
+        thread. Frames waiting to be compressed are compressed first (``FramePool.flush``).
         """
-        g, table = self._geom, self._table
+        k = self._geom.k
         self._pool.flush()
-        return (
-            table.batch(idx, 0, g.k, layout=g.layout),
-            table.batch(last, g.k, 2 * g.k, layout=g.layout),
-        )
+        return self._table.batch_pairs(idx, (0, k), last, (k, 2 * k), layout=self._geom.layout)
 
     def window_output(self, B: int, T: int, out, frames: bool, dtype, scale,
                       fresh: bool = False) -> tuple:  # fmt: skip

@@ -70,8 +70,8 @@ def check_values(store, rows, layouts=LAYOUTS):
         a, b = store.pairs(rows, layout=layout)
         assert np.array_equal(a, store.expected(rows, 0, layout))
         assert np.array_equal(b, store.expected(rows, 1, layout))
-        obs = store.table.batch(rows, 0, K, layout=layout)
-        a, b = obs.numpy_pairs(store.table.batch(rows, 1, K + 1, layout=layout))
+        pairs = store.table.batch_pairs(rows, (0, K), rows, (1, K + 1), layout=layout)
+        a, b = pairs.numpy_pairs()
         assert np.array_equal(a, store.expected(rows, 0, layout))
         assert np.array_equal(b, store.expected(rows, 1, layout))
         g = store.table.gather(rows, 0, K, layout=layout, dtype=np.float32, scale=1 / 255)
@@ -241,9 +241,8 @@ def test_gathers_in_threads_while_the_pool_grows():
                 if written[0] < 2:
                     continue
                 rows = rng.integers(0, written[0], 32)
-                obs = table.batch(rows, 0, K, layout="stack")  # pinned: then copied, GIL off
-                nxt = table.batch(rows, 1, K + 1, layout="stack")
-                a, b = obs.numpy_pairs(nxt)
+                pairs = table.batch_pairs(rows, (0, K), rows, (1, K + 1))  # pinned
+                a, b = pairs.numpy_pairs()  # then copied, the GIL released
                 want = frames[(rows[:, None] + np.arange(K + 1)) % n]
                 if not (np.array_equal(a, want[:, :K]) and np.array_equal(b, want[:, 1:])):
                     errors.append(rows)

@@ -597,7 +597,7 @@ def test_slot_table_set_keeps_an_id_present_in_old_and_new_rows():
     assert pool.live_frames == 0
 
 
-# -- two copies in one: SlotTable.gather_pairs, LazyBatch.numpy_pairs (a sampler's pinned draw)
+# -- two copies in one: SlotTable.gather_pairs, batch_pairs + numpy_pairs (a pinned draw)
 @pytest.mark.parametrize("layout", ["last", "first", "stack"])
 def test_pairs_equal_two_copies(layout):
     pool = make_pool(LAYOUT_SHAPES[layout])
@@ -607,16 +607,19 @@ def test_pairs_equal_two_copies(layout):
     table.set([0, 1, 2], (pool.lazy_batch(np.array(ids(refs))[rng.integers(0, 12, (3, 8))]),))
     r1, r2 = rng.integers(0, 3, 5), rng.integers(0, 3, 5)
     a, b = table.batch(r1, 0, 4, layout=layout), table.batch(r2, 1, 5, layout=layout)
+    p = table.batch_pairs(r1, (0, 4), r2, (1, 5), layout=layout)
+    assert p.stack_size == 8 and p.layout == layout
+    np.testing.assert_array_equal(p.slots, np.concatenate([a.slots, b.slots], axis=1))
     for kw in ({}, {"dtype": np.float32, "scale": 0.5}, {"dtype": np.int16}):
         want = (a.numpy(**kw), b.numpy(**kw))
         gathers = (table.gather(r1, 0, 4, layout=layout, **kw),
                    table.gather(r2, 1, 5, layout=layout, **kw))  # fmt: skip
         for pair in (gathers, table.gather_pairs(r1, (0, 4), r2, (1, 5), layout=layout, **kw),
-                     a.numpy_pairs(b, **kw)):  # fmt: skip
+                     p.numpy_pairs(**kw)):  # fmt: skip
             for g, w in zip(pair, want, strict=True):
                 np.testing.assert_array_equal(g, w, strict=True)
     for pairs in (lambda o: table.gather_pairs(r1, (0, 4), r2, (1, 5), o, layout=layout, scale=2),
-                  lambda o: a.numpy_pairs(b, o, scale=2.0)):  # fmt: skip
+                  lambda o: p.numpy_pairs(o, scale=2.0)):  # fmt: skip
         outs = (np.empty(a.shape, np.float64), np.empty(b.shape, np.float64))
         res = pairs(outs)
         assert res[0] is outs[0] and res[1] is outs[1]
@@ -624,26 +627,36 @@ def test_pairs_equal_two_copies(layout):
         np.testing.assert_array_equal(outs[1], b.numpy(dtype=np.float64, scale=2.0))
 
 
+def test_batch_pairs_bad_input_takes_nothing():
+    pool = make_pool()
+    refs = [pool.push(fr) for fr in rand_frames(5)]
+    table = _table(pool, rows=3, width=5)
+    table.set([0, 1], (pool.lazy_batch([ids(refs)] * 2),))
+    before = snapshot(pool, ids(refs))
+    refused(ValueError, "different lengths", table.batch_pairs, [0, 1], (0, 4), [0], (1, 5))
+    refused(ValueError, "different widths", table.batch_pairs, [0], (0, 4), [0], (1, 4))
+    refused(ValueError, "columns", table.batch_pairs, [0], (0, 6), [0], (1, 7))
+    refused(IndexError, "", table.batch_pairs, [0], (0, 4), [3], (1, 5))
+    refused(ValueError, "row 2 is", table.batch_pairs, [0], (0, 4), [2], (1, 5))
+    refused(ValueError, "layout", table.batch_pairs, [0], (0, 4), [0], (1, 5), layout="sideways")
+    assert snapshot(pool, ids(refs)) == before
+
+
 def test_numpy_pairs_bad_input_writes_nothing():
     pool = make_pool()
     refs = [pool.push(fr) for fr in rand_frames(6)]
-    a = pool.lazy_batch([ids(refs[:4]), ids(refs[1:5])], layout="last")
-    good = np.zeros(a.shape, np.float32)
+    a = pool.lazy_batch([ids(refs[:4]) + ids(refs[1:5])] * 2, layout="last")
+    half = pool.lazy_batch([ids(refs[:4])] * 2, layout="last")
+    good = np.zeros(half.shape, np.float32)
     keep = good.copy()
     before = snapshot(pool, ids(refs))
-    other_pool = make_pool()
-    theirs = [other_pool.push(fr) for fr in rand_frames(4)]
-    foreign = other_pool.lazy_batch([ids(theirs)] * 2, layout="last")
-    refused(TypeError, "other must be a LazyBatch", a.numpy_pairs, a.slots)
-    refused(ValueError, "another pool", a.numpy_pairs, foreign)
-    refused(ValueError, "shape", a.numpy_pairs, a[:1])
-    refused(ValueError, "shape", a.numpy_pairs, pool.lazy_batch([ids(refs[:3])] * 2, layout="last"))
-    refused(ValueError, "layout", a.numpy_pairs, pool.lazy_batch(a.slots, layout="stack"))
-    refused(TypeError, "pair", a.numpy_pairs, a, good)
-    f64 = np.zeros(a.shape, np.float64)
-    refused(TypeError, "different dtypes", a.numpy_pairs, a, (good, f64))
-    refused(ValueError, "overlap", a.numpy_pairs, a, (good, good))
-    refused(ValueError, "shape", a.numpy_pairs, a, (good, np.zeros((3,) + a.shape[1:], np.float32)))
+    refused(ValueError, "even number of frames", pool.lazy_batch([ids(refs[:3])]).numpy_pairs)
+    refused(TypeError, "pair", a.numpy_pairs, good)
+    f64 = np.zeros(half.shape, np.float64)
+    refused(TypeError, "different dtypes", a.numpy_pairs, (good, f64))
+    refused(ValueError, "overlap", a.numpy_pairs, (good, good))
+    refused(ValueError, "shape", a.numpy_pairs, (good, np.zeros((3,) + half.shape[1:], np.float32)))
+    refused(ValueError, "shape", a.numpy_pairs, (good, np.zeros(a.shape, np.float32)))
     assert snapshot(pool, ids(refs)) == before
     np.testing.assert_array_equal(good, keep)
 
@@ -655,15 +668,15 @@ def test_numpy_pairs_of_a_table_batch_outlives_the_rows():
     refs = [pool.push(fr) for fr in frames]
     table = _table(pool, rows=2, width=5)
     table.set([0, 1], (pool.lazy_batch([ids(refs[:5]), ids(refs[3:])]),))
-    a, b = table.batch([1, 0], 0, 4, layout="stack"), table.batch([1, 0], 1, 5, layout="stack")
+    p = table.batch_pairs([1, 0], (0, 4), [1, 0], (1, 5), layout="stack")
     table.set([0, 1], (pool.lazy_batch([ids(refs[:1]) * 5] * 2),))
     del refs
     table.clear()
-    assert pool.live_frames == 8  # only the batches hold them
-    obs, nxt = a.numpy_pairs(b)
+    assert pool.live_frames == 8  # only the batch holds them
+    obs, nxt = p.numpy_pairs()
     np.testing.assert_array_equal(obs[0, :, :, :, 0], frames[3:7, :, :, 0])
     np.testing.assert_array_equal(nxt[1, :, :, :, 0], frames[1:5, :, :, 0])
-    del a, b
+    del p
     assert pool.live_frames == 0
 
 

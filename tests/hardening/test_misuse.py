@@ -608,6 +608,7 @@ def test_out_subclasses_are_refused():
     pool, batch, _ = _setup(n=2, k=2)
     table = core.SlotTable(pool, 2, 2)
     table.set([0, 1], (batch,))
+    pairs = table.batch_pairs([0, 1], (0, 2), [0, 1], (0, 2))
     w = Witness(pool, batch.slots)
     frozen = b"\x07" * (2 * 84 * 84 * 2)  # the bytes of an immutable object
     flags = type("Flags", (), {"c_contiguous": True, "writeable": True, "aligned": True})()
@@ -622,7 +623,7 @@ def test_out_subclasses_are_refused():
         lambda o: core.stack(list(pool.lazy_batch(batch.slots, layout="last")), o),
         lambda o: table.gather([0, 1], 0, 2, o),
         lambda o: table.gather_pairs([0, 1], (0, 2), [0, 1], (0, 2), out=(o, np.empty_like(o))),
-        lambda o: batch.numpy_pairs(batch, out=(np.empty_like(o), o)),
+        lambda o: pairs.numpy_pairs(out=(np.empty_like(o), o)),
     ]
     calls.append(lambda o: core._memcpy_gather(pool, batch.slots, o))
     for out in outs:
@@ -639,6 +640,7 @@ def test_out_or_frames_resized_by_a_callback_are_refused():
     pool, batch, _ = _setup(n=16, k=2)
     table = core.SlotTable(pool, 16, 2)
     table.set(list(range(16)), (batch,))
+    pairs = table.batch_pairs(np.arange(16), (0, 2), np.arange(16), (0, 2))
     w = Witness(pool, batch.slots)
     o1, o2 = (np.zeros((16, 84, 84, 2), np.float32) for _ in range(2))
 
@@ -668,8 +670,8 @@ def test_out_or_frames_resized_by_a_callback_are_refused():
         lambda: table.gather(rows, 0, 2, o1, dtype=np.float32, scale=Scale(1.0)),
         lambda: table.gather_pairs(rows, (0, 2), rows, (0, 2), (o2, o1), dtype=Shrinks()),
         lambda: table.gather_pairs(rows, (0, 2), rows, (0, 2), (o1, o2), dtype=Shrinks()),
-        lambda: batch.numpy_pairs(batch, (o2, o1), dtype=Shrinks()),
-        lambda: batch.numpy_pairs(batch, (o1, o2), dtype=np.float32, scale=Scale(1.0)),
+        lambda: pairs.numpy_pairs((o2, o1), dtype=Shrinks()),
+        lambda: pairs.numpy_pairs((o1, o2), dtype=np.float32, scale=Scale(1.0)),
     ]
     for attack in attacks:
         o1.resize((16, 84, 84, 2), refcheck=False)
