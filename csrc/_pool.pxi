@@ -169,6 +169,8 @@ cdef inline void _incref_all(lf_pool *p, const int64_t *a, Py_ssize_t n) noexcep
 
 cdef inline void _decref_all(lf_pool *p, const int64_t *a, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
+    for i in range(n):  # (as _incref_all: a batch's copy out has evicted them since)
+        lf_pool_prefetch_ref(p, a[i])
     for i in range(n):
         lf_pool_decref(p, a[i])
 
