@@ -13,7 +13,9 @@ and a compressing buffer of recorded Pong frames (tests/data/pong.npz, looped: e
 frame of a batch is decoded). ``threads/1`` is the time with the default threads over the
 time with one; the target (``--check``) is <= 0.6 for ``sample(256)`` and ``sample(512)``
 uint8, on 2 or more CPUs. Batches below the split size (``sample(32)`` of raw frames, one
-part) show that the split costs nothing where it does not happen.
+part) show that the split costs nothing where it does not happen. The ``floor of
+sample(B)`` rows time a plain C ``memcpy`` of the same frames (``_core._memcpy_gather``), split
+the same way: how far the host's memory bandwidth lets two threads go.
 ``--split`` prints a second table, where splitting starts to pay: ``gather`` of 4 to 128
 rows with the part size lowered to 64 KiB (every batch of 128 KiB and more splits), one
 thread against the default, by output size; the core splits from ``2 * _PART_BYTES`` of
@@ -25,6 +27,7 @@ Run: ``python -m bench.bench_parallel [--quick] [--check] [--split] [--threads N
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 
 import numpy as np
@@ -35,6 +38,7 @@ from ._util import format_table, header, report_checks, round_robin_us, target
 from .bench_sampler import pong_buffer, raw_buffer
 
 BATCHES = (32, 64, 128, 256, 512)
+DRAWS = 16  # the floor rows cycle over this many draws (a 512 one reads 18 MB of frames)
 TARGET_RATIO = 0.6  # sample(256) / sample(512) uint8: default threads over one thread
 TARGET_BATCHES = (256, 512)
 
@@ -81,6 +85,44 @@ def rows_of(name: str, rb, threads: int, *, repeats: int, warmup: int, block: in
             "ratio": us[(label, threads)] / us[(label, 1)],
         }
         for label, *_ in cases
+    ]
+
+
+def floor_rows(rb, threads: int, *, repeats: int, warmup: int, block: int) -> list[dict]:
+    """The host's own scaling: the gather floor of ``sample(B)``'s bytes, one thread against N.
+
+    ``_core._memcpy_gather`` (a plain ``memcpy`` per frame, no conversion, split into parts
+    as a copy out is) of the ``2k`` frames of ``B`` drawn transitions into one array: where
+    it does not reach the target either, memory bandwidth, not the split, decides.
+    """
+    ids = rb._stores[0].frame_ids(len(rb))  # (n, 2k): obs then next obs frames
+    rng = np.random.default_rng(1)
+    fns, outs, turn = {}, {}, itertools.count()
+    for b in TARGET_BATCHES:
+        # a new draw each call, as sample's: frames not left in the cache by the last call
+        draws = [ids[rng.integers(0, len(ids), b)].reshape(2 * b, -1) for _ in range(DRAWS)]
+        outs[b] = np.empty(draws[0].size * rb.pool.frame_bytes, np.uint8)
+        for n in (1, threads):
+
+            def call(b=b, n=n, draws=draws):
+                lazyframes.set_num_threads(n)
+                slots = draws[next(turn) % DRAWS]
+                lazyframes._core._memcpy_gather(rb.pool, slots, outs[b])
+
+            fns[(b, n)] = call
+    parts = {b: _parts_of(fns[(b, threads)]) for b in TARGET_BATCHES}
+    us = round_robin_us(fns, repeats, warmup, block)
+    lazyframes.set_num_threads(threads)
+    return [
+        {
+            "buffer": "raw",
+            "case": f"floor of sample({b})",
+            "parts": parts[b],
+            "one": us[(b, 1)],
+            "many": us[(b, threads)],
+            "ratio": us[(b, threads)] / us[(b, 1)],
+        }
+        for b in TARGET_BATCHES
     ]
 
 
@@ -180,13 +222,16 @@ def main(argv=None) -> list[dict]:
     for name, make in (("raw", raw_buffer), ("pong compressed", pong_buffer)):
         rb, _ = make(n, args.seed)
         rows += rows_of(name, rb, threads, repeats=repeats, warmup=warmup, block=block)
+        if name == "raw":
+            rows += floor_rows(rb, threads, repeats=repeats, warmup=warmup, block=block)
         if args.split:
             split += split_rows(name, rb, threads, repeats=repeats, warmup=warmup, block=block)
         del rb
     print(format_table(rows, COLUMNS))
     print(
         "parts: the parts one call's copy ran in with the default threads (1: not split); "
-        "threads/1: the default's time over one thread's"
+        "threads/1: the default's time over one thread's; floor: a plain C memcpy of the "
+        "same frames, split as a copy out is (the host's own scaling)"
     )
     if split:
         print("\nwhere splitting pays: every gather split from 128 KiB (the part size lowered)")
