@@ -1091,6 +1091,9 @@ cdef extern from "numpy/random/distributions.h":
                                     cnp.npy_intp cnt, bint use_masked, uint64_t *out) nogil
 
 
+_Generator = np.random.Generator
+
+
 def draw_integers(rng, high, count):
     """``rng.integers(0, high, size=count)``: the same int64 array and generator state.
 
@@ -1103,7 +1106,7 @@ def draw_integers(rng, high, count):
             functions; ``high`` or ``count`` not an integer (a bool count is not one).
         ValueError: ``high`` outside ``[1, 2**63]``, or ``count < 0``.
     """
-    if not isinstance(rng, np.random.Generator):
+    if not isinstance(rng, _Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     if isinstance(count, bool):
         raise TypeError("count must be an integer, got bool")

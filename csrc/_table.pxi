@@ -375,7 +375,8 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         cdef cnp.ndarray r1 = _row_ids(rows1, self._R, False)
         cdef Py_ssize_t a1, z1, a2, z2
         a1, z1 = _columns(cols1, self._W)
-        cdef cnp.ndarray r2 = _row_ids(rows2, self._R, False)
+        # (one checked copy when both are one object: a one-step draw's obs and next obs)
+        cdef cnp.ndarray r2 = r1 if rows2 is rows1 else _row_ids(rows2, self._R, False)
         a2, z2 = _columns(cols2, self._W)
         if r1.shape[0] != r2.shape[0]:
             raise ValueError(

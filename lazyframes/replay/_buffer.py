@@ -434,7 +434,8 @@ class ReplayBuffer:
                 a bad ``out`` (shape, contiguity, read-only, overlapping).
             TypeError: an unsupported conversion or ``out`` of the wrong dtype.
         """
-        self._draws.wait()
+        if self._draws.owed:  # a sampler's draw asked for before
+            self._draws.wait()
         B = self._batch_size(batch_size)
         outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)
         return fill(self._drawn(B, {}), self._keys, outs)

@@ -211,7 +211,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             TypeError: as :meth:`ReplayBuffer.sample`.
             The buffer and its RNG are unchanged when an error is raised.
         """
-        self._draws.wait()
+        if self._draws.owed:  # a sampler's draw asked for before
+            self._draws.wait()
         B = self._batch_size(batch_size)
         b = _beta(beta)
         outs = outputs(self._stores, self._frames, self._keys, B, out, dtype, scale)

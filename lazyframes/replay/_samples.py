@@ -16,6 +16,7 @@ from .. import _core
 from ._store import FrameStore
 
 _LazyBatch = _core.LazyBatch
+_new = tuple.__new__  # a NamedTuple of a tuple's items, without interpreted code
 
 
 @functools.lru_cache(maxsize=16)
@@ -182,7 +183,8 @@ def draw(ring, stores: tuple, idx: np.ndarray, indices, weights) -> Drawn:
     """
     last, actions, dones, rewards, truncs, discounts = ring.fields(idx)
     leaves = [s.pin(idx, last) if type(s) is FrameStore else s.gather(idx, last) for s in stores]
-    return Drawn._make((leaves, actions, dones, rewards, truncs, indices, discounts, weights))
+    # tuple.__new__: no interpreted code (Drawn._make and Drawn() are Python functions)
+    return _new(Drawn, (leaves, actions, dones, rewards, truncs, indices, discounts, weights))
 
 
 def fill(drawn: Drawn, keys, outs: list) -> Samples:
@@ -208,7 +210,7 @@ def fill(drawn: Drawn, keys, outs: list) -> Samples:
         o, n = obs[0], nxt[0]
     else:
         o, n = dict(zip(keys, obs, strict=True)), dict(zip(keys, nxt, strict=True))
-    return Samples._make((o, drawn.actions, n, *drawn[2:]))  # _make: no Python __new__
+    return _new(Samples, (o, drawn.actions, n, *drawn[2:]))
 
 
 def filler(keys):

@@ -529,7 +529,10 @@ class FrameStore(Store):
         o0, o1 = out
         if not isinstance(o0, np.ndarray) or not isinstance(o1, np.ndarray):
             raise TypeError("out must be a pair (obs_out, next_obs_out) of ndarrays")
-        dst = C.output_dtype(g.dtype, dtype if dtype is not None else o0.dtype, scale)
+        if dtype is None and scale is None and o0.dtype == g.dtype:
+            dst = g.dtype  # nothing to convert
+        else:
+            dst = C.output_dtype(g.dtype, dtype if dtype is not None else o0.dtype, scale)
         _core.check_outs((o0, o1), (B,) + g.obs_shape, dst)
         return o0, o1, dst, scale
 
