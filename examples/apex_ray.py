@@ -38,6 +38,7 @@ import argparse
 import importlib.util
 import os
 import re
+import socket
 import statistics
 import time
 from typing import NoReturn
@@ -190,6 +191,26 @@ def check_args(args) -> None:
             f"--env-id {args.env_id!r} is not an ALE game: the actors' wrappers need one, "
             "e.g. ALE/Pong-v5"
         )
+    check_reachable(args.address or os.environ.get("RAY_ADDRESS"), args.smoke)
+
+
+def check_reachable(address: str | None, smoke: bool) -> None:
+    """Refuse a cluster address ``host:port`` nothing answers on (Ray itself retries for minutes).
+
+    ``auto``, a ``ray://`` client address without a port, or no address (a local Ray) are
+    left to Ray.
+    """
+    m = re.fullmatch(r"(?:ray://)?\[?([^\[\]]+?)\]?:(\d+)", address or "")
+    if smoke or m is None:
+        return
+    host, port = m.group(1), int(m.group(2))
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as e:
+        raise UsageError(
+            f"--address {address}: nothing answers there ({e}); start a cluster with "
+            "`ray start --head` and pass the address it prints, or --address auto"
+        ) from None
 
 
 def epsilons(n: int) -> np.ndarray:

@@ -160,6 +160,8 @@ def test_examples_name_the_install_commands_of_missing_packages(script, block, c
     (["--smoke", "--n-step", "5000"], "--n-step (5000) must be at most the capacity (1000"),
     (["--gamma", "-0.5"], "--gamma must be in [0, 1], got -0.5"),
     (["--num-actors", "two"], "argument --num-actors: invalid int value: 'two'"),
+    (["--address", "127.0.0.1:9"], "--address 127.0.0.1:9: nothing answers there"),
+    (["--address", "ray://[::1]:9"], "--address ray://[::1]:9: nothing answers there"),
 ])  # fmt: skip
 def test_apex_ray_refuses_a_bad_option_in_one_line_before_ray_starts(args, message):
     assert_one_line_error(run_guarded("examples/apex_ray.py", *args), message)
