@@ -673,7 +673,7 @@ def format_report(r: dict) -> str:
     tot = t["total_s"] or 1.0
     rows = [["time", "seconds", "share"]]
     for label, key in [
-        ("env (ALE + preprocessing)", "env_s"),
+        ("env (ALE + preprocessing)" if _is_atari(r["env"]) else "env", "env_s"),
         ("stacking (inside the wrapper)", "stacking_s"),
         ("materialising policy input", "materialise_s"),
         ("replay add", "replay_add_s"),
@@ -741,6 +741,13 @@ def format_report(r: dict) -> str:
             "reference). 'uncompressed' is the same frames stored raw, each once.",
             width=100,
         )
+    if m["frame_bytes"] < 1024:  # e.g. CartPole's 16 B
+        lines += textwrap.wrap(
+            f"These frames are {m['frame_bytes']:,} B: a frame's bookkeeping (its slot, "
+            "references and tables, tens of bytes) outweighs it. lazyframes is for image "
+            "frames, such as Atari's 7,056 B ones.",
+            width=100,
+        )
     lines += textwrap.wrap(
         f"frames: {m['unique_frames']:,} unique x {m['frame_bytes']:,} B; one observation = "
         f"{m['observation_bytes']:,} B. SB3 and naive are computed from the observation size "
@@ -755,7 +762,7 @@ def format_report(r: dict) -> str:
     )
     if r.get("max_rss_bytes"):
         lines.append(
-            f"process peak RSS (whole demo: Python, ALE, buffer): {_mb(r['max_rss_bytes'])}"
+            f"process peak RSS (whole demo: Python, the env, the buffer): {_mb(r['max_rss_bytes'])}"
         )
     return "\n".join(lines)
 

@@ -245,3 +245,11 @@ def test_bench_quick_smoke():
     # developer targets only with --check; every table names the machine and the date
     assert "target" not in r.stdout and "MISSED" not in r.stdout
     assert r.stdout.count("measured on ") == 5  # bench_compress's too, since bench/_util
+
+
+def test_demo_on_an_env_of_tiny_frames_says_what_lazyframes_is_for():
+    r = run(DEMO, "--env", "CartPole-v1", "--steps", "200", "--no-progress")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = " ".join(r.stdout.split())
+    assert "These frames are 16 B: a frame's bookkeeping" in out
+    assert "env (ALE + preprocessing)" not in out and "the env, the buffer" in out
