@@ -65,6 +65,12 @@ cdef bint _exact_rows(object v, int type_num, Py_ssize_t e, int nd,
     return True
 
 
+cdef bint _int64_vector(object x) noexcept:
+    """Whether ``x`` is a plain 1-D ndarray of native-order int64: what the ring reads raw."""
+    return (cnp.PyArray_CheckExact(x) and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_INT64
+            and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>x) and cnp.PyArray_NDIM(<cnp.ndarray>x) == 1)
+
+
 cdef cnp.ndarray _int64s(object x, str name):
     """``x``, integers of any shape, as ``np.ascontiguousarray(x, dtype=np.int64)``: C calls."""
     cdef cnp.ndarray a = cnp.PyArray_FROM_O(x)
@@ -604,9 +610,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         if streams is None:
             e = self._streams
         else:
-            if not (cnp.PyArray_CheckExact(streams) and cnp.PyArray_TYPE(<cnp.ndarray>streams)
-                    == cnp.NPY_INT64 and cnp.PyArray_NDIM(<cnp.ndarray>streams) == 1):
-                raise TypeError("streams must be None or a 1-D int64 ndarray")
+            if not _int64_vector(streams):
+                raise TypeError("streams must be None or a 1-D int64 ndarray (native byte order)")
             s = self._stream_ids(streams)
             e = s.shape[0]
         if e < 1 or e > cap:
@@ -797,10 +802,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             TypeError: ``rows`` not a 1-D int64 ndarray. IndexError: a position out of range.
         """
         self._ready()
-        if not (cnp.PyArray_CheckExact(rows)
-                and cnp.PyArray_TYPE(<cnp.ndarray>rows) == cnp.NPY_INT64
-                and cnp.PyArray_NDIM(<cnp.ndarray>rows) == 1):
-            raise TypeError("rows must be a 1-D int64 ndarray")
+        if not _int64_vector(rows):
+            raise TypeError("rows must be a 1-D int64 ndarray (native byte order)")
         cdef cnp.ndarray r = cnp.PyArray_GETCONTIGUOUS(<cnp.ndarray>rows)
         cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
         cdef Py_ssize_t B = r.shape[0], i, j, b, n = self.size, rb, nb
@@ -859,10 +862,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                 range. ValueError: ``steps`` < 1.
         """
         self._ready()
-        if not (cnp.PyArray_CheckExact(starts)
-                and cnp.PyArray_TYPE(<cnp.ndarray>starts) == cnp.NPY_INT64
-                and cnp.PyArray_NDIM(<cnp.ndarray>starts) == 1):
-            raise TypeError("starts must be a 1-D int64 ndarray")
+        if not _int64_vector(starts):
+            raise TypeError("starts must be a 1-D int64 ndarray (native byte order)")
         if steps < 1:
             raise ValueError(f"steps must be at least 1, got {steps}")
         cdef cnp.ndarray r = cnp.PyArray_GETCONTIGUOUS(<cnp.ndarray>starts)
@@ -904,10 +905,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             raise IndexError(f"column {column} out of range [0, {self._ncols})")
         if column == self._counted_col:
             raise ValueError(f"{self._names[column]} is counted: it is written by append only")
-        if not (cnp.PyArray_CheckExact(rows)
-                and cnp.PyArray_TYPE(<cnp.ndarray>rows) == cnp.NPY_INT64
-                and cnp.PyArray_NDIM(<cnp.ndarray>rows) == 1):
-            raise TypeError("rows must be a 1-D int64 ndarray")
+        if not _int64_vector(rows):
+            raise TypeError("rows must be a 1-D int64 ndarray (native byte order)")
         cdef cnp.ndarray r = cnp.PyArray_GETCONTIGUOUS(<cnp.ndarray>rows)
         cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
         cdef Py_ssize_t B = r.shape[0], i, n = self.size, rb = self._rowbytes[column]

@@ -359,8 +359,9 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         Row i holds columns ``cols1`` of ``rows1[i]`` then ``cols2`` of ``rows2[i]``: ``2k``
         frames, its :attr:`~LazyBatch.stack_size`. The owner of what :meth:`gather_pairs`
         copies, to copy later (a replay buffer's draw pins a batch's observations and next
-        observations in one object): ``batch_pairs(...).numpy_pairs()`` gives
-        ``gather_pairs(...)``'s arrays.
+        observations in one object): ``batch_pairs(..., layout=L).numpy_pairs()`` gives
+        ``gather_pairs(..., layout=L)``'s arrays (their default layouts differ, as
+        :meth:`batch`'s and :meth:`gather`'s do).
 
         Args:
             rows1, rows2: 1-D ints of one length B.

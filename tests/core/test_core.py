@@ -783,6 +783,7 @@ def test_ring_walk_follows_each_stream():
         ring.append(np.array(streams), (np.zeros(1, np.uint8),))
     assert ring.walk(np.array([0, 1, 3]), 3).tolist() == [[0, 2, 3], [1, 4, -1], [3, -1, -1]]
     refused(TypeError, "int64", ring.walk, np.array([0], np.int32), 2)
+    refused(TypeError, "native byte order", ring.walk, np.array([0], ">i8"), 2)
     refused(IndexError, "out of range", ring.walk, np.array([5]), 2)
     refused(ValueError, "at least 1", ring.walk, np.array([0]), 0)
 
@@ -805,6 +806,10 @@ def test_ring_put_rewrites_a_column_checked_first():
     )
     refused(TypeError, "float32", ring.put, 1, np.array([0]), np.zeros((1, 2), np.float64))
     refused(IndexError, "out of range", ring.put, 1, np.array([3]), np.zeros((1, 2), np.float32))
+    swapped = np.array([0], ">i8")  # read raw, it would be position 2**56
+    refused(TypeError, "native byte order", ring.put, 1, swapped, np.zeros((1, 2), np.float32))
+    refused(TypeError, "native byte order", ring.take, swapped)
+    refused(TypeError, "native byte order", ring.append, swapped, (np.zeros(1, np.uint8),) * 2)
     refused(IndexError, "column 2", ring.put, 2, np.array([0]), np.zeros(1, np.uint8))
     refused(ValueError, "counted", ring.put, 0, np.array([0]), np.zeros(1, np.uint8))
     assert np.array_equal(ring.columns[1], before)  # nothing written
