@@ -7,7 +7,13 @@
 # Reads (batch, gather, gather_pairs) read the entries in phase 2 (see _copyout.pxi)
 # and take their references with no Python code in between, so a set or clear from a
 # callback or another thread can never make them read a slot that was freed and reused.
-# Ids are stored as int32: 4 bytes per entry.
+#
+# Storage. Ids are int32. A table of an even width W = 2h >= 4 stores a row whose second
+# half is its first half shifted by one (a frame stack's observation then the next one:
+# entries h .. 2h - 2 equal entries 1 .. h - 1) as h + 1 ids, its first half then its last
+# entry: 20 B, not 32, per row at k = 4. Another row keeps its second half in an overflow
+# record of h ids and, in place of its last entry, the record's number o as -2 - o (an
+# entry is an id or -1). Every entry still owns its reference: only the storage changes.
 
 
 cdef enum:
@@ -46,9 +52,11 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
     and :meth:`gather_pairs` copy observations out of column ranges, :meth:`batch` makes
     owners of them. Row indices are checked without arithmetic that could overflow, and
     every argument is checked before anything changes. Ids are stored as int32 (a slot
-    id above ``2**31 - 1`` raises OverflowError). In a compressing pool the table's
-    references are cold: a frame only tables hold is compressed at the end of the next
-    :meth:`set` or :meth:`take`. A table cannot be pickled.
+    id above ``2**31 - 1`` raises OverflowError); a table of an even width ``2h >= 4``
+    stores a row whose second half is its first half shifted by one (an observation and
+    the next one of a frame stack) in ``h + 1`` ids (:meth:`memory`). In a compressing
+    pool the table's references are cold: a frame only tables hold is compressed at the
+    end of the next :meth:`set` or :meth:`take`. A table cannot be pickled.
 
     Args:
         pool: the :class:`FramePool` of every frame the table holds.
@@ -73,14 +81,20 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
     """
 
     cdef FramePool _pool  # None until initialised
-    cdef int32_t *_t      # R * W ids, row-major; -1 is empty
+    cdef int32_t *_t      # R * S stored ids, row-major (see _entry); -1 is empty
     cdef Py_ssize_t _R, _W
+    cdef Py_ssize_t _S    # stored ids per row: h + 1 in a table of shifted rows, else W
+    cdef Py_ssize_t _h    # W / 2 in a table of shifted rows (even W >= 4), else 0
+    cdef int32_t *_x      # overflow records of _h ids: second halves of rows not shifted
+    cdef Py_ssize_t _xcap, _xlive
+    cdef int32_t _xfree   # the first free record (its first id links the next), or -1
+    cdef int32_t *_row    # W ids: a row being written
 
     def __cinit__(self):
         self._pool = None
-        self._t = NULL
-        self._R = 0
-        self._W = 0
+        self._t = self._x = self._row = NULL
+        self._R = self._W = self._S = self._h = self._xcap = self._xlive = 0
+        self._xfree = -1
 
     def __init__(self, pool, rows, width):
         _fresh(self, self._pool is not None)
@@ -93,24 +107,96 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             raise ValueError(f"a SlotTable needs rows >= 0 and width >= 1, got ({R}, {W})")
         if R > (INT64_MAX // 8) // W:  # compared, not multiplied: cannot overflow
             raise ValueError(f"a SlotTable of ({R}, {W}) slot ids is too large")
-        # commit: no Python code from here on (R * W * 4 bytes are memset: the table is
+        h = W // 2 if W % 2 == 0 and W >= 4 else 0
+        S = h + 1 if h else W
+        # commit: no Python code from here on (R * S * 4 bytes are memset: the table is
         # bounded by 2**63 - 1 bytes and by malloc, as any array)
         _fresh(self, self._pool is not None)
-        self._t = <int32_t *>malloc(max(1, R * W) * sizeof(int32_t))
-        if self._t == NULL:
+        self._t = <int32_t *>malloc(max(1, R * S) * sizeof(int32_t))
+        self._row = <int32_t *>malloc(W * sizeof(int32_t))
+        if self._t == NULL or self._row == NULL:
+            free(self._t)
+            free(self._row)
+            self._t = self._row = NULL
             raise MemoryError(f"a SlotTable of ({R}, {W}) slot ids is too large")
-        memset(self._t, 0xFF, R * W * sizeof(int32_t))  # every entry -1: empty
+        memset(self._t, 0xFF, R * S * sizeof(int32_t))  # every entry -1: empty
         self._R = R
         self._W = W
+        self._S = S
+        self._h = h
         self._pool = pool
 
     def __dealloc__(self):
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, j
+        cdef int32_t v
         if self._pool is not None:
-            for i in range(self._R * self._W):
-                if self._t[i] >= 0:
-                    lf_pool_decref_cold(&self._pool.p, self._t[i])
+            for i in range(self._R):
+                for j in range(self._W):
+                    v = self._entry(self._t + i * self._S, j)
+                    if v >= 0:
+                        lf_pool_decref_cold(&self._pool.p, v)
         free(self._t)
+        free(self._x)
+        free(self._row)
+
+    cdef inline int32_t _entry(self, const int32_t *row, Py_ssize_t c) noexcept:
+        """Entry ``c`` of the row stored at ``row`` (see the storage note at the top)."""
+        cdef Py_ssize_t h = self._h
+        if c < h or h == 0:
+            return row[c]
+        cdef int32_t last = row[h]
+        if last >= -1:  # shifted
+            return last if c == 2 * h - 1 else row[c - h + 1]
+        return self._x[(-2 - <Py_ssize_t>last) * h + c - h]
+
+    cdef int _reserve(self, Py_ssize_t e) except -1:
+        """Phase 1 of a write: room for ``e`` more overflow records (rows not shifted).
+
+        Raises:
+            MemoryError: no memory (nothing changes then).
+        """
+        if self._h == 0 or self._xlive + e <= self._xcap:
+            return 0
+        cdef Py_ssize_t cap = max(self._xlive + e, 2 * self._xcap, 16), i
+        if cap > INT32_MAX - 2:  # record numbers are stored as -2 - o in an int32
+            cap = INT32_MAX - 2
+            if self._xlive + e > cap:
+                raise MemoryError("a SlotTable holds at most 2**31 - 3 rows not shifted")
+        cdef int32_t *x = <int32_t *>realloc(self._x, cap * self._h * sizeof(int32_t))
+        if x == NULL:
+            raise MemoryError(f"no memory for {cap} overflow records of a SlotTable")
+        for i in range(cap - 1, self._xcap - 1, -1):  # the new records, free
+            x[i * self._h] = self._xfree
+            self._xfree = <int32_t>i
+        self._x = x
+        self._xcap = cap
+        return 0
+
+    cdef inline bint _shifted(self, const int32_t *full) noexcept:
+        """Whether the ``W`` entries ``full`` are stored without an overflow record."""
+        cdef Py_ssize_t h = self._h, j
+        for j in range(h - 1 if h else 0):
+            if full[h + j] != full[1 + j]:
+                return False
+        return True
+
+    cdef void _put_row(self, Py_ssize_t r, const int32_t *full) noexcept:
+        """Store the ``W`` entries ``full`` in the empty row ``r`` (records reserved)."""
+        cdef int32_t *row = self._t + r * self._S
+        cdef Py_ssize_t h = self._h, j
+        cdef int32_t o
+        if h == 0:
+            memcpy(row, full, self._W * sizeof(int32_t))
+            return
+        memcpy(row, full, h * sizeof(int32_t))
+        if self._shifted(full):
+            row[h] = full[2 * h - 1]
+            return
+        o = self._xfree
+        self._xfree = self._x[o * h]
+        self._xlive += 1
+        memcpy(self._x + o * h, full + h, h * sizeof(int32_t))
+        row[h] = -2 - o
 
     cdef inline int _ready(self) except -1:
         if self._pool is None:
@@ -134,9 +220,14 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         return self._R
 
     def memory(self):
-        """Bytes of the table itself (``rows * width * 4``), not of the frames."""
+        """Bytes of the table itself, not of the frames.
+
+        ``rows * width * 4``, or for an even ``width`` of at least 4, ``rows * (width / 2
+        + 1) * 4`` plus ``width / 2 * 4`` per overflow record (one per row whose second
+        half is not its first half shifted by one, allocated by doubling).
+        """
         self._ready()
-        return self._R * self._W * <Py_ssize_t>sizeof(int32_t)
+        return (self._R * self._S + self._xcap * self._h) * <Py_ssize_t>sizeof(int32_t)
 
     def grow(self, rows):
         """Enlarge the table to ``rows`` rows; the new rows are empty, the others kept.
@@ -162,10 +253,10 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             return 0
         if R > (INT64_MAX // 8) // self._W:
             raise ValueError(f"a SlotTable of ({R}, {self._W}) slot ids is too large")
-        cdef int32_t *t = <int32_t *>realloc(self._t, max(1, R * self._W) * sizeof(int32_t))
+        cdef int32_t *t = <int32_t *>realloc(self._t, max(1, R * self._S) * sizeof(int32_t))
         if t == NULL:
             raise MemoryError(f"a SlotTable of ({R}, {self._W}) slot ids is too large")
-        memset(t + self._R * self._W, 0xFF, (R - self._R) * self._W * sizeof(int32_t))
+        memset(t + self._R * self._S, 0xFF, (R - self._R) * self._S * sizeof(int32_t))
         self._t = t
         self._R = R
         return 0
@@ -194,21 +285,28 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
         o = <int64_t *>cnp.PyArray_DATA(out)
         for i in range(dims[0]):
-            row = self._t + (<const int64_t *>cnp.PyArray_DATA(r))[i] * self._W
+            row = self._t + (<const int64_t *>cnp.PyArray_DATA(r))[i] * self._S
             for j in range(self._W):
-                o[i * self._W + j] = row[j]
+                o[i * self._W + j] = self._entry(row, j)
         return out
 
     cdef void _drop_rows(self, const int64_t *r, Py_ssize_t e) noexcept:
         """Drop the references of rows ``r`` and mark them empty."""
         cdef Py_ssize_t i, j
         cdef int32_t *row
+        cdef int32_t v
         for i in range(e):
-            row = self._t + r[i] * self._W
+            row = self._t + r[i] * self._S
             for j in range(self._W):
-                if row[j] >= 0:
-                    lf_pool_decref_cold(&self._pool.p, row[j])
-                    row[j] = -1
+                v = self._entry(row, j)
+                if v >= 0:
+                    lf_pool_decref_cold(&self._pool.p, v)
+            if self._h and row[self._h] < -1:  # its overflow record, free
+                v = -2 - row[self._h]
+                self._x[<Py_ssize_t>v * self._h] = self._xfree
+                self._xfree = v
+                self._xlive -= 1
+            memset(row, 0xFF, self._S * sizeof(int32_t))
 
     def set(self, rows, parts):
         """Store ``E`` observations side by side in ``rows``; part widths sum to the width.
@@ -293,6 +391,15 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
                                  f"{self._W // n} per part")
             if _first_over_int32(src[q], e * ks[q]) >= 0:
                 raise OverflowError(_ID_OVER_INT32)
+        cdef Py_ssize_t i, j, col, over = 0
+        for i in range(e if self._h else 0):  # the rows that will need an overflow record
+            col = 0
+            for q in range(n):
+                for j in range(ks[q]):
+                    self._row[col + j] = <int32_t>src[q][i * ks[q] + j]
+                col += ks[q]
+            over += not self._shifted(self._row)
+        self._reserve(over)
         return n
 
     def clear(self, rows=None):
@@ -324,14 +431,16 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
         cdef const int32_t *row
         cdef Py_ssize_t i, j
+        cdef int32_t v
         for i in range(r.shape[0]):  # hints first: the rows' cache misses overlap
-            lf_prefetch(self._t + ri[i] * self._W + start)
+            lf_prefetch(self._t + ri[i] * self._S)
         for i in range(r.shape[0]):
-            row = self._t + ri[i] * self._W + start
+            row = self._t + ri[i] * self._S
             for j in range(k):
-                if row[j] < 0:
+                v = self._entry(row, start + j)
+                if v < 0:
                     raise ValueError(f"row {ri[i]} is empty")
-                dst[i * stride + j] = row[j]
+                dst[i * stride + j] = v
         return 0
 
     def batch(self, rows, start, stop, *, layout="stack"):
@@ -502,6 +611,11 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         for i in range(e * self._W):
             if x[i] >= 0 and s._slots[x[i]] > INT32_MAX:
                 raise OverflowError(_ID_OVER_INT32)
+        cdef Py_ssize_t over = 0
+        for i in range(e if self._h else 0):  # the rows that will need an overflow record
+            _indexed_row(self._row, x + i * self._W, self._W, s._slots)
+            over += not self._shifted(self._row)
+        self._reserve(over)
         # all checked: new references, then the old ones dropped, then written
         cdef lf_pool *p = &self._pool.p
         for i in range(e * self._W):
@@ -509,16 +623,17 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
                 lf_pool_incref_cold(p, s._slots[x[i]])
         cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
         self._drop_rows(ri, e)
-        cdef int64_t cur, prev
+        cdef int32_t cur, prev
         for i in range(e):
+            _indexed_row(self._row, x + i * self._W, self._W, s._slots)
             prev = -1
             for j in range(self._W):
-                if x[i * self._W + j] >= 0:
-                    cur = s._slots[x[i * self._W + j]]
-                    self._t[ri[i] * self._W + j] = <int32_t>cur
+                cur = self._row[j]
+                if cur >= 0:
                     if prev >= 0:
                         lf_pool_set_prev(p, cur, prev)
                     prev = cur
+            self._put_row(ri[i], self._row)
         lf_pool_compress_pending(p)  # out of memory: frames stay hot, queued
 
     def __reduce__(self):
@@ -533,7 +648,8 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
 @cython.wraparound(False)
 cdef void _table_write(SlotTable t, const int64_t *r, Py_ssize_t e, const int64_t **src,
                        const Py_ssize_t *ks, Py_ssize_t n) noexcept:
-    """Rows ``r`` := parts ``src`` side by side (checked): new references, old dropped, written.
+    """Rows ``r`` := parts ``src`` side by side (checked, records reserved by ``_collect``):
+    new references, old dropped, written.
 
     Records each frame's previous frame along each part (see :meth:`SlotTable.set`).
     """
@@ -549,10 +665,19 @@ cdef void _table_write(SlotTable t, const int64_t *r, Py_ssize_t e, const int64_
         for q in range(n):
             ids = src[q] + i * ks[q]
             for j in range(ks[q]):
-                t._t[r[i] * t._W + col + j] = <int32_t>ids[j]
+                t._row[col + j] = <int32_t>ids[j]
                 if j and ids[j] != ids[j - 1]:
                     lf_pool_set_prev(p, ids[j], ids[j - 1])
             col += ks[q]
+        t._put_row(r[i], t._row)
+
+
+cdef inline void _indexed_row(int32_t *row, const int64_t *x, Py_ssize_t W,
+                              const int64_t *slots) noexcept:
+    """``row`` := the ids at the ``W`` flat positions ``x`` of ``slots`` (-1: empty)."""
+    cdef Py_ssize_t j
+    for j in range(W):
+        row[j] = <int32_t>slots[x[j]] if x[j] >= 0 else -1
 
 
 cdef Py_ssize_t _first_over_int32(const int64_t *ids, Py_ssize_t n) noexcept:

@@ -597,6 +597,71 @@ def test_slot_table_set_keeps_an_id_present_in_old_and_new_rows():
     assert pool.live_frames == 0
 
 
+@pytest.mark.parametrize("width", [1, 2, 3, 4, 6, 8, 9])
+@pytest.mark.parametrize("compress", [False, True])
+def test_slot_table_rows_shifted_or_not_hold_what_was_written(width, compress):
+    """Shifted rows or not, a table holds what a plain (R, W) array of ids would.
+
+    A table of an even width stores shifted rows in W/2 + 1 ids, others with an overflow
+    record: whatever mix of rows set, take and clear write, its entries, the references
+    it holds and its memory() are what the array gives.
+    """
+    rng = np.random.default_rng(width)
+    frames = rand_frames(12, shape=(3, 3), seed=width)
+    pool, refs = pool_with(frames)
+    if compress:
+        pool.enable_compression()
+    slots = np.array(ids(refs))
+    R, h = 16, width // 2
+    table, model = core.SlotTable(pool, R, width), np.full((R, width), -1)
+
+    def a_row():
+        row = rng.choice(slots, width)
+        if h >= 2 and rng.random() < 0.6:  # a frame stack's obs then next obs
+            row[h : 2 * h - 1] = row[1:h]
+        return row
+
+    overflowed = 0
+    for step in range(300):
+        rows = rng.choice(R, rng.integers(1, 5), replace=False)
+        new = np.stack([a_row() for _ in rows])
+        op = rng.integers(3)
+        if op == 0:  # parts of columns [0, cut) and [cut, W): any split of the row
+            cut = int(rng.integers(1, width)) if width > 1 else width
+            parts = tuple(
+                pool.lazy_batch([[refs[int(np.searchsorted(slots, v))] for v in r[cols]]
+                                 for r in new], layout="stack")
+                for cols in (slice(0, cut), slice(cut, width)) if new[:, cols].size
+            )  # fmt: skip
+            table.set(rows, parts)
+            del parts
+        elif op == 1:
+            source = pool.lazy_batch([refs], layout="stack")
+            index = np.searchsorted(slots, new)  # slots are increasing
+            index[rng.random(index.shape) < 0.1] = -1
+            new = np.where(index >= 0, new, -1)
+            table.take(rows, source, index)
+            del source
+        else:
+            new[:] = -1
+            table.clear(rows)
+        model[rows] = new
+        assert (table.ids() == model).all(), step
+        held = [int((model == sl).sum()) + 1 for sl in slots]  # + the test's own ref
+        assert [pool.refcount(int(sl)) for sl in slots] == held, step
+        if h >= 2:
+            shifted = (model[:, h : 2 * h - 1] == model[:, 1:h]).all(axis=1)
+            overflowed = max(overflowed, int((~shifted).sum()))
+            records = table.memory() - R * (h + 1) * 4
+            assert records % (h * 4) == 0 and overflowed * h * 4 <= records
+            assert records <= max(16, 2 * overflowed) * h * 4, step
+        else:
+            assert table.memory() == R * width * 4
+    del table, refs
+    gc.collect()
+    assert pool.live_frames == 0
+
+
 # -- two copies in one: SlotTable.gather_pairs, batch_pairs + numpy_pairs (a pinned draw)
 @pytest.mark.parametrize("layout", ["last", "first", "stack"])
 def test_pairs_equal_two_copies(layout):
