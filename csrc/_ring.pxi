@@ -670,9 +670,17 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             at = <int64_t *>malloc(e * sizeof(int64_t))
             if at == NULL:
                 raise MemoryError()
-        # phase 2: no Python code from here on
         for i in range(e):
             at[i] = (pos + i) % cap
+        try:
+            for t in range(nt):
+                (<SlotTable>tables[t])._reserve_parts(
+                    at, e, src + t * _MAX_PARTS, ks + t * _MAX_PARTS, nparts[t])
+        except MemoryError:
+            if at != few:
+                free(at)
+            raise
+        # phase 2: no Python code from here on
         self._count(at, e, -1)
         self._link(s, e)
         for j in range(self._ncols):

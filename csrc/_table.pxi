@@ -105,7 +105,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         W = operator.index(width)
         if R < 0 or W < 1:
             raise ValueError(f"a SlotTable needs rows >= 0 and width >= 1, got ({R}, {W})")
-        if R > (INT64_MAX // 8) // W:  # compared, not multiplied: cannot overflow
+        if W > INT64_MAX // 8 or R > (INT64_MAX // 8) // W:  # compared, not multiplied
             raise ValueError(f"a SlotTable of ({R}, {W}) slot ids is too large")
         h = W // 2 if W % 2 == 0 and W >= 4 else 0
         S = h + 1 if h else W
@@ -149,18 +149,25 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             return last if c == 2 * h - 1 else row[c - h + 1]
         return self._x[(-2 - <Py_ssize_t>last) * h + c - h]
 
-    cdef int _reserve(self, Py_ssize_t e) except -1:
-        """Phase 1 of a write: room for ``e`` more overflow records (rows not shifted).
+    cdef int _reserve(self, const int64_t *r, Py_ssize_t e, Py_ssize_t over) except -1:
+        """Phase 1 of a write of ``e`` distinct rows ``r``, ``over`` of them not shifted:
+        room for their overflow records, the records these rows hold counted as free (the
+        write drops them first).
 
         Raises:
             MemoryError: no memory (nothing changes then).
         """
-        if self._h == 0 or self._xlive + e <= self._xcap:
+        if self._h == 0:
             return 0
-        cdef Py_ssize_t cap = max(self._xlive + e, 2 * self._xcap, 16), i
+        cdef Py_ssize_t i, need = self._xlive + over
+        for i in range(e):
+            need -= self._t[r[i] * self._S + self._h] < -1
+        if need <= self._xcap:
+            return 0
+        cdef Py_ssize_t cap = max(need, 2 * self._xcap, 16)
         if cap > INT32_MAX - 2:  # record numbers are stored as -2 - o in an int32
             cap = INT32_MAX - 2
-            if self._xlive + e > cap:
+            if need > cap:
                 raise MemoryError("a SlotTable holds at most 2**31 - 3 rows not shifted")
         cdef int32_t *x = <int32_t *>realloc(self._x, cap * self._h * sizeof(int32_t))
         if x == NULL:
@@ -334,8 +341,10 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         cdef const int64_t *src[_MAX_PARTS]
         cdef Py_ssize_t ks[_MAX_PARTS]
         n = self._collect(parts, e, src, ks)
+        cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
+        self._reserve_parts(ri, e, src, ks, n)
         # all checked: no Python code from here on
-        _table_write(self, <const int64_t *>cnp.PyArray_DATA(r), e, src, ks, n)
+        _table_write(self, ri, e, src, ks, n)
         lf_pool_compress_pending(&self._pool.p)  # out of memory: frames stay hot, queued
 
     cdef Py_ssize_t _collect(self, object parts, Py_ssize_t e, const int64_t **src,
@@ -391,7 +400,13 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
                                  f"{self._W // n} per part")
             if _first_over_int32(src[q], e * ks[q]) >= 0:
                 raise OverflowError(_ID_OVER_INT32)
-        cdef Py_ssize_t i, j, col, over = 0
+        return n
+
+    cdef int _reserve_parts(self, const int64_t *r, Py_ssize_t e, const int64_t **src,
+                            const Py_ssize_t *ks, Py_ssize_t n) except -1:
+        """Phase 1 of a write of checked parts (``_collect``) into rows ``r``: the overflow
+        records it needs (MemoryError: nothing changes)."""
+        cdef Py_ssize_t i, j, q, col, over = 0
         for i in range(e if self._h else 0):  # the rows that will need an overflow record
             col = 0
             for q in range(n):
@@ -399,8 +414,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
                     self._row[col + j] = <int32_t>src[q][i * ks[q] + j]
                 col += ks[q]
             over += not self._shifted(self._row)
-        self._reserve(over)
-        return n
+        return self._reserve(r, e, over)
 
     def clear(self, rows=None):
         """Empty ``rows`` (default: all), dropping their references.
@@ -611,17 +625,17 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         for i in range(e * self._W):
             if x[i] >= 0 and s._slots[x[i]] > INT32_MAX:
                 raise OverflowError(_ID_OVER_INT32)
+        cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
         cdef Py_ssize_t over = 0
         for i in range(e if self._h else 0):  # the rows that will need an overflow record
             _indexed_row(self._row, x + i * self._W, self._W, s._slots)
             over += not self._shifted(self._row)
-        self._reserve(over)
+        self._reserve(ri, e, over)
         # all checked: new references, then the old ones dropped, then written
         cdef lf_pool *p = &self._pool.p
         for i in range(e * self._W):
             if x[i] >= 0:
                 lf_pool_incref_cold(p, s._slots[x[i]])
-        cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
         self._drop_rows(ri, e)
         cdef int32_t cur, prev
         for i in range(e):
@@ -648,8 +662,8 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
 @cython.wraparound(False)
 cdef void _table_write(SlotTable t, const int64_t *r, Py_ssize_t e, const int64_t **src,
                        const Py_ssize_t *ks, Py_ssize_t n) noexcept:
-    """Rows ``r`` := parts ``src`` side by side (checked, records reserved by ``_collect``):
-    new references, old dropped, written.
+    """Rows ``r`` := parts ``src`` side by side (checked, records reserved by
+    ``_reserve_parts``): new references, old dropped, written.
 
     Records each frame's previous frame along each part (see :meth:`SlotTable.set`).
     """

@@ -410,11 +410,39 @@ def test_ndarray_and_foreign_observations_cost_one_new_frame_per_step(layout):
     assert len({o.tobytes() for o in s.observations}) == len(rb)
 
 
+def test_observations_that_are_not_stacks_keep_a_bounded_table():
+    """Rows that are not frame stacks take overflow records, reused once the buffer is full.
+
+    A next observation that is not the observation shifted by a frame keeps its ids in an
+    overflow record: a full buffer's adds reuse the evicted rows' records, and values hold.
+    """
+    cap, k = 64, 4
+    rb = ReplayBuffer(cap, seed=0)
+    rng = np.random.default_rng(0)
+
+    def add():
+        obs, nxt = rng.integers(0, 256, (2, k, 2, 2), dtype=np.uint8)
+        rb.add(obs, 0, 0.0, nxt, False, False)
+        return obs, nxt
+
+    added = [add() for _ in range(cap)]
+    full = rb.memory()["table_bytes"]
+    added += [add() for _ in range(3 * cap)]  # every row rewritten, three times
+    assert rb.memory()["table_bytes"] == full
+    s = rb.gather(np.arange(cap))
+    order = [i % cap for i in range(len(added) - cap, len(added))]  # ring positions
+    for (obs, nxt), pos in zip(added[-cap:], order, strict=True):
+        np.testing.assert_array_equal(s.observations[pos], obs)
+        np.testing.assert_array_equal(s.next_observations[pos], nxt)
+
+
 @pytest.mark.parametrize("mode", ["lazy", "array"])
 def test_bytes_per_transition_at_atari_size(mode):
-    """A new 84x84 frame a step, k=4: at most 7,161 bytes a transition (7,056 + 53 of tables).
+    """A new 84x84 frame a step, k=4: at most 7,161 bytes a transition (7,056 + 38 of tables).
 
-    The tables: 8 int32 frame references, int64 action, float32 reward, flags, int32 env id, link.
+    The tables: 5 int32 frame references (an observation's 4, then its next one's newest
+    frame: the others are the observation's), int64 action, float32 reward, flags, a
+    uint8 env id and an int32 link.
     """
     cap = 3000
     pool = FramePool((84, 84), np.uint8)
@@ -434,7 +462,7 @@ def test_bytes_per_transition_at_atari_size(mode):
     m = rb.memory()
     assert (m["transitions"], m["frame_bytes"]) == (cap, 7056)
     assert m["unique_frames"] == cap + 4  # one new frame per step (+ the first k - 1)
-    assert m["table_bytes"] <= 53 * cap + 4
+    assert m["table_bytes"] <= 38 * cap + 4
     if mode == "array":
         # the buffer's own pool, sized by the capacity: at most capacity / 256 frames wasted
         assert rb.pool is not pool and m["bytes_per_transition"] <= 7161, m
