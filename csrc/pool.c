@@ -752,6 +752,9 @@ int64_t lf_reader_add(lf_reader *r, int64_t slot) {
             r->at[i] = NULL;
             r->done[i] = 0;
             lf_pool_incref(r->p, slot); /* pinned until lf_reader_release */
+            /* a codec keyframe gets scratch too, so that it is decoded once, not once for
+             * each frame asked for whose chain passes it (2.1 times for a window of 5) */
+            if (lf_pool_meta(r->p, slot)->ref < 0) r->pos[i] = (int32_t)r->n_kept++;
         }
         if (prev >= 0) r->ref[prev] = (int32_t)i;
         if (first < 0) first = i;
