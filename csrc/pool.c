@@ -32,6 +32,9 @@ struct lf_compressor {
     lf_slab *slabs;           /* blobs packed in slabs (below); NULL mem: a free entry */
     size_t n_slabs, cap_slabs, cur; /* cur: the slab new blobs go to (n_slabs: none) */
     size_t slab_slack;        /* bytes of live slabs not in a live blob's payload */
+    int64_t root;             /* the slot keyframes are coded against (pool.h), or -1; a
+                               * weak reference: checked (root_ok) before each use */
+    size_t root_keys;         /* keyframes since the root was made, itself included */
     int64_t warm_slot[LF_WARM];        /* -1: empty */
     unsigned char *warm_buf[LF_WARM];  /* raw bytes of a recently compressed frame */
     size_t warm_next, n_warm;
@@ -283,6 +286,7 @@ static lf_compressor *compressor_new(size_t fb, lf_codec c) {
     lf_compressor *z = calloc(1, sizeof(*z));
     if (!z) return NULL;
     z->codec = c;
+    z->root = -1;
     for (size_t i = 0; i < LF_WARM; i++) z->warm_slot[i] = -1;
     int ok = lf_coder_init(&z->coder, c, fb) == 0;
     z->dctx = lf_dctx_new();
@@ -470,7 +474,10 @@ int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain) {
 
 /* The container kind (codec.h) of a cold slot's blob flags. */
 static int blob_kind(uint8_t flags) {
-    return flags & LF_BLOB_PATCH ? LF_KIND_PATCH : flags & LF_BLOB_XOR ? LF_KIND_XOR : LF_KIND_KEY;
+    return flags & LF_BLOB_PATCH ? LF_KIND_PATCH
+           : flags & LF_BLOB_XOR ? LF_KIND_XOR
+           : flags & LF_BLOB_RAW ? LF_KIND_RAW
+                                 : LF_KIND_KEY;
 }
 
 int lf_blob_decode(const lf_pool *p, void *dctx, lf_blob b, const unsigned char *base,
@@ -515,9 +522,48 @@ static int64_t tree_ref(const lf_pool *p, int64_t prev, unsigned pos) {
     return prev >= 0 && lf_pool_meta(p, prev)->pos == want ? prev : -1;
 }
 
+/* 1 if the pool's root is still one (a weak reference: its slot may have been freed, and
+ * reused by a frame that is no root). */
+static int root_ok(const lf_pool *p) {
+    int64_t r = p->z->root;
+    return r >= 0 && lf_pool_is_live(p, r) && lf_pool_meta(p, r)->cold_state &&
+           (lf_pool_meta(p, r)->blob_flags & LF_BLOB_RAW);
+}
+
+/* Make the hot slot m (of `slot`) the pool's root: its buffer becomes its blob. */
+static void make_root(lf_pool *p, int64_t slot, lf_meta *m) {
+    m->blob_flags = LF_BLOB_RAW;
+    m->pos = 0;
+    m->ref = -1;
+    m->blob_bytes = (uint32_t)p->frame_bytes;
+    m->cold_state = 1;
+    p->cold_frames++;
+    p->cold_bytes += p->frame_bytes;
+    p->z->root = slot;
+    p->z->root_keys = 1; /* itself the first keyframe of its LF_ROOT_FRAMES */
+}
+
+/* A keyframe of `frame`: the codec's blob, or, in a pool with a root, the delta against
+ * the root when that is no larger (*ref then the root). Coded as lf_coder_encode codes. */
+static long code_keyframe(lf_pool *p, const unsigned char *frame, const unsigned char **out,
+                          unsigned char *kind, int64_t *ref) {
+    lf_compressor *z = p->z;
+    long k = lf_coder_encode(&z->coder, frame, NULL, out, kind);
+    if (k < 0 || z->codec.group == 1) return k;
+    z->root_keys++;
+    long d = lf_coder_encode(&z->coder, frame, lf_pool_meta(p, z->root)->buf, out, kind);
+    if (d < 0) return -1;
+    if (d <= k && (*kind & (LF_BLOB_PATCH | LF_BLOB_XOR))) {
+        *ref = z->root;
+        return d;
+    }
+    return lf_coder_encode(&z->coder, frame, NULL, out, kind); /* the codec's, again */
+}
+
 /* Compress one eligible slot: a delta (a patch, or the codec on the XOR) against a frame
  * of its group (tree_ref) when its recorded previous frame is cold and its group has room,
- * else a keyframe. 0, or -1 on out of memory. */
+ * else a keyframe: the pool's next root, or code_keyframe's (pool.h, "Roots"). 0, or -1
+ * on out of memory. */
 static int compress_one(lf_pool *p, int64_t slot) {
     lf_compressor *z = p->z;
     lf_meta *m = lf_pool_meta(p, slot);
@@ -528,17 +574,25 @@ static int compress_one(lf_pool *p, int64_t slot) {
         pos = lf_pool_meta(p, prev)->pos + 1u;
         ref = tree_ref(p, prev, pos);
     }
-    const unsigned char *base = NULL;
+    const unsigned char *out;
+    unsigned char kind;
+    long coded;
     if (ref >= 0) {
-        base = warm_get(z, ref);
+        const unsigned char *base = lf_pool_meta(p, ref)->blob_flags & LF_BLOB_RAW
+                                        ? lf_pool_meta(p, ref)->buf
+                                        : warm_get(z, ref);
         if (!base) {
             if (lf_pool_decode(p, z->dctx, ref, z->base)) return -1;
             base = z->base;
         }
+        coded = lf_coder_encode(&z->coder, m->buf, base, &out, &kind);
+    } else if (z->codec.group > 1 &&
+               (!root_ok(p) || z->root_keys >= LF_ROOT_FRAMES / (size_t)z->codec.group)) {
+        make_root(p, slot, m);
+        return 0;
+    } else {
+        coded = code_keyframe(p, m->buf, &out, &kind, &ref);
     }
-    const unsigned char *out;
-    unsigned char kind;
-    long coded = lf_coder_encode(&z->coder, m->buf, base, &out, &kind);
     if (coded < 0) return -1;
     size_t n = (size_t)coded;
     if (!(kind & (LF_BLOB_PATCH | LF_BLOB_XOR))) { /* a keyframe */
@@ -752,16 +806,23 @@ int64_t lf_reader_add(lf_reader *r, int64_t slot) {
             r->at[i] = NULL;
             r->done[i] = 0;
             lf_pool_incref(r->p, slot); /* pinned until lf_reader_release */
-            /* a codec keyframe gets scratch too, so that it is decoded once, not once for
+            /* a root is read where it is; a group's keyframe (the codec's, or a delta
+             * against a root) gets scratch too, so that it is decoded once, not once for
              * each frame asked for whose chain passes it (2.1 times for a window of 5) */
-            if (lf_pool_meta(r->p, slot)->ref < 0) r->pos[i] = (int32_t)r->n_kept++;
+            if (r->blobs[i].flags & LF_BLOB_RAW) {
+                r->at[i] = (unsigned char *)r->blobs[i].buf; /* never written */
+                r->done[i] = 1;
+            } else if (lf_pool_meta(r->p, slot)->pos == 0) {
+                r->pos[i] = (int32_t)r->n_kept++;
+            }
         }
         if (prev >= 0) r->ref[prev] = (int32_t)i;
         if (first < 0) first = i;
         if (known) break; /* its chain is in already */
         prev = i;
     }
-    if (first >= 0 && r->pos[first] < 0) r->pos[first] = (int32_t)r->n_kept++; /* asked for */
+    if (first >= 0 && r->pos[first] < 0 && !r->done[first]) /* asked for */
+        r->pos[first] = (int32_t)r->n_kept++;
     return first;
 }
 

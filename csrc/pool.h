@@ -67,11 +67,22 @@ typedef struct {
     uint8_t pos;           /* COLD: position in its group (0 for a keyframe) */
     uint8_t cold_state;    /* 1 when COLD */
     uint8_t queued;        /* 1 while in the pending queue */
-    uint8_t blob_flags;    /* COLD: LF_BLOB_PATCH, or LF_BLOB_LEAN | LF_BLOB_XOR; | LF_BLOB_SLAB */
+    uint8_t blob_flags;    /* COLD: LF_BLOB_PATCH, or LF_BLOB_LEAN | LF_BLOB_XOR; | LF_BLOB_SLAB;
+                            * or LF_BLOB_RAW */
 } lf_meta;
 
 /* LF_BLOB_LEAN, LF_BLOB_PATCH, LF_BLOB_XOR (codec.h: what the coder made), and: */
 #define LF_BLOB_SLAB 2     /* the blob lives in a slab of the pool (pool.c), not its own malloc */
+#define LF_BLOB_RAW 16     /* the blob is the frame's own bytes, its hot buffer kept: a root */
+
+/* Roots. In a pool of group > 1, a keyframe is coded against the pool's root when that is
+ * smaller than the codec's blob of it: the root is a keyframe stored raw (LF_BLOB_RAW),
+ * the first keyframe compressed and then one every LF_ROOT_FRAMES frames (in keyframes:
+ * LF_ROOT_FRAMES / group). A keyframe is then a patch against a frame its game shares most
+ * pixels with: a few hundred bytes where the codec's keyframe takes up to 2 KB, decoded
+ * by a copy of the root, which is read in place, and a patch, not by the codec
+ * (docs/COMPRESSION.md, "Roots"). A frame decodes from at most 1 + 1 + log2(group) blobs. */
+#define LF_ROOT_FRAMES 4096
 
 #define LF_WARM 32         /* raw copies of recently compressed frames kept for the next delta */
 
@@ -311,9 +322,11 @@ typedef struct {
     int64_t *slots;        /* the cold slots, each pinned */
     lf_blob *blobs;        /* their blobs, taken by lf_reader_add (GIL held) */
     int32_t *ref;          /* index of the entry's reference, or -1 for a keyframe */
-    int32_t *pos;          /* the entry's frame in scratch (a frame asked for), or -1 */
-    unsigned char **at;    /* where it is decoded instead (lf_reader_place), or NULL */
-    unsigned char *done;   /* 1 once decoded into scratch */
+    int32_t *pos;          /* the entry's frame in scratch (a frame asked for, or a
+                            * group's keyframe), or -1 */
+    unsigned char **at;    /* where it is decoded instead (lf_reader_place), a root's own
+                            * bytes (read in place, never written), or NULL */
+    unsigned char *done;   /* 1 once decoded (a root: from the start) */
     size_t n, cap;
     size_t n_kept;         /* entries with a frame in scratch */
     size_t cursor;         /* every entry asked for below it is decoded */

@@ -159,7 +159,27 @@ def test_deep_chains_decode_within_a_group():
     for r in (0, 63, 64, 65, 127, 150):
         assert np.array_equal(store.table.batch([r], 0, K)[0].get_frame(K - 1), frames[r])
     chains = [len(store.pool._chain(s)) for s in store.table.ids().ravel()]
-    assert max(chains) == 7  # position 63 of a group: 1 + popcount(63)
+    assert max(chains) == 8  # position 63 of a group: 1 + popcount(63), + the root
+
+
+def test_keyframes_are_coded_against_a_raw_root_renewed_every_4096_frames():
+    """A pool's first keyframe is its root, stored raw; later keyframes are patches on it.
+
+    4096 frames on (64 groups of 64), a keyframe becomes the next root.
+    """
+    n, fb = 4096 + 300, 9 * 9
+    frames = one_pixel(n, shape=(9, 9))
+    store = Store(frames, [0], {"group": 64})
+    pool, ids = store.pool, store.table.ids()[: n - 2 * K, K - 1]  # frame r's slot: cold
+    chains = [pool._chain(s) for s in ids]
+    first, second = int(ids[0]), int(ids[4096])
+    assert sorted({c[-1] for c in chains}) == sorted([first, second])
+    assert pool._chain(first) == [first]
+    assert all(c[-1] == first for c in chains[:4096]) and chains[4096] == [second]
+    assert all(len(c) == 2 for c in chains[64:4096:64])  # a keyframe: a patch on the root
+    # a root costs its frame's bytes; a patch of one pixel, a few bytes
+    assert 2 * fb < pool.stats()["cold_bytes"] < 2 * fb + 10 * len(frames)
+    check_values(store, np.arange(store.rows)[::97], ("stack",))
 
 
 def test_frames_others_hold_stay_hot():
@@ -326,9 +346,10 @@ def test_take_loads_and_compresses(group):
     pool.flush()
     st = pool.stats()
     assert st["cold_frames"] == st["live_frames"] == len(frames)
-    # groups of `group` frames, each coded as a binary tree: 1 + popcount(position) blobs
+    # groups of `group` frames, each coded as a binary tree: 1 + popcount(position) blobs,
+    # + the root for the groups after the first (whose keyframe is the root)
     longest = max(len(pool._chain(s)) for s in table.ids().ravel())
-    assert longest == min(group, len(frames)).bit_length()
+    assert longest == min(group, len(frames)).bit_length() + (len(frames) > group > 1)
     a, b = table.gather_pairs(np.arange(n), (0, K), np.arange(n), (1, K + 1), layout="stack")
     assert np.array_equal(a, frames[index[:, :K]]) and np.array_equal(b, frames[index[:, 1:]])
 
