@@ -174,6 +174,7 @@ cdef extern from "pool.h" nogil:
     size_t lf_pool_bytes_held(const lf_pool *p)
     size_t lf_pool_slot_state_bytes(const lf_pool *p)
     int lf_pool_is_hot(const lf_pool *p, int64_t slot)
+    int lf_pool_codec_blob(const lf_pool *p, int64_t slot)
     void lf_pool_incref_cold(lf_pool *p, int64_t slot)
     void lf_pool_decref_cold(lf_pool *p, int64_t slot)
     void lf_pool_set_prev(lf_pool *p, int64_t slot, int64_t prev)

@@ -282,6 +282,12 @@ typedef struct {
     uint8_t flags;         /* lf_meta.blob_flags */
 } lf_blob;
 
+/* 1 if a cold slot's blob is decoded by the codec (a codec keyframe, an XOR delta), 0 if
+ * by copies (a patch, a root): what decoding it costs, for a copy's split into threads. */
+static inline int lf_pool_codec_blob(const lf_pool *p, int64_t slot) {
+    return !(lf_pool_meta(p, slot)->blob_flags & (LF_BLOB_PATCH | LF_BLOB_RAW));
+}
+
 static inline lf_blob lf_pool_blob(const lf_pool *p, int64_t slot) {
     const lf_meta *m = lf_pool_meta(p, slot);
     lf_blob b = {m->buf, m->blob_bytes, m->blob_flags};

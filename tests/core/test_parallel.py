@@ -110,9 +110,12 @@ def test_pool_gather_is_the_same_in_any_thread_count(layout):
     del refs
 
 
-def _pong_buffer(layout, compress, n=150):
-    """A buffer of ``n`` recorded transitions, and its observations ``0..n`` stacked."""
-    frames = recorded("pong")[0]
+def _pong_buffer(layout, compress, n=150, frames=None):
+    """A buffer of ``n`` recorded transitions, and its observations ``0..n`` stacked.
+
+    ``frames``: other frames than Pong's (at least ``n + K``).
+    """
+    frames = recorded("pong")[0] if frames is None else frames
     obs = stacked(np.stack([frames[t : t + K] for t in range(n + 1)]), layout)
     rb = ReplayBuffer(n, seed=0, layout=layout, stack_size=K, compress=compress)
     for t in range(n):
@@ -145,15 +148,23 @@ def test_a_compressed_pool_decodes_frames_that_parts_share():
 
 
 # -- the split happens -----------------------------------------------------------------
-def test_decoding_counts_as_work():
-    """Compressed frames split a batch that raw frames of the same size do not."""
+def test_decoding_by_the_codec_counts_as_work():
+    """Frames the codec decodes split a batch that raw frames of the same size do not.
+
+    Nor do patches (Pong's deltas and keyframes), which decode by copies as raw frames do.
+    """
     idx = np.arange(20)  # 20 rows: 1.1 MB of output, under two parts' worth
     assert 20 * 2 * K * 84 * 84 < 2 * core._PART_BYTES
-    for compress in (False, True):
-        rb, obs = _pong_buffer("stack", compress)
+    # a scrolling texture: every byte changes each step (no patch pays), the XOR with
+    # the previous frame repeats (the codec's XOR deltas do)
+    tile = np.random.default_rng(0).integers(0, 256, (84, 12), dtype=np.uint8)
+    scroll = np.stack([np.roll(np.tile(tile, 7), t, axis=1) for t in range(150 + K)])
+    for frames, compress, split in ((None, False, False), (None, True, False),
+                                    (scroll, False, False), (scroll, True, True)):  # fmt: skip
+        rb, obs = _pong_buffer("stack", compress, frames=frames)
         s, used = parts(with_threads, 4, rb.gather, idx)
         assert_rows(s, obs, idx)
-        assert (used > 1) == compress, used
+        assert (used > 1) == split, (frames is None, compress, used)
 
 
 def test_a_large_copy_runs_in_as_many_parts_as_threads():
