@@ -64,7 +64,8 @@ K = 4
 BATCH = 32
 #: --check targets (issue 9, bench/README.md)
 TARGET_BPT = {"Pong": 250, "Breakout": 250, "MsPacman": 500, "Seaquest": 500}
-TARGET_SAMPLE_VS_OURS = 3.0  # compressed sample(32) at most this times our uncompressed one
+TARGET_SAMPLE_VS_OURS = 1.3  # compressed sample(32) at most this times our uncompressed one
+# (issue 20; issue 9's bound was 3x)
 TARGET_SAMPLE_VS_PEER = 3.0  # and at least this times faster than sb3-extra-buffers
 TARGET_ADD_US = 20.0  # add, amortised, per new frame
 TARGET_PARTIAL = 1.10  # partial adds' bytes at most this times synchronous adds' (8 envs)
