@@ -211,6 +211,22 @@ size_t lf_patch_encode(const unsigned char *restrict f, const unsigned char *res
     }
 }
 
+/* memcpy of a patch's run: most runs are a few bytes, which fixed-size copies (two that
+ * may overlap) write without a call. */
+static inline void copy_run(unsigned char *dst, const unsigned char *src, size_t len) {
+    if (len >= 8 && len <= 16) {
+        memcpy(dst, src, 8);
+        memcpy(dst + len - 8, src + len - 8, 8);
+    } else if (len >= 4 && len < 8) {
+        memcpy(dst, src, 4);
+        memcpy(dst + len - 4, src + len - 4, 4);
+    } else if (len > 16) {
+        memcpy(dst, src, len);
+    } else {
+        for (size_t i = 0; i < len; i++) dst[i] = src[i];
+    }
+}
+
 int lf_patch_apply(const unsigned char *patch, size_t pn, const unsigned char *base,
                    unsigned char *out, size_t n) {
     if (out != base) memcpy(out, base, n);
@@ -220,7 +236,7 @@ int lf_patch_apply(const unsigned char *patch, size_t pn, const unsigned char *b
         if (skip > n - pos) return -1;
         pos += skip;
         if (len > n - pos || len > pn - r) return -1;
-        memcpy(out + pos, patch + r, len);
+        copy_run(out + pos, patch + r, len);
         r += len;
         pos += len;
     }
