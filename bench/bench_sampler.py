@@ -22,6 +22,10 @@ steady state):
 
 ``waited/sample`` is the learner-visible time per batch, ``next`` plus what the adds
 took more than with no batch fetched at all, against a plain ``sample`` (target <= 10%);
+``sample beside learn`` is a ``sample`` on the cores the learner leaves while it learns,
+into ``2 * prefetch + 1`` output sets used in turn as the sampler's (float32 sets of a
+batch of 32 are 36 MB: more than a 32 MiB last-level cache), and ``least wait`` what it
+takes beyond the learner step: the least wait the cores allow a sampler;
 ``saved`` is the share of a whole step with its adds that the sampler saves. Rows:
 uint8 and float32/255 observations of raw 84x84 frames (``N`` transitions over a pool of
 16,384 distinct random frames, so a batch reads frames from 110 MB in random order), and
@@ -128,16 +132,21 @@ def run_row(name, rb, add, dtype, scale, steps: int, adds: int, block: int) -> d
         rb.sample(B, **kw)
         ts.append(time.perf_counter() - t0)
     learn, what = learner(statistics.median(ts))
-    # a sample on the threads the learner leaves, while it learns: what the sampler's copy
-    # takes at best (the two share the memory bandwidth and the last-level cache)
+    # a sample on the threads the learner leaves, while it learns, into output sets used in
+    # turn as the sampler's are: what the sampler's copy takes at best (the two share the
+    # memory bandwidth and the last-level cache, which a float32 batch's sets overflow)
     set_num_threads(max(1, every - 1))
+    shape = rb.sample(B, **kw).observations.shape
+    dst = rb.sample(B, **kw).observations.dtype
+    sets = [(np.empty(shape, dst), np.empty(shape, dst)) for _ in range(2 * PREFETCH + 1)]
     busy, t_left = threading.Event(), []
     thread = threading.Thread(target=lambda: [learn() for _ in iter(busy.is_set, True)])
     thread.start()
-    for _ in range(100):
+    for i in range(100 + len(sets)):  # (the first use of each set untimed: its page faults)
         t0 = time.perf_counter()
-        rb.sample(B, **kw)
-        t_left.append(time.perf_counter() - t0)
+        rb.sample(B, out=sets[i % len(sets)], **kw)
+        if i >= len(sets):
+            t_left.append(time.perf_counter() - t0)
     busy.set()
     thread.join()
     set_num_threads(every)
