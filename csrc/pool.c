@@ -552,8 +552,9 @@ static long code_keyframe(lf_pool *p, const unsigned char *frame, const unsigned
     if (k < 0 || z->codec.group == 1) return k;
     z->root_keys++;
     long d = lf_coder_encode(&z->coder, frame, lf_pool_meta(p, z->root)->buf, out, kind);
-    if (d < 0) return -1;
-    if (d <= k && (*kind & (LF_BLOB_PATCH | LF_BLOB_XOR))) {
+    if (d < 0 || !(*kind & (LF_BLOB_PATCH | LF_BLOB_XOR)))
+        return d; /* no delta fits: the codec's keyframe, coded again */
+    if (d <= k) {
         *ref = z->root;
         return d;
     }

@@ -76,7 +76,7 @@ typedef struct {
 #define LF_BLOB_RAW 16     /* the blob is the frame's own bytes, its hot buffer kept: a root */
 
 /* Roots. In a pool of group > 1, a keyframe is coded against the pool's root when that is
- * smaller than the codec's blob of it: the root is a keyframe stored raw (LF_BLOB_RAW),
+ * no larger than the codec's blob of it: the root is a keyframe stored raw (LF_BLOB_RAW),
  * the first keyframe compressed and then one every LF_ROOT_FRAMES frames (in keyframes:
  * LF_ROOT_FRAMES / group). A keyframe is then a patch against a frame its game shares most
  * pixels with: a few hundred bytes where the codec's keyframe takes up to 2 KB, decoded
