@@ -91,7 +91,7 @@ int lf_pool_init(lf_pool *p, size_t frame_bytes, size_t chunk_bytes) {
     return 0;
 }
 
-_Static_assert(sizeof(void *) != 8 || sizeof(lf_meta) == 24, "lf_meta is 24 bytes on 64-bit");
+_Static_assert(sizeof(void *) != 8 || sizeof(lf_meta) == 20, "lf_meta is 20 bytes on 64-bit");
 
 static void compressor_free(lf_compressor *z);
 
@@ -198,9 +198,8 @@ static int64_t take_slot(lf_pool *p, unsigned char *buf) {
     p->live_frames++;
     if (p->z) {
         lf_meta *m = (lf_meta *)ch->data + off;
-        memset(m, 0, sizeof(*m));
+        memset(m, 0, sizeof(*m)); /* hot, no cold reference yet */
         m->buf = buf;
-        m->ref = -1;
         m->prev = -1;
         note_peak(p);
     }
@@ -319,7 +318,7 @@ int lf_pool_enable_compression(lf_pool *p, lf_codec c) {
         for (size_t j = 0; ok && j < p->spc; j++) {
             if (!lf_word_live(ch->ref[j])) continue;
             lf_meta *m = &metas[i][j];
-            m->ref = m->prev = -1;
+            m->prev = -1; /* hot; calloc: no cold reference */
             ok = (m->buf = malloc(p->frame_bytes)) != NULL;
             if (ok) memcpy(m->buf, ch->data + j * p->frame_bytes, p->frame_bytes);
         }
@@ -695,10 +694,8 @@ int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offse
         mt->blob_flags = (uint8_t)(where | flags);
         mt->pos = (uint8_t)t.pos;
         mt->cold_state = 1;
-        if (r != LF_TREE_KEY) {
-            mt->ref = (int32_t)slots[r];
-            lf_pool_incref_cold(p, slots[r]);
-        }
+        mt->ref = r != LF_TREE_KEY ? (int32_t)slots[r] : -1;
+        if (r != LF_TREE_KEY) lf_pool_incref_cold(p, slots[r]);
         p->cold_frames++;
         p->cold_bytes += bn;
         slots[i] = slot;
