@@ -27,7 +27,8 @@ typedef struct {
     int codec;             /* LF_CODEC_* */
     int level;             /* 1..9 */
     int group;             /* 1..LF_MAX_GROUP frames per keyframe (a pool decodes a frame
-                            * from 1 + log2(group) blobs at most, a container from group) */
+                            * from 1 + log2(group) blobs at most and its root, pool.h; a
+                            * container from group) */
 } lf_codec;
 
 /* Once per process, before any other call. */

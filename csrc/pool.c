@@ -591,6 +591,7 @@ static int compress_one(lf_pool *p, int64_t slot) {
         make_root(p, slot, m);
         return 0;
     } else {
+        pos = 0; /* a keyframe, also when a delta's reference was not found */
         coded = code_keyframe(p, m->buf, &out, &kind, &ref);
     }
     if (coded < 0) return -1;
@@ -837,7 +838,7 @@ int lf_reader_reserve(lf_reader *r) {
         z->spare_bytes = 0;
         return 0;
     }
-    r->scratch = malloc(need);
+    r->scratch = malloc(need ? need : 1); /* none when every cold frame is a root */
     r->scratch_bytes = need;
     return r->scratch ? 0 : -1;
 }

@@ -329,9 +329,10 @@ int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out);
  * per call costs a page fault per 4 KiB). An entry is decoded from the decoded entry
  * of its reference: an observation's consecutive frames, and the frames an obs and its
  * next obs share, decode once per call. Only the entries lf_reader_add returned (the
- * frames asked for) get scratch; the rest of a chain (the frames between a keyframe and
- * the first frame asked for) decodes through one frame buffer that stays in the CPU's
- * cache, each patch applied in place. */
+ * frames asked for) and each group's keyframe get scratch, a root none (it is read in
+ * place); the rest of a chain (the frames between a keyframe and the first frame asked
+ * for) decodes through one frame buffer that stays in the CPU's cache, each patch applied
+ * in place. */
 typedef struct {
     lf_pool *p;
     int64_t *slots;        /* the cold slots, each pinned */
