@@ -89,7 +89,7 @@ typedef struct {
  * pixels with: a few hundred bytes where the codec's keyframe takes up to 2 KB, decoded
  * by a copy of the root, which is read in place, and a patch, not by the codec
  * (docs/COMPRESSION.md, "Roots"). A frame decodes from at most 1 + 1 + log2(group) blobs. */
-#define LF_ROOT_FRAMES 4096
+#define LF_ROOT_FRAMES 8192
 
 #define LF_WARM 32         /* raw copies of recently compressed frames kept for the next delta */
 

@@ -162,21 +162,21 @@ def test_deep_chains_decode_within_a_group():
     assert max(chains) == 8  # position 63 of a group: 1 + popcount(63), + the root
 
 
-def test_keyframes_are_coded_against_a_raw_root_renewed_every_4096_frames():
+def test_keyframes_are_coded_against_a_raw_root_renewed_every_8192_frames():
     """A pool's first keyframe is its root, stored raw; later keyframes are patches on it.
 
-    4096 frames on (64 groups of 64), a keyframe becomes the next root.
+    8192 frames on (128 groups of 64), a keyframe becomes the next root.
     """
-    n, fb = 4096 + 300, 9 * 9
+    n, fb = 8192 + 300, 9 * 9
     frames = one_pixel(n, shape=(9, 9))
     store = Store(frames, [0], {"group": 64})
     pool, ids = store.pool, store.table.ids()[: n - 2 * K, K - 1]  # frame r's slot: cold
     chains = [pool._chain(s) for s in ids]
-    first, second = int(ids[0]), int(ids[4096])
+    first, second = int(ids[0]), int(ids[8192])
     assert sorted({c[-1] for c in chains}) == sorted([first, second])
     assert pool._chain(first) == [first]
-    assert all(c[-1] == first for c in chains[:4096]) and chains[4096] == [second]
-    assert all(len(c) == 2 for c in chains[64:4096:64])  # a keyframe: a patch on the root
+    assert all(c[-1] == first for c in chains[:8192]) and chains[8192] == [second]
+    assert all(len(c) == 2 for c in chains[64:8192:64])  # a keyframe: a patch on the root
     # a root costs its frame's bytes; a patch of one pixel, a few bytes
     assert 2 * fb < pool.stats()["cold_bytes"] < 2 * fb + 10 * len(frames)
     check_values(store, np.arange(store.rows)[::97], ("stack",))
