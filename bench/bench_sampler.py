@@ -136,9 +136,8 @@ def run_row(name, rb, add, dtype, scale, steps: int, adds: int, block: int) -> d
     # turn as the sampler's are: what the sampler's copy takes at best (the two share the
     # memory bandwidth and the last-level cache, which a float32 batch's sets overflow)
     set_num_threads(max(1, every - 1))
-    shape = rb.sample(B, **kw).observations.shape
-    dst = rb.sample(B, **kw).observations.dtype
-    sets = [(np.empty(shape, dst), np.empty(shape, dst)) for _ in range(2 * PREFETCH + 1)]
+    like = rb.sample(B, **kw).observations
+    sets = [(np.empty_like(like), np.empty_like(like)) for _ in range(2 * PREFETCH + 1)]
     busy, t_left = threading.Event(), []
     thread = threading.Thread(target=lambda: [learn() for _ in iter(busy.is_set, True)])
     thread.start()
