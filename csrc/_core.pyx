@@ -177,7 +177,10 @@ cdef extern from "pool.h" nogil:
     int lf_pool_codec_blob(const lf_pool *p, int64_t slot)
     void lf_pool_incref_cold(lf_pool *p, int64_t slot)
     void lf_pool_decref_cold(lf_pool *p, int64_t slot)
+    int32_t lf_pool_prev(const lf_pool *p, int64_t slot)
+    void lf_pool_prefetch_prev(const lf_pool *p, int64_t slot)
     void lf_pool_set_prev(lf_pool *p, int64_t slot, int64_t prev)
+    enum: LF_PREV_NONE
     int lf_pool_enable_compression(lf_pool *p, lf_codec c)
     lf_codec lf_pool_codec(const lf_pool *p)
     int lf_pool_compress_pending(lf_pool *p)

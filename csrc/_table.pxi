@@ -8,12 +8,19 @@
 # and take their references with no Python code in between, so a set or clear from a
 # callback or another thread can never make them read a slot that was freed and reused.
 #
-# Storage. Ids are int32. A table of an even width W = 2h >= 4 stores a row whose second
-# half is its first half shifted by one (a frame stack's observation then the next one:
-# entries h .. 2h - 2 equal entries 1 .. h - 1) as h + 1 ids, its first half then its last
-# entry: 20 B, not 32, per row at k = 4. Another row keeps its second half in an overflow
-# record of h ids and, in place of its last entry, the record's number o as -2 - o (an
-# entry is an id or -1). Every entry still owns its reference: only the storage changes.
+# Storage. Ids are int32. A table of an even width W = 2h >= 4 stores a frame stack's row
+# as one id: its last entry, the newest frame of the next observation. The pool records
+# each frame's previous frame (lf_pool_set_prev: the frame before it in a part, the first
+# record kept), and the row is the walk back from that frame along those links: h + 1
+# frames, oldest first, where a frame without a previous one is repeated (the padding of
+# an episode's first observations); the observation is the first h of them, the next one
+# the last h. A row is stored so only when that walk gives exactly its entries, checked
+# before it is written; the frames the walk repeats are sealed (LF_PREV_NONE) so that no
+# later link changes it, and every frame the walk reads is an entry the row holds a
+# reference on, so no link it follows changes or dangles while the row lives. Another row
+# keeps its W entries in an overflow record and stores the record's number o as -2 - o
+# (-1 is an empty row). 4 B per row at k = 4, not 32; every entry still owns its
+# reference: only the storage changes.
 
 
 cdef enum:
@@ -53,8 +60,8 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
     owners of them. Row indices are checked without arithmetic that could overflow, and
     every argument is checked before anything changes. Ids are stored as int32 (a slot
     id above ``2**31 - 1`` raises OverflowError); a table of an even width ``2h >= 4``
-    stores a row whose second half is its first half shifted by one (an observation and
-    the next one of a frame stack) in ``h + 1`` ids (:meth:`memory`). In a compressing
+    stores a row that is a frame stack's observation and the next one in one id, the
+    rest read along the previous frames the pool records (:meth:`memory`). In a compressing
     pool the table's references are cold: a frame only tables hold is compressed at the
     end of the next :meth:`set` or :meth:`take`. A table cannot be pickled.
 
@@ -81,11 +88,11 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
     """
 
     cdef FramePool _pool  # None until initialised
-    cdef int32_t *_t      # R * S stored ids, row-major (see _entry); -1 is empty
+    cdef int32_t *_t      # R * S stored ids, row-major (see _entries); -1 is empty
     cdef Py_ssize_t _R, _W
-    cdef Py_ssize_t _S    # stored ids per row: h + 1 in a table of shifted rows, else W
-    cdef Py_ssize_t _h    # W / 2 in a table of shifted rows (even W >= 4), else 0
-    cdef int32_t *_x      # overflow records of _h ids: second halves of rows not shifted
+    cdef Py_ssize_t _S    # stored ids per row: 1 in a table of stacked rows, else W
+    cdef Py_ssize_t _h    # W / 2 in a table of stacked rows (even W >= 4), else 0
+    cdef int32_t *_x      # overflow records of W ids: the rows that are not stacks
     cdef Py_ssize_t _xcap, _xlive
     cdef int32_t _xfree   # the first free record (its first id links the next), or -1
     cdef int32_t *_row    # W ids: a row being written
@@ -108,7 +115,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         if W > INT64_MAX // 8 or R > (INT64_MAX // 8) // W:  # compared, not multiplied
             raise ValueError(f"a SlotTable of ({R}, {W}) slot ids is too large")
         h = W // 2 if W % 2 == 0 and W >= 4 else 0
-        S = h + 1 if h else W
+        S = 1 if h else W
         # commit: no Python code from here on (R * S * 4 bytes are memset: the table is
         # bounded by 2**63 - 1 bytes and by malloc, as any array)
         _fresh(self, self._pool is not None)
@@ -128,29 +135,34 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
 
     def __dealloc__(self):
         cdef Py_ssize_t i, j
-        cdef int32_t v
-        if self._pool is not None:
+        if self._pool is not None and self._row != NULL:
             for i in range(self._R):
+                self._entries(self._t + i * self._S, self._row)
                 for j in range(self._W):
-                    v = self._entry(self._t + i * self._S, j)
-                    if v >= 0:
-                        lf_pool_decref_cold(&self._pool.p, v)
+                    if self._row[j] >= 0:
+                        lf_pool_decref_cold(&self._pool.p, self._row[j])
         free(self._t)
         free(self._x)
         free(self._row)
 
-    cdef inline int32_t _entry(self, const int32_t *row, Py_ssize_t c) noexcept:
-        """Entry ``c`` of the row stored at ``row`` (see the storage note at the top)."""
-        cdef Py_ssize_t h = self._h
-        if c < h or h == 0:
-            return row[c]
-        cdef int32_t last = row[h]
-        if last >= -1:  # shifted
-            return last if c == 2 * h - 1 else row[c - h + 1]
-        return self._x[(-2 - <Py_ssize_t>last) * h + c - h]
+    cdef inline void _entries(self, const int32_t *row, int32_t *out) noexcept:
+        """The ``W`` entries of the row stored at ``row`` into ``out`` (the storage note)."""
+        cdef Py_ssize_t h = self._h, j
+        cdef int32_t v = row[0]
+        if h == 0 or v < -1:
+            memcpy(out, row if h == 0 else self._x + (-2 - <Py_ssize_t>v) * self._W,
+                   self._W * sizeof(int32_t))
+        elif v == -1:
+            memset(out, 0xFF, self._W * sizeof(int32_t))
+        else:  # the walk: the next observation, then the observation's oldest frame
+            out[2 * h - 1] = v
+            for j in range(2 * h - 2, h - 1, -1):
+                out[j] = _back(&self._pool.p, out[j + 1])
+            memcpy(out + 1, out + h, (h - 1) * sizeof(int32_t))
+            out[0] = _back(&self._pool.p, out[h])
 
     cdef int _reserve(self, const int64_t *r, Py_ssize_t e, Py_ssize_t over) except -1:
-        """Phase 1 of a write of ``e`` distinct rows ``r``, ``over`` of them not shifted:
+        """Phase 1 of a write of ``e`` distinct rows ``r``, ``over`` of them not stacks:
         room for their overflow records, the records these rows hold counted as free (the
         write drops them first).
 
@@ -161,49 +173,63 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             return 0
         cdef Py_ssize_t i, need = self._xlive + over
         for i in range(e):
-            need -= self._t[r[i] * self._S + self._h] < -1
+            need -= self._t[r[i]] < -1
         if need <= self._xcap:
             return 0
         cdef Py_ssize_t cap = max(need, 2 * self._xcap, 16)
         if cap > INT32_MAX - 2:  # record numbers are stored as -2 - o in an int32
             cap = INT32_MAX - 2
             if need > cap:
-                raise MemoryError("a SlotTable holds at most 2**31 - 3 rows not shifted")
-        cdef int32_t *x = <int32_t *>realloc(self._x, cap * self._h * sizeof(int32_t))
+                raise MemoryError("a SlotTable holds at most 2**31 - 3 rows that are not stacks")
+        cdef int32_t *x = <int32_t *>realloc(self._x, cap * self._W * sizeof(int32_t))
         if x == NULL:
             raise MemoryError(f"no memory for {cap} overflow records of a SlotTable")
         for i in range(cap - 1, self._xcap - 1, -1):  # the new records, free
-            x[i * self._h] = self._xfree
+            x[i * self._W] = self._xfree
             self._xfree = <int32_t>i
         self._x = x
         self._xcap = cap
         return 0
 
-    cdef inline bint _shifted(self, const int32_t *full) noexcept:
-        """Whether the ``W`` entries ``full`` are stored without an overflow record."""
+    cdef bint _stacked(self, const int32_t *full) noexcept:
+        """Whether the ``W`` entries ``full`` are the walk from their last one (stored in
+        one id), the previous frames of this write recorded; phase 1 then seals the frames
+        it repeats (_seal)."""
         cdef Py_ssize_t h = self._h, j
-        for j in range(h - 1 if h else 0):
-            if full[h + j] != full[1 + j]:
+        if h == 0:
+            return False
+        for j in range(2 * h):
+            if full[j] < 0:
                 return False
-        return True
+        for j in range(2 * h - 2, h - 1, -1):
+            if full[j] != _back(&self._pool.p, full[j + 1]):
+                return False
+        for j in range(1, h):
+            if full[j] != full[h + j - 1]:
+                return False
+        return full[0] == _back(&self._pool.p, full[h])
+
+    cdef void _seal(self, const int32_t *full) noexcept:
+        """Seal the frames the walk of the stacked entries ``full`` repeats: no previous
+        frame is recorded for them later."""
+        cdef Py_ssize_t j
+        for j in range(self._h, 2 * self._h):
+            lf_pool_set_prev(&self._pool.p, full[j], LF_PREV_NONE)
 
     cdef void _put_row(self, Py_ssize_t r, const int32_t *full) noexcept:
         """Store the ``W`` entries ``full`` in the empty row ``r`` (records reserved)."""
         cdef int32_t *row = self._t + r * self._S
-        cdef Py_ssize_t h = self._h, j
         cdef int32_t o
-        if h == 0:
+        if self._h == 0:
             memcpy(row, full, self._W * sizeof(int32_t))
-            return
-        memcpy(row, full, h * sizeof(int32_t))
-        if self._shifted(full):
-            row[h] = full[2 * h - 1]
-            return
-        o = self._xfree
-        self._xfree = self._x[o * h]
-        self._xlive += 1
-        memcpy(self._x + o * h, full + h, h * sizeof(int32_t))
-        row[h] = -2 - o
+        elif self._stacked(full):
+            row[0] = full[self._W - 1]
+        else:
+            o = self._xfree
+            self._xfree = self._x[o * self._W]
+            self._xlive += 1
+            memcpy(self._x + o * self._W, full, self._W * sizeof(int32_t))
+            row[0] = -2 - o
 
     cdef inline int _ready(self) except -1:
         if self._pool is None:
@@ -229,12 +255,12 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
     def memory(self):
         """Bytes of the table itself, not of the frames.
 
-        ``rows * width * 4``, or for an even ``width`` of at least 4, ``rows * (width / 2
-        + 1) * 4`` plus ``width / 2 * 4`` per overflow record (one per row whose second
-        half is not its first half shifted by one, allocated by doubling).
+        ``rows * width * 4``, or for an even ``width`` of at least 4, ``rows * 4`` plus
+        ``width * 4`` per overflow record (one per row that is not a frame stack's
+        observation and next one, allocated by doubling).
         """
         self._ready()
-        return (self._R * self._S + self._xcap * self._h) * <Py_ssize_t>sizeof(int32_t)
+        return (self._R * self._S + self._xcap * self._W) * <Py_ssize_t>sizeof(int32_t)
 
     def grow(self, rows):
         """Enlarge the table to ``rows`` rows; the new rows are empty, the others kept.
@@ -282,7 +308,6 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         cdef cnp.ndarray out, r
         cdef Py_ssize_t i, j
         cdef int64_t *o
-        cdef const int32_t *row
         if rows is None:
             r = np.arange(self._R, dtype=np.int64)
         else:
@@ -292,25 +317,26 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
         o = <int64_t *>cnp.PyArray_DATA(out)
         for i in range(dims[0]):
-            row = self._t + (<const int64_t *>cnp.PyArray_DATA(r))[i] * self._S
+            self._entries(self._t + (<const int64_t *>cnp.PyArray_DATA(r))[i] * self._S,
+                          self._row)
             for j in range(self._W):
-                o[i * self._W + j] = self._entry(row, j)
+                o[i * self._W + j] = self._row[j]
         return out
 
     cdef void _drop_rows(self, const int64_t *r, Py_ssize_t e) noexcept:
-        """Drop the references of rows ``r`` and mark them empty."""
+        """Drop the references of rows ``r`` and mark them empty (uses ``_row``)."""
         cdef Py_ssize_t i, j
         cdef int32_t *row
         cdef int32_t v
         for i in range(e):
             row = self._t + r[i] * self._S
+            self._entries(row, self._row)  # all read before a reference is dropped
             for j in range(self._W):
-                v = self._entry(row, j)
-                if v >= 0:
-                    lf_pool_decref_cold(&self._pool.p, v)
-            if self._h and row[self._h] < -1:  # its overflow record, free
-                v = -2 - row[self._h]
-                self._x[<Py_ssize_t>v * self._h] = self._xfree
+                if self._row[j] >= 0:
+                    lf_pool_decref_cold(&self._pool.p, self._row[j])
+            if self._h and row[0] < -1:  # its overflow record, free
+                v = -2 - row[0]
+                self._x[<Py_ssize_t>v * self._W] = self._xfree
                 self._xfree = v
                 self._xlive -= 1
             memset(row, 0xFF, self._S * sizeof(int32_t))
@@ -320,9 +346,10 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
 
         Row ``rows[i]`` becomes row i of each part, one after the other. The table takes
         a reference on each new id, then drops the references those rows held; no frame
-        bytes are copied. In a compressing pool it records, for consecutive distinct
-        ids of a part (its frames oldest first), each frame's previous frame (the delta
-        reference it is compressed against; the first record wins), then compresses the
+        bytes are copied. The pool records, for consecutive distinct ids of a part (its
+        frames oldest first), each frame's previous frame (the first record wins): what a
+        row of a frame stack is stored along, and in a compressing pool the delta
+        reference a frame is compressed against. Then a compressing pool compresses the
         frames that only tables hold now.
 
         Args:
@@ -404,16 +431,26 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
 
     cdef int _reserve_parts(self, const int64_t *r, Py_ssize_t e, const int64_t **src,
                             const Py_ssize_t *ks, Py_ssize_t n) except -1:
-        """Phase 1 of a write of checked parts (``_collect``) into rows ``r``: the overflow
-        records it needs (MemoryError: nothing changes)."""
+        """Phase 1 of a write of checked parts (``_collect``) into rows ``r``: the previous
+        frames recorded along the parts, then the overflow records the write needs
+        (MemoryError: no entry changes; the records and seals stay, facts about frames)."""
         cdef Py_ssize_t i, j, q, col, over = 0
+        cdef const int64_t *ids
+        for q in range(n):
+            for i in range(e):
+                ids = src[q] + i * ks[q]
+                for j in range(1, ks[q]):
+                    lf_pool_set_prev(&self._pool.p, ids[j], ids[j - 1])
         for i in range(e if self._h else 0):  # the rows that will need an overflow record
             col = 0
             for q in range(n):
                 for j in range(ks[q]):
                     self._row[col + j] = <int32_t>src[q][i * ks[q] + j]
                 col += ks[q]
-            over += not self._shifted(self._row)
+            if self._stacked(self._row):
+                self._seal(self._row)
+            else:
+                over += 1
         return self._reserve(r, e, over)
 
     def clear(self, rows=None):
@@ -443,15 +480,18 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             ValueError: an empty entry.
         """
         cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
-        cdef const int32_t *row
         cdef Py_ssize_t i, j
         cdef int32_t v
         for i in range(r.shape[0]):  # hints first: the rows' cache misses overlap
             lf_prefetch(self._t + ri[i] * self._S)
+        for i in range(r.shape[0] if self._h else 0):  # then the links the walks start at
+            v = self._t[ri[i]]
+            if v >= 0:
+                lf_pool_prefetch_prev(&self._pool.p, v)
         for i in range(r.shape[0]):
-            row = self._t + ri[i] * self._S
+            self._entries(self._t + ri[i] * self._S, self._row)
             for j in range(k):
-                v = self._entry(row, start + j)
+                v = self._row[start + j]
                 if v < 0:
                     raise ValueError(f"row {ri[i]} is empty")
                 dst[i * stride + j] = v
@@ -593,9 +633,10 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
 
         Entry ``(rows[i], j)`` becomes the id at flat position ``index[i, j]`` of
         ``source`` (its ``m * k`` ids, row-major), or empty where ``index[i, j]`` is -1.
-        The new references are taken before the old ones of those rows are dropped. In
-        a compressing pool, each frame's previous frame is recorded along each row (as
-        :meth:`set` does along a part), then the frames only tables hold are compressed.
+        The new references are taken before the old ones of those rows are dropped. Each
+        frame's previous frame is recorded along each half of a row of even width (as
+        :meth:`set` does along a part), else along the row; then a compressing pool
+        compresses the frames only tables hold.
 
         Args:
             rows: 1-D ints, distinct row indices.
@@ -626,27 +667,30 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             if x[i] >= 0 and s._slots[x[i]] > INT32_MAX:
                 raise OverflowError(_ID_OVER_INT32)
         cdef const int64_t *ri = <const int64_t *>cnp.PyArray_DATA(r)
-        cdef Py_ssize_t over = 0
+        cdef lf_pool *p = &self._pool.p
+        cdef Py_ssize_t over = 0, part = self._h or self._W
+        cdef int32_t cur, prev
+        for i in range(e):  # previous frames along each half (or the row), as set does
+            _indexed_row(self._row, x + i * self._W, self._W, s._slots)
+            for j in range(self._W):
+                cur = self._row[j]
+                prev = self._row[j - 1] if j % part else -1
+                if cur >= 0 and prev >= 0:
+                    lf_pool_set_prev(p, cur, prev)
         for i in range(e if self._h else 0):  # the rows that will need an overflow record
             _indexed_row(self._row, x + i * self._W, self._W, s._slots)
-            over += not self._shifted(self._row)
+            if self._stacked(self._row):
+                self._seal(self._row)
+            else:
+                over += 1
         self._reserve(ri, e, over)
         # all checked: new references, then the old ones dropped, then written
-        cdef lf_pool *p = &self._pool.p
         for i in range(e * self._W):
             if x[i] >= 0:
                 lf_pool_incref_cold(p, s._slots[x[i]])
         self._drop_rows(ri, e)
-        cdef int32_t cur, prev
         for i in range(e):
             _indexed_row(self._row, x + i * self._W, self._W, s._slots)
-            prev = -1
-            for j in range(self._W):
-                cur = self._row[j]
-                if cur >= 0:
-                    if prev >= 0:
-                        lf_pool_set_prev(p, cur, prev)
-                    prev = cur
             self._put_row(ri[i], self._row)
         lf_pool_compress_pending(p)  # out of memory: frames stay hot, queued
 
@@ -662,11 +706,8 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
 @cython.wraparound(False)
 cdef void _table_write(SlotTable t, const int64_t *r, Py_ssize_t e, const int64_t **src,
                        const Py_ssize_t *ks, Py_ssize_t n) noexcept:
-    """Rows ``r`` := parts ``src`` side by side (checked, records reserved by
-    ``_reserve_parts``): new references, old dropped, written.
-
-    Records each frame's previous frame along each part (see :meth:`SlotTable.set`).
-    """
+    """Rows ``r`` := parts ``src`` side by side (checked, previous frames recorded and
+    records reserved by ``_reserve_parts``): new references, old dropped, written."""
     cdef Py_ssize_t q, i, j, col
     cdef lf_pool *p = &t._pool.p
     cdef const int64_t *ids
@@ -680,8 +721,6 @@ cdef void _table_write(SlotTable t, const int64_t *r, Py_ssize_t e, const int64_
             ids = src[q] + i * ks[q]
             for j in range(ks[q]):
                 t._row[col + j] = <int32_t>ids[j]
-                if j and ids[j] != ids[j - 1]:
-                    lf_pool_set_prev(p, ids[j], ids[j - 1])
             col += ks[q]
         t._put_row(r[i], t._row)
 
@@ -701,3 +740,9 @@ cdef Py_ssize_t _first_over_int32(const int64_t *ids, Py_ssize_t n) noexcept:
         if ids[i] > INT32_MAX:
             return i
     return -1
+
+
+cdef inline int32_t _back(const lf_pool *p, int32_t slot) noexcept:
+    """The frame before ``slot`` in a stack: its recorded previous frame, or itself."""
+    cdef int32_t q = lf_pool_prev(p, slot)
+    return q if q >= 0 else slot

@@ -91,15 +91,25 @@ int lf_pool_init(lf_pool *p, size_t frame_bytes, size_t chunk_bytes) {
     return 0;
 }
 
-_Static_assert(sizeof(void *) != 8 || sizeof(lf_meta) == 20, "lf_meta is 20 bytes on 64-bit");
+_Static_assert(sizeof(void *) != 8 || sizeof(lf_meta) == 16, "lf_meta is 16 bytes on 64-bit");
 
 static void compressor_free(lf_compressor *z);
+
+/* What a slot's buffer not in a slab was allocated as: a hot frame's or a root's buffer,
+ * or a blob, whose size precedes it if it is LF_BLOB_MAX bytes or more (blob_alloc). */
+static void *own_alloc(const lf_meta *m) {
+    return m->cold_state && !(m->blob_flags & LF_BLOB_RAW) && m->blob_bytes == LF_BLOB_MAX
+               ? m->buf - sizeof(size_t)
+               : m->buf;
+}
 
 static void chunk_release(lf_chunk *c) {
     free(c->data);
     free(c->ref);
+    free(c->prev);
     c->data = NULL;
     c->ref = NULL;
+    c->prev = NULL;
 }
 
 void lf_pool_free(lf_pool *p) {
@@ -109,7 +119,7 @@ void lf_pool_free(lf_pool *p) {
             for (size_t j = 0; j < p->spc; j++)
                 if (lf_word_live(ch->ref[j]) &&
                     !(((lf_meta *)ch->data)[j].blob_flags & LF_BLOB_SLAB))
-                    free(((lf_meta *)ch->data)[j].buf); /* slabs go with the compressor */
+                    free(own_alloc((lf_meta *)ch->data + j)); /* slabs go with the compressor */
         chunk_release(ch);
     }
     compressor_free(p->z);
@@ -125,7 +135,8 @@ static int chunk_alloc(lf_pool *p, size_t c) {
     /* frame_bytes * spc cannot overflow: spc <= chunk_bytes / frame_bytes, or 1 */
     ch->data = malloc(slot_bytes(p) * p->spc);
     ch->ref = malloc(p->spc * sizeof(uint32_t));
-    if (!ch->data || !ch->ref) {
+    ch->prev = malloc(p->spc * sizeof(int32_t));
+    if (!ch->data || !ch->ref || !ch->prev) {
         chunk_release(ch);
         return -1;
     }
@@ -195,12 +206,12 @@ static int64_t take_slot(lf_pool *p, unsigned char *buf) {
         ch->in_heap = 0;
     }
     ch->ref[off] = 1;
+    ch->prev[off] = LF_PREV_UNSET;
     p->live_frames++;
     if (p->z) {
         lf_meta *m = (lf_meta *)ch->data + off;
         memset(m, 0, sizeof(*m)); /* hot, no cold reference yet */
         m->buf = buf;
-        m->prev = -1;
         note_peak(p);
     }
     return (int64_t)(c * p->spc + off);
@@ -225,7 +236,7 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
         lf_meta *m = (lf_meta *)ch->data + off;
         if (m->cold_state) {
             p->cold_frames--;
-            p->cold_bytes -= m->blob_bytes;
+            p->cold_bytes -= lf_meta_blob_bytes(p, m);
             ref = m->ref;
             warm_forget(p->z, slot);
             blob_free(p, m);
@@ -255,8 +266,9 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
 }
 
 size_t lf_pool_slot_state_bytes(const lf_pool *p) {
-    /* a compressing pool counts all its per-slot state: lf_meta and refcount word */
-    return p->z ? p->n_alloc * p->spc * (sizeof(lf_meta) + sizeof(uint32_t)) : 0;
+    /* a compressing pool counts all its per-slot state: lf_meta, refcount and previous
+     * frame words */
+    return p->z ? p->n_alloc * p->spc * (sizeof(lf_meta) + 2 * sizeof(uint32_t)) : 0;
 }
 
 size_t lf_pool_bytes_held(const lf_pool *p) {
@@ -318,7 +330,6 @@ int lf_pool_enable_compression(lf_pool *p, lf_codec c) {
         for (size_t j = 0; ok && j < p->spc; j++) {
             if (!lf_word_live(ch->ref[j])) continue;
             lf_meta *m = &metas[i][j];
-            m->prev = -1; /* hot; calloc: no cold reference */
             ok = (m->buf = malloc(p->frame_bytes)) != NULL;
             if (ok) memcpy(m->buf, ch->data + j * p->frame_bytes, p->frame_bytes);
         }
@@ -371,6 +382,12 @@ void lf_pool_queue(lf_pool *p, int64_t slot) {
 static unsigned char *blob_alloc(lf_pool *p, size_t n, uint8_t *flags) {
     lf_compressor *z = p->z;
     size_t need = sizeof(uint32_t) + n;
+    if (n >= LF_BLOB_MAX) { /* its size before it: lf_meta_blob_bytes */
+        *flags = 0;
+        unsigned char *mem = malloc(sizeof(size_t) + n);
+        if (mem) memcpy(mem, &n, sizeof(n));
+        return mem ? mem + sizeof(size_t) : NULL;
+    }
     if (n > LF_SLAB_MAX_BLOB) {
         *flags = 0;
         return malloc(n ? n : 1);
@@ -414,7 +431,7 @@ static unsigned char *blob_alloc(lf_pool *p, size_t n, uint8_t *flags) {
 static void blob_free(lf_pool *p, const lf_meta *m) {
     lf_compressor *z = p->z;
     if (!(m->blob_flags & LF_BLOB_SLAB)) {
-        free(m->buf);
+        free(own_alloc(m));
         return;
     }
     uint32_t idx;
@@ -534,7 +551,7 @@ static void make_root(lf_pool *p, int64_t slot, lf_meta *m) {
     m->blob_flags = LF_BLOB_RAW;
     m->pos = 0;
     m->ref = -1;
-    m->blob_bytes = (uint32_t)p->frame_bytes;
+    m->blob_bytes = 0; /* lf_meta_blob_bytes: the frame's */
     m->cold_state = 1;
     p->cold_frames++;
     p->cold_bytes += p->frame_bytes;
@@ -567,7 +584,7 @@ static long code_keyframe(lf_pool *p, const unsigned char *frame, const unsigned
 static int compress_one(lf_pool *p, int64_t slot) {
     lf_compressor *z = p->z;
     lf_meta *m = lf_pool_meta(p, slot);
-    int64_t ref = -1, prev = m->prev;
+    int64_t ref = -1, prev = lf_pool_prev(p, slot);
     unsigned pos = 0;
     if (prev >= 0 && lf_pool_is_live(p, prev) && lf_pool_meta(p, prev)->cold_state &&
         lf_pool_meta(p, prev)->pos + 1 < z->codec.group) {
@@ -610,7 +627,7 @@ static int compress_one(lf_pool *p, int64_t slot) {
     m->ref = (int32_t)ref;
     warm_put(z, slot, m->buf);
     m->buf = blob;
-    m->blob_bytes = (uint32_t)n;
+    m->blob_bytes = n < LF_BLOB_MAX ? (uint32_t)n : LF_BLOB_MAX;
     m->cold_state = 1;
     p->cold_frames++;
     p->cold_bytes += n;
@@ -624,14 +641,15 @@ int lf_pool_compress_pending(lf_pool *p) {
     for (i = 0; i < z->n_queue; i++) {
         int64_t slot = z->queue[i], back[LF_MAX_GROUP];
         if (!lf_pool_is_live(p, slot)) continue;
+        if (lf_pool_meta(p, slot)->cold_state) continue; /* compressed as a predecessor */
         lf_pool_meta(p, slot)->queued = 0;
         if (!eligible(p, slot)) continue;
         /* its eligible predecessors first, oldest first: deltas whatever the queue order */
         int n = 0;
-        int64_t s = lf_pool_meta(p, slot)->prev;
+        int64_t s = lf_pool_prev(p, slot);
         while (n < z->codec.group - 1 && s >= 0 && lf_pool_is_live(p, s) && eligible(p, s)) {
             back[n++] = s;
-            s = lf_pool_meta(p, s)->prev;
+            s = lf_pool_prev(p, s);
         }
         while (n > 0) { /* prev links may loop (a part [a, b, a]): check each again */
             s = back[--n];
@@ -691,7 +709,7 @@ int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offse
         memcpy(mem, b, bn);
         lf_meta *mt = lf_pool_meta(p, slot);
         mt->buf = mem;
-        mt->blob_bytes = (uint32_t)bn;
+        mt->blob_bytes = bn < LF_BLOB_MAX ? (uint32_t)bn : LF_BLOB_MAX;
         mt->blob_flags = (uint8_t)(where | flags);
         mt->pos = (uint8_t)t.pos;
         mt->cold_state = 1;

@@ -47,6 +47,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "codec.h"
 
@@ -54,29 +55,30 @@
 extern "C" {
 #endif
 
-/* Per-slot state of a compressing pool (20 bytes: packed to 4-byte alignment, so that the
- * pointer costs no padding; x86-64 and AArch64 load it unaligned at full speed). Each word
- * but the pointer holds what a HOT frame needs, then what a COLD one does. */
-#pragma pack(push, 4)
+/* Per-slot state of a compressing pool (16 bytes on 64-bit). The first word holds what a
+ * HOT frame needs, then what a COLD one does; the second, bit fields of a COLD frame. */
 typedef struct {
     unsigned char *buf;    /* HOT: the frame's bytes; COLD: its compressed blob */
     union {
-        uint32_t cold;     /* HOT: references held by SlotTable entries and delta children,
-                            * sticking at LF_REF_MAX like the refcount (a cold frame is
-                            * never compressed again: its count no longer matters) */
+        struct {
+            uint32_t cold : 31;   /* HOT: references held by SlotTable entries and delta
+                                   * children, sticking at LF_REF_MAX like the refcount (a
+                                   * cold frame is never compressed again: its count no
+                                   * longer matters) */
+            uint32_t queued : 1;  /* HOT: 1 while in the pending queue */
+        };
         int32_t ref;       /* COLD delta: the reference slot; -1 for a keyframe */
     };
-    union {
-        int32_t prev;      /* HOT: the previous frame recorded by SlotTable.set, or -1 */
-        uint32_t blob_bytes; /* COLD: bytes of the blob */
-    };
-    uint8_t pos;           /* COLD: position in its group (0 for a keyframe) */
-    uint8_t cold_state;    /* 1 when COLD */
-    uint8_t queued;        /* 1 while in the pending queue */
-    uint8_t blob_flags;    /* COLD: LF_BLOB_PATCH, or LF_BLOB_LEAN | LF_BLOB_XOR; | LF_BLOB_SLAB;
-                            * or LF_BLOB_RAW */
+    uint32_t blob_bytes : 20; /* COLD: bytes of the blob, or LF_BLOB_MAX (lf_meta_blob_bytes) */
+    uint32_t pos : 6;         /* COLD: position in its group (0 for a keyframe) */
+    uint32_t cold_state : 1;  /* 1 when COLD */
+    uint32_t blob_flags : 5;  /* COLD: LF_BLOB_PATCH, or LF_BLOB_LEAN | LF_BLOB_XOR; |
+                               * LF_BLOB_SLAB; or LF_BLOB_RAW */
 } lf_meta;
-#pragma pack(pop)
+
+/* lf_meta.blob_bytes of a blob of LF_BLOB_MAX bytes or more: the blob has its own malloc
+ * and its size in the size_t before it. */
+#define LF_BLOB_MAX ((1u << 20) - 1)
 
 /* LF_BLOB_LEAN, LF_BLOB_PATCH, LF_BLOB_XOR (codec.h: what the coder made), and: */
 #define LF_BLOB_SLAB 2     /* the blob lives in a slab of the pool (pool.c), not its own malloc */
@@ -102,6 +104,7 @@ typedef struct lf_compressor lf_compressor; /* pool.c: contexts, scratch, queue,
 typedef struct {
     unsigned char *data;   /* spc * frame_bytes (spc lf_meta when compressing), or NULL */
     uint32_t *ref;         /* spc words: a live slot's refcount, or a free slot's link */
+    int32_t *prev;         /* spc words: a live slot's previous frame (lf_pool_set_prev) */
     uint32_t free_head;    /* the first free offset (valid while live < spc) */
     size_t live;
     int in_heap;
@@ -237,13 +240,27 @@ static inline void lf_pool_decref_cold(lf_pool *p, int64_t slot) {
     lf_pool_decref(p, slot);
 }
 
-/* Record `prev` as the frame before `slot` (the delta reference it will be coded
- * against) unless one is recorded already; both live. No-op unless compressing. */
+/* Previous frames. A slot's previous frame is recorded once (SlotTable.set: the frame
+ * before it in an observation, oldest first) and kept while the slot lives, hot or cold:
+ * the delta reference a compressing pool codes it against, and the link a SlotTable row
+ * of a frame stack is read along (_table.pxi). LF_PREV_UNSET until recorded; a slot
+ * sealed with LF_PREV_NONE has none and keeps none (a row padded at it relies on that). */
+#define LF_PREV_UNSET (-1)
+#define LF_PREV_NONE (-2)
+
+static inline int32_t lf_pool_prev(const lf_pool *p, int64_t slot) {
+    return lf_pool_chunk(p, slot)->prev[lf_pool_offset(p, slot)];
+}
+
+static inline void lf_pool_prefetch_prev(const lf_pool *p, int64_t slot) {
+    lf_prefetch(&lf_pool_chunk(p, slot)->prev[lf_pool_offset(p, slot)]);
+}
+
+/* Record `prev` (live, or LF_PREV_NONE) as the frame before the live `slot`, unless
+ * one is recorded already. */
 static inline void lf_pool_set_prev(lf_pool *p, int64_t slot, int64_t prev) {
-    if (p->z && slot != prev && prev <= INT32_MAX) {
-        lf_meta *m = lf_pool_meta(p, slot);
-        if (!m->cold_state && m->prev < 0) m->prev = (int32_t)prev;
-    }
+    int32_t *w = &lf_pool_chunk(p, slot)->prev[lf_pool_offset(p, slot)];
+    if (*w == LF_PREV_UNSET && slot != prev && prev <= INT32_MAX) *w = (int32_t)prev;
 }
 
 size_t lf_pool_bytes_held(const lf_pool *p);
@@ -291,6 +308,15 @@ typedef struct {
     uint8_t flags;         /* lf_meta.blob_flags */
 } lf_blob;
 
+/* Bytes of the blob of a cold slot's lf_meta m. */
+static inline size_t lf_meta_blob_bytes(const lf_pool *p, const lf_meta *m) {
+    if (m->blob_flags & LF_BLOB_RAW) return p->frame_bytes;
+    if (m->blob_bytes < LF_BLOB_MAX) return m->blob_bytes;
+    size_t n;
+    memcpy(&n, m->buf - sizeof(n), sizeof(n));
+    return n;
+}
+
 /* 1 if a cold slot's blob is decoded by the codec (a codec keyframe, an XOR delta), 0 if
  * by copies (a patch, a root): what decoding it costs, for a copy's split into threads. */
 static inline int lf_pool_codec_blob(const lf_pool *p, int64_t slot) {
@@ -299,7 +325,7 @@ static inline int lf_pool_codec_blob(const lf_pool *p, int64_t slot) {
 
 static inline lf_blob lf_pool_blob(const lf_pool *p, int64_t slot) {
     const lf_meta *m = lf_pool_meta(p, slot);
-    lf_blob b = {m->buf, m->blob_bytes, m->blob_flags};
+    lf_blob b = {m->buf, lf_meta_blob_bytes(p, m), m->blob_flags};
     return b;
 }
 

@@ -298,6 +298,28 @@ def test_enable_compression():
     assert pool.stats()["cold_frames"] == 30
 
 
+def test_frames_over_a_mebibyte_compress_and_free():
+    """Blobs of 1 MiB and more (their size kept beside them), a root of such a frame.
+
+    Values exact, and the cold bytes counted back to zero when the frames go.
+    """
+    shape = (1100, 1000)  # 1.05 MiB: incompressible noise makes blobs larger than that
+    pool = core.FramePool(shape, np.uint8, compress={"group": 4})
+    frames = noise(6, shape=shape)
+    frames[3] = frames[2]  # an identical frame: a delta of a few bytes
+    table = core.SlotTable(pool, 6, 1)
+    table.set(np.arange(6), (pool.push_batch(frames),))
+    pool.flush()
+    st = pool.stats()
+    assert st["cold_frames"] == 6 and st["cold_bytes"] > 5 * frames[0].nbytes
+    assert np.array_equal(table.gather(np.arange(6), 0, 1, layout="stack")[:, 0], frames)
+    for s, f in zip(table.ids()[:, 0], frames, strict=True):
+        assert np.array_equal(pool.get(s), f)
+    table.clear()
+    st = pool.stats()
+    assert (pool.live_frames, st["cold_frames"], st["cold_bytes"]) == (0, 0, 0)
+
+
 @pytest.mark.parametrize(
     "bad, error",
     [

@@ -600,12 +600,14 @@ def test_slot_table_set_keeps_an_id_present_in_old_and_new_rows():
 
 @pytest.mark.parametrize("width", [1, 2, 3, 4, 6, 8, 9])
 @pytest.mark.parametrize("compress", [False, True])
-def test_slot_table_rows_shifted_or_not_hold_what_was_written(width, compress):
-    """Shifted rows or not, a table holds what a plain (R, W) array of ids would.
+def test_slot_table_rows_stacked_or_not_hold_what_was_written(width, compress):
+    """Frame stacks or not, a table holds what a plain (R, W) array of ids would.
 
-    A table of an even width stores shifted rows in W/2 + 1 ids, others with an overflow
-    record: whatever mix of rows set, take and clear write, its entries, the references
-    it holds and its memory() are what the array gives.
+    A table of an even width stores a frame stack's row (the walk back from its newest
+    frame along the previous frames the pool records, padded at a frame without one) in
+    one id, any other row with an overflow record: whatever mix of stacks along a stream,
+    random rows (which record links of their own) and empty entries set, take and clear
+    write, its entries, the references it holds and its memory() are what the array gives.
     """
     rng = np.random.default_rng(width)
     frames = rand_frames(12, shape=(3, 3), seed=width)
@@ -613,15 +615,31 @@ def test_slot_table_rows_shifted_or_not_hold_what_was_written(width, compress):
     if compress:
         pool.enable_compression()
     slots = np.array(ids(refs))
+    stream = rng.permutation(slots)  # the order stacks are taken in
     R, h = 20, (width // 2 if width % 2 == 0 and width >= 4 else 0)  # as documented
     table, model = core.SlotTable(pool, R, width), np.full((R, width), -1)
 
     def a_row():
-        row = rng.choice(slots, width)
-        if h >= 2 and rng.random() < 0.6:  # a frame stack's obs then next obs
-            row[h : 2 * h - 1] = row[1:h]
-        return row
+        if h and rng.random() < 0.7:  # a frame stack's obs then next obs, maybe padded
+            end = int(rng.integers(0, len(stream)))
+            walk = stream[np.maximum(np.arange(end - h, end + 1), 0)]
+            return np.concatenate([walk[:h], walk[1:]])
+        return rng.choice(slots, width)
 
+    def records_needed(m):  # at least: a row stored in one id is full and shifted
+        shifted = (m[:, h : 2 * h - 1] == m[:, 1:h]).all(axis=1) & (m >= 0).all(axis=1)
+        return int((~shifted & (m >= 0).any(axis=1)).sum())
+
+    def lazy(m, cols):
+        return pool.lazy_batch([[refs[int(np.searchsorted(slots, v))] for v in r[cols]]
+                                for r in m], layout="stack")  # fmt: skip
+
+    if h:  # the stacks along the stream, the first padded, before other links: one id each
+        ends = np.arange(len(stream))
+        model[ends] = [np.concatenate([w[:h], w[1:]]) for w in
+                       (stream[np.maximum(np.arange(e - h, e + 1), 0)] for e in ends)]  # fmt: skip
+        table.set(ends, (lazy(model[ends], slice(0, h)), lazy(model[ends], slice(h, width))))
+        assert (table.ids() == model).all() and table.memory() == R * 4
     overflowed = 0
     for step in range(300):
         rows = rng.choice(R, rng.integers(1, 5), replace=False)
@@ -629,17 +647,15 @@ def test_slot_table_rows_shifted_or_not_hold_what_was_written(width, compress):
         op = rng.integers(3)
         if op == 0:  # parts of columns [0, cut) and [cut, W): any split of the row
             cut = int(rng.integers(1, width)) if width > 1 else width
-            parts = tuple(
-                pool.lazy_batch([[refs[int(np.searchsorted(slots, v))] for v in r[cols]]
-                                 for r in new], layout="stack")
-                for cols in (slice(0, cut), slice(cut, width)) if new[:, cols].size
-            )  # fmt: skip
+            cut = h if h and rng.random() < 0.5 else cut  # obs and next obs
+            parts = tuple(lazy(new, cols) for cols in (slice(0, cut), slice(cut, width))
+                          if new[:, cols].size)  # fmt: skip
             table.set(rows, parts)
             del parts
         elif op == 1:
             source = pool.lazy_batch([refs], layout="stack")
             index = np.searchsorted(slots, new)  # slots are increasing
-            index[rng.random(index.shape) < 0.1] = -1
+            index[rng.random(index.shape) < 0.05] = -1
             new = np.where(index >= 0, new, -1)
             table.take(rows, source, index)
             del source
@@ -650,24 +666,23 @@ def test_slot_table_rows_shifted_or_not_hold_what_was_written(width, compress):
         assert (table.ids() == model).all(), step
         held = [int((model == sl).sum()) + 1 for sl in slots]  # + the test's own ref
         assert [pool.refcount(int(sl)) for sl in slots] == held, step
-        if h >= 2:
-            shifted = (model[:, h : 2 * h - 1] == model[:, 1:h]).all(axis=1)
-            overflowed = max(overflowed, int((~shifted).sum()))
-            records = table.memory() - R * (h + 1) * 4
-            assert records % (h * 4) == 0 and overflowed * h * 4 <= records
-            assert records <= max(16, 2 * overflowed) * h * 4, step
+        if h:
+            overflowed = max(overflowed, records_needed(model))
+            records = table.memory() - R * 4
+            assert records % (width * 4) == 0 and overflowed * width * 4 <= records
+            assert records <= max(16, 2 * overflowed) * width * 4, step
         else:
             assert table.memory() == R * width * 4
-    if h >= 2:  # every row rewritten in one call, not shifted: the records they held serve
+    if h:  # every row rewritten in one call, random: the records they held serve
         rows = np.arange(R)
         for _ in range(3):
             table.take(rows, pool.lazy_batch([refs], layout="stack"),
                        rng.integers(0, len(refs), (R, width)))  # fmt: skip
         model = table.ids()
-        shifted = (model[:, h : 2 * h - 1] == model[:, 1:h]).all(axis=1)
-        overflowed = max(overflowed, int((~shifted).sum()))
-        assert table.memory() - R * (h + 1) * 4 <= max(16, 2 * overflowed) * h * 4
-    del table, refs
+        overflowed = max(overflowed, records_needed(model))
+        assert table.memory() - R * 4 <= max(16, 2 * overflowed) * width * 4
+    del table
+    refs.clear()
     gc.collect()
     assert pool.live_frames == 0
 
