@@ -610,6 +610,7 @@ cdef LazyBatch _dedup(FramePool pool, tuple arrs, Py_ssize_t E, Py_ssize_t k, La
     cdef LazyBatch b = _new_batch(LF_STACK, E, w)
     cdef int64_t *o = b._slots
     cdef int64_t found, c
+    cdef bint inorder
     for e in range(E):
         for h in range(nh):
             # candidates: the row of cand for the first observation, else the row's first
@@ -619,23 +620,30 @@ cdef LazyBatch _dedup(FramePool pool, tuple arrs, Py_ssize_t E, Py_ssize_t k, La
                 row, cm = cp, m
                 if cp != NULL:
                     row = cp + e * (m + off) + off
-            start = 0  # where the last frame matched, plus one: a stack shifts by whole frames
+            # where the last frame matched, plus one: a stack shifts by whole frames, and
+            # the next observation by one from the observation
+            start = h
             for j in range(k):
                 f = src + j * fb
                 found = -1
-                q = start
+                inorder = False  # found at or after start: the stack's own next frame
+                q = start if start < cm else 0
                 for jj in range(cm):  # (no division: this loop runs for every frame)
                     c = row[q]
-                    q = q + 1 if q + 1 < cm else 0
                     if lf_pool_is_hot(&pool.p, c) and memcmp(lf_pool_addr(&pool.p, c), f, fb) == 0:
                         found = c
-                        start = q
+                        inorder = q >= start
+                        start = q + 1
                         break
+                    q = q + 1 if q + 1 < cm else 0
                 if found < 0:
                     for jj in range(j):
                         if memcmp(src + jj * fb, f, fb) == 0:
                             found = o[e * w + h * k + jj]
                             break
+                if found >= 0 and not inorder and j and memcmp(src + (j - 1) * fb, f, fb) == 0 \
+                        and not _padding(o + e * w + h * k, j):
+                    found = -1  # the frame before repeated, past the padding: a frame of its own
                 if found >= 0:
                     lf_pool_incref(&pool.p, found)
                 else:
@@ -648,6 +656,15 @@ cdef LazyBatch _dedup(FramePool pool, tuple arrs, Py_ssize_t E, Py_ssize_t k, La
     b._n = E
     b._pool = pool
     return b
+
+
+cdef inline bint _padding(const int64_t *ids, Py_ssize_t j) noexcept:
+    """Whether the first ``j`` ids are one id repeated (an observation's reset padding)."""
+    cdef Py_ssize_t i
+    for i in range(1, j):
+        if ids[i] != ids[0]:
+            return False
+    return True
 
 
 @cython.final

@@ -527,6 +527,17 @@ static int eligible(const lf_pool *p, int64_t slot) {
            m->cold == lf_pool_refcount(p, slot);
 }
 
+/* An alias (compress_one) is an empty patch at its reference's position: it decodes as
+ * its reference does, which is what a frame referring to it refers to instead, so that a
+ * run of equal frames adds one blob to a chain, not one each. */
+static int64_t unaliased(const lf_pool *p, int64_t slot) {
+    const lf_meta *m = lf_pool_meta(p, slot);
+    return (m->blob_flags & LF_BLOB_PATCH) && m->blob_bytes == 0 && m->ref >= 0 &&
+                   lf_pool_meta(p, m->ref)->pos == m->pos
+               ? m->ref
+               : slot;
+}
+
 /* The reference of a frame whose recorded previous frame `prev` is cold and at position
  * prev_pos < group - 1 of its group: the frame at pos - lowbit(pos) of the group, pos =
  * prev_pos + 1, reached from prev along the references (each clears a low bit of
@@ -535,7 +546,7 @@ static int eligible(const lf_pool *p, int64_t slot) {
 static int64_t tree_ref(const lf_pool *p, int64_t prev, unsigned pos) {
     unsigned want = pos & (pos - 1); /* pos - lowbit(pos) */
     while (prev >= 0 && lf_pool_meta(p, prev)->pos > want) prev = lf_pool_meta(p, prev)->ref;
-    return prev >= 0 && lf_pool_meta(p, prev)->pos == want ? prev : -1;
+    return prev >= 0 && lf_pool_meta(p, prev)->pos == want ? unaliased(p, prev) : -1;
 }
 
 /* 1 if the pool's root is still one (a weak reference: its slot may have been freed, and
@@ -577,27 +588,38 @@ static long code_keyframe(lf_pool *p, const unsigned char *frame, const unsigned
     return lf_coder_encode(&z->coder, frame, NULL, out, kind); /* the codec's, again */
 }
 
-/* Compress one eligible slot: a delta (a patch, or the codec on the XOR) against a frame
- * of its group (tree_ref) when its recorded previous frame is cold and its group has room,
- * else a keyframe: the pool's next root, or code_keyframe's (pool.h, "Roots"). 0, or -1
- * on out of memory. */
+/* The raw bytes of a cold slot if they are at hand (a root, or in the warm cache), or NULL. */
+static const unsigned char *raw_at_hand(const lf_pool *p, int64_t slot) {
+    const lf_meta *m = lf_pool_meta(p, slot);
+    return m->blob_flags & LF_BLOB_RAW ? m->buf : warm_get(p->z, slot);
+}
+
+/* Compress one eligible slot. A frame equal to its recorded previous frame (cold, its
+ * bytes at hand: a static screen) is an empty patch against it, at its position: an
+ * alias, which decodes with one more copy. Otherwise a delta (a patch, or the codec on
+ * the XOR) against a frame of its group (tree_ref) when its recorded previous frame is
+ * cold and its group has room, else a keyframe: the pool's next root, or
+ * code_keyframe's (pool.h, "Roots"). 0, or -1 on out of memory. */
 static int compress_one(lf_pool *p, int64_t slot) {
     lf_compressor *z = p->z;
     lf_meta *m = lf_pool_meta(p, slot);
     int64_t ref = -1, prev = lf_pool_prev(p, slot);
     unsigned pos = 0;
-    if (prev >= 0 && lf_pool_is_live(p, prev) && lf_pool_meta(p, prev)->cold_state &&
-        lf_pool_meta(p, prev)->pos + 1 < z->codec.group) {
-        pos = lf_pool_meta(p, prev)->pos + 1u;
-        ref = tree_ref(p, prev, pos);
+    if (prev >= 0 && lf_pool_is_live(p, prev) && lf_pool_meta(p, prev)->cold_state) {
+        const unsigned char *same = raw_at_hand(p, prev);
+        if (same && memcmp(same, m->buf, p->frame_bytes) == 0) {
+            pos = lf_pool_meta(p, prev)->pos;
+            ref = unaliased(p, prev);
+        } else if (lf_pool_meta(p, prev)->pos + 1 < z->codec.group) {
+            pos = lf_pool_meta(p, prev)->pos + 1u;
+            ref = tree_ref(p, prev, pos);
+        }
     }
     const unsigned char *out;
     unsigned char kind;
     long coded;
     if (ref >= 0) {
-        const unsigned char *base = lf_pool_meta(p, ref)->blob_flags & LF_BLOB_RAW
-                                        ? lf_pool_meta(p, ref)->buf
-                                        : warm_get(z, ref);
+        const unsigned char *base = raw_at_hand(p, ref);
         if (!base) {
             if (lf_pool_decode(p, z->dctx, ref, z->base)) return -1;
             base = z->base;

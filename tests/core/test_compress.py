@@ -162,6 +162,30 @@ def test_deep_chains_decode_within_a_group():
     assert max(chains) == 8  # position 63 of a group: 1 + popcount(63), + the root
 
 
+def test_a_frame_equal_to_the_one_before_is_an_empty_patch_on_it():
+    """Static screens: a run of equal frames costs no blob bytes, adds one blob to a chain.
+
+    Each repeat is an alias, an empty patch at the position of the frame it repeats, so
+    the frames after the run keep their group and its chain lengths.
+    """
+    distinct = one_pixel(140, shape=(9, 9))
+    runs = np.array([1 + 5 * (i % 3 == 1) for i in range(140)])  # every third frame 6 times
+    runs[-K - 1 :] = 1  # the frames held hot at the end (the ring's) are the same
+    frames = np.repeat(distinct, runs, axis=0)
+    store = Store(frames, [0], {"group": 64})
+    pool = store.pool
+    check_values(store, np.arange(store.rows)[::-1], ("stack",))
+    plain = Store(distinct, [0], {"group": 64})
+    assert pool.stats()["cold_bytes"] == plain.pool.stats()["cold_bytes"]  # repeats: 0 bytes
+    # row r's last entry is frame r + 1; which distinct frame, and whether a repeat
+    of = np.repeat(np.arange(len(distinct)), runs)[1:]
+    repeat = np.r_[False, of[1:] == of[:-1]]
+    chain = [len(pool._chain(s)) for s in store.table.ids()[:, K]]
+    plain_chain = [0] + [len(plain.pool._chain(s)) for s in plain.table.ids()[:, K]]
+    assert [c for c, r in zip(chain, repeat, strict=True) if not r] == plain_chain[1:]
+    assert all(c <= plain_chain[d] + 1 for c, d, r in zip(chain, of, repeat, strict=True) if r)
+
+
 def test_keyframes_are_coded_against_a_raw_root_renewed_every_8192_frames():
     """A pool's first keyframe is its root, stored raw; later keyframes are patches on it.
 

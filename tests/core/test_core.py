@@ -598,6 +598,29 @@ def test_slot_table_set_keeps_an_id_present_in_old_and_new_rows():
     assert pool.live_frames == 0
 
 
+def test_dedup_keeps_a_stream_a_chain_of_frames():
+    """``_push_dedup`` pushes a stream's frames as the chain a table row is read along.
+
+    The next observation matches the observation shifted by one frame; a frame equal to
+    the one before it (a static screen) is a frame of its own, past the reset padding,
+    which is one slot; an older equal frame (flicker) is reused. Stacks so pushed are
+    stored in one id a row.
+    """
+    pool = core.FramePool((2, 2), np.uint8)
+    a, b, c, d = (np.full((2, 2), v, np.uint8) for v in (1, 2, 3, 4))
+    pair = pool._push_dedup(np.stack([a, b, c, c])[None], None, np.stack([b, c, c, d])[None])
+    s = pair.slots[0].tolist()
+    assert len(set(s[:4])) == 4 and s[4:7] == s[1:4] and s[7] not in s[:7]
+    reset = pool._push_dedup(np.stack([a] * 4)[None], None, np.stack([a, a, a, b])[None])
+    r = reset.slots[0].tolist()
+    assert r[:7] == [r[0]] * 7 and r[7] != r[0]
+    flicker = pool._push_dedup(np.stack([a, b, a, b])[None]).slots[0].tolist()
+    assert flicker[2:] == flicker[:2] != flicker[::-1][:2]
+    table = core.SlotTable(pool, 2, 8)
+    table.set([0, 1], (pool.lazy_batch([s[:4], r[:4]]), pool.lazy_batch([s[4:], r[4:]])))
+    assert table.ids().tolist() == [s, r] and table.memory() == 2 * 4
+
+
 @pytest.mark.parametrize("width", [1, 2, 3, 4, 6, 8, 9])
 @pytest.mark.parametrize("compress", [False, True])
 def test_slot_table_rows_stacked_or_not_hold_what_was_written(width, compress):
