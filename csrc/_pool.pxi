@@ -889,13 +889,15 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         Frame j of row e reuses, in this order, one of the last k frames of row e of
         ``candidates`` (a LazyBatch ``(E, m)`` of this pool, e.g. that env's previous
         observation) with equal bytes, or an earlier frame of the same row with equal
-        bytes (reset padding); otherwise it is copied into a new slot. A frame that
-        would reuse the slot of the frame just before it, after the observation's
-        padding (a static screen), is copied into a new slot too: a stream's frames
-        stay the chain a :class:`SlotTable` reads its rows along, and a compressing
-        pool stores such a frame as an empty patch. This is how observations that
-        arrive as plain stacked arrays (EnvPool, SB3's VecFrameStack) cost one new frame
-        per step. The result has the ``"stack"`` layout.
+        bytes (reset padding); otherwise it is copied into a new slot. In a compressing
+        pool, a frame equal to the frame just before it, after the observation's
+        padding (a static screen), is copied into a new slot too, unless it is the
+        candidate that shifted observation has there: a stream's frames stay the chain
+        a :class:`SlotTable` stores its rows along, and the pool stores such a frame as
+        an empty patch (where a plain pool would store the whole frame again). This is
+        how observations that arrive as plain stacked arrays (EnvPool, SB3's
+        VecFrameStack) cost one new frame per step. The result has the ``"stack"``
+        layout.
 
         ``next_frames``: optional frames of the same shape (each row's next observation),
         pushed likewise after each row's frames, with that row's frames as candidates: the

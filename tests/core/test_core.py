@@ -601,16 +601,20 @@ def test_slot_table_set_keeps_an_id_present_in_old_and_new_rows():
 def test_dedup_keeps_a_stream_a_chain_of_frames():
     """``_push_dedup`` pushes a stream's frames as the chain a table row is read along.
 
-    The next observation matches the observation shifted by one frame; a frame equal to
-    the one before it (a static screen) is a frame of its own, past the reset padding,
-    which is one slot; an older equal frame (flicker) is reused. Stacks so pushed are
-    stored in one id a row.
+    The next observation matches the observation shifted by one frame; in a compressing
+    pool a frame equal to the one before it (a static screen) is a frame of its own (an
+    empty patch), past the reset padding, which is one slot; an older equal frame
+    (flicker) is reused. Stacks so pushed are stored in one id a row. A plain pool
+    reuses the repeated frame's slot (a frame's bytes outweigh a row's record).
     """
-    pool = core.FramePool((2, 2), np.uint8)
+    pool = core.FramePool((2, 2), np.uint8, compress=True)
     a, b, c, d = (np.full((2, 2), v, np.uint8) for v in (1, 2, 3, 4))
     pair = pool._push_dedup(np.stack([a, b, c, c])[None], None, np.stack([b, c, c, d])[None])
     s = pair.slots[0].tolist()
     assert len(set(s[:4])) == 4 and s[4:7] == s[1:4] and s[7] not in s[:7]
+    plain = core.FramePool((2, 2), np.uint8)
+    p = plain._push_dedup(np.stack([a, b, c, c])[None], None, np.stack([b, c, c, d])[None])
+    assert p.slots[0, 2] == p.slots[0, 3] and p.slots[0, 4:7].tolist() == p.slots[0, 1:4].tolist()
     reset = pool._push_dedup(np.stack([a] * 4)[None], None, np.stack([a, a, a, b])[None])
     r = reset.slots[0].tolist()
     assert r[:7] == [r[0]] * 7 and r[7] != r[0]

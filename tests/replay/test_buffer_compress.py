@@ -129,7 +129,10 @@ def test_recorded_frames_bit_exact(game, kind):
     m, p = rb.memory(), plain.memory()
     # every stored frame but the last few (the wrapper's ring, the delta source) is cold
     assert m["cold_frames"] >= m["unique_frames"] - 2 * K - 2 > 0
-    assert set(m) == set(p) and m["unique_frames"] == p["unique_frames"]
+    # arrays: a compressing pool stores a static screen's repeated frame as a frame of its own
+    repeats = sum(int((e[1:] == e[:-1]).all(axis=(1, 2)).sum()) for e in eps)
+    extra = m["unique_frames"] - p["unique_frames"]
+    assert set(m) == set(p) and (extra == 0 if kind != "arrays" else 0 <= extra <= repeats)
     assert p["compression"] is None and p["cold_frames"] == p["cold_bytes"] == 0
     assert p["slot_state_bytes"] == 0 < m["slot_state_bytes"] < m["bytes_held"] - m["cold_bytes"]
     assert m["ratio"] == rb.pool.live_bytes / m["bytes_held"] > 3 > p["ratio"]
