@@ -697,6 +697,84 @@ static void test_compression(void) {
     lf_pool_free(&p);
 }
 
+/* Previous frames: recorded once, sealed by LF_PREV_NONE, kept through enable_compression
+ * and compression. A frame equal to its previous one is an alias (an empty patch at its
+ * position, one blob more than it); a blob of 1 MiB or more keeps its size before it. */
+static void test_prev_links_and_aliases(void) {
+    lf_pool p;
+    lf_pool_init(&p, ZFB, 4 * ZFB);
+    enum { N = 40 };
+    unsigned char want[N][ZFB], got[ZFB];
+    int64_t s[N], chain[LF_MAX_GROUP];
+    for (int i = 0; i < N; i++) { /* frames 5-9 and 20-22 repeat the one before */
+        int same = (i > 5 && i < 10) || (i > 20 && i < 23);
+        if (same)
+            memcpy(want[i], want[i - 1], ZFB);
+        else
+            series_frame(want[i], i ? want[i - 1] : NULL, i);
+        s[i] = lf_pool_alloc(&p);
+        memcpy(lf_pool_addr(&p, s[i]), want[i], ZFB);
+    }
+    lf_pool_set_prev(&p, s[1], s[0]);
+    lf_pool_set_prev(&p, s[1], s[2]); /* the first record is kept */
+    lf_pool_set_prev(&p, s[0], LF_PREV_NONE);
+    lf_pool_set_prev(&p, s[0], s[3]); /* sealed */
+    CHECK(lf_pool_prev(&p, s[1]) == s[0] && lf_pool_prev(&p, s[0]) == LF_PREV_NONE &&
+              lf_pool_prev(&p, s[2]) == LF_PREV_UNSET,
+          "links recorded once, sealed");
+    CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 9, 8}) == 0, "enable");
+    for (int i = 2; i < N; i++) lf_pool_set_prev(&p, s[i], s[i - 1]);
+    for (int i = 0; i < N; i++) {
+        lf_pool_incref_cold(&p, s[i]);
+        lf_pool_decref(&p, s[i]); /* the table's reference only: queued */
+    }
+    CHECK(lf_pool_compress_pending(&p) == 0 && p.cold_frames == N, "all cold");
+    long bad = 0;
+    for (int i = 0; i < N; i++) {
+        bad += lf_pool_read(&p, s[i], got) != 0 || memcmp(got, want[i], ZFB) != 0;
+        bad += i && lf_pool_prev(&p, s[i]) != s[i - 1];
+    }
+    CHECK(bad == 0, "values and links (%ld)", bad);
+    for (int i = 6; i < 10; i++) { /* aliases of frame 5, one blob more than it */
+        const lf_meta *m = lf_pool_meta(&p, s[i]);
+        CHECK((m->blob_flags & LF_BLOB_PATCH) && lf_meta_blob_bytes(&p, m) == 0 &&
+                  m->ref == s[5] && m->pos == lf_pool_meta(&p, s[5])->pos,
+              "frame %d is an alias of frame 5", i);
+        CHECK(lf_pool_chain(&p, s[i], chain) == lf_pool_chain(&p, s[5], chain) + 1,
+              "its chain");
+    }
+    /* the group goes on past the run: frame 10 at the position after frame 5's */
+    CHECK(lf_pool_meta(&p, s[10])->pos == lf_pool_meta(&p, s[5])->pos + 1, "group goes on");
+    for (int i = 0; i < N; i++) lf_pool_decref_cold(&p, s[i]);
+    CHECK(p.live_frames == 0 && p.cold_frames == 0 && p.cold_bytes == 0, "all freed");
+    lf_pool_free(&p);
+
+    size_t big = ((size_t)1 << 20) + 4096; /* noise: blobs over LF_BLOB_MAX */
+    lf_pool_init(&p, big, big);
+    CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 9, 1}) == 0, "enable");
+    unsigned char *frame = malloc(big), *back = malloc(big);
+    int64_t b[2];
+    for (int i = 0; i < 2; i++) {
+        fill_random(frame, big);
+        b[i] = lf_pool_alloc(&p);
+        memcpy(lf_pool_addr(&p, b[i]), frame, big);
+        lf_pool_incref_cold(&p, b[i]);
+        lf_pool_decref(&p, b[i]);
+    }
+    CHECK(lf_pool_compress_pending(&p) == 0 && p.cold_frames == 2, "big frames cold");
+    const lf_meta *m = lf_pool_meta(&p, b[1]);
+    CHECK(m->blob_bytes == LF_BLOB_MAX && lf_meta_blob_bytes(&p, m) > big &&
+              p.cold_bytes == lf_meta_blob_bytes(&p, m) +
+                                  lf_meta_blob_bytes(&p, lf_pool_meta(&p, b[0])),
+          "a big blob's size, kept before it");
+    CHECK(lf_pool_read(&p, b[1], back) == 0 && memcmp(back, frame, big) == 0, "its value");
+    for (int i = 0; i < 2; i++) lf_pool_decref_cold(&p, b[i]);
+    CHECK(p.cold_bytes == 0 && p.live_frames == 0, "big blobs freed");
+    free(frame);
+    free(back);
+    lf_pool_free(&p);
+}
+
 /* Blobs packed in slabs: many noise frames (a dozen slabs) freed oldest first, then the
  * rest newest first: every slab but the current one is returned, values stay exact. */
 static void test_blob_slabs(void) {
@@ -1648,6 +1726,7 @@ int main(int argc, char **argv) {
     test_pool_policy();
     test_pool_random_walk();
     test_compression();
+    test_prev_links_and_aliases();
     test_blob_slabs();
     test_codec_bad_input();
     test_adopt();
