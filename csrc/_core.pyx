@@ -180,7 +180,7 @@ cdef extern from "pool.h" nogil:
     int32_t lf_pool_prev(const lf_pool *p, int64_t slot)
     void lf_pool_prefetch_prev(const lf_pool *p, int64_t slot)
     void lf_pool_set_prev(lf_pool *p, int64_t slot, int64_t prev)
-    enum: LF_PREV_NONE
+    enum: LF_PREV_NONE, LF_PREV_UNSET
     int lf_pool_enable_compression(lf_pool *p, lf_codec c)
     lf_codec lf_pool_codec(const lf_pool *p)
     int lf_pool_compress_pending(lf_pool *p)

@@ -474,8 +474,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
             compress: True (the default options) or a mapping of ``codec`` (``"lz4"``,
                 ``"lz4hc"`` or ``"zstd"``), ``level`` (1 to 9) and ``group`` (1 to 64:
                 at most one keyframe in ``group`` frames; a frame decodes from at most
-                ``1 + log2(group)`` compressed blobs, and its root, a raw frame, when
-                ``group > 1``).
+                ``1 + log2(group)`` compressed blobs, one more for a frame equal to the
+                one before it, and its root, a raw frame, when ``group > 1``).
 
         Raises:
             TypeError, ValueError: bad options, or options other than the pool's own

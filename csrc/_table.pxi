@@ -96,11 +96,14 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
     cdef Py_ssize_t _xcap, _xlive
     cdef int32_t _xfree   # the first free record (its first id links the next), or -1
     cdef int32_t *_row    # W ids: a row being written
+    cdef uint8_t *_fit    # per row of the write in progress: phase 1's _stacked (see _fits)
+    cdef Py_ssize_t _fitcap
 
     def __cinit__(self):
         self._pool = None
         self._t = self._x = self._row = NULL
-        self._R = self._W = self._S = self._h = self._xcap = self._xlive = 0
+        self._fit = NULL
+        self._R = self._W = self._S = self._h = self._xcap = self._xlive = self._fitcap = 0
         self._xfree = -1
 
     def __init__(self, pool, rows, width):
@@ -144,6 +147,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         free(self._t)
         free(self._x)
         free(self._row)
+        free(self._fit)
 
     cdef inline void _entries(self, const int32_t *row, int32_t *out) noexcept:
         """The ``W`` entries of the row stored at ``row`` into ``out`` (the storage note)."""
@@ -191,23 +195,27 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         self._xcap = cap
         return 0
 
-    cdef bint _stacked(self, const int32_t *full) noexcept:
-        """Whether the ``W`` entries ``full`` are the walk from their last one (stored in
-        one id), the previous frames of this write recorded; phase 1 then seals the frames
-        it repeats (_seal)."""
+    cdef int _stacked(self, const int32_t *full) noexcept:
+        """1 if the ``W`` entries ``full`` are the walk from their last one (stored in one
+        id), the previous frames of this write recorded; 2 if so and a frame the walk
+        repeats has no previous frame recorded yet (phase 1 then seals it: _seal); else 0."""
         cdef Py_ssize_t h = self._h, j
+        cdef int32_t q
+        cdef bint unset = False
         if h == 0:
-            return False
+            return 0
         for j in range(2 * h):
             if full[j] < 0:
-                return False
-        for j in range(2 * h - 2, h - 1, -1):
-            if full[j] != _back(&self._pool.p, full[j + 1]):
-                return False
+                return 0
         for j in range(1, h):
             if full[j] != full[h + j - 1]:
-                return False
-        return full[0] == _back(&self._pool.p, full[h])
+                return 0
+        for j in range(2 * h - 1, h - 1, -1):  # each frame of the next observation
+            q = lf_pool_prev(&self._pool.p, full[j])
+            unset = unset or q == LF_PREV_UNSET
+            if (q if q >= 0 else full[j]) != (full[j - 1] if j > h else full[0]):
+                return 0
+        return 2 if unset else 1
 
     cdef void _seal(self, const int32_t *full) noexcept:
         """Seal the frames the walk of the stacked entries ``full`` repeats: no previous
@@ -216,13 +224,42 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         for j in range(self._h, 2 * self._h):
             lf_pool_set_prev(&self._pool.p, full[j], LF_PREV_NONE)
 
-    cdef void _put_row(self, Py_ssize_t r, const int32_t *full) noexcept:
-        """Store the ``W`` entries ``full`` in the empty row ``r`` (records reserved)."""
+    cdef int _fits(self, Py_ssize_t e) except -1:
+        """Phase 1: room for the decisions of a write of ``e`` rows (MemoryError)."""
+        cdef uint8_t *f
+        if e > self._fitcap:
+            f = <uint8_t *>realloc(self._fit, e)
+            if f == NULL:
+                raise MemoryError("no memory for a write of a SlotTable")
+            self._fit = f
+            self._fitcap = e
+        return 0
+
+    cdef void _fitted(self) noexcept:
+        """After a write: drop a large room for decisions (a checkpoint's load)."""
+        if self._fitcap > 4096:
+            free(self._fit)
+            self._fit = NULL
+            self._fitcap = 0
+
+    cdef int _decide(self, Py_ssize_t i, const int32_t *full) noexcept:
+        """Phase 1, links recorded: whether row ``i`` of the write (entries ``full``) is
+        stored in one id, kept for _put_row (sealing what its walk repeats); the number of
+        overflow records it needs."""
+        cdef int k = self._stacked(full)
+        if k == 2:
+            self._seal(full)
+        self._fit[i] = k != 0
+        return k == 0 and self._h != 0
+
+    cdef void _put_row(self, Py_ssize_t r, const int32_t *full, bint stacked) noexcept:
+        """Store the ``W`` entries ``full`` in the empty row ``r``: ``stacked`` (phase 1's
+        decision) in one id, else in a record (reserved)."""
         cdef int32_t *row = self._t + r * self._S
         cdef int32_t o
         if self._h == 0:
             memcpy(row, full, self._W * sizeof(int32_t))
-        elif self._stacked(full):
+        elif stacked:
             row[0] = full[self._W - 1]
         else:
             o = self._xfree
@@ -328,6 +365,11 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         cdef Py_ssize_t i, j
         cdef int32_t *row
         cdef int32_t v
+        for i in range(e if self._h else 0):  # hints: the walks' links and refcounts
+            v = self._t[r[i]]
+            if v >= 0:
+                lf_pool_prefetch_prev(&self._pool.p, v)
+                lf_pool_prefetch_ref(&self._pool.p, v)
         for i in range(e):
             row = self._t + r[i] * self._S
             self._entries(row, self._row)  # all read before a reference is dropped
@@ -436,6 +478,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         (MemoryError: no entry changes; the records and seals stay, facts about frames)."""
         cdef Py_ssize_t i, j, q, col, over = 0
         cdef const int64_t *ids
+        self._fits(e)
         for q in range(n):
             for i in range(e):
                 ids = src[q] + i * ks[q]
@@ -447,10 +490,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
                 for j in range(ks[q]):
                     self._row[col + j] = <int32_t>src[q][i * ks[q] + j]
                 col += ks[q]
-            if self._stacked(self._row):
-                self._seal(self._row)
-            else:
-                over += 1
+            over += self._decide(i, self._row)
         return self._reserve(r, e, over)
 
     def clear(self, rows=None):
@@ -677,12 +717,10 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
                 prev = self._row[j - 1] if j % part else -1
                 if cur >= 0 and prev >= 0:
                     lf_pool_set_prev(p, cur, prev)
+        self._fits(e)
         for i in range(e if self._h else 0):  # the rows that will need an overflow record
             _indexed_row(self._row, x + i * self._W, self._W, s._slots)
-            if self._stacked(self._row):
-                self._seal(self._row)
-            else:
-                over += 1
+            over += self._decide(i, self._row)
         self._reserve(ri, e, over)
         # all checked: new references, then the old ones dropped, then written
         for i in range(e * self._W):
@@ -691,7 +729,8 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         self._drop_rows(ri, e)
         for i in range(e):
             _indexed_row(self._row, x + i * self._W, self._W, s._slots)
-            self._put_row(ri[i], self._row)
+            self._put_row(ri[i], self._row, self._h and self._fit[i])
+        self._fitted()
         lf_pool_compress_pending(p)  # out of memory: frames stay hot, queued
 
     def __reduce__(self):
@@ -722,7 +761,8 @@ cdef void _table_write(SlotTable t, const int64_t *r, Py_ssize_t e, const int64_
             for j in range(ks[q]):
                 t._row[col + j] = <int32_t>ids[j]
             col += ks[q]
-        t._put_row(r[i], t._row)
+        t._put_row(r[i], t._row, t._h and t._fit[i])
+    t._fitted()
 
 
 cdef inline void _indexed_row(int32_t *row, const int64_t *x, Py_ssize_t W,

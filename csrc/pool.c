@@ -605,7 +605,8 @@ static int compress_one(lf_pool *p, int64_t slot) {
     lf_meta *m = lf_pool_meta(p, slot);
     int64_t ref = -1, prev = lf_pool_prev(p, slot);
     unsigned pos = 0;
-    if (prev >= 0 && lf_pool_is_live(p, prev) && lf_pool_meta(p, prev)->cold_state) {
+    if (prev >= 0 && lf_pool_is_live(p, prev) && lf_pool_meta(p, prev)->cold_state &&
+        z->codec.group > 1) { /* (group 1: every frame its own keyframe, no alias) */
         const unsigned char *same = raw_at_hand(p, prev);
         if (same && memcmp(same, m->buf, p->frame_bytes) == 0) {
             pos = lf_pool_meta(p, prev)->pos;

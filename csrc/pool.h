@@ -90,7 +90,8 @@ typedef struct {
  * LF_ROOT_FRAMES / group). A keyframe is then a patch against a frame its game shares most
  * pixels with: a few hundred bytes where the codec's keyframe takes up to 2 KB, decoded
  * by a copy of the root, which is read in place, and a patch, not by the codec
- * (docs/COMPRESSION.md, "Roots"). A frame decodes from at most 1 + 1 + log2(group) blobs. */
+ * (docs/COMPRESSION.md, "Roots"). A frame decodes from at most 1 + 1 + log2(group) blobs,
+ * one more if it is an alias of a repeated frame (compress_one). */
 #define LF_ROOT_FRAMES 8192
 
 #define LF_WARM 32         /* raw copies of recently compressed frames kept for the next delta */

@@ -184,6 +184,9 @@ def test_a_frame_equal_to_the_one_before_is_an_empty_patch_on_it():
     plain_chain = [0] + [len(plain.pool._chain(s)) for s in plain.table.ids()[:, K]]
     assert [c for c, r in zip(chain, repeat, strict=True) if not r] == plain_chain[1:]
     assert all(c <= plain_chain[d] + 1 for c, d, r in zip(chain, of, repeat, strict=True) if r)
+    keys = Store(frames, [0], {"group": 1})  # every frame its own keyframe: no alias either
+    assert {len(keys.pool._chain(s)) for s in keys.table.ids()[: -K - 1, K]} == {1}
+    check_values(keys, np.arange(keys.rows)[::7], ("stack",))
 
 
 def test_keyframes_are_coded_against_a_raw_root_renewed_every_8192_frames():
