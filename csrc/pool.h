@@ -38,7 +38,7 @@
  * tables do move: lf_pool_alloc grows the chunk table with realloc, and frees and
  * compression write the lf_meta of other slots. So a reader takes every address it needs
  * with the GIL held - a hot frame's lf_pool_addr, a cold frame's blob (lf_reader_add
- * copies it into an lf_blob) - and never reads p->chunks, an lf_meta or a refcount
+ * copies it into an lf_blob) - and never reads p->chunks, an lf_meta, a link or a refcount
  * without the GIL. test_pool_threads in csrc/test_kernels.c runs adds against gathers in
  * two threads under ThreadSanitizer (tests/sanitize.sh).
  */
