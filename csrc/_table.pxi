@@ -250,7 +250,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         if k == 2:
             self._seal(full)
         self._fit[i] = k != 0
-        return k == 0 and self._h != 0
+        return k == 0
 
     cdef void _put_row(self, Py_ssize_t r, const int32_t *full, bint stacked) noexcept:
         """Store the ``W`` entries ``full`` in the empty row ``r``: ``stacked`` (phase 1's

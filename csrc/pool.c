@@ -98,9 +98,7 @@ static void compressor_free(lf_compressor *z);
 /* What a slot's buffer not in a slab was allocated as: a hot frame's or a root's buffer,
  * or a blob, whose size precedes it if it is LF_BLOB_MAX bytes or more (blob_alloc). */
 static void *own_alloc(const lf_meta *m) {
-    return m->cold_state && !(m->blob_flags & LF_BLOB_RAW) && m->blob_bytes == LF_BLOB_MAX
-               ? m->buf - sizeof(size_t)
-               : m->buf;
+    return m->cold_state && lf_meta_big(m) ? m->buf - sizeof(size_t) : m->buf;
 }
 
 static void chunk_release(lf_chunk *c) {
@@ -650,7 +648,7 @@ static int compress_one(lf_pool *p, int64_t slot) {
     m->ref = (int32_t)ref;
     warm_put(z, slot, m->buf);
     m->buf = blob;
-    m->blob_bytes = n < LF_BLOB_MAX ? (uint32_t)n : LF_BLOB_MAX;
+    lf_meta_set_blob_bytes(m, n);
     m->cold_state = 1;
     p->cold_frames++;
     p->cold_bytes += n;
@@ -732,7 +730,7 @@ int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offse
         memcpy(mem, b, bn);
         lf_meta *mt = lf_pool_meta(p, slot);
         mt->buf = mem;
-        mt->blob_bytes = bn < LF_BLOB_MAX ? (uint32_t)bn : LF_BLOB_MAX;
+        lf_meta_set_blob_bytes(mt, bn);
         mt->blob_flags = (uint8_t)(where | flags);
         mt->pos = (uint8_t)t.pos;
         mt->cold_state = 1;

@@ -309,10 +309,20 @@ typedef struct {
     uint8_t flags;         /* lf_meta.blob_flags */
 } lf_blob;
 
+/* 1 if a cold slot's blob is LF_BLOB_MAX bytes or more (its own malloc, its size before it). */
+static inline int lf_meta_big(const lf_meta *m) {
+    return !(m->blob_flags & LF_BLOB_RAW) && m->blob_bytes == LF_BLOB_MAX;
+}
+
+/* Record the size n of a cold slot's new blob (a big one's size is also before it). */
+static inline void lf_meta_set_blob_bytes(lf_meta *m, size_t n) {
+    m->blob_bytes = n < LF_BLOB_MAX ? (uint32_t)n : LF_BLOB_MAX;
+}
+
 /* Bytes of the blob of a cold slot's lf_meta m. */
 static inline size_t lf_meta_blob_bytes(const lf_pool *p, const lf_meta *m) {
     if (m->blob_flags & LF_BLOB_RAW) return p->frame_bytes;
-    if (m->blob_bytes < LF_BLOB_MAX) return m->blob_bytes;
+    if (!lf_meta_big(m)) return m->blob_bytes;
     size_t n;
     memcpy(&n, m->buf - sizeof(n), sizeof(n));
     return n;
