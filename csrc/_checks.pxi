@@ -21,7 +21,7 @@ def _check_container(payload, offsets, kinds, frame_bytes: int) -> tuple:
     if offs.ndim != 1 or kds.ndim != 1 or offs.shape[0] != kds.shape[0] + 1:
         raise ValueError(f"offsets {offs.shape} and kinds {kds.shape} must be (n + 1,) and (n,)")
     # compared in their own dtype first: no value wraps when converted
-    if ((offs < 0) | (offs > data.size)).any() or ((kds < KIND_KEY) | (kds > KIND_XOR)).any():
+    if ((offs < 0) | (offs > data.size)).any() or ((kds < KIND_KEY) | (kds > KIND_PACKED)).any():
         raise ValueError("offsets must be in [0, len(payload)], kinds one of KIND_*")
     offs, kds = offs.astype(np.int64), kds.astype(np.uint8)
     sizes = np.diff(offs)

@@ -14,7 +14,7 @@ def encode_frames(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
 
     Frame 0 is a keyframe (``KIND_KEY``), and so is each frame of ``keys`` and each that
     a group of ``group`` frames has no room for or that a delta would not pay for. The
-    others are ``KIND_PATCH`` or ``KIND_XOR`` deltas against the frame of their group at
+    others are ``KIND_PATCH`` or ``KIND_PACKED`` deltas against the frame of their group at
     position ``pos - lowbit(pos)`` (docs/COMPRESSION.md). :func:`decode_frames` inverts
     it; :meth:`FramePool.adopt` stores its blobs as they are.
 

@@ -395,13 +395,14 @@ cdef int _decode_copy(const _Copy *c, _Readers *rs, const int64_t *entry,
 # per thread (lf_parallel_for, csrc/parallel.h), up to get_num_threads() parts of at least
 # _part_bytes of work each: below that, waking a worker costs about what the part saves
 # (bench/bench_parallel.py --split measures it). The work is the output's bytes plus, for
-# each cold frame the copy reads that the codec decodes (a codec keyframe or XOR delta),
-# _COLD_WEIGHT times its bytes: decoding such a frame costs a few copies of it, while a
-# patch or a root decodes by copies about as an uncompressed frame does (a sample(32) of
-# Atari observations with their next ones, 1.8 MB, is one part, uncompressed or of
-# patches; with codec blobs among its frames, two). Measured on the AMD host, 19,000
-# recorded transitions, one thread against two: Pong 112 / 123 us, Breakout 71 / 96,
-# Seaquest (60% XOR deltas) 262 / 190.
+# each cold frame the copy reads that the codec decodes (a codec keyframe, packed patch
+# or XOR delta), _COLD_WEIGHT times its bytes: decoding such a frame costs a few copies
+# of it, while a patch or a root decodes by copies about as an uncompressed frame does
+# (a sample(32) of Atari observations with their next ones, 1.8 MB, is one part,
+# uncompressed or of patches; with codec blobs among its frames, two). Measured on the
+# AMD host, 19,000 recorded transitions, one thread against two: Pong 112 / 123 us,
+# Breakout 71 / 96, Seaquest (60% XOR deltas) 262 / 190; with packed patches (two frames
+# in three), Seaquest's 100,000 transitions 2.2x / 2.0x uncompressed.
 cdef size_t _part_bytes = 1 << 20
 cdef size_t _COLD_WEIGHT = 2
 _PART_BYTES = _part_bytes  # for the tests and benchmarks: where a copy starts to split

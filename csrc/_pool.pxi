@@ -844,8 +844,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
 
         Args:
             payload, offsets, kinds: a container of this pool's frames, of kinds
-                ``KIND_KEY``, ``KIND_PATCH`` and ``KIND_XOR`` (``encode_frames`` makes no
-                others).
+                ``KIND_KEY``, ``KIND_PATCH``, ``KIND_PACKED`` (``encode_frames`` makes no
+                others) and ``KIND_XOR``.
 
         Returns:
             A :class:`LazyBatch` ``(n, 1)`` of the frames, ``"stack"`` layout.

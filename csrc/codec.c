@@ -69,51 +69,26 @@ static int header_ours(const unsigned char *h) {
     return 1;
 }
 
-int lf_decompress(void *dctx, const void *blob, size_t blob_bytes, void *dst, size_t n) {
+long lf_decompress_upto(void *dctx, const void *blob, size_t blob_bytes, void *dst,
+                        size_t cap) {
     int32_t nbytes, cbytes, blocksize;
     if (blob_bytes < BLOSC_EXTENDED_HEADER_LENGTH || blob_bytes > (size_t)INT32_MAX ||
-        n > (size_t)INT32_MAX || !header_ours(blob))
+        !header_ours(blob))
         return -1;
     if (blosc2_cbuffer_sizes(blob, &nbytes, &cbytes, &blocksize) < 0 || nbytes < 0 ||
-        (size_t)nbytes != n || cbytes < 0 || (size_t)cbytes != blob_bytes)
+        (size_t)nbytes > cap || cbytes < 0 || (size_t)cbytes != blob_bytes)
         return -1;
     int r = blosc2_decompress_ctx((blosc2_context *)dctx, blob, (int32_t)blob_bytes, dst,
-                                  (int32_t)n);
-    return r >= 0 && (size_t)r == n ? 0 : -1;
+                                  nbytes);
+    return r == nbytes ? (long)r : -1;
 }
 
-/* header bytes that differ between the blobs of one context */
-static int lf_varies(size_t i) {
-    return i == 2 || (i >= 12 && i < 16) || i == 31;
+int lf_decompress(void *dctx, const void *blob, size_t blob_bytes, void *dst, size_t n) {
+    if (n > (size_t)INT32_MAX) return -1;
+    return lf_decompress_upto(dctx, blob, blob_bytes, dst, n) == (long)n ? 0 : -1;
 }
 
-size_t lf_lean(lf_header *t, unsigned char *buf, size_t n) {
-    if (n < LF_BLOB_OVERHEAD) return n;
-    if (!t->set) {
-        memcpy(t->h, buf, LF_BLOB_OVERHEAD);
-        t->set = 1;
-    }
-    for (size_t i = 0; i < LF_BLOB_OVERHEAD; i++)
-        if (!lf_varies(i) && buf[i] != t->h[i]) return n;
-    unsigned char flags = buf[2], flags2 = buf[31];
-    memmove(buf + 2, buf + LF_BLOB_OVERHEAD, n - LF_BLOB_OVERHEAD);
-    buf[0] = flags;
-    buf[1] = flags2;
-    return n - LF_LEAN_SAVED;
-}
-
-size_t lf_unlean(const lf_header *t, const unsigned char *lean, size_t n, unsigned char *out) {
-    size_t whole = n + LF_LEAN_SAVED;
-    uint32_t cbytes = (uint32_t)whole;
-    memcpy(out, t->h, LF_BLOB_OVERHEAD);
-    out[2] = lean[0];
-    out[31] = lean[1];
-    for (int i = 0; i < 4; i++) out[12 + i] = (unsigned char)(cbytes >> (8 * i)); /* LE */
-    memcpy(out + LF_BLOB_OVERHEAD, lean + 2, n - 2);
-    return whole;
-}
-
-/* -- patches (codec.h) ---------------------------------------------------------------- */
+/* -- varints, of lean blobs and patches ---------------------------------------------- */
 
 static size_t varint_len(size_t v) {
     size_t n = 1;
@@ -151,6 +126,56 @@ static int get_varint(const unsigned char *p, size_t pn, size_t *r, size_t *v) {
     }
     return -1;
 }
+
+/* -- lean blobs (codec.h) --------------------------------------------------------------- */
+
+/* header bytes that differ between the blobs of one context: the flags and the sizes */
+static int lf_varies(size_t i) {
+    return i == 2 || (i >= 4 && i < 16) || i == 31;
+}
+
+static uint32_t le32(const unsigned char *b) {
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static void put_le32(unsigned char *b, uint32_t v) {
+    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
+}
+
+size_t lf_lean(lf_header *t, unsigned char *buf, size_t n) {
+    if (n < LF_BLOB_OVERHEAD || le32(buf + 4) != le32(buf + 8) || le32(buf + 12) != n)
+        return n; /* (a blob of blocks: its own block size) */
+    if (!t->set) {
+        memcpy(t->h, buf, LF_BLOB_OVERHEAD);
+        t->set = 1;
+    }
+    for (size_t i = 0; i < LF_BLOB_OVERHEAD; i++)
+        if (!lf_varies(i) && buf[i] != t->h[i]) return n;
+    unsigned char head[2 + 5];
+    head[0] = buf[2];
+    head[1] = buf[31];
+    size_t h = 2 + put_varint(head + 2, le32(buf + 4));
+    memmove(buf + h, buf + LF_BLOB_OVERHEAD, n - LF_BLOB_OVERHEAD);
+    memcpy(buf, head, h);
+    return n - LF_BLOB_OVERHEAD + h;
+}
+
+size_t lf_unlean(const lf_header *t, const unsigned char *lean, size_t n, unsigned char *out) {
+    size_t r = 2, nbytes;
+    if (n < 2 || get_varint(lean, n, &r, &nbytes) || nbytes > INT32_MAX) return 0;
+    size_t whole = n - r + LF_BLOB_OVERHEAD;
+    if (whole > INT32_MAX) return 0;
+    memcpy(out, t->h, LF_BLOB_OVERHEAD);
+    out[2] = lean[0];
+    out[31] = lean[1];
+    put_le32(out + 4, (uint32_t)nbytes);
+    put_le32(out + 8, (uint32_t)nbytes);
+    put_le32(out + 12, (uint32_t)whole);
+    memcpy(out + LF_BLOB_OVERHEAD, lean + r, n - r);
+    return whole;
+}
+
+/* -- patches (codec.h) ---------------------------------------------------------------- */
 
 /* compile-time check (C99): the word test of run_end looks for 4 equal bytes */
 typedef char lf_gap_is_4[LF_PATCH_GAP == 4 ? 1 : -1];
@@ -234,6 +259,7 @@ int lf_patch_apply(const unsigned char *patch, size_t pn, const unsigned char *b
     while (r < pn) {
         if (get_varint(patch, pn, &r, &skip) || get_varint(patch, pn, &r, &len)) return -1;
         if (skip > n - pos) return -1;
+        if (len == 0) break; /* the end of a padded patch (no run is empty) */
         pos += skip;
         if (len > n - pos || len > pn - r) return -1;
         copy_run(out + pos, patch + r, len);
@@ -254,6 +280,10 @@ int lf_kind_decode(void *dctx, int kind, const unsigned char *blob, size_t bn,
         return 0;
     case LF_KIND_PATCH:
         return base ? lf_patch_apply(blob, bn, base, out, n) : -1;
+    case LF_KIND_PACKED: {
+        long pn = base ? lf_decompress_upto(dctx, blob, bn, delta, n) : -1;
+        return pn < 0 ? -1 : lf_patch_apply(delta, (size_t)pn, base, out, n);
+    }
     case LF_KIND_DELTA:
     case LF_KIND_XOR:
         if (!base || lf_decompress(dctx, blob, bn, delta, n)) return -1;
@@ -281,27 +311,39 @@ void lf_xor_into(unsigned char *restrict out, const unsigned char *restrict b, s
 int lf_coder_init(lf_coder *c, lf_codec codec, size_t n) {
     memset(c, 0, sizeof(*c));
     c->n = n;
-    c->codec_score = LF_CODEC_TRIES;
+    c->codec = codec;
     c->cctx = lf_cctx_new(codec);
-    c->blob = malloc(2 * n + LF_BLOB_OVERHEAD);
+    c->pack_cctx = calloc(LF_PACK_MAX / LF_PACK_CLASS, sizeof(void *));
+    c->blob = malloc(2 * (n + LF_BLOB_OVERHEAD));
     c->patch = malloc(n + LF_BLOB_OVERHEAD);
     c->delta = malloc(n);
-    return c->cctx && c->blob && c->patch && c->delta ? 0 : -1;
+    return c->cctx && c->pack_cctx && c->blob && c->patch && c->delta ? 0 : -1;
 }
 
 void lf_coder_free(lf_coder *c) {
     lf_ctx_free(c->cctx);
+    for (size_t i = 0; c->pack_cctx && i < LF_PACK_MAX / LF_PACK_CLASS; i++)
+        lf_ctx_free(c->pack_cctx[i]);
+    free(c->pack_cctx);
     free(c->blob);
     free(c->patch);
     free(c->delta);
     memset(c, 0, sizeof(*c));
 }
 
-/* The codec's blob of n bytes of src in c->blob, made lean if it can be: its size. */
-static long codec_blob(lf_coder *c, const unsigned char *src, unsigned char *kind) {
-    long whole = lf_compress(c->cctx, src, c->n, c->blob);
+/* The codec's blob of n bytes of src in dst, made lean if it can be: its size. A Blosc2
+ * context keeps the block size of its first call (it cuts a later, larger buffer into
+ * blocks of it) and makes its buffers again for a buffer of another size: each context
+ * codes one size only, keyframes (c->n bytes) or packed patches of one class (padded to
+ * LF_PACK_CLASS bytes). Other sizes would churn the heap among the pool's slabs (+1.5-2
+ * bytes of RSS per stored frame). Contexts are made when first needed. */
+static long codec_blob(lf_coder *c, const unsigned char *src, size_t n, unsigned char *kind,
+                       unsigned char *dst) {
+    void **ctx = n == c->n ? &c->cctx : &c->pack_cctx[n / LF_PACK_CLASS - 1];
+    if (!*ctx && !(*ctx = lf_cctx_new(c->codec))) return -1;
+    long whole = lf_compress(*ctx, src, n, dst);
     if (whole < 0) return -1;
-    size_t l = lf_lean(&c->header, c->blob, (size_t)whole);
+    size_t l = lf_lean(&c->header, dst, (size_t)whole);
     *kind = l < (size_t)whole ? LF_BLOB_LEAN : 0;
     return (long)l;
 }
@@ -312,27 +354,34 @@ long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned cha
     if (base) {
         size_t pn = lf_patch_encode(frame, base, n, c->patch, n + LF_BLOB_OVERHEAD);
         if (pn != (size_t)-1) {
+            long best = (long)pn;
             *out = c->patch;
             *kind = LF_BLOB_PATCH;
-            if (pn > LF_PATCH_TRY_CODEC &&
-                (c->codec_score > 0 || c->n_large++ % LF_CODEC_PROBE == 0)) {
-                unsigned char lean;
-                lf_xor_of(c->delta, frame, base, n);
-                long x = codec_blob(c, c->delta, &lean);
+            size_t padded = (pn + 2 + LF_PACK_CLASS - 1) / LF_PACK_CLASS * LF_PACK_CLASS;
+            if (pn > LF_PACK_SAVES && padded <= n && padded <= LF_PACK_MAX) {
+                unsigned char lean; /* 2+ zeros after the patch: an empty run ends it */
+                memset(c->patch + pn, 0, padded - pn);
+                long x = codec_blob(c, c->patch, padded, &lean, c->blob);
                 if (x < 0) return -1;
-                if ((size_t)x < pn - pn / 8) {
+                if ((size_t)x + LF_PACK_SAVES <= pn) {
+                    best = x;
                     *out = c->blob;
-                    *kind = (unsigned char)(LF_BLOB_XOR | lean);
-                    c->codec_score = LF_CODEC_TRIES;
-                    return x;
+                    *kind = (unsigned char)(LF_BLOB_PACKED | lean);
                 }
-                if (c->codec_score > 0) c->codec_score--;
             }
-            return (long)pn;
+            if ((size_t)best <= n / LF_DELTA_BIG) return best;
+            /* a scene change: the keyframe may be smaller (after the packed patch) */
+            unsigned char *key = c->blob + n + LF_BLOB_OVERHEAD, lean;
+            long k = codec_blob(c, frame, n, &lean, key);
+            if (k < 0) return -1;
+            if (k >= best) return best;
+            *out = key;
+            *kind = lean;
+            return k;
         }
     }
     *out = c->blob;
-    return codec_blob(c, frame, kind);
+    return codec_blob(c, frame, n, kind, c->blob);
 }
 
 int lf_coder_container(lf_coder *c, const unsigned char *frames, size_t m, int group,
@@ -348,9 +397,7 @@ int lf_coder_container(lf_coder *c, const unsigned char *frames, size_t m, int g
         unsigned char kind;
         long r = lf_coder_encode(c, frames + i * n, base, &blob, &kind);
         if (r < 0) return -1;
-        kinds[i] = kind & LF_BLOB_PATCH ? LF_KIND_PATCH
-                   : kind & LF_BLOB_XOR ? LF_KIND_XOR
-                                        : LF_KIND_KEY;
+        kinds[i] = (uint8_t)lf_coded_kind(kind);
         lf_tree_step(&t, (int64_t)i, kinds[i]);
         unsigned char *dst = out + offsets[i];
         size_t w = (size_t)r;

@@ -49,12 +49,15 @@ long lf_compress(void *cctx, const void *src, size_t n, void *dst);
  * exactly n bytes (checked before anything is written past its header), else -1. */
 int lf_decompress(void *dctx, const void *blob, size_t blob_bytes, void *dst, size_t n);
 
+/* The same for a blob of any size up to cap bytes: its size, or -1. */
+long lf_decompress_upto(void *dctx, const void *blob, size_t blob_bytes, void *dst, size_t cap);
+
 /* Lean blobs. The blobs of one compression context share all of Blosc2's 32-byte chunk
- * header but its compressed size (bytes 12-15) and two flag bytes (2 and 31). A pool
- * stores a blob whose header matches its template (the first header it saw) as those
- * two flag bytes then the payload, and rebuilds the header to decode it: 30 bytes less
- * per frame. A blob whose header differs anywhere else stays whole. */
-#define LF_LEAN_SAVED (LF_BLOB_OVERHEAD - 2)
+ * header but its sizes (bytes 4-15: uncompressed, block and compressed) and two flag bytes
+ * (2 and 31). A pool stores a blob whose header matches its template (the first header it
+ * saw) and whose block is all of it as those two flag bytes, its uncompressed size (a
+ * varint: a keyframe's is the frame's, a packed patch's its own) and the payload, and
+ * rebuilds the header to decode it: 28 bytes less per frame. Other blobs stay whole. */
 
 typedef struct {
     unsigned char h[LF_BLOB_OVERHEAD];
@@ -65,13 +68,15 @@ typedef struct {
  * the first header it is given): the new size, or n (the blob stays whole). */
 size_t lf_lean(lf_header *t, unsigned char *buf, size_t n);
 
-/* The whole blob of a lean one of n bytes, written to out (room for n + LF_LEAN_SAVED). */
+/* The whole blob of a lean one of n bytes, written to out (room for its whole size, at
+ * most n + LF_BLOB_OVERHEAD - 3): its size, or 0 if the lean blob is malformed. */
 size_t lf_unlean(const lf_header *t, const unsigned char *lean, size_t n, unsigned char *out);
 
 /* Patches: how a pool stores a frame against its reference frame. A patch lists the runs
  * of bytes where the frame differs from the reference, each as (skip, len, the frame's len
  * bytes): skip counts the equal bytes since the previous run, skip and len are LEB128
- * varints. Runs fewer than LF_PATCH_GAP equal bytes apart are merged. Atari frames change
+ * varints. Runs fewer than LF_PATCH_GAP equal bytes apart are merged. A run of length 0
+ * ends a patch (padding may follow: a packed patch's). Atari frames change
  * in a few small places, so a patch is smaller than LZ4 of the XOR delta (about 40% on
  * recorded frames, docs/COMPRESSION.md) and decodes as a copy of the reference and a few
  * memcpy, with no codec call. */
@@ -94,12 +99,19 @@ void lf_xor_into(unsigned char *out, const unsigned char *b, size_t n);
 
 /* Containers: frames coded one after another, each blob of a kind (the values of
  * _core.KIND_*, docs/COMPRESSION.md). A keyframe (KEY or RAW) starts a group at position 0;
- * a PATCH or XOR frame takes the next position pos of its group and is coded against the
- * group's frame at position pos - lowbit(pos), as a compressing pool codes its frames
+ * a PATCH, PACKED or XOR frame takes the next position pos of its group and is coded
+ * against the group's frame at position pos - lowbit(pos), as a compressing pool codes its frames
  * (pool.h), so that a pool adopts such blobs as they are (lf_pool_adopt). A DELTA frame,
  * of containers before 0.3, takes its position too but is coded against the frame before
  * it. */
-enum { LF_KIND_KEY = 0, LF_KIND_DELTA = 1, LF_KIND_RAW = 2, LF_KIND_PATCH = 3, LF_KIND_XOR = 4 };
+enum {
+    LF_KIND_KEY = 0,
+    LF_KIND_DELTA = 1,
+    LF_KIND_RAW = 2,
+    LF_KIND_PATCH = 3,
+    LF_KIND_XOR = 4,   /* made by the coder before packed patches; still read */
+    LF_KIND_PACKED = 5 /* the codec's blob of a patch */
+};
 
 typedef struct {
     int64_t start;         /* index of the group's keyframe: {0, 0} before a container's
@@ -108,7 +120,7 @@ typedef struct {
     unsigned pos;          /* position of the last frame in its group */
 } lf_tree;
 
-/* The index of the frame a PATCH or XOR frame would be coded against next. */
+/* The index of the frame a PATCH, PACKED or XOR frame would be coded against next. */
 static inline int64_t lf_tree_ref(const lf_tree *t) {
     unsigned pos = t->pos + 1;
     return t->start + (int64_t)(pos & (pos - 1));
@@ -127,8 +139,8 @@ static inline int64_t lf_tree_step(lf_tree *t, int64_t i, int kind) {
         return LF_TREE_KEY;
     }
     int delta = kind == LF_KIND_DELTA;
-    if (i <= t->start || t->pos + 1 >= LF_MAX_GROUP || (!delta && kind != LF_KIND_PATCH &&
-                                                        kind != LF_KIND_XOR))
+    if (i <= t->start || t->pos + 1 >= LF_MAX_GROUP ||
+        (!delta && kind != LF_KIND_PATCH && kind != LF_KIND_XOR && kind != LF_KIND_PACKED))
         return LF_TREE_BAD; /* no frame before it, a full group, an unknown kind */
     int64_t ref = delta ? i - 1 : lf_tree_ref(t);
     t->pos++; /* every frame of a group takes the next position: pos = i - start */
@@ -136,37 +148,61 @@ static inline int64_t lf_tree_step(lf_tree *t, int64_t i, int kind) {
 }
 
 /* Decode one blob of `kind` (bn bytes) into out (n bytes): base is the decoded frame of
- * its reference (NULL for a keyframe) and may be out; delta: n bytes of scratch (an XOR
- * delta decoded there). 0, or -1 if the blob does not decode to n bytes. */
+ * its reference (NULL for a keyframe) and may be out; delta: n bytes of scratch (a packed
+ * patch or an XOR delta decoded there). 0, or -1 if the blob does not decode to n bytes. */
 int lf_kind_decode(void *dctx, int kind, const unsigned char *blob, size_t bn,
                    const unsigned char *base, unsigned char *out, size_t n, unsigned char *delta);
 
 /* What a coded frame is (the blob flags of a pool's slot, pool.h, share these bits). */
 #define LF_BLOB_LEAN 1     /* a lean codec blob (above) */
-#define LF_BLOB_PATCH 4    /* a patch against the reference frame, not a codec blob */
-#define LF_BLOB_XOR 8      /* a codec blob of the XOR of the frame and the reference frame */
+#define LF_BLOB_PATCH 4    /* a delta applied as a patch (codec.c) */
+#define LF_BLOB_CODED 8    /* a delta in a codec blob: of the patch (with LF_BLOB_PATCH: a
+                            * packed patch), or of the XOR of the frame and its reference */
+#define LF_BLOB_PACKED (LF_BLOB_PATCH | LF_BLOB_CODED)
+#define LF_BLOB_DELTA (LF_BLOB_PATCH | LF_BLOB_CODED) /* the bits that tell the deltas */
 
-/* A patch longer than LF_PATCH_TRY_CODEC bytes also tries the codec on the XOR delta, on
- * the next LF_CODEC_TRIES such patches after the codec last won, else on one in
- * LF_CODEC_PROBE: it wins on some games (Seaquest) and never on others, where trying it
- * on every large patch would cost ~4 us per frame (docs/COMPRESSION.md). */
-#define LF_PATCH_TRY_CODEC 128
-#define LF_CODEC_TRIES 32
-#define LF_CODEC_PROBE 16
+/* The container kind of a codec blob or delta's LF_BLOB_* bits. */
+static inline int lf_coded_kind(unsigned flags) {
+    switch (flags & LF_BLOB_DELTA) {
+    case LF_BLOB_PACKED: return LF_KIND_PACKED;
+    case LF_BLOB_PATCH: return LF_KIND_PATCH;
+    case LF_BLOB_CODED: return LF_KIND_XOR;
+    default: return LF_KIND_KEY;
+    }
+}
+
+/* A patch is packed (the codec's blob of it) when that is at least LF_PACK_SAVES bytes
+ * smaller: busy frames' patches hold runs of a few gray levels that LZ4 shrinks by half
+ * (Seaquest: two deltas in three), but a packed patch costs a codec call to decode,
+ * ~0.4 us in a batch, which a few dozen bytes do not pay for (Pong, MsPacman, Breakout:
+ * docs/COMPRESSION.md, "Packed patches"). */
+#define LF_PACK_SAVES 96
+/* A packed patch is padded with two zeros or more (an empty run: its end) to a multiple
+ * of LF_PACK_CLASS bytes, at most LF_PACK_MAX (and a frame), so that its compression
+ * context codes one size only. */
+#define LF_PACK_CLASS 64
+#define LF_PACK_MAX 65536
+
+/* A delta larger than an LF_DELTA_BIG-th of its frame (a scene change: Pong's frames
+ * between points) is also tried as a keyframe, kept if smaller. */
+#define LF_DELTA_BIG 8
 
 /* The coder of a compressing pool's frames of n bytes: a keyframe is the codec's blob, made
- * lean; a delta against its reference frame is a patch, or the codec's blob of their XOR
- * when that is an eighth smaller than a large patch (a patch decodes faster). One coder per
- * pool (its buffers are the pool's scratch too); the benchmarks' codec floor runs one alone. */
+ * lean; a delta against its reference frame is a patch, packed (the codec's blob of it,
+ * made lean) when that pays (LF_PACK_SAVES), or the keyframe when that is smaller
+ * (LF_DELTA_BIG). One coder per pool (its buffers are the pool's scratch too); the
+ * benchmarks' codec floor runs one alone. */
 typedef struct {
     size_t n;
-    void *cctx;
+    lf_codec codec;
+    void *cctx;            /* keyframes' */
+    void **pack_cctx;      /* LF_PACK_MAX / LF_PACK_CLASS: packed patches', by size
+                            * (codec.c: codec_blob) */
     lf_header header;      /* the template of lean blobs */
-    unsigned char *blob;   /* 2 n + LF_BLOB_OVERHEAD: a codec blob (and a pool's decoding chunk) */
+    unsigned char *blob;   /* 2 (n + LF_BLOB_OVERHEAD): codec blobs (and a pool's decoding
+                            * chunk) */
     unsigned char *patch;  /* n + LF_BLOB_OVERHEAD: a patch */
-    unsigned char *delta;  /* n: the XOR of a frame and its reference */
-    int codec_score;       /* large patches left to try the codec on */
-    size_t n_large;        /* large patches seen while codec_score was 0 */
+    unsigned char *delta;  /* n: a delta's scratch (a pool's decoding) */
 } lf_coder;
 
 /* 0, or -1 on out of memory (then lf_coder_free it); lf_coder_free accepts a zeroed coder. */
@@ -175,15 +211,16 @@ void lf_coder_free(lf_coder *c);
 
 /* Code frame (n bytes) as a keyframe (base NULL) or as a delta against base: the coded
  * bytes' size, *out pointing at them in the coder's buffers (valid until the next call),
- * and *kind the LF_BLOB_* bits (0 or LF_BLOB_LEAN: a keyframe, also when a patch would not
- * fit); -1 if the codec failed (cannot happen: the buffers hold any frame). */
+ * and *kind the LF_BLOB_* bits (0 or LF_BLOB_LEAN: a keyframe, also when a delta would not
+ * fit or be smaller; LF_BLOB_PATCH, or LF_BLOB_PACKED maybe with LF_BLOB_LEAN: a delta);
+ * -1 if the codec failed (cannot happen: the buffers hold any frame). */
 long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned char *base,
                      const unsigned char **out, unsigned char *kind);
 
 /* Code m frames (c->n bytes each, one after another) into a container, as a pool codes
  * them: a keyframe first, at each i with keys[i] nonzero (keys may be NULL) and wherever
- * a group of `group` frames is full or a delta would not pay, the others patches or XOR
- * blobs (lf_coder_encode), every blob whole (not lean). out: room for m (c->n +
+ * a group of `group` frames is full or a delta would not pay, the others patches or packed
+ * patches (lf_coder_encode), every blob whole (not lean). out: room for m (c->n +
  * LF_BLOB_OVERHEAD) bytes; blob i is out[offsets[i]:offsets[i + 1]], of kinds[i]. 0, or
  * -1 if the codec failed. */
 int lf_coder_container(lf_coder *c, const unsigned char *frames, size_t m, int group,

@@ -488,10 +488,7 @@ int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain) {
 
 /* The container kind (codec.h) of a cold slot's blob flags. */
 static int blob_kind(uint8_t flags) {
-    return flags & LF_BLOB_PATCH ? LF_KIND_PATCH
-           : flags & LF_BLOB_XOR ? LF_KIND_XOR
-           : flags & LF_BLOB_RAW ? LF_KIND_RAW
-                                 : LF_KIND_KEY;
+    return flags & LF_BLOB_RAW ? LF_KIND_RAW : lf_coded_kind(flags);
 }
 
 int lf_blob_decode(const lf_pool *p, void *dctx, lf_blob b, const unsigned char *base,
@@ -530,7 +527,7 @@ static int eligible(const lf_pool *p, int64_t slot) {
  * run of equal frames adds one blob to a chain, not one each. */
 static int64_t unaliased(const lf_pool *p, int64_t slot) {
     const lf_meta *m = lf_pool_meta(p, slot);
-    return (m->blob_flags & LF_BLOB_PATCH) && m->blob_bytes == 0 && m->ref >= 0 &&
+    return (m->blob_flags & LF_BLOB_DELTA) == LF_BLOB_PATCH && m->blob_bytes == 0 && m->ref >= 0 &&
                    lf_pool_meta(p, m->ref)->pos == m->pos
                ? m->ref
                : slot;
@@ -577,7 +574,7 @@ static long code_keyframe(lf_pool *p, const unsigned char *frame, const unsigned
     if (k < 0 || z->codec.group == 1) return k;
     z->root_keys++;
     long d = lf_coder_encode(&z->coder, frame, lf_pool_meta(p, z->root)->buf, out, kind);
-    if (d < 0 || !(*kind & (LF_BLOB_PATCH | LF_BLOB_XOR)))
+    if (d < 0 || !(*kind & LF_BLOB_DELTA))
         return d; /* no delta fits: the codec's keyframe, coded again */
     if (d <= k) {
         *ref = z->root;
@@ -634,7 +631,7 @@ static int compress_one(lf_pool *p, int64_t slot) {
     }
     if (coded < 0) return -1;
     size_t n = (size_t)coded;
-    if (!(kind & (LF_BLOB_PATCH | LF_BLOB_XOR))) { /* a keyframe */
+    if (!(kind & LF_BLOB_DELTA)) { /* a keyframe */
         ref = -1;
         pos = 0;
     }
@@ -708,12 +705,13 @@ int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offse
     for (i = 0; i < m; i++) {
         int64_t r = lf_tree_step(&t, (int64_t)i, kinds[i]);
         size_t bn = (size_t)(offsets[i + 1] - offsets[i]);
-        uint8_t flags = kinds[i] == LF_KIND_PATCH ? LF_BLOB_PATCH
-                        : kinds[i] == LF_KIND_XOR ? LF_BLOB_XOR
-                                                  : 0;
+        uint8_t flags = kinds[i] == LF_KIND_PATCH    ? LF_BLOB_PATCH
+                        : kinds[i] == LF_KIND_PACKED ? LF_BLOB_PACKED
+                        : kinds[i] == LF_KIND_XOR    ? LF_BLOB_CODED
+                                                     : 0;
         unsigned char *b = z->coder.blob; /* the blob, made lean there if it can be */
         memcpy(b, payload + offsets[i], bn);
-        if (!(flags & LF_BLOB_PATCH)) {
+        if (flags != LF_BLOB_PATCH) { /* a codec blob */
             size_t lean = lf_lean(&z->coder.header, b, bn);
             if (lean < bn) flags |= LF_BLOB_LEAN;
             bn = lean;

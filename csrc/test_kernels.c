@@ -547,8 +547,8 @@ static void series_frame(unsigned char *out, const unsigned char *prev, int i) {
         return;
     }
     memcpy(out, prev, ZFB);
-    if (i % 5 == 0) { /* the whole frame changes, by a constant XOR: the codec wins */
-        for (int j = 0; j < ZFB; j++) out[j] ^= 0x5A;
+    if (i % 5 == 0) { /* a band of three gray levels: a long patch that packs */
+        for (int j = 40; j < ZFB - 10; j++) out[j] = (unsigned char)(i + j % 3);
         return;
     }
     for (int j = 0; j < 3; j++) out[rnd() % ZFB] = (unsigned char)rnd(); /* a patch */
@@ -614,11 +614,11 @@ static void compression_case(lf_codec c, int n) {
     CHECK(bad_depth == 0, "chains within the group (%ld)", bad_depth);
     CHECK(bad_value == 0, "values (%ld)", bad_value);
     CHECK(c.group == 1 ? deltas == 0 : deltas > 0, "deltas (%ld)", deltas);
-    long kinds[2] = {0, 0}; /* deltas as patches, and as the codec's XOR delta */
+    long kinds[2] = {0, 0}; /* deltas as patches, and as packed patches */
     for (int i = 0; i < n; i++) {
         uint8_t f = lf_pool_meta(&p, s[i])->blob_flags;
-        kinds[0] += (f & LF_BLOB_PATCH) != 0;
-        kinds[1] += (f & LF_BLOB_XOR) != 0;
+        kinds[0] += (f & LF_BLOB_DELTA) == LF_BLOB_PATCH;
+        kinds[1] += (f & LF_BLOB_DELTA) == LF_BLOB_PACKED;
     }
     CHECK(c.group < 5 || (kinds[0] > 0 && kinds[1] > 0), "both kinds of delta (%ld, %ld)",
           kinds[0], kinds[1]);
@@ -880,6 +880,10 @@ static void test_patches(void) {
     bad += lf_patch_apply(past, sizeof(past), base, out, N) != -1;   /* run of 1001 */
     bad += lf_patch_apply(edge, sizeof(edge), base, out, N) != -1;   /* 999 + 2 */
     bad += lf_patch_apply(longer, sizeof(longer), base, out, N) != -1;
+    /* an empty run ends a patch: what follows (a packed patch's padding) is not read */
+    static const unsigned char padded[] = {0x05, 0x01, 9, 0x00, 0x00, 0xFF, 0xFF};
+    bad += lf_patch_apply(padded, sizeof(padded), base, out, N) != 0 || out[5] != 9 ||
+           memcmp(out, base, 5) != 0 || memcmp(out + 6, base + 6, N - 6) != 0;
     long returned = 0; /* random corruption: an error or some bytes, never a crash */
     for (int i = 0; i < 3000; i++) {
         size_t pn = lf_patch_encode(frame, base, N, patch, sizeof(patch));
@@ -908,7 +912,7 @@ static void test_adopt(void) {
     lf_coder_free(&coder);
     void *dctx = lf_dctx_new();
     lf_tree t = {0, 0};
-    long bad = 0, counts[5] = {0};
+    long bad = 0, counts[6] = {0};
     for (int i = 0; i < M; i++) {
         int64_t r = lf_tree_step(&t, i, kinds[i]);
         counts[kinds[i]]++;
@@ -918,7 +922,7 @@ static void test_adopt(void) {
                               r == LF_TREE_KEY ? NULL : got + r * ZFB, got + i * ZFB, ZFB, delta) != 0;
     }
     CHECK(bad == 0 && memcmp(got, want, (size_t)M * ZFB) == 0, "container decodes (%ld)", bad);
-    CHECK(counts[LF_KIND_KEY] && counts[LF_KIND_PATCH] && counts[LF_KIND_XOR], "all kinds");
+    CHECK(counts[LF_KIND_KEY] && counts[LF_KIND_PATCH] && counts[LF_KIND_PACKED], "all kinds");
     lf_pool p;
     lf_pool_init(&p, ZFB, 4 * ZFB);
     CHECK(lf_pool_enable_compression(&p, c) == 0, "enable");
@@ -947,7 +951,7 @@ static void test_adopt(void) {
         size_t at = rnd() % (size_t)offsets[M], k = rnd() % M, where = 0, live = p.live_frames;
         uint8_t kind = kinds[k];
         unsigned char was = payload[at];
-        if (trial % 4 == 0) kinds[k] = (uint8_t)(rnd() % 6);
+        if (trial % 4 == 0) kinds[k] = (uint8_t)(rnd() % 7); /* 6: no kind */
         else payload[at] ^= (unsigned char)(1 + rnd() % 255);
         int rc = lf_pool_adopt(&p, payload, offsets, kinds, M, again, &where);
         if (rc == 0) {
@@ -970,6 +974,59 @@ static void test_adopt(void) {
     free(payload);
 }
 
+/* The deltas a container may hold: a packed patch decodes to its frame, and so does an XOR
+ * blob (made before packed patches) that a pool adopts; a packed patch that decodes past a
+ * frame, or to a malformed patch, is refused. */
+static void test_packed_and_xor_kinds(void) {
+    unsigned char base[ZFB], frame[ZFB], x[ZFB + 1], patch[ZFB + LF_BLOB_OVERHEAD], got[ZFB];
+    unsigned char payload[3 * (ZFB + LF_BLOB_OVERHEAD) + 8], delta[ZFB];
+    fill_random(base, ZFB);
+    memcpy(frame, base, ZFB);
+    for (int j = 20; j < 260; j++) frame[j] = (unsigned char)(j % 3);
+    void *cctx = lf_cctx_new((lf_codec){LF_CODEC_LZ4, 9, 4}), *dctx = lf_dctx_new();
+    size_t pn = lf_patch_encode(frame, base, ZFB, patch, sizeof(patch));
+    int64_t offsets[4] = {0};
+    uint8_t kinds[3] = {LF_KIND_KEY, LF_KIND_XOR, LF_KIND_PACKED};
+    long n0 = lf_compress(cctx, base, ZFB, payload);
+    for (int j = 0; j < ZFB; j++) x[j] = frame[j] ^ base[j];
+    long n1 = lf_compress(cctx, x, ZFB, payload + n0);
+    void *pctx = lf_cctx_new((lf_codec){LF_CODEC_LZ4, 9, 4});
+    long n2 = lf_compress(pctx, patch, pn, payload + n0 + n1);
+    CHECK(n0 > 0 && n1 > 0 && n2 > 0 && (size_t)n2 + 128 < pn, "coded (%ld of %zu)", n2, pn);
+    offsets[1] = n0;
+    offsets[2] = n0 + n1;
+    offsets[3] = n0 + n1 + n2;
+    for (int k = 1; k < 3; k++) {
+        memset(got, 0, ZFB);
+        CHECK(lf_kind_decode(dctx, kinds[k], payload + offsets[k], (size_t)(offsets[k + 1] - offsets[k]),
+                             base, got, ZFB, delta) == 0 && memcmp(got, frame, ZFB) == 0,
+              "kind %d decodes", kinds[k]);
+    }
+    lf_pool p;
+    lf_pool_init(&p, ZFB, 4 * ZFB);
+    CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 9, 4}) == 0, "enable");
+    int64_t slots[3];
+    CHECK(lf_pool_adopt(&p, payload, offsets, kinds, 3, slots, (size_t[1]){0}) == 0, "adopt");
+    /* both deltas against the keyframe (positions 1 and 2 of a tree: refs 0 and 0) */
+    CHECK(lf_pool_read(&p, slots[1], got) == 0 && memcmp(got, frame, ZFB) == 0, "XOR adopted");
+    CHECK(lf_pool_read(&p, slots[2], got) == 0 && memcmp(got, frame, ZFB) == 0, "packed adopted");
+    CHECK(lf_pool_codec_blob(&p, slots[1]) && lf_pool_codec_blob(&p, slots[2]), "codec blobs");
+    for (int i = 2; i >= 0; i--) lf_pool_decref(&p, slots[i]);
+    lf_pool_free(&p);
+    memset(x, 7, sizeof(x)); /* a "patch" one byte longer than a frame, and a malformed one */
+    long big = lf_compress(pctx, x, ZFB + 1, payload);
+    CHECK(lf_kind_decode(dctx, LF_KIND_PACKED, payload, (size_t)big, base, got, ZFB, delta) == -1,
+          "a packed patch past a frame");
+    long bad = lf_compress(pctx, x, 40, payload); /* skip 7, run 7, ...: past the frame */
+    CHECK(lf_kind_decode(dctx, LF_KIND_PACKED, payload, (size_t)bad, base, got, ZFB, delta) == -1,
+          "a packed patch that is no patch");
+    CHECK(lf_kind_decode(dctx, LF_KIND_PACKED, payload, (size_t)bad, NULL, got, ZFB, delta) == -1,
+          "a packed patch needs its reference");
+    lf_ctx_free(pctx);
+    lf_ctx_free(cctx);
+    lf_ctx_free(dctx);
+}
+
 static void test_codec_bad_input(void) {
     unsigned char frame[ZFB], blob[ZFB + LF_BLOB_OVERHEAD], out[ZFB], bad[ZFB + LF_BLOB_OVERHEAD];
     fill_random(frame, ZFB);
@@ -987,7 +1044,7 @@ static void test_codec_bad_input(void) {
     unsigned char lean[ZFB + LF_BLOB_OVERHEAD], whole[ZFB + LF_BLOB_OVERHEAD];
     memcpy(lean, blob, (size_t)n);
     size_t ln = lf_lean(&t, lean, (size_t)n);
-    CHECK(ln == (size_t)n - LF_LEAN_SAVED, "lean (%zu)", ln);
+    CHECK(ln == (size_t)n - LF_BLOB_OVERHEAD + 2 + 2, "lean: two flag bytes, a 2-byte size (%zu)", ln);
     CHECK(lf_unlean(&t, lean, ln, whole) == (size_t)n && memcmp(whole, blob, (size_t)n) == 0,
           "unlean");
     void *zctx = lf_cctx_new((lf_codec){LF_CODEC_ZSTD, 1, 4});
@@ -996,8 +1053,24 @@ static void test_codec_bad_input(void) {
     memset(out, 0, ZFB); /* a zero frame: Blosc2's special chunk, header only */
     zn = lf_compress(cctx, out, ZFB, lean);
     ln = lf_lean(&t, lean, (size_t)zn);
-    CHECK(ln == 2 && lf_unlean(&t, lean, ln, whole) == (size_t)zn, "special chunk lean");
+    CHECK(ln == 4 && lf_unlean(&t, lean, ln, whole) == (size_t)zn, "special chunk lean");
     CHECK(lf_decompress(dctx, whole, (size_t)zn, frame, ZFB) == 0 && frame[ZFB / 2] == 0, "zeros");
+    CHECK(lf_unlean(&t, lean, 2, whole) == 0 && lf_unlean(&t, lean, 1, whole) == 0,
+          "a lean blob cut in its size: malformed");
+    /* a blob of another size (a packed patch's) is lean with the same template; decoded
+     * with a cap, never past it */
+    fill_random(frame, ZFB);
+    for (int j = 0; j < 120; j++) frame[j] = (unsigned char)(j % 3);
+    void *pctx = lf_cctx_new((lf_codec){LF_CODEC_LZ4, 9, 4});
+    long pn = lf_compress(pctx, frame, 120, blob);
+    lf_ctx_free(pctx);
+    memcpy(lean, blob, (size_t)pn);
+    ln = lf_lean(&t, lean, (size_t)pn);
+    CHECK(ln == (size_t)pn - LF_BLOB_OVERHEAD + 3 && lf_unlean(&t, lean, ln, whole) == (size_t)pn &&
+              memcmp(whole, blob, (size_t)pn) == 0, "a smaller blob lean (%zu of %ld)", ln, pn);
+    CHECK(lf_decompress_upto(dctx, blob, (size_t)pn, out, ZFB) == 120 &&
+              memcmp(out, frame, 120) == 0, "decoded up to a cap");
+    CHECK(lf_decompress_upto(dctx, blob, (size_t)pn, out, 119) == -1, "more than the cap");
     lf_ctx_free(zctx);
     long returned = 0; /* random corruption: an error or some bytes, never a crash */
     for (int i = 0; i < 2000; i++) {
@@ -1729,6 +1802,7 @@ int main(int argc, char **argv) {
     test_prev_links_and_aliases();
     test_blob_slabs();
     test_codec_bad_input();
+    test_packed_and_xor_kinds();
     test_adopt();
     test_patches();
     test_sumtree_basic();

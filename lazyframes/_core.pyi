@@ -17,9 +17,9 @@ Scale: TypeAlias = float | None
 Compress: TypeAlias = bool | Mapping[str, Any] | None
 
 __all__ = [
-    "KIND_DELTA", "KIND_KEY", "KIND_PATCH", "KIND_RAW", "KIND_XOR", "FramePool", "FrameRef",
-    "Handoff", "LazyBatch", "LazyFrames", "RowRing", "SharedWord", "SlotTable", "SumTree",
-    "check_apart", "check_outs", "decode_frames", "default_pool", "draw_integers",
+    "KIND_DELTA", "KIND_KEY", "KIND_PACKED", "KIND_PATCH", "KIND_RAW", "KIND_XOR", "FramePool",
+    "FrameRef", "Handoff", "LazyBatch", "LazyFrames", "RowRing", "SharedWord", "SlotTable",
+    "SumTree", "check_apart", "check_outs", "decode_frames", "default_pool", "draw_integers",
     "encode_frames", "stack",
 ]  # fmt: skip
 
@@ -28,6 +28,7 @@ KIND_DELTA: int
 KIND_RAW: int
 KIND_PATCH: int
 KIND_XOR: int
+KIND_PACKED: int
 _PART_BYTES: int
 
 class FramePool:

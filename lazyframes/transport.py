@@ -57,7 +57,7 @@ __all__ = ["FORMAT", "Receiver", "Sender", "wire_bytes"]
 
 #: The ``format`` field of every message, and the version this module reads and writes.
 FORMAT = "lazyframes.transport"
-VERSION = 2
+VERSION = 3
 #: Keys of a message (docs/TRANSPORT.md).
 KEYS = frozenset((
     "format", "version", "stream", "nonce", "seq", "frame_shape", "dtype", "stack_size",
@@ -596,7 +596,7 @@ def parse(msg, streams: list, geometry: tuple, *, max_frames: int) -> Parsed:
         )
     arrays = {
         "sizes": sizes,
-        "kinds": _uints(msg["kinds"], "kinds", (m,), _core.KIND_XOR + 1),
+        "kinds": _uints(msg["kinds"], "kinds", (m,), _core.KIND_PACKED + 1),
         "crcs": _uints(msg["crcs"], "crcs", (m,)),
         "obs": _uints(msg["obs"], "obs", (T, k), c + m),
         "next_obs": _uints(msg["next_obs"], "next_obs", (T, k), c + m),
@@ -621,8 +621,8 @@ def _header(msg, streams: list, geometry: tuple) -> tuple:
     if type(version) is not int or version != VERSION:
         raise ValueError(
             f"a {FORMAT} message of version {version!r}; this receiver reads "
-            f"version {VERSION} (sender nonces, frame checksums): run the same lazyframes "
-            f"release on the senders as on the receiver"
+            f"version {VERSION} (sender nonces, frame checksums, packed patches): run the "
+            f"same lazyframes release on the senders as on the receiver"
         )
     if set(msg) != KEYS:
         raise ValueError(f"the message's keys differ from the format's: {sorted(set(msg) ^ KEYS)}")
