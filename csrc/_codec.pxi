@@ -140,10 +140,12 @@ def decode_frames(payload, offsets, kinds, frame_shape, dtype, *, before=None):
     with nogil:
         for i in range(n):
             r = lf_tree_step(&t, i, kd[i])
+            if r == LF_TREE_BAD:  # (before any pointer is formed from r)
+                bad = i
+                break
             base = NULL if r == LF_TREE_KEY else (pre + r * fb if r < 0 else dst + r * fb)
-            if r == LF_TREE_BAD or lf_kind_decode(dctx, kd[i], pl + off[i],
-                                                  off[i + 1] - off[i], base, dst + i * fb,
-                                                  fb, delta):
+            if lf_kind_decode(dctx, kd[i], pl + off[i], off[i + 1] - off[i], base,
+                              dst + i * fb, fb, delta):
                 bad = i
                 break
     lf_ctx_free(dctx)
