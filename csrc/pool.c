@@ -884,11 +884,19 @@ int lf_reader_decode(lf_reader *r, void *dctx) {
     return lf_reader_decode_upto(r, dctx, r->n);
 }
 
+/* Entries ahead of the one decoded whose blob's first bytes are prefetched. */
+#define LF_READ_AHEAD 2
+
 int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end) {
     /* the frames of a chain no row asked for: in one buffer, each patch applied in place */
     unsigned char *through = r->chunk + 2 * r->p->frame_bytes + LF_BLOB_OVERHEAD;
     if (end > r->n) end = r->n;
     for (size_t i = r->cursor; i < end; i++) {
+        if (i + LF_READ_AHEAD < r->n) { /* the blob decoded soon: its bytes on the way */
+            const lf_blob *b = &r->blobs[i + LF_READ_AHEAD];
+            for (size_t at = 0; at < b->bytes && at < 256; at += 64)
+                __builtin_prefetch(b->buf + at);
+        }
         if (r->pos[i] < 0 || r->done[i]) continue; /* decoded on the way to one asked for */
         int32_t todo[LF_MAX_GROUP];
         int n = 0;
