@@ -257,7 +257,13 @@ int lf_patch_apply(const unsigned char *patch, size_t pn, const unsigned char *b
     if (out != base) memcpy(out, base, n);
     size_t r = 0, pos = 0, skip, len;
     while (r < pn) {
-        if (get_varint(patch, pn, &r, &skip) || get_varint(patch, pn, &r, &len)) return -1;
+        if (r + 2 <= pn && !((patch[r] | patch[r + 1]) & 128)) { /* both one byte: most runs */
+            skip = patch[r];
+            len = patch[r + 1];
+            r += 2;
+        } else if (get_varint(patch, pn, &r, &skip) || get_varint(patch, pn, &r, &len)) {
+            return -1;
+        }
         if (skip > n - pos) return -1;
         if (len == 0) break; /* the end of a padded patch (no run is empty) */
         pos += skip;
