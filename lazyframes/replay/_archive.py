@@ -387,15 +387,20 @@ def _read_frames(ar: Archive, m: dict, sfx: str, n: int, pool, capacity: int, co
     index = np.concatenate(
         [ar.array(f"{e}_index{sfx}", (n, k), np.int32) for e in ("obs", "next")], axis=1
     )
+    divisor = m.get("divisor")  # ScaledFloatFrame's observations (absent: plain frames)
+    if divisor is not None and not (isinstance(divisor, float) and 0 < divisor < math.inf):
+        raise ValueError(f"bad meta 'divisor': {divisor!r}")
     if pool is None:
         pool = own_pool(fs, dt, capacity, compression)
     else:
         check_pool_geometry(pool, fs, dt)
         if compression is not None:  # before any frame is pushed: they are compressed as loaded
+            if blobs and pool.compression is None:  # a refused file leaves the caller's pool
+                read_blobs(ar, pool, None, index, sfx)  # as it was: the container checked first
             pool.enable_compression(compression)
     table = _core.SlotTable(pool, n, 2 * k)  # grown as transitions arrive
     if blobs:
-        read_blobs(ar, table, index, sfx)
+        read_blobs(ar, pool, table, index, sfx)
     else:
         frames = read_frames(ar, pool, index.size, f"frames{sfx}")
         nf = 0 if frames is None else len(frames)
@@ -405,9 +410,6 @@ def _read_frames(ar: Archive, m: dict, sfx: str, n: int, pool, capacity: int, co
             table.take(np.arange(n), frames, index.astype(np.int64))
         del frames
         pool.flush()  # the frames only the table holds now: compressed
-    divisor = m.get("divisor")  # ScaledFloatFrame's observations (absent: plain frames)
-    if divisor is not None and not (isinstance(divisor, float) and 0 < divisor < math.inf):
-        raise ValueError(f"bad meta 'divisor': {divisor!r}")
     store = FrameStore(capacity, pool=pool, compress=compression, names=names, **opts)
     store.restore(Geometry(layout, k, fs, dt, divisor), pool, table)
     return store
@@ -613,15 +615,15 @@ def read_frames(ar: Archive, pool, references: int, name: str):
     return pool.lazy_batch(np.concatenate([p.slots for p in parts]))
 
 
-def read_blobs(ar: Archive, table, index: np.ndarray, sfx: str) -> None:
-    """Decode the compressed container into ``table``'s pool, and fill the table.
+def read_blobs(ar: Archive, pool, table, index: np.ndarray, sfx: str) -> None:
+    """Decode the compressed container into ``pool``, and fill ``table`` (None: only check).
 
     ``index`` ``(n, 2k)`` numbers each transition's frames in the container. The rows
     are filled in chunks, in the order of the newest frame they need, each frame decoded
     when first needed and dropped once the last row that needs it is filled
-    (docs/CHECKPOINTS.md, "Bounds", checked before any frame is decoded).
+    (docs/CHECKPOINTS.md, "Bounds", checked before any frame is decoded). With ``table``
+    None the container is decoded piece by piece and every check made, nothing stored.
     """
-    pool = table.pool
     fs, dt = tuple(pool.frame_shape), np.dtype(pool.dtype)
     fb = math.prod(fs) * dt.itemsize
     n, width = index.shape
@@ -676,13 +678,16 @@ def read_blobs(ar: Archive, table, index: np.ndarray, sfx: str) -> None:
                     raise ValueError("frame_blobs entry is truncated")
                 offs, kds = offsets[done : stop + 1] - lo, kinds[done:stop]
                 frames, group = decode_piece(payload, offs, kds, group, fs, dt)
-                part = pool.push_batch(frames, k=1)
-                slots[done:stop] = part.slots[:, 0]
-                for h in np.unique(last[done:stop]).tolist():
-                    mine = slots[done:stop][last[done:stop] == h]
-                    holders.setdefault(h, []).append(pool.lazy_batch(mine[:, None]))
-                part = None
+                if table is not None:
+                    part = pool.push_batch(frames, k=1)
+                    slots[done:stop] = part.slots[:, 0]
+                    for h in np.unique(last[done:stop]).tolist():
+                        mine = slots[done:stop][last[done:stop] == h]
+                        holders.setdefault(h, []).append(pool.lazy_batch(mine[:, None]))
+                    part = None
                 done = stop
+            if table is None:
+                continue
             mine = rows[c * per : (c + 1) * per]
             used, at = np.unique(index[mine], return_inverse=True)
             source = pool.lazy_batch(slots[used][:, None])

@@ -294,6 +294,7 @@ def assert_refused(path, match, cls=ReplayBuffer):
     _, peak = traced(refused, ValueError, match, cls.load, path, pool=pool)
     held = 0 if pool is None else pool.peak_bytes
     assert peak + held < 16 * size + (4 << 20), (peak, held)
+    assert pool is None or pool.compression is None  # the pool given left as it was
 
 
 @pytest.fixture
