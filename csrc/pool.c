@@ -4,16 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Small blobs are packed in slabs of LF_SLAB_BYTES, each blob after the 4-byte index of
- * its slab: no allocator header or rounding per blob (~16-24 B per frame with malloc).
- * A slab is freed when its last blob is; a replay buffer frees its frames about in the
- * order it stored them, so few slabs stay partly dead. */
-#define LF_SLAB_BYTES ((size_t)64 << 10)
+/* Small blobs are packed in slabs of LF_SLAB_BYTES, one after another: no allocator
+ * header or rounding per blob (~16-24 B per frame with malloc), and lf_meta.at names the
+ * slab and the offset. A slab is freed when its last blob is; a replay buffer frees its
+ * frames about in the order it stored them, so few slabs stay partly dead. */
+#define LF_SLAB_BYTES ((size_t)1 << LF_SLAB_SHIFT)
 #define LF_SLAB_MAX_BLOB (LF_SLAB_BYTES / 8) /* larger blobs get their own malloc */
+#define LF_SLABS_MAX (LF_AT_NONE >> LF_SLAB_SHIFT) /* slab numbers that fit lf_meta.at */
 
 typedef struct {
-    unsigned char *mem;       /* LF_SLAB_BYTES, or NULL */
-    size_t used;              /* bytes handed out (from the start) */
+    size_t used;              /* bytes handed out (from the start) of p->slab[i] */
     size_t live;              /* blobs not freed yet */
 } lf_slab;
 
@@ -29,8 +29,10 @@ struct lf_compressor {
     size_t n_queue, cap_queue;
     unsigned char *spare;     /* a reader's scratch kept for the next reader (page faults) */
     size_t spare_bytes;
-    lf_slab *slabs;           /* blobs packed in slabs (below); NULL mem: a free entry */
+    lf_slab *slabs;           /* blobs packed in slabs (below); p->slab[i] NULL: a free entry */
     size_t n_slabs, cap_slabs, cur; /* cur: the slab new blobs go to (n_slabs: none) */
+    uint32_t *own_free;       /* the free entries of p->own, a stack */
+    size_t n_own, n_own_free, cap_own; /* entries used so far, free among them, room */
     size_t slab_slack;        /* bytes of live slabs not in a live blob's payload */
     int64_t root;             /* the slot keyframes are coded against (pool.h), or -1; a
                                * weak reference: checked (root_ok) before each use */
@@ -91,14 +93,92 @@ int lf_pool_init(lf_pool *p, size_t frame_bytes, size_t chunk_bytes) {
     return 0;
 }
 
-_Static_assert(sizeof(void *) != 8 || sizeof(lf_meta) == 16, "lf_meta is 16 bytes on 64-bit");
+_Static_assert(sizeof(lf_meta) == 12, "lf_meta is 12 bytes");
 
 static void compressor_free(lf_compressor *z);
 
+/* -- the table of buffers not in a slab (lf_pool.own) ----------------------------------- */
+
+/* 1 if a live slot's lf_meta m names an entry of p->own. */
+static int has_own(const lf_meta *m) {
+    return !(m->cold_state && (m->blob_flags & LF_BLOB_SLAB)) && m->at != LF_AT_NONE;
+}
+
 /* What a slot's buffer not in a slab was allocated as: a hot frame's or a root's buffer,
  * or a blob, whose size precedes it if it is LF_BLOB_MAX bytes or more (blob_alloc). */
-static void *own_alloc(const lf_meta *m) {
-    return m->cold_state && lf_meta_big(m) ? m->buf - sizeof(size_t) : m->buf;
+static void *own_alloc(const lf_pool *p, const lf_meta *m) {
+    unsigned char *buf = p->own[m->at];
+    return m->cold_state && lf_meta_big(m) ? buf - sizeof(size_t) : buf;
+}
+
+/* Renumber the entries of p->own in a table of about twice their number, when at most an
+ * eighth of a large one is used (after a burst of hot frames, e.g. a pool made to
+ * compress while it held many): the table would otherwise keep its largest size. Every
+ * lf_meta is rewritten; nothing else holds an entry's number. Left as it is on out of
+ * memory. */
+static void own_compact(lf_pool *p) {
+    lf_compressor *z = p->z;
+    size_t used = z->n_own - z->n_own_free, cap = 64;
+    while (cap < 2 * used) cap *= 2;
+    unsigned char **own = malloc(cap * sizeof(*own));
+    uint32_t *fr = malloc(cap * sizeof(*fr));
+    if (!own || !fr) {
+        free(own);
+        free(fr);
+        return;
+    }
+    uint32_t n = 0;
+    for (size_t c = 0; c < p->n_chunks; c++) {
+        lf_chunk *ch = &p->chunks[c];
+        for (size_t j = 0; ch->data && j < p->spc; j++) {
+            lf_meta *m = (lf_meta *)ch->data + j;
+            if (!lf_word_live(ch->ref[j]) || !has_own(m)) continue;
+            own[n] = p->own[m->at];
+            m->at = n++;
+        }
+    }
+    free(p->own);
+    free(z->own_free);
+    p->own = own;
+    z->own_free = fr;
+    z->cap_own = cap;
+    z->n_own = n;
+    z->n_own_free = 0;
+}
+
+/* own_compact when the table is large and at most an eighth of it is used. Called where
+ * every live slot's lf_meta names its buffer. */
+#define LF_OWN_TRIM 1024
+static void own_trim(lf_pool *p) {
+    lf_compressor *z = p->z;
+    if (z->cap_own >= LF_OWN_TRIM && 8 * (z->n_own - z->n_own_free) <= z->cap_own) own_compact(p);
+}
+
+/* Enter buf in p->own: its number in *at. 0, or -1 on out of memory. Entries of other
+ * slots may be renumbered (own_trim): a caller reads them after. */
+static int own_put(lf_pool *p, unsigned char *buf, uint32_t *at) {
+    lf_compressor *z = p->z;
+    own_trim(p);
+    if (!z->n_own_free && z->n_own == z->cap_own) {
+        if (z->cap_own > LF_AT_NONE / 2) return -1; /* numbers up to LF_AT_NONE - 1 */
+        size_t cap = z->cap_own ? 2 * z->cap_own : 64;
+        unsigned char **own = realloc(p->own, cap * sizeof(*own));
+        if (!own) return -1;
+        p->own = own;
+        uint32_t *fr = realloc(z->own_free, cap * sizeof(*fr));
+        if (!fr) return -1; /* p->own is larger than it says: harmless */
+        z->own_free = fr;
+        z->cap_own = cap;
+    }
+    *at = z->n_own_free ? z->own_free[--z->n_own_free] : (uint32_t)z->n_own++;
+    p->own[*at] = buf;
+    return 0;
+}
+
+/* Free entry `at` of p->own (not its buffer). */
+static void own_drop(lf_pool *p, uint32_t at) {
+    p->own[at] = NULL;
+    p->z->own_free[p->z->n_own_free++] = at;
 }
 
 static void chunk_release(lf_chunk *c) {
@@ -115,11 +195,13 @@ void lf_pool_free(lf_pool *p) {
         lf_chunk *ch = &p->chunks[i];
         if (p->z && ch->data)
             for (size_t j = 0; j < p->spc; j++)
-                if (lf_word_live(ch->ref[j]) &&
-                    !(((lf_meta *)ch->data)[j].blob_flags & LF_BLOB_SLAB))
-                    free(own_alloc((lf_meta *)ch->data + j)); /* slabs go with the compressor */
+                if (lf_word_live(ch->ref[j]) && has_own((lf_meta *)ch->data + j))
+                    free(own_alloc(p, (lf_meta *)ch->data + j));
         chunk_release(ch);
     }
+    for (size_t i = 0; p->z && i < p->z->n_slabs; i++) free(p->slab[i]);
+    free(p->slab);
+    free(p->own);
     compressor_free(p->z);
     free(p->chunks);
     free(p->heap);
@@ -166,8 +248,9 @@ static int grow_tables(lf_pool *p) {
     return 0;
 }
 
-/* A new slot with refcount 1 whose lf_meta (in a compressing pool) holds buf, or -1. */
-static int64_t take_slot(lf_pool *p, unsigned char *buf) {
+/* A new slot with refcount 1 whose lf_meta (in a compressing pool) says its buffer is
+ * at `at`, or -1. */
+static int64_t take_slot(lf_pool *p, uint32_t at) {
     size_t c;
     if (p->spc == 0) return -1; /* not initialised */
     while (p->n_heap) {
@@ -209,7 +292,7 @@ static int64_t take_slot(lf_pool *p, unsigned char *buf) {
     if (p->z) {
         lf_meta *m = (lf_meta *)ch->data + off;
         memset(m, 0, sizeof(*m)); /* hot, no cold reference yet */
-        m->buf = buf;
+        m->at = at;
         note_peak(p);
     }
     return (int64_t)(c * p->spc + off);
@@ -217,9 +300,16 @@ static int64_t take_slot(lf_pool *p, unsigned char *buf) {
 
 int64_t lf_pool_alloc(lf_pool *p) {
     unsigned char *buf = NULL;
-    if (p->z && !(buf = malloc(p->frame_bytes))) return -1;
-    int64_t slot = take_slot(p, buf);
-    if (slot < 0) free(buf);
+    uint32_t at = LF_AT_NONE;
+    if (p->z && (!(buf = malloc(p->frame_bytes)) || own_put(p, buf, &at))) {
+        free(buf);
+        return -1;
+    }
+    int64_t slot = take_slot(p, at);
+    if (slot < 0 && buf) {
+        own_drop(p, at);
+        free(buf);
+    }
     return slot;
 }
 
@@ -238,8 +328,9 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
             ref = m->ref;
             warm_forget(p->z, slot);
             blob_free(p, m);
-        } else {
-            free(m->buf);
+        } else if (m->at != LF_AT_NONE) {
+            free(p->own[m->at]);
+            own_drop(p, m->at);
         }
         memset(m, 0, sizeof(*m));
     }
@@ -260,6 +351,7 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
             p->n_empty++;
         }
     }
+    if (p->z) own_trim(p);
     if (ref >= 0) lf_pool_decref_cold(p, ref); /* a chain is at most LF_MAX_GROUP deep */
 }
 
@@ -271,9 +363,11 @@ size_t lf_pool_slot_state_bytes(const lf_pool *p) {
 
 size_t lf_pool_bytes_held(const lf_pool *p) {
     if (!p->z) return p->n_alloc * p->spc * slot_bytes(p);
+    const lf_compressor *z = p->z;
     return lf_pool_slot_state_bytes(p) +
-           (p->live_frames - p->cold_frames + p->z->n_warm) * p->frame_bytes + p->cold_bytes +
-           p->z->slab_slack + p->z->spare_bytes;
+           (p->live_frames - p->cold_frames + z->n_warm) * p->frame_bytes + p->cold_bytes +
+           z->slab_slack + z->spare_bytes + z->cap_own * (sizeof(void *) + sizeof(uint32_t)) +
+           z->cap_slabs * (sizeof(void *) + sizeof(lf_slab));
 }
 
 /* -- compression ------------------------------------------------------------------------ */
@@ -283,8 +377,8 @@ static void compressor_free(lf_compressor *z) {
     lf_coder_free(&z->coder);
     lf_ctx_free(z->dctx);
     for (size_t i = 0; i < LF_WARM; i++) free(z->warm_buf[i]);
-    for (size_t i = 0; i < z->n_slabs; i++) free(z->slabs[i].mem);
     free(z->slabs);
+    free(z->own_free);
     free(z->base);
     free(z->spare);
     free(z->queue);
@@ -316,10 +410,16 @@ int lf_pool_enable_compression(lf_pool *p, lf_codec c) {
     }
     lf_compressor *z = compressor_new(p->frame_bytes, c);
     if (!z) return -1;
-    /* every chunk with memory gets an lf_meta array, every live frame its own buffer:
-     * all allocated first, so that nothing changes on failure */
+    /* every chunk with memory gets an lf_meta array, every live frame its own buffer,
+     * entered in the table of buffers: all allocated first, so that nothing changes on
+     * failure */
+    size_t cap = 64;
+    while (cap < p->live_frames) cap *= 2;
     lf_meta **metas = calloc(p->n_chunks ? p->n_chunks : 1, sizeof(lf_meta *));
-    int ok = metas != NULL;
+    unsigned char **own = calloc(cap, sizeof(*own));
+    z->own_free = malloc(cap * sizeof(uint32_t));
+    z->cap_own = cap;
+    int ok = metas && own && z->own_free && p->live_frames < LF_AT_NONE;
     for (size_t i = 0; ok && i < p->n_chunks; i++) {
         lf_chunk *ch = &p->chunks[i];
         if (!ch->data) continue;
@@ -328,8 +428,9 @@ int lf_pool_enable_compression(lf_pool *p, lf_codec c) {
         for (size_t j = 0; ok && j < p->spc; j++) {
             if (!lf_word_live(ch->ref[j])) continue;
             lf_meta *m = &metas[i][j];
-            ok = (m->buf = malloc(p->frame_bytes)) != NULL;
-            if (ok) memcpy(m->buf, ch->data + j * p->frame_bytes, p->frame_bytes);
+            m->at = (uint32_t)z->n_own++;
+            ok = (own[m->at] = malloc(p->frame_bytes)) != NULL;
+            if (ok) memcpy(own[m->at], ch->data + j * p->frame_bytes, p->frame_bytes);
         }
     }
     for (size_t i = 0; i < p->n_chunks && metas; i++) {
@@ -339,15 +440,17 @@ int lf_pool_enable_compression(lf_pool *p, lf_codec c) {
             free(ch->data);
             ch->data = (unsigned char *)metas[i];
         } else {
-            for (size_t j = 0; j < p->spc; j++) free(metas[i][j].buf);
             free(metas[i]);
         }
     }
     free(metas);
     if (!ok) {
+        for (size_t i = 0; own && i < z->n_own; i++) free(own[i]);
+        free(own);
         compressor_free(z);
         return -1;
     }
+    p->own = own;
     p->z = z;
     note_peak(p);
     return 0;
@@ -376,69 +479,88 @@ void lf_pool_queue(lf_pool *p, int64_t slot) {
 
 /* -- blobs ----------------------------------------------------------------------------- */
 
-/* Room for a blob of n bytes (its flags in *flags); NULL on out of memory. */
-static unsigned char *blob_alloc(lf_pool *p, size_t n, uint8_t *flags) {
+/* A blob of n bytes with its own malloc (its size before it if it is LF_BLOB_MAX bytes or
+ * more: lf_meta_blob_bytes), entered in p->own; NULL on out of memory. */
+static unsigned char *own_blob(lf_pool *p, size_t n, uint32_t *at) {
+    size_t head = n >= LF_BLOB_MAX ? sizeof(size_t) : 0;
+    unsigned char *mem = malloc(head + (n ? n : 1));
+    if (!mem) return NULL;
+    if (head) memcpy(mem, &n, sizeof(n));
+    if (own_put(p, mem + head, at)) {
+        free(mem);
+        return NULL;
+    }
+    return mem + head;
+}
+
+/* Make slab z->cur one with room for n more bytes at an offset that fits lf_meta.at;
+ * 0, or -1 on out of memory or when every slab number is taken. */
+static int slab_room(lf_pool *p, size_t n) {
     lf_compressor *z = p->z;
-    size_t need = sizeof(uint32_t) + n;
-    if (n >= LF_BLOB_MAX) { /* its size before it: lf_meta_blob_bytes */
-        *flags = 0;
-        unsigned char *mem = malloc(sizeof(size_t) + n);
-        if (mem) memcpy(mem, &n, sizeof(n));
-        return mem ? mem + sizeof(size_t) : NULL;
-    }
-    if (n > LF_SLAB_MAX_BLOB) {
-        *flags = 0;
-        return malloc(n ? n : 1);
-    }
     if (z->cur < z->n_slabs && z->slabs[z->cur].live == 0)
         z->slabs[z->cur].used = 0; /* every blob of the current slab was freed: reuse it */
-    if (z->cur >= z->n_slabs || z->slabs[z->cur].used + need > LF_SLAB_BYTES) {
-        size_t c = z->n_slabs; /* a free entry, else a new one */
-        for (size_t i = 0; i < z->n_slabs; i++)
-            if (!z->slabs[i].mem) {
-                c = i;
-                break;
-            }
-        if (c == z->n_slabs && z->n_slabs == z->cap_slabs) {
-            size_t cap = z->cap_slabs ? 2 * z->cap_slabs : 16;
-            lf_slab *grown = realloc(z->slabs, cap * sizeof(lf_slab));
-            if (!grown) return NULL;
-            z->slabs = grown;
-            z->cap_slabs = cap;
+    if (z->cur < z->n_slabs && z->slabs[z->cur].used + n <= LF_SLAB_BYTES &&
+        z->slabs[z->cur].used < LF_SLAB_BYTES)
+        return 0;
+    size_t c = z->n_slabs; /* a free entry, else a new one */
+    for (size_t i = 0; i < z->n_slabs; i++)
+        if (!p->slab[i]) {
+            c = i;
+            break;
         }
-        unsigned char *mem = malloc(LF_SLAB_BYTES);
-        if (!mem) return NULL;
-        if (c == z->n_slabs) z->n_slabs++;
-        /* the old current slab's unused tail stays slack until it is freed */
-        z->slabs[c] = (lf_slab){mem, 0, 0};
-        z->slab_slack += LF_SLAB_BYTES;
-        z->cur = c;
+    if (c == LF_SLABS_MAX) return -1;
+    if (c == z->n_slabs && z->n_slabs == z->cap_slabs) {
+        size_t cap = z->cap_slabs ? 2 * z->cap_slabs : 16;
+        lf_slab *grown = realloc(z->slabs, cap * sizeof(lf_slab));
+        if (!grown) return -1;
+        z->slabs = grown;
+        unsigned char **mems = realloc(p->slab, cap * sizeof(*mems));
+        if (!mems) return -1; /* z->slabs is larger than it says: harmless */
+        p->slab = mems;
+        z->cap_slabs = cap;
     }
+    unsigned char *mem = malloc(LF_SLAB_BYTES);
+    if (!mem) return -1;
+    if (c == z->n_slabs) z->n_slabs++;
+    /* the old current slab's unused tail stays slack until it is freed */
+    p->slab[c] = mem;
+    z->slabs[c] = (lf_slab){0, 0};
+    z->slab_slack += LF_SLAB_BYTES;
+    z->cur = c;
+    return 0;
+}
+
+/* Room for a blob of n bytes, where lf_meta.at says (*at) with the flags *flags: in a slab,
+ * or its own malloc when it is large or no slab can be had. NULL on out of memory. Entries
+ * of p->own may be renumbered: a caller reads another slot's buffer after. */
+static unsigned char *blob_alloc(lf_pool *p, size_t n, uint8_t *flags, uint32_t *at) {
+    lf_compressor *z = p->z;
+    *flags = 0;
+    if (n > LF_SLAB_MAX_BLOB || slab_room(p, n)) return own_blob(p, n, at);
     lf_slab *sl = &z->slabs[z->cur];
-    unsigned char *at = sl->mem + sl->used;
-    uint32_t idx = (uint32_t)z->cur;
-    memcpy(at, &idx, sizeof(idx));
-    sl->used += need;
+    *at = (uint32_t)(z->cur << LF_SLAB_SHIFT | sl->used);
+    unsigned char *mem = p->slab[z->cur] + sl->used;
+    sl->used += n;
     sl->live++;
     z->slab_slack -= n;
     *flags = LF_BLOB_SLAB;
-    return at + sizeof(uint32_t);
+    return mem;
 }
 
 /* Free the blob of a cold slot. */
 static void blob_free(lf_pool *p, const lf_meta *m) {
     lf_compressor *z = p->z;
     if (!(m->blob_flags & LF_BLOB_SLAB)) {
-        free(own_alloc(m));
+        free(own_alloc(p, m));
+        own_drop(p, m->at);
         return;
     }
-    uint32_t idx;
-    memcpy(&idx, m->buf - sizeof(uint32_t), sizeof(idx));
+    uint32_t idx = m->at >> LF_SLAB_SHIFT;
     lf_slab *sl = &z->slabs[idx];
     z->slab_slack += m->blob_bytes;
     if (--sl->live == 0 && idx != z->cur) {
-        free(sl->mem);
-        sl->mem = NULL;
+        free(p->slab[idx]);
+        p->slab[idx] = NULL;
         z->slab_slack -= LF_SLAB_BYTES;
     }
 }
@@ -573,7 +695,8 @@ static long code_keyframe(lf_pool *p, const unsigned char *frame, const unsigned
     long k = lf_coder_encode(&z->coder, frame, NULL, out, kind);
     if (k < 0 || z->codec.group == 1) return k;
     z->root_keys++;
-    long d = lf_coder_encode(&z->coder, frame, lf_pool_meta(p, z->root)->buf, out, kind);
+    long d = lf_coder_encode(&z->coder, frame, lf_meta_buf(p, lf_pool_meta(p, z->root)), out,
+                             kind);
     if (d < 0 || !(*kind & LF_BLOB_DELTA))
         return d; /* no delta fits: the codec's keyframe, coded again */
     if (d <= k) {
@@ -586,7 +709,7 @@ static long code_keyframe(lf_pool *p, const unsigned char *frame, const unsigned
 /* The raw bytes of a cold slot if they are at hand (a root, or in the warm cache), or NULL. */
 static const unsigned char *raw_at_hand(const lf_pool *p, int64_t slot) {
     const lf_meta *m = lf_pool_meta(p, slot);
-    return m->blob_flags & LF_BLOB_RAW ? m->buf : warm_get(p->z, slot);
+    return m->blob_flags & LF_BLOB_RAW ? lf_meta_buf(p, m) : warm_get(p->z, slot);
 }
 
 /* Compress one eligible slot. A frame equal to its recorded previous frame (cold, its
@@ -603,7 +726,7 @@ static int compress_one(lf_pool *p, int64_t slot) {
     if (prev >= 0 && lf_pool_is_live(p, prev) && lf_pool_meta(p, prev)->cold_state &&
         z->codec.group > 1) { /* (group 1: every frame its own keyframe, no alias) */
         const unsigned char *same = raw_at_hand(p, prev);
-        if (same && memcmp(same, m->buf, p->frame_bytes) == 0) {
+        if (same && memcmp(same, lf_meta_buf(p, m), p->frame_bytes) == 0) {
             pos = lf_pool_meta(p, prev)->pos;
             ref = unaliased(p, prev);
         } else if (lf_pool_meta(p, prev)->pos + 1 < z->codec.group) {
@@ -620,14 +743,14 @@ static int compress_one(lf_pool *p, int64_t slot) {
             if (lf_pool_decode(p, z->dctx, ref, z->base)) return -1;
             base = z->base;
         }
-        coded = lf_coder_encode(&z->coder, m->buf, base, &out, &kind);
+        coded = lf_coder_encode(&z->coder, lf_meta_buf(p, m), base, &out, &kind);
     } else if (z->codec.group > 1 &&
                (!root_ok(p) || z->root_keys >= LF_ROOT_FRAMES / (size_t)z->codec.group)) {
         make_root(p, slot, m);
         return 0;
     } else {
         pos = 0; /* a keyframe, also when a delta's reference was not found */
-        coded = code_keyframe(p, m->buf, &out, &kind, &ref);
+        coded = code_keyframe(p, lf_meta_buf(p, m), &out, &kind, &ref);
     }
     if (coded < 0) return -1;
     size_t n = (size_t)coded;
@@ -636,15 +759,17 @@ static int compress_one(lf_pool *p, int64_t slot) {
         pos = 0;
     }
     uint8_t flags;
-    unsigned char *blob = blob_alloc(p, n, &flags);
+    uint32_t at;
+    unsigned char *blob = blob_alloc(p, n, &flags, &at);
     if (!blob) return -1;
     memcpy(blob, out, n);
     m->blob_flags = (uint8_t)(flags | kind);
     if (ref >= 0) lf_pool_incref_cold(p, ref); /* cold: never queued again */
     m->pos = (uint8_t)pos;
     m->ref = (int32_t)ref;
-    warm_put(z, slot, m->buf);
-    m->buf = blob;
+    warm_put(z, slot, p->own[m->at]); /* its hot buffer, read after blob_alloc */
+    own_drop(p, m->at);
+    m->at = at;
     lf_meta_set_blob_bytes(m, n);
     m->cold_state = 1;
     p->cold_frames++;
@@ -716,18 +841,19 @@ int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offse
             if (lean < bn) flags |= LF_BLOB_LEAN;
             bn = lean;
         }
-        int64_t slot = take_slot(p, NULL);
+        int64_t slot = take_slot(p, LF_AT_NONE);
         if (slot > INT32_MAX) lf_pool_decref(p, slot); /* a reference holds int32 ids */
         if (slot < 0 || slot > INT32_MAX) goto oom;
         uint8_t where;
-        unsigned char *mem = blob_alloc(p, bn, &where);
+        uint32_t at;
+        unsigned char *mem = blob_alloc(p, bn, &where, &at);
         if (!mem) {
             lf_pool_decref(p, slot); /* hot, with no buffer: freed */
             goto oom;
         }
         memcpy(mem, b, bn);
         lf_meta *mt = lf_pool_meta(p, slot);
-        mt->buf = mem;
+        mt->at = at;
         lf_meta_set_blob_bytes(mt, bn);
         mt->blob_flags = (uint8_t)(where | flags);
         mt->pos = (uint8_t)t.pos;

@@ -17,8 +17,8 @@
  *
  * Compression (lf_pool_enable_compression; docs/COMPRESSION.md). A compressing pool keeps
  * in its chunks one lf_meta per slot instead of the frame bytes, and each frame in its own
- * buffer, so that a cold frame pins no arena memory. A slot is HOT (its frame_bytes in
- * `buf`) or COLD (`buf` is a compressed blob: a keyframe, or the patch of the frame
+ * buffer, so that a cold frame pins no arena memory. A slot is HOT (its frame_bytes in its
+ * buffer) or COLD (its buffer is a compressed blob: a keyframe, or the patch of the frame
  * against the frame `ref`, which that slot then holds a cold reference on). Along the
  * recorded previous frames, a keyframe starts a group of at most `group` frames; the
  * frame at position `pos` > 0 of a group refers to the one at pos - lowbit(pos) (a binary
@@ -35,8 +35,8 @@
  * changes while it holds its pins: a pinned hot frame's bytes (a pin is not a cold
  * reference, so the frame is not eligible for compression, and its slot is not freed or
  * reused) and a pinned cold frame's blob (freed only with its slot). The pool's own
- * tables do move: lf_pool_alloc grows the chunk table with realloc, and frees and
- * compression write the lf_meta of other slots. So a reader takes every address it needs
+ * tables do move: lf_pool_alloc grows the chunk table and the table of buffers (lf_meta.at)
+ * with realloc, and frees and compression write the lf_meta of other slots. So a reader takes every address it needs
  * with the GIL held - a hot frame's lf_pool_addr, a cold frame's blob (lf_reader_add
  * copies it into an lf_blob) - and never reads p->chunks, an lf_meta, a link or a refcount
  * without the GIL. test_pool_threads in csrc/test_kernels.c runs adds against gathers in
@@ -55,10 +55,14 @@
 extern "C" {
 #endif
 
-/* Per-slot state of a compressing pool (16 bytes on 64-bit). The first word holds what a
- * HOT frame needs, then what a COLD one does; the second, bit fields of a COLD frame. */
+/* Per-slot state of a compressing pool (12 bytes). `at` says where the slot's buffer is
+ * (lf_meta_buf): a blob in a slab, as the slab's number and the offset in it (LF_BLOB_SLAB
+ * set), else the number of its entry in the pool's table of buffers (`own`), which a
+ * hot frame's bytes, a root's and a blob too large for a slab have: 4 bytes where a
+ * pointer takes 8, and no slab number stored before each blob. The second word holds what
+ * a HOT frame needs, then what a COLD one does; the third, bit fields of a COLD frame. */
 typedef struct {
-    unsigned char *buf;    /* HOT: the frame's bytes; COLD: its compressed blob */
+    uint32_t at;           /* where the buffer is: HOT, the frame's bytes; COLD, its blob */
     union {
         struct {
             uint32_t cold : 31;   /* HOT: references held by SlotTable entries and delta
@@ -82,6 +86,8 @@ typedef struct {
 
 /* LF_BLOB_LEAN, LF_BLOB_PATCH, LF_BLOB_CODED (codec.h: what the coder made), and: */
 #define LF_BLOB_SLAB 2     /* the blob lives in a slab of the pool (pool.c), not its own malloc */
+#define LF_SLAB_SHIFT 16   /* a slab's bytes: 1 << LF_SLAB_SHIFT; lf_meta.at = slab << it | offset */
+#define LF_AT_NONE UINT32_MAX /* lf_meta.at of a slot with no buffer yet (lf_pool_adopt) */
 #define LF_BLOB_RAW 16     /* the blob is the frame's own bytes, its hot buffer kept: a root */
 
 /* Roots. In a pool of group > 1, a keyframe is coded against the pool's root when that is
@@ -123,6 +129,9 @@ typedef struct {
     size_t live_frames;
     size_t peak_bytes;
     lf_compressor *z;      /* NULL unless compressing */
+    unsigned char **own;   /* compressing: the buffers not in a slab, by lf_meta.at (NULL:
+                            * a free entry) */
+    unsigned char **slab;  /* compressing: the slabs' memory, by number (NULL: none) */
     size_t busy;           /* copies out running without the GIL (they hold frame addresses) */
     size_t cold_frames, cold_bytes;
 } lf_pool;
@@ -179,7 +188,7 @@ static inline int lf_pool_is_hot(const lf_pool *p, int64_t slot) {
 /* Address of a live HOT slot's bytes. The caller must have checked lf_pool_is_live and
  * lf_pool_is_hot (a cold slot's frame is read with lf_pool_decode). */
 static inline unsigned char *lf_pool_addr(const lf_pool *p, int64_t slot) {
-    if (p->z) return lf_pool_meta(p, slot)->buf;
+    if (p->z) return p->own[lf_pool_meta(p, slot)->at];
     return lf_pool_chunk(p, slot)->data + lf_pool_offset(p, slot) * p->frame_bytes;
 }
 
@@ -309,6 +318,13 @@ typedef struct {
     uint8_t flags;         /* lf_meta.blob_flags */
 } lf_blob;
 
+/* The buffer of a live slot's lf_meta m (lf_meta.at). */
+static inline unsigned char *lf_meta_buf(const lf_pool *p, const lf_meta *m) {
+    if (m->cold_state && (m->blob_flags & LF_BLOB_SLAB))
+        return p->slab[m->at >> LF_SLAB_SHIFT] + (m->at & ((1u << LF_SLAB_SHIFT) - 1));
+    return p->own[m->at];
+}
+
 /* 1 if a cold slot's blob is LF_BLOB_MAX bytes or more (its own malloc, its size before it). */
 static inline int lf_meta_big(const lf_meta *m) {
     return !(m->blob_flags & LF_BLOB_RAW) && m->blob_bytes == LF_BLOB_MAX;
@@ -324,7 +340,7 @@ static inline size_t lf_meta_blob_bytes(const lf_pool *p, const lf_meta *m) {
     if (m->blob_flags & LF_BLOB_RAW) return p->frame_bytes;
     if (!lf_meta_big(m)) return m->blob_bytes;
     size_t n;
-    memcpy(&n, m->buf - sizeof(n), sizeof(n));
+    memcpy(&n, lf_meta_buf(p, m) - sizeof(n), sizeof(n));
     return n;
 }
 
@@ -340,7 +356,7 @@ static inline int lf_pool_codec_blob(const lf_pool *p, int64_t slot) {
 
 static inline lf_blob lf_pool_blob(const lf_pool *p, int64_t slot) {
     const lf_meta *m = lf_pool_meta(p, slot);
-    lf_blob b = {m->buf, lf_meta_blob_bytes(p, m), m->blob_flags};
+    lf_blob b = {lf_meta_buf(p, m), (uint32_t)lf_meta_blob_bytes(p, m), m->blob_flags};
     return b;
 }
 

@@ -538,6 +538,9 @@ static void test_pool_random_walk(void) {
 /* ------------------------------------------------------------------------------ */
 /* compression: hot -> cold, delta chains, readers, the codec on bad input            */
 
+/* The most a compressing pool's tables of buffers and slabs hold with few frames live:
+ * 1024 entries of the first (pool.c shrinks it past that) and 64 slabs. */
+#define POOL_TABLES ((size_t)1024 * (sizeof(void *) + 4) + 64 * (sizeof(void *) + 16))
 #define ZFB 300 /* frame bytes: not a multiple of 16, so that XOR loops have a tail */
 
 /* Frame i of a series: runs of small changes, a noise frame every 13th. */
@@ -674,7 +677,7 @@ static void compression_case(lf_codec c, int n) {
         for (int i = 0; i < n; i++) lf_pool_decref_cold(&p, s[(i * 11 + pass) % n]);
     CHECK(p.live_frames == 0 && p.cold_frames == 0 && p.cold_bytes == 0, "all freed");
     /* what stays: the current blob slab (64 KiB), a reader's spare scratch, one chunk */
-    CHECK(lf_pool_bytes_held(&p) <= ((size_t)64 << 10) + (size_t)(n + 4) * ZFB,
+    CHECK(lf_pool_bytes_held(&p) <= ((size_t)64 << 10) + (size_t)(n + 4) * ZFB + POOL_TABLES,
           "no blob slab but the current one (%zu)", lf_pool_bytes_held(&p));
     lf_pool_free(&p);
     free(want);
@@ -777,6 +780,41 @@ static void test_prev_links_and_aliases(void) {
 
 /* Blobs packed in slabs: many noise frames (a dozen slabs) freed oldest first, then the
  * rest newest first: every slab but the current one is returned, values stay exact. */
+/* The table of buffers (lf_meta.at) after a burst of hot frames: shrunk, its entries
+ * renumbered, every frame's bytes still where its slot says, hot and then cold. */
+static void test_own_table(void) {
+    enum { N = 2000, KEEP = 20 };
+    lf_pool p;
+    lf_pool_init(&p, ZFB, 64 * ZFB);
+    CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 9, 4}) == 0, "enable");
+    static unsigned char want[N][ZFB];
+    static int64_t s[N];
+    unsigned char got[ZFB];
+    for (int i = 0; i < N; i++) {
+        fill_random(want[i], ZFB);
+        s[i] = lf_pool_alloc(&p);
+        memcpy(lf_pool_addr(&p, s[i]), want[i], ZFB);
+    }
+    size_t burst = lf_pool_bytes_held(&p) - lf_pool_slot_state_bytes(&p) - (size_t)N * ZFB;
+    CHECK(burst >= (size_t)N * 12, "a table entry per hot frame counted (%zu)", burst);
+    for (int i = N - 1; i >= 0; i--) /* newest first: the kept ones' entries are the lowest */
+        if (i % KEEP) lf_pool_decref(&p, s[i]);
+    size_t left = lf_pool_bytes_held(&p) - lf_pool_slot_state_bytes(&p) - (size_t)(N / KEEP) * ZFB;
+    CHECK(left <= burst / 4, "the table shrank (%zu of %zu)", left, burst);
+    long bad = 0;
+    for (int i = 0; i < N; i += KEEP) bad += memcmp(lf_pool_addr(&p, s[i]), want[i], ZFB) != 0;
+    CHECK(bad == 0, "hot frames after the table shrank (%ld)", bad);
+    for (int i = 0; i < N; i += KEEP) {
+        if (i) lf_pool_set_prev(&p, s[i], s[i - KEEP]);
+        lf_pool_incref_cold(&p, s[i]);
+        lf_pool_decref(&p, s[i]);
+    }
+    CHECK(lf_pool_compress_pending(&p) == 0 && p.cold_frames == N / KEEP, "compressed");
+    for (int i = 0; i < N; i += KEEP) bad += lf_pool_read(&p, s[i], got) || memcmp(got, want[i], ZFB);
+    CHECK(bad == 0, "cold frames (%ld)", bad);
+    lf_pool_free(&p);
+}
+
 static void test_blob_slabs(void) {
     enum { N = 3000 };
     lf_pool p;
@@ -806,7 +844,8 @@ static void test_blob_slabs(void) {
     CHECK(bad == 0, "values after frees (%ld)", bad);
     for (int i = N - 1; i >= N / 2; i--) lf_pool_decref_cold(&p, s[i]);
     CHECK(p.live_frames == 0 &&
-              lf_pool_bytes_held(&p) <= ((size_t)64 << 10) + 64 * (sizeof(lf_meta) + 12),
+              lf_pool_bytes_held(&p) <=
+                  ((size_t)64 << 10) + 64 * (sizeof(lf_meta) + 8) + POOL_TABLES,
           "only the current slab and one chunk stay (%zu)", lf_pool_bytes_held(&p));
     lf_pool_free(&p);
 }
@@ -937,15 +976,15 @@ static void test_adopt(void) {
     lf_meta *mk = lf_pool_meta(&p, slots[k]);
     unsigned char saved[10];
     size_t nk = mk->blob_bytes < 10 ? mk->blob_bytes : 10;
-    memcpy(saved, mk->buf, nk);
-    memset(mk->buf, 0xFF, nk); /* a varint past 64 bits, or past the patch's end */
+    memcpy(saved, lf_meta_buf(&p, mk), nk);
+    memset(lf_meta_buf(&p, mk), 0xFF, nk); /* a varint past 64 bits, or past the patch's end */
     lf_reader r;
     lf_reader_init(&r, &p);
     int64_t e = lf_reader_add(&r, slots[k]);
     CHECK(e >= 0 && lf_reader_reserve(&r) == 0, "reader");
     CHECK(lf_reader_decode(&r, dctx) == -2 && r.bad == slots[k], "corrupt slot named");
     lf_reader_release(&r);
-    memcpy(mk->buf, saved, nk);
+    memcpy(lf_meta_buf(&p, mk), saved, nk);
     long refused = 0;
     for (int trial = 0; trial < 2000; trial++) { /* flipped bytes or kinds */
         size_t at = rnd() % (size_t)offsets[M], k = rnd() % M, where = 0, live = p.live_frames;
@@ -1801,6 +1840,7 @@ int main(int argc, char **argv) {
     test_compression();
     test_prev_links_and_aliases();
     test_blob_slabs();
+    test_own_table();
     test_codec_bad_input();
     test_packed_and_xor_kinds();
     test_adopt();
