@@ -80,6 +80,20 @@ cdef cnp.ndarray _int64s(object x, str name):
                                cnp.NPY_ARRAY_IN_ARRAY | cnp.NPY_ARRAY_FORCECAST)
 
 
+cdef bint _all_streams(object streams, Py_ssize_t n):
+    """Whether ``streams`` (None, or a 1-D int64 ndarray) is every one of ``n`` streams in order."""
+    if streams is None:
+        return True
+    if not _int64_vector(streams) or (<cnp.ndarray>streams).shape[0] != n:
+        return False
+    cdef cnp.ndarray s = <cnp.ndarray>streams
+    cdef Py_ssize_t i
+    for i in range(n):
+        if (<const int64_t *>cnp.PyArray_GETPTR1(s, i))[0] != i:
+            return False
+    return True
+
+
 cdef bint _plain_bits(object bits):
     """Every bit is None or a bool (immutable)."""
     for b in <tuple>bits:
@@ -100,7 +114,13 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
     holds one (first in, first out over all streams, however they interleave). Each
     row records its stream (:attr:`env`) and the next row of that stream
     (:attr:`next`, -1 for the newest); :attr:`last` is each stream's newest row (-1
-    for none). Rows also hold the values of the columns declared at construction, each
+    for none). While every append is one row of each stream in order and the capacity
+    is a multiple of the number of streams (a vector env's adds), the stream and next
+    row of a position follow from it (position ``p`` is stream ``p % num_streams``, its
+    next row ``p + num_streams`` unless it is its stream's newest) and are not stored:
+    :attr:`env` and :attr:`next` are then computed when read, and :meth:`memory` counts
+    no bytes for them; the first other append stores them from then on, until
+    :meth:`clear`. Rows also hold the values of the columns declared at construction, each
     a fixed shape and a numeric dtype; a float32 or float64 column holds finite values
     only. The arrays grow as rows are used (:meth:`grow`, doubling up to the capacity),
     so a large capacity costs memory only once it is used. Links are int32 when the
@@ -141,6 +161,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
     cdef bint _full
     cdef int64_t _appended        # the number of the next row (rows are numbered in order)
     cdef bint _wide               # links are int64 (capacity above INT32_MAX)
+    cdef bint _lockstep           # _env and _next are not stored: they follow from positions
     cdef object _link_dtype
     cdef cnp.ndarray _env         # the narrowest of uint8, uint16, int32 (rows,)
     cdef cnp.ndarray _next        # link dtype (rows,)
@@ -254,6 +275,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         self._env = np.zeros(0, np.uint8 if streams <= 256 else
                              np.uint16 if streams <= 65536 else np.int32)
         self._next = np.zeros(0, self._link_dtype)
+        self._lockstep = cap % streams == 0
         self._last = np.full(streams, -1, self._link_dtype)
         self._cols = [np.zeros((0,) + s, d) for s, d in zip(shapes, dtypes)]
         self._views = self._make_views()
@@ -323,15 +345,57 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
 
     @property
     def env(self):
-        """The stream of each row (read-only view of ``rows`` entries: uint8, uint16 or int32)."""
+        """The stream of each row (read-only, ``rows`` entries: uint8, uint16 or int32).
+
+        A view, or in lockstep (see the class) an array computed on each read: 0 past the
+        rows held, as a stored one reads.
+        """
         self._ready()
-        return self._views[0]
+        if not self._lockstep:
+            return self._views[0]
+        env = (np.arange(self._rows) % self._streams).astype(self._env.dtype)
+        env[self.size:] = 0
+        env.flags.writeable = False
+        return env
 
     @property
     def next(self):
-        """The next row of each row's stream, -1 for a stream's newest (read-only view)."""
+        """The next row of each row's stream, -1 for a stream's newest (read-only).
+
+        A view, or in lockstep (see the class) an array computed on each read
+        (:meth:`next_of` reads a few).
+        """
         self._ready()
-        return self._views[1]
+        if not self._lockstep:
+            return self._views[1]
+        nxt = self.next_of(np.arange(self._rows)).astype(self._link_dtype)
+        nxt.flags.writeable = False
+        return nxt
+
+    def next_of(self, positions):
+        """The next row of the stream of each of ``positions`` (-1: the stream's newest).
+
+        Args:
+            positions: integers of any shape in ``[0, rows)``.
+
+        Returns:
+            An int64 array of their shape.
+
+        Raises:
+            TypeError: ``positions`` not integers. IndexError: a position out of range.
+        """
+        self._ready()
+        cdef cnp.ndarray src = _int64s(positions, "positions")
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(src.ndim, src.shape, cnp.NPY_INT64, 0)
+        cdef Py_ssize_t n = cnp.PyArray_SIZE(src), i
+        cdef const int64_t *v = <const int64_t *>cnp.PyArray_DATA(src)
+        cdef int64_t *o = <int64_t *>cnp.PyArray_DATA(out)
+        for i in range(n):
+            if v[i] < 0 or v[i] >= self._rows:
+                raise IndexError(f"position {v[i]} out of range [0, {self._rows})")
+        for i in range(n):
+            o[i] = self._next_of(v[i])
+        return out
 
     @property
     def last(self):
@@ -352,9 +416,21 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         return self._counted
 
     def memory(self):
-        """Bytes of the ring's arrays."""
+        """Bytes of the ring's arrays (none for :attr:`env` and :attr:`next` in lockstep)."""
         self._ready()
         return sum(a.nbytes for a in [self._env, self._next, self._last] + self._cols)
+
+    cdef int _unlock(self) except -1:
+        """Leave lockstep: store every row's stream and next row from now on."""
+        if not self._lockstep:
+            return 0
+        cdef cnp.ndarray env = np.zeros(self._rows, self._env.dtype)
+        cdef cnp.ndarray nxt = self.next.copy()
+        env[:self.size] = self.env[:self.size]
+        self._env, self._next = env, nxt
+        self._views = self._make_views()
+        self._lockstep = False
+        return 0
 
     def rows_for(self, n):
         """The rows the arrays need for ``n`` more rows.
@@ -382,8 +458,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             raise ValueError(f"rows {r} beyond the capacity {self._capacity}")
         if r <= old:
             return
-        env = np.zeros(r, self._env.dtype)
-        nxt = np.full(r, -1, self._link_dtype)
+        env = np.zeros(0 if self._lockstep else r, self._env.dtype)
+        nxt = np.full(0 if self._lockstep else r, -1, self._link_dtype)
         cols = [np.zeros((r,) + s, d) for s, d in zip(self._shapes, self._dtypes)]
         env[:old] = self._env
         nxt[:old] = self._next
@@ -583,7 +659,11 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                 raise TypeError(f"tables[{t}] is not a SlotTable")
             (<SlotTable>tables[t])._ready()
         cdef Py_ssize_t e = self._streams if streams is None else len(streams)
-        if self._pos + e > self._rows and self._rows < self._capacity:
+        cdef bint grow = self._pos + e > self._rows and self._rows < self._capacity
+        if self._lockstep and not _all_streams(streams, self._streams):
+            self._append(streams, values, tables, parts, False)  # refused: still in lockstep
+            self._unlock()
+        if grow:
             self._append(streams, values, tables, parts, False)  # refused: nothing grew
             self._grow_all(self.rows_for(e), tables)
         return self._append(streams, values, tables, parts, True)
@@ -705,6 +785,9 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         for i in range(e):
             p = (pos + i) % cap
             st = i if sv == NULL else sv[i]
+            if self._lockstep:  # (append() left it unless these are every stream, in order)
+                self._put(self._last, st, p)
+                continue
             if self._full or p < pos:  # p holds the oldest row of its stream
                 old = self._stream_of(p)
                 if self._get(self._last, old) == p:
@@ -731,7 +814,17 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                 if col[at[i]] & self._counted_mask:
                     self._counted += sign
 
+    cdef inline int64_t _next_of(self, Py_ssize_t p) noexcept:
+        """The next row of position ``p``'s stream, -1 for none."""
+        if not self._lockstep:
+            return self._get(self._next, p)
+        if p >= self.size or self._get(self._last, p % self._streams) == p:
+            return -1
+        return (p + self._streams) % self._capacity
+
     cdef inline int64_t _stream_of(self, Py_ssize_t p) noexcept:  # _env's dtype decides
+        if self._lockstep:
+            return p % self._streams
         cdef void *env = cnp.PyArray_DATA(self._env)
         cdef Py_ssize_t size = cnp.PyArray_ITEMSIZE(self._env)
         if size == 1:
@@ -891,7 +984,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             for t in range(steps):
                 o[i * steps + t] = p
                 if p >= 0:
-                    p = self._get(self._next, p)
+                    p = self._next_of(p)
         return out
 
     def put(self, Py_ssize_t column, rows, values):
@@ -1018,6 +1111,16 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         self._full = False
         self._counted = 0
         self._last.fill(-1)
+        self._relock()
+
+    cdef int _relock(self) except -1:
+        """Enter lockstep (see the class) if the capacity allows: drop the stored links."""
+        if self._capacity % self._streams == 0 and not self._lockstep:
+            self._env = np.zeros(0, self._env.dtype)
+            self._next = np.zeros(0, self._link_dtype)
+            self._views = self._make_views()
+            self._lockstep = True
+        return 0
 
     def load(self, pos, full, env, values):
         """Restore rows ``[0, n)`` (``n = capacity`` if ``full`` else ``pos``) from arrays.
@@ -1061,10 +1164,18 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                 raise TypeError(f"{self._names[j]} has shape {v.shape}, "
                                 f"expected {(n,) + self._shapes[j]}")
             vals.append(v)
+        # lockstep if each row's stream is its position's and the next append's rows
+        # start at stream 0, as lockstep appends leave them
+        if (self._capacity % self._streams == 0 and p % self._streams == 0
+                and np.array_equal(envs, np.arange(n) % self._streams)):
+            self._relock()
+        else:
+            self._unlock()
         self.grow(n)
         self._pos, self._full = 0, False
         self._last.fill(-1)
-        self._env[:n] = envs
+        if not self._lockstep:
+            self._env[:n] = envs
         for a, v in zip(self._cols, vals):
             a[:n] = v
         # link each stream's rows oldest first: ring order from pos when full
@@ -1073,9 +1184,10 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         for i in range(n):
             q = (p + i) % self._capacity if full else i
             prev = self._get(self._last, self._stream_of(q))
-            if prev >= 0:
+            if prev >= 0 and not self._lockstep:
                 self._put(self._next, prev, q)
-            self._put(self._next, q, -1)
+            if not self._lockstep:
+                self._put(self._next, q, -1)
             self._put(self._last, self._stream_of(q), q)
         self._pos, self._full = p, full
         self._appended = self._capacity + p if full else p

@@ -120,7 +120,7 @@ class Ring(_core.RowRing):
         observation is the sample's; ``term``/``trunc``: how it ended.
         """
         n, g = self.n_step, self.gamma
-        flags, rewards, nxt = self.flags, self.rewards, self.next
+        flags, rewards = self.flags, self.rewards
         fl0 = flags[idx]
         valid = (fl0 & SKIP) == 0
         ret = rewards[idx].astype(np.float64)
@@ -128,7 +128,7 @@ class Ring(_core.RowRing):
         m = np.ones(idx.shape, np.int64)
         alive = valid & ((fl0 & ENDS) == 0)
         for j in range(1, n):
-            p = nxt[last]
+            p = self.next_of(last)
             inr = p >= 0
             valid &= ~(alive & ~inr)
             p = np.where(inr, p, last)

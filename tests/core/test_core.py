@@ -905,6 +905,84 @@ def test_ring_walk_follows_each_stream():
     refused(ValueError, "at least 1", ring.walk, np.array([0]), 0)
 
 
+def _ring_links(cap, streams, appends):
+    """A model of RowRing's links: ``(env, next, last)`` of the rows held, by position.
+
+    ``appends``: each None (every stream), a list of streams, or "clear".
+    """
+    env, nxt, last, pos, size = [0] * cap, [-1] * cap, [-1] * streams, 0, 0
+    for a in appends:
+        if a == "clear":
+            last, pos, size = [-1] * streams, 0, 0
+            continue
+        for st in range(streams) if a is None else a:
+            if size == cap and last[env[pos]] == pos:  # the row evicted is its stream's only
+                last[env[pos]] = -1
+            if last[st] >= 0:
+                nxt[last[st]] = pos
+            env[pos], nxt[pos], last[st] = st, -1, pos
+            pos, size = (pos + 1) % cap, min(cap, size + 1)
+    return env[:size], nxt[:size], last
+
+
+@pytest.mark.parametrize("cap, streams", [(6, 2), (6, 1), (7, 2), (8, 4)])
+def test_ring_links_in_lockstep_and_stored_agree(cap, streams):
+    """Appends of every stream in order store no links, and read as stored ones do.
+
+    (When the capacity is a multiple of the streams.) Through other appends, clear() and
+    load().
+    """
+    rng = np.random.default_rng(cap * 10 + streams)
+    for trial in range(40):
+        ring = core.RowRing(cap, streams, [("a", (), np.uint8)])
+        appends = []
+        for _ in range(rng.integers(1, 12)):
+            r = rng.random()
+            if r < 0.05:
+                a = "clear"
+            elif r < 0.8 or trial % 2:
+                a = None  # every stream, in order
+            else:  # some streams, in any order
+                a = rng.permutation(streams)[: rng.integers(1, streams + 1)].tolist()
+            appends.append(a)
+            if a == "clear":
+                ring.clear()
+                continue
+            e = streams if a is None else len(a)
+            ring.append(None if a is None else np.array(a, np.int64), (np.zeros(e, np.uint8),))
+            env, nxt, last = _ring_links(cap, streams, appends)
+            n = len(env)
+            assert ring.env[:n].tolist() == env and ring.next[:n].tolist() == nxt
+            assert ring.last.tolist() == last and ring.next_of(np.arange(n)).tolist() == nxt
+            held = np.arange(n)
+            walk = [[p, nxt[p], nxt[nxt[p]] if nxt[p] >= 0 else -1] for p in held]
+            assert ring.walk(held, 3).tolist() == walk
+            lockstep = cap % streams == 0 and all(
+                x is None or x == list(range(streams))
+                for x in appends[
+                    max([i + 1 for i, x in enumerate(appends) if x == "clear"], default=0) :
+                ]
+            )
+            link_bytes = ring.rows * (ring.env.itemsize + ring.next.itemsize)
+            assert ring.memory() == ring.last.nbytes + ring.columns[0].nbytes + (
+                0 if lockstep else link_bytes
+            )
+        # a load of what is held reads back the same, in lockstep where the streams allow
+        copy = core.RowRing(cap, streams, [("a", (), np.uint8)])
+        n = ring.size
+        copy.load(ring.pos, ring.full, ring.env[:n], (ring.columns[0][:n].copy(),))
+        assert copy.env[:n].tolist() == ring.env[:n].tolist()
+        assert copy.next[:n].tolist() == ring.next[:n].tolist()
+        assert copy.last.tolist() == ring.last.tolist()
+        regular = ring.pos % streams == 0 and (ring.env[:n] == np.arange(n) % streams).all()
+        link_bytes = copy.rows * (copy.env.itemsize + copy.next.itemsize)
+        assert copy.memory() == copy.last.nbytes + copy.columns[0].nbytes + (
+            0 if cap % streams == 0 and regular else link_bytes
+        )
+    refused(TypeError, "integers", ring.next_of, np.array([0.5]))
+    refused(IndexError, "out of range", ring.next_of, np.array([ring.rows]))
+
+
 def test_ring_put_rewrites_a_column_checked_first():
     ring = core.RowRing(4, 1, [("a", (), np.uint8), ("v", (2,), np.float32)], counted=(0, 1))
     ring.grow(4)
