@@ -25,6 +25,7 @@ cdef cnp.dtype _BOOL_DTYPE = np.dtype(np.bool_)
 
 cdef enum:
     _MAX_COL_DIMS = 8  # axes of one row's value of a column
+    _PALETTE = 256     # values a scalar float32 column holds as one-byte codes (then widened)
 
 
 cdef struct _Scalar:
@@ -114,13 +115,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
     holds one (first in, first out over all streams, however they interleave). Each
     row records its stream (:attr:`env`) and the next row of that stream
     (:attr:`next`, -1 for the newest); :attr:`last` is each stream's newest row (-1
-    for none). While every append is one row of each stream in order and the capacity
-    is a multiple of the number of streams (a vector env's adds), the stream and next
-    row of a position follow from it (position ``p`` is stream ``p % num_streams``, its
-    next row ``p + num_streams`` unless it is its stream's newest) and are not stored:
-    :attr:`env` and :attr:`next` are then computed when read, and :meth:`memory` counts
-    no bytes for them; the first other append stores them from then on, until
-    :meth:`clear`. Rows also hold the values of the columns declared at construction, each
+    for none). Rows also hold the values of the columns declared at construction, each
     a fixed shape and a numeric dtype; a float32 or float64 column holds finite values
     only. The arrays grow as rows are used (:meth:`grow`, doubling up to the capacity),
     so a large capacity costs memory only once it is used. Links are int32 when the
@@ -128,6 +123,19 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
     holds ``num_streams`` ids. With ``counted``, the ring counts the rows it holds
     whose value of that uint8 scalar column has a bit of the mask set (:attr:`counted`).
     The class may be subclassed (the replay's ring adds its draws in Python).
+
+    Two things are stored leaner than they read. While every append is one row of each
+    stream in order and the capacity is a multiple of the number of streams (a vector
+    env's adds: *lockstep*), a position's stream and next row follow from it (position
+    ``p`` is stream ``p % num_streams``; its next row is ``p + num_streams`` unless it is
+    its stream's newest) and are not stored: :attr:`env` and :attr:`next` are computed
+    when read (:meth:`next_of` reads a few) and :meth:`memory` counts no bytes for them;
+    the first other append stores them from then on, until :meth:`clear`. A scalar
+    float32 column (a reward) is stored as one byte per row, the code of its value in the
+    column's palette, while it has held at most 256 distinct values (bit patterns, 0.0
+    among them: rows not written read 0.0), and as float32 from the first value that
+    would make 257 on; reads give float32 either way, and :attr:`columns` computes such a
+    column when read (:meth:`column` and :meth:`values` read one).
 
     Args:
         capacity: rows of the full ring, ``>= 1``.
@@ -179,6 +187,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
     cdef Py_ssize_t *_rowbytes
     cdef Py_ssize_t _ncols
     cdef tuple _views             # read-only views: env, next, last, then the columns
+    cdef uint32_t *_pal           # column j's palette at _pal + j * _PALETTE (bit patterns)
+    cdef int *_npal               # values in column j's palette; -1: stored as it is
     cdef Py_ssize_t _counted_col  # -1: no count
     cdef uint8_t _counted_mask
     cdef Py_ssize_t _counted
@@ -196,6 +206,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         self._lo = NULL
         self._hi = NULL
         self._rowbytes = NULL
+        self._pal = NULL
+        self._npal = NULL
         self._ncols = 0
         self._capacity = 0
 
@@ -207,6 +219,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         free(self._lo)
         free(self._hi)
         free(self._rowbytes)
+        free(self._pal)
+        free(self._npal)
 
     def __init__(self, capacity, num_streams, columns, counted=None, convert=None):
         _fresh(self, self._capacity != 0)
@@ -246,8 +260,11 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         self._types = <int *>malloc(max(1, n) * sizeof(int))
         self._nds = <int *>malloc(max(1, n) * sizeof(int))
         self._dims = <cnp.npy_intp *>malloc(max(1, n) * _MAX_COL_DIMS * sizeof(cnp.npy_intp))
+        self._pal = <uint32_t *>malloc(max(1, n) * _PALETTE * sizeof(uint32_t))
+        self._npal = <int *>malloc(max(1, n) * sizeof(int))
         if (self._kinds == NULL or self._rowbytes == NULL or self._lo == NULL or self._hi == NULL
-                or self._types == NULL or self._nds == NULL or self._dims == NULL):
+                or self._types == NULL or self._nds == NULL or self._dims == NULL
+                or self._pal == NULL or self._npal == NULL):
             raise MemoryError()
         for j in range(n):
             self._types[j] = (<cnp.dtype>dtypes[j]).type_num
@@ -256,6 +273,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                 self._dims[_MAX_COL_DIMS * j + i] = shapes[j][i]
             self._kinds[j] = _col_kind(dtypes[j])
             self._rowbytes[j] = math.prod(shapes[j]) * dtypes[j].itemsize
+            self._npal[j] = 1 if dtypes[j] == np.float32 and shapes[j] == () else -1
+            self._pal[j * _PALETTE] = 0  # code 0: 0.0, what a row not written reads
             self._lo[j] = self._hi[j] = 0
             if dtypes[j].kind in "iu":
                 info = np.iinfo(dtypes[j])
@@ -277,7 +296,8 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         self._next = np.zeros(0, self._link_dtype)
         self._lockstep = cap % streams == 0
         self._last = np.full(streams, -1, self._link_dtype)
-        self._cols = [np.zeros((0,) + s, d) for s, d in zip(shapes, dtypes)]
+        self._cols = [np.zeros((0,) + s, np.uint8 if self._npal[j] >= 0 else d)
+                      for j, (s, d) in enumerate(zip(shapes, dtypes))]
         self._views = self._make_views()
         self._counted_col, self._counted_mask, self._counted = col, mask, 0
         self._capacity = cap  # last: initialised
@@ -405,9 +425,74 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
 
     @property
     def columns(self):
-        """The columns, a tuple of read-only views ``(rows, *shape)``."""
+        """The columns, a tuple of read-only arrays ``(rows, *shape)``: views, and a palette
+        column's values computed when read (see the class)."""
         self._ready()
-        return self._views[3:]
+        return tuple([self.column(j) for j in range(self._ncols)])
+
+    def column(self, Py_ssize_t j):
+        """Column ``j``, a read-only array ``(rows, *shape)`` (see :attr:`columns`)."""
+        self._ready()
+        if not 0 <= j < self._ncols:
+            raise IndexError(f"column {j} out of range [0, {self._ncols})")
+        if self._npal[j] < 0:
+            return self._views[3 + j]
+        out = self._palette(j)[self._cols[j]]
+        out.flags.writeable = False
+        return out
+
+    def values(self, Py_ssize_t j, positions):
+        """Column ``j``'s values at ``positions`` (integers of any shape, in ``[0, rows)``).
+
+        Raises:
+            IndexError: a column or position out of range. TypeError: not integers.
+        """
+        self._ready()
+        if not 0 <= j < self._ncols:
+            raise IndexError(f"column {j} out of range [0, {self._ncols})")
+        cdef cnp.ndarray at = _int64s(positions, "positions")
+        if at.size and (at.min() < 0 or at.max() >= self._rows):
+            raise IndexError(f"a position out of range [0, {self._rows})")
+        if self._npal[j] < 0:
+            return self._cols[j][at]
+        return self._palette(j)[self._cols[j][at]]
+
+    cdef cnp.ndarray _palette(self, Py_ssize_t j):
+        """Column ``j``'s palette, a float32 array of its values by code."""
+        cdef cnp.npy_intp n = self._npal[j]
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &n, cnp.NPY_FLOAT32, 0)
+        memcpy(cnp.PyArray_DATA(out), self._pal + j * _PALETTE, n * sizeof(uint32_t))
+        return out
+
+    cdef inline int _code(self, Py_ssize_t j, float v) noexcept:
+        """The code of ``v`` in column ``j``'s palette (bit for bit), or -1."""
+        cdef const uint32_t *pal = self._pal + j * _PALETTE
+        cdef uint32_t bits
+        cdef int i
+        memcpy(&bits, &v, sizeof(bits))
+        for i in range(self._npal[j]):
+            if pal[i] == bits:
+                return i
+        return -1
+
+    cdef int _fit(self, Py_ssize_t j, const float *v, Py_ssize_t m) except -1:
+        """Give the ``m`` values ``v`` of palette column ``j`` codes, or store the column
+        as float32 when they would make more than _PALETTE (a MemoryError: as it was)."""
+        if self._npal[j] < 0:
+            return 0
+        cdef Py_ssize_t i
+        for i in range(m):
+            if self._code(j, v[i]) >= 0:
+                continue
+            if self._npal[j] == _PALETTE:
+                wide = self._palette(j)[self._cols[j]]
+                self._cols[j] = wide
+                self._npal[j] = -1
+                self._views = self._make_views()
+                return 0
+            memcpy(self._pal + j * _PALETTE + self._npal[j], v + i, sizeof(uint32_t))
+            self._npal[j] += 1
+        return 0
 
     @property
     def counted(self):
@@ -418,7 +503,9 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
     def memory(self):
         """Bytes of the ring's arrays (none for :attr:`env` and :attr:`next` in lockstep)."""
         self._ready()
-        return sum(a.nbytes for a in [self._env, self._next, self._last] + self._cols)
+        cdef Py_ssize_t j
+        return (sum(a.nbytes for a in [self._env, self._next, self._last] + self._cols)
+                + sum(_PALETTE * 4 for j in range(self._ncols) if self._npal[j] >= 0))
 
     cdef int _unlock(self) except -1:
         """Leave lockstep: store every row's stream and next row from now on."""
@@ -460,7 +547,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             return
         env = np.zeros(0 if self._lockstep else r, self._env.dtype)
         nxt = np.full(0 if self._lockstep else r, -1, self._link_dtype)
-        cols = [np.zeros((r,) + s, d) for s, d in zip(self._shapes, self._dtypes)]
+        cols = [np.zeros((r,) + s, c.dtype) for s, c in zip(self._shapes, self._cols)]
         env[:old] = self._env
         nxt[:old] = self._next
         for a, b in zip(cols, self._cols):
@@ -596,9 +683,13 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
     @cython.boundscheck(False)
     @cython.wraparound(False)
     cdef void _write_scalar(self, Py_ssize_t j, Py_ssize_t p, const _Scalar *s) noexcept:
-        cdef char *at = <char *>cnp.PyArray_DATA(<cnp.ndarray>self._cols[j]) + p * self._rowbytes[j]
+        cdef char *at = <char *>cnp.PyArray_DATA(<cnp.ndarray>self._cols[j])
         cdef int kind = self._kinds[j]
         cdef int t = self._types[j]
+        if self._npal[j] >= 0:  # (_fit gave it a code)
+            (<uint8_t *>at)[p] = <uint8_t>self._code(j, <float>s.f)
+            return
+        at += p * self._rowbytes[j]
         if t == cnp.NPY_BOOL or t == cnp.NPY_UINT8:
             (<uint8_t *>at)[0] = <uint8_t>(s.i if kind != _COL_UINT else s.u)
         elif t == cnp.NPY_INT8:
@@ -744,6 +835,13 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         for t in range(nt):
             if (<SlotTable>tables[t])._R < min(pos + e, cap):
                 raise ValueError(f"tables[{t}] has fewer rows than the ring")
+        cdef float f
+        for j in range(self._ncols):  # codes for a palette column's new values
+            if self._npal[j] >= 0 and how[j] == 1:
+                self._fit(j, <const float *>cnp.PyArray_DATA(<cnp.ndarray>(<tuple>values)[j]), e)
+            elif self._npal[j] >= 0 and how[j] == 3:
+                f = <float>sc[j].f
+                self._fit(j, &f, 1)
         cdef int64_t few[64]
         cdef int64_t *at = few
         if e > 64:
@@ -863,7 +961,11 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         cdef char *col = <char *>cnp.PyArray_DATA(<cnp.ndarray>self._cols[j])
         cdef const char *src
         cdef uint8_t bits
-        if how == 1:
+        if how == 1 and self._npal[j] >= 0:  # codes (_fit gave each value one)
+            src = <const char *>cnp.PyArray_DATA(<cnp.ndarray>v)
+            for i in range(e):
+                (<uint8_t *>col)[(pos + i) % cap] = <uint8_t>self._code(j, (<const float *>src)[i])
+        elif how == 1:
             src = <const char *>cnp.PyArray_DATA(<cnp.ndarray>v)
             if pos + e <= cap:
                 memcpy(col + pos * rb, src, e * rb)
@@ -917,10 +1019,11 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         cdef float *fv
         cdef uint8_t v
         cdef cnp.ndarray col
+        cdef const uint32_t *pal
         out = []
         for j in range(self._ncols):  # hints first: the rows' cache misses overlap
             src = <const char *>cnp.PyArray_DATA(<cnp.ndarray>self._cols[j])
-            rb = self._rowbytes[j]
+            rb = 1 if self._npal[j] >= 0 else self._rowbytes[j]
             for i in range(B):
                 lf_prefetch(src + ri[i] * rb)
         for j in range(self._ncols):
@@ -935,6 +1038,13 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                     v = (<const uint8_t *>src)[ri[i]]
                     for b in range(nb):
                         fv[b * B + i] = <float>((v >> b) & 1)
+            elif self._npal[j] >= 0:  # (B,) float32 from the codes
+                dims[0] = B
+                a = cnp.PyArray_EMPTY(1, dims, cnp.NPY_FLOAT32, 0)
+                pal = self._pal + j * _PALETTE
+                dst = <char *>cnp.PyArray_DATA(<cnp.ndarray>a)
+                for i in range(B):
+                    memcpy(dst + 4 * i, pal + (<const uint8_t *>src)[ri[i]], 4)
             else:  # (B, *shape) in the column's dtype
                 col = <cnp.ndarray>self._cols[j]
                 dims[0] = B
@@ -1020,8 +1130,13 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                             f"{(B,) + self._shapes[column]} and dtype {self._dtypes[column]}")
         cdef _Scalar sc
         self._check_value(column, values, B, &sc)  # finite floats
-        cdef char *col = <char *>cnp.PyArray_DATA(<cnp.ndarray>self._cols[column])
         cdef const char *src = <const char *>cnp.PyArray_DATA(<cnp.ndarray>values)
+        self._fit(column, <const float *>src, B if self._npal[column] >= 0 else 0)
+        cdef char *col = <char *>cnp.PyArray_DATA(<cnp.ndarray>self._cols[column])
+        if self._npal[column] >= 0:
+            for i in range(B):
+                col[ri[i]] = <char>self._code(column, (<const float *>src)[i])
+            return
         for i in range(B):
             memcpy(col + ri[i] * rb, src + i * rb, rb)
 
@@ -1171,6 +1286,9 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             self._relock()
         else:
             self._unlock()
+        for j in range(self._ncols):  # a palette column: its values' codes, or float32
+            if self._npal[j] >= 0:
+                vals[j] = self._load_palette(j, vals[j])
         self.grow(n)
         self._pos, self._full = 0, False
         self._last.fill(-1)
@@ -1194,6 +1312,22 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         self._counted = 0
         if self._counted_col >= 0 and n:
             self._counted = int(np.count_nonzero(vals[self._counted_col] & self._counted_mask))
+
+    cdef cnp.ndarray _load_palette(self, Py_ssize_t j, cnp.ndarray v):
+        """The codes of palette column ``j``'s values ``v`` in a new palette; or ``v``, the
+        column stored as float32 from now on, if they are more than _PALETTE."""
+        bits = v.view(np.uint32)
+        known = np.unique(np.concatenate([np.zeros(1, np.uint32), bits]))  # 0.0 first
+        if known.size > _PALETTE:
+            self._cols[j] = np.zeros((self._rows,), np.float32)  # (no values held)
+            self._npal[j] = -1
+            self._views = self._make_views()
+            return v
+        cdef Py_ssize_t i
+        for i in range(known.size):
+            self._pal[j * _PALETTE + i] = known[i]
+        self._npal[j] = known.size
+        return np.searchsorted(known, bits).astype(np.uint8)
 
     def __reduce__(self):
         raise TypeError("a RowRing cannot be pickled; use ReplayBuffer.save")

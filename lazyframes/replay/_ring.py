@@ -92,19 +92,20 @@ class Ring(_core.RowRing):
 
     @property
     def actions(self) -> np.ndarray:
-        return self.columns[0]
+        return self.column(0)
 
     @property
     def rewards(self) -> np.ndarray:
-        return self.columns[1]
+        """Every row's reward (computed when read while the column is a palette's codes)."""
+        return self.column(1)
 
     @property
     def flags(self) -> np.ndarray:
-        return self.columns[2]
+        return self.column(2)
 
     def extras(self, idx: np.ndarray) -> dict:
         """``{name: (*idx.shape, *shape)}``: the per-step extras of positions ``idx``."""
-        return {n: c[idx] for n, c in zip(self.extra_names, self.columns[3:], strict=True)}
+        return {n: self.values(3 + j, idx) for j, n in enumerate(self.extra_names)}
 
     def order(self) -> np.ndarray:
         """The stored positions, oldest first."""
@@ -120,10 +121,10 @@ class Ring(_core.RowRing):
         observation is the sample's; ``term``/``trunc``: how it ended.
         """
         n, g = self.n_step, self.gamma
-        flags, rewards = self.flags, self.rewards
+        flags = self.flags
         fl0 = flags[idx]
         valid = (fl0 & SKIP) == 0
-        ret = rewards[idx].astype(np.float64)
+        ret = self.values(1, idx).astype(np.float64)
         last = idx.copy()
         m = np.ones(idx.shape, np.int64)
         alive = valid & ((fl0 & ENDS) == 0)
@@ -134,7 +135,7 @@ class Ring(_core.RowRing):
             p = np.where(inr, p, last)
             fl = flags[p]
             step = alive & inr & ((fl & SKIP) == 0)
-            ret += np.where(step, g**j * rewards[p].astype(np.float64), 0.0)
+            ret += np.where(step, g**j * self.values(1, p).astype(np.float64), 0.0)
             last = np.where(step, p, last)
             m += step
             alive = step & ((fl & ENDS) == 0)

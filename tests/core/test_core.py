@@ -983,6 +983,52 @@ def test_ring_links_in_lockstep_and_stored_agree(cap, streams):
     refused(IndexError, "out of range", ring.next_of, np.array([ring.rows]))
 
 
+@pytest.mark.parametrize("distinct", [3, 255, 256, 300])
+def test_ring_float32_column_is_a_palette_until_it_holds_257_values(distinct):
+    """A scalar float32 column reads back bit for bit (-0.0 too) whatever it stores.
+
+    A byte per row while 256 values or fewer were seen (0.0 among them), float32 after.
+    """
+    values = np.concatenate([[-0.0, -1.0], np.arange(1, distinct - 1) * 0.25]).astype(np.float32)
+    rng = np.random.default_rng(distinct)
+    cap = 64
+    ring = core.RowRing(cap, 2, [("r", (), np.float32), ("v", (2,), np.float32)])
+    model = np.zeros(cap, np.float32)
+    seen = {0}
+    k = 0  # the values in turn: every one within 300 rows
+    for t in range(400):
+        r = values[(k + np.arange(1 if t % 3 == 0 else 2)) % values.size]
+        k += r.size
+        if t % 3 == 0:  # a Python float for one stream's row: the scalar path
+            pos = ring.append(np.array([t % 2]), (float(r[0]), np.zeros((1, 2), np.float32)))
+            model[pos] = r[0]
+        else:
+            pos = ring.append(None, (r, np.zeros((2, 2), np.float32)))
+            model[(pos + np.arange(2)) % cap] = r
+        seen |= {int(x) for x in r.view(np.uint32)}
+        if t % 50 == 7:  # rewrite a few rows
+            rows = rng.integers(ring.size, size=3)
+            new = values[rng.integers(values.size, size=3)]
+            ring.put(0, rows, new)
+            model[rows] = new
+            seen |= {int(x) for x in new.view(np.uint32)}
+        n = ring.size
+        assert ring.column(0)[:n].view(np.uint32).tolist() == model[:n].view(np.uint32).tolist()
+        idx = rng.integers(n, size=5)
+        assert ring.values(0, idx).view(np.uint32).tolist() == model[idx].view(np.uint32).tolist()
+        assert ring.take(idx)[0].view(np.uint32).tolist() == model[idx].view(np.uint32).tolist()
+        code = len(seen) <= 256  # r's bytes per row (and its palette), v's 8, links 1 + 4
+        per_row = (1 if code else 4) + 8 + 5  # (stored: one stream appends alone)
+        assert ring.memory() == ring.last.nbytes + ring.rows * per_row + (1024 if code else 0)
+    assert (len(seen) > 256) == (distinct >= 256)  # (with 0.0)
+    assert ring.columns[0].dtype == np.float32 and not ring.columns[0].flags.writeable
+    copy = core.RowRing(cap, 2, [("r", (), np.float32), ("v", (2,), np.float32)])
+    copy.load(ring.pos, ring.full, ring.env, tuple(c.copy() for c in ring.columns))
+    assert copy.column(0).view(np.uint32).tolist() == model.view(np.uint32).tolist()
+    refused(IndexError, "column 2", ring.column, 2)
+    refused(IndexError, "out of range", ring.values, 0, np.array([cap]))
+
+
 def test_ring_put_rewrites_a_column_checked_first():
     ring = core.RowRing(4, 1, [("a", (), np.uint8), ("v", (2,), np.float32)], counted=(0, 1))
     ring.grow(4)
