@@ -778,23 +778,26 @@ static void test_prev_links_and_aliases(void) {
     lf_pool_free(&p);
 }
 
-/* Blobs packed in slabs: many noise frames (a dozen slabs) freed oldest first, then the
- * rest newest first: every slab but the current one is returned, values stay exact. */
+/* A compressing pool of group `group` holding n hot noise frames want[i] in slots s[i]. */
+static void noise_pool(lf_pool *p, int group, int n, unsigned char (*want)[ZFB], int64_t *s) {
+    lf_pool_init(p, ZFB, 64 * ZFB);
+    CHECK(lf_pool_enable_compression(p, (lf_codec){LF_CODEC_LZ4, 9, group}) == 0, "enable");
+    for (int i = 0; i < n; i++) {
+        fill_random(want[i], ZFB);
+        s[i] = lf_pool_alloc(p);
+        memcpy(lf_pool_addr(p, s[i]), want[i], ZFB);
+    }
+}
+
 /* The table of buffers (lf_meta.at) after a burst of hot frames: shrunk, its entries
  * renumbered, every frame's bytes still where its slot says, hot and then cold. */
 static void test_own_table(void) {
     enum { N = 2000, KEEP = 20 };
     lf_pool p;
-    lf_pool_init(&p, ZFB, 64 * ZFB);
-    CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 9, 4}) == 0, "enable");
     static unsigned char want[N][ZFB];
     static int64_t s[N];
     unsigned char got[ZFB];
-    for (int i = 0; i < N; i++) {
-        fill_random(want[i], ZFB);
-        s[i] = lf_pool_alloc(&p);
-        memcpy(lf_pool_addr(&p, s[i]), want[i], ZFB);
-    }
+    noise_pool(&p, 4, N, want, s);
     size_t burst = lf_pool_bytes_held(&p) - lf_pool_slot_state_bytes(&p) - (size_t)N * ZFB;
     CHECK(burst >= (size_t)N * 12, "a table entry per hot frame counted (%zu)", burst);
     for (int i = N - 1; i >= 0; i--) /* newest first: the kept ones' entries are the lowest */
@@ -815,18 +818,16 @@ static void test_own_table(void) {
     lf_pool_free(&p);
 }
 
+/* Blobs packed in slabs: many noise frames (a dozen slabs) freed oldest first, then the
+ * rest newest first: every slab but the current one is returned, values stay exact. */
 static void test_blob_slabs(void) {
     enum { N = 3000 };
     lf_pool p;
-    lf_pool_init(&p, ZFB, 64 * ZFB);
-    CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 9, 16}) == 0, "enable");
     static unsigned char want[N][ZFB];
     static int64_t s[N];
     unsigned char got[ZFB];
+    noise_pool(&p, 16, N, want, s);
     for (int i = 0; i < N; i++) {
-        fill_random(want[i], ZFB);
-        s[i] = lf_pool_alloc(&p);
-        memcpy(lf_pool_addr(&p, s[i]), want[i], ZFB);
         lf_pool_incref_cold(&p, s[i]);
         lf_pool_decref(&p, s[i]); /* the table's reference only: queued */
     }
