@@ -1279,23 +1279,41 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                 raise TypeError(f"{self._names[j]} has shape {v.shape}, "
                                 f"expected {(n,) + self._shapes[j]}")
             vals.append(v)
+        # everything new is made first, then taken at once (a MemoryError changes nothing):
         # lockstep if each row's stream is its position's and the next append's rows
-        # start at stream 0, as lockstep appends leave them
-        if (self._capacity % self._streams == 0 and p % self._streams == 0
-                and np.array_equal(envs, np.arange(n) % self._streams)):
-            self._relock()
-        else:
-            self._unlock()
-        for j in range(self._ncols):  # a palette column: its values' codes, or float32
-            if self._npal[j] >= 0:
-                vals[j] = self._load_palette(j, vals[j])
-        self.grow(n)
+        # start at stream 0, as lockstep appends leave them; a palette column as codes if
+        # its values fit a palette
+        cdef bint lock = (self._capacity % self._streams == 0 and p % self._streams == 0
+                          and np.array_equal(envs, np.arange(n) % self._streams))
+        cdef Py_ssize_t rows = max(self._rows, n)
+        palettes, cols = [None] * self._ncols, []
+        for j in range(self._ncols):
+            v, dt = vals[j], self._dtypes[j]
+            if self._types[j] == cnp.NPY_FLOAT32 and self._nds[j] == 0:
+                bits = v.view(np.uint32)
+                known = np.unique(np.concatenate([np.zeros(1, np.uint32), bits]))  # 0.0 first
+                if known.size <= _PALETTE:
+                    palettes[j] = known
+                    v, dt = np.searchsorted(known, bits).astype(np.uint8), np.uint8
+            col = np.zeros((rows,) + self._shapes[j], dt)
+            col[:n] = v
+            cols.append(col)
+        env_rows = np.zeros(0 if lock else rows, self._env.dtype)
+        if not lock:
+            env_rows[:n] = envs
+        next_rows = np.full(0 if lock else rows, -1, self._link_dtype)
+        self._env, self._next, self._cols, self._rows = env_rows, next_rows, cols, rows
+        self._lockstep = lock
+        for j in range(self._ncols):
+            if palettes[j] is not None:
+                for i in range(palettes[j].size):
+                    self._pal[j * _PALETTE + i] = palettes[j][i]
+                self._npal[j] = palettes[j].size
+            elif self._types[j] == cnp.NPY_FLOAT32 and self._nds[j] == 0:
+                self._npal[j] = -1  # stored as float32
+        self._views = self._make_views()
         self._pos, self._full = 0, False
         self._last.fill(-1)
-        if not self._lockstep:
-            self._env[:n] = envs
-        for a, v in zip(self._cols, vals):
-            a[:n] = v
         # link each stream's rows oldest first: ring order from pos when full
         cdef int64_t prev
         cdef Py_ssize_t q
@@ -1312,22 +1330,6 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         self._counted = 0
         if self._counted_col >= 0 and n:
             self._counted = int(np.count_nonzero(vals[self._counted_col] & self._counted_mask))
-
-    cdef cnp.ndarray _load_palette(self, Py_ssize_t j, cnp.ndarray v):
-        """The codes of palette column ``j``'s values ``v`` in a new palette; or ``v``, the
-        column stored as float32 from now on, if they are more than _PALETTE."""
-        bits = v.view(np.uint32)
-        known = np.unique(np.concatenate([np.zeros(1, np.uint32), bits]))  # 0.0 first
-        if known.size > _PALETTE:
-            self._cols[j] = np.zeros((self._rows,), np.float32)  # (no values held)
-            self._npal[j] = -1
-            self._views = self._make_views()
-            return v
-        cdef Py_ssize_t i
-        for i in range(known.size):
-            self._pal[j * _PALETTE + i] = known[i]
-        self._npal[j] = known.size
-        return np.searchsorted(known, bits).astype(np.uint8)
 
     def __reduce__(self):
         raise TypeError("a RowRing cannot be pickled; use ReplayBuffer.save")

@@ -1029,6 +1029,42 @@ def test_ring_float32_column_is_a_palette_until_it_holds_257_values(distinct):
     refused(IndexError, "out of range", ring.values, 0, np.array([cap]))
 
 
+def _ring_state(ring):
+    n = ring.size
+    return [ring.env[:n], ring.next[:n], ring.last, *(c[:n] for c in ring.columns), ring.memory()]
+
+
+def test_ring_load_over_held_rows_replaces_them_or_changes_nothing(monkeypatch):
+    """load() over a ring that holds rows replaces them, or changes nothing.
+
+    The rows past the loaded ones read as never written (the palette is new); a
+    MemoryError on the way leaves the ring as it was.
+    """
+    cols = [("a", (), np.int64), ("r", (), np.float32)]
+    ring = core.RowRing(1000, 2, cols)
+    for i in range(25):  # lockstep, then stored links; rewards 1..50, then 51
+        ring.append(None, (np.array([i, i]), np.arange(2 * i + 1, 2 * i + 3, dtype=np.float32)))
+    ring.append(np.array([1]), (np.array([9]), np.array([51.0], np.float32)))
+    before = _ring_state(ring)
+
+    class NoMemory:  # NumPy whose np.full runs out of memory (the last array load makes)
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        def full(self, *args, **kwargs):
+            raise MemoryError("simulated")
+
+    monkeypatch.setattr(core, "np", NoMemory())
+    n = 600
+    refused(MemoryError, "simulated", ring.load, n, False, np.arange(n) % 2,
+            (np.zeros(n, np.int64), np.full(n, 7.5, np.float32)))  # fmt: skip
+    monkeypatch.undo()
+    assert all(np.array_equal(a, b) for a, b in zip(_ring_state(ring), before, strict=True))
+    ring.load(4, False, np.arange(4) % 2, (np.zeros(4, np.int64), np.full(4, 7.5, np.float32)))
+    assert ring.column(1).tolist() == [7.5] * 4 + [0.0] * (ring.rows - 4)
+    assert ring.values(1, np.array([3, 30])).tolist() == [7.5, 0.0]
+
+
 def test_ring_put_rewrites_a_column_checked_first():
     ring = core.RowRing(4, 1, [("a", (), np.uint8), ("v", (2,), np.float32)], counted=(0, 1))
     ring.grow(4)
