@@ -301,8 +301,9 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
 
     Each frame is copied in once (:meth:`push`) and lives in a slot until its refcount
     drops to zero; the slot is then reused. Chunks hold the largest power of two of
-    slots that fits ``chunk_bytes`` (at least one) and never move; a chunk whose slots
-    are all free is returned to the OS (one empty chunk is kept to avoid churn).
+    slots that fits ``chunk_bytes`` (at least one, at most 16,384) and never move; a
+    chunk whose slots are all free is returned to the OS (one empty chunk is kept to
+    avoid churn).
 
     References are owned by objects, never by bare ints: a :class:`FrameRef` (one
     frame), :class:`LazyFrames` (one observation), :class:`LazyBatch` (a batch of

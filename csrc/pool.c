@@ -83,7 +83,7 @@ int lf_pool_init(lf_pool *p, size_t frame_bytes, size_t chunk_bytes) {
     if (frame_bytes == 0) return -1;
     p->frame_bytes = frame_bytes;
     size_t n = chunk_bytes / frame_bytes;
-    if (n > (size_t)LF_REF_MAX) n = LF_REF_MAX; /* offsets fit a free word's link */
+    if (n > (size_t)LF_END) n = LF_END; /* offsets fit a free word's link */
     p->spc = 1;
     p->spc_shift = 0;
     while (p->spc * 2 <= n) {
@@ -206,6 +206,7 @@ void lf_pool_free(lf_pool *p) {
     free(p->chunks);
     free(p->heap);
     free(p->released);
+    free(p->big);
     memset(p, 0, sizeof(*p));
 }
 
@@ -214,7 +215,7 @@ static int chunk_alloc(lf_pool *p, size_t c) {
     lf_chunk *ch = &p->chunks[c];
     /* frame_bytes * spc cannot overflow: spc <= chunk_bytes / frame_bytes, or 1 */
     ch->data = malloc(slot_bytes(p) * p->spc);
-    ch->ref = malloc(p->spc * sizeof(uint32_t));
+    ch->ref = malloc(p->spc * sizeof(lf_word));
     ch->prev = malloc(p->spc * sizeof(int32_t));
     if (!ch->data || !ch->ref || !ch->prev) {
         chunk_release(ch);
@@ -222,7 +223,7 @@ static int chunk_alloc(lf_pool *p, size_t c) {
     }
     /* every slot free, listed in increasing order */
     for (size_t i = 0; i < p->spc; i++)
-        ch->ref[i] = LF_FREE | (i + 1 < p->spc ? (uint32_t)(i + 1) : LF_END);
+        ch->ref[i] = (lf_word)(LF_FREE | (i + 1 < p->spc ? i + 1 : LF_END));
     ch->free_head = 0;
     ch->live = 0;
     p->n_alloc++;
@@ -298,6 +299,45 @@ static int64_t take_slot(lf_pool *p, uint32_t at) {
     return (int64_t)(c * p->spc + off);
 }
 
+/* -- the list of large counts (pool.h): few entries, each a frame shared 32,766 times -- */
+
+static lf_big *big_find(const lf_pool *p, int64_t slot) {
+    for (size_t i = 0; i < p->n_big; i++)
+        if (p->big[i].slot == slot) return &p->big[i];
+    return NULL;
+}
+
+uint64_t lf_pool_big_more(const lf_pool *p, int64_t slot) {
+    const lf_big *b = big_find(p, slot);
+    return b ? b->more : 0;
+}
+
+void lf_pool_big_incref(lf_pool *p, int64_t slot) {
+    lf_big *b = big_find(p, slot);
+    if (b) {
+        if (b->more < UINT64_MAX - LF_REF_MAX) b->more++;
+        return;
+    }
+    if (p->n_big == p->cap_big) {
+        size_t cap = p->cap_big ? 2 * p->cap_big : 8;
+        lf_big *grown = realloc(p->big, cap * sizeof(lf_big));
+        if (!grown) { /* the count is lost: the frame is never freed */
+            lf_pool_chunk(p, slot)->ref[lf_pool_offset(p, slot)] = LF_REF_STUCK;
+            return;
+        }
+        p->big = grown;
+        p->cap_big = cap;
+    }
+    p->big[p->n_big++] = (lf_big){slot, 1};
+}
+
+int lf_pool_big_decref(lf_pool *p, int64_t slot) {
+    lf_big *b = big_find(p, slot);
+    if (!b) return 0;
+    if (--b->more == 0) *b = p->big[--p->n_big];
+    return 1;
+}
+
 int64_t lf_pool_alloc(lf_pool *p) {
     unsigned char *buf = NULL;
     uint32_t at = LF_AT_NONE;
@@ -334,7 +374,7 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
         }
         memset(m, 0, sizeof(*m));
     }
-    ch->ref[off] = LF_FREE | ch->free_head;
+    ch->ref[off] = (lf_word)(LF_FREE | ch->free_head);
     ch->free_head = (uint32_t)off;
     ch->live--;
     p->live_frames--;
@@ -358,7 +398,8 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
 size_t lf_pool_slot_state_bytes(const lf_pool *p) {
     /* a compressing pool counts all its per-slot state: lf_meta, refcount and previous
      * frame words */
-    return p->z ? p->n_alloc * p->spc * (sizeof(lf_meta) + 2 * sizeof(uint32_t)) : 0;
+    return p->z ? p->n_alloc * p->spc * (sizeof(lf_meta) + sizeof(lf_word) + sizeof(int32_t))
+                : 0;
 }
 
 size_t lf_pool_bytes_held(const lf_pool *p) {
@@ -367,7 +408,7 @@ size_t lf_pool_bytes_held(const lf_pool *p) {
     return lf_pool_slot_state_bytes(p) +
            (p->live_frames - p->cold_frames + z->n_warm) * p->frame_bytes + p->cold_bytes +
            z->slab_slack + z->spare_bytes + z->cap_own * (sizeof(void *) + sizeof(uint32_t)) +
-           z->cap_slabs * (sizeof(void *) + sizeof(lf_slab));
+           z->cap_slabs * (sizeof(void *) + sizeof(lf_slab)) + p->cap_big * sizeof(lf_big);
 }
 
 /* -- compression ------------------------------------------------------------------------ */
@@ -637,10 +678,10 @@ int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *ou
 }
 
 /* 1 if a live slot is hot and every reference left on it is cold (a count stuck at
- * LF_REF_MAX no longer says how many references are left: never). */
+ * LF_COLD_MAX no longer says how many references are left: never). */
 static int eligible(const lf_pool *p, int64_t slot) {
     const lf_meta *m = lf_pool_meta(p, slot);
-    return !m->cold_state && m->cold > 0 && m->cold < LF_REF_MAX &&
+    return !m->cold_state && m->cold > 0 && m->cold < LF_COLD_MAX &&
            m->cold == lf_pool_refcount(p, slot);
 }
 

@@ -7,11 +7,14 @@
  * most recently freed offset (a LIFO; a fresh chunk hands out offsets in increasing
  * order); a chunk whose slots all become free is returned to the OS, except one empty
  * chunk kept to avoid churn.
- * Each slot has one 32-bit word: a live slot's refcount, 1 to LF_REF_MAX, or a free slot's
- * LF_FREE | the offset of the next free slot of its chunk (LF_END: none), so the free
- * offsets are a list threaded through the words, most recently freed first. A count that
- * reaches LF_REF_MAX stays there and the frame is never freed: a leak of one frame after
- * 2**31 references (8 GiB of ids held), never a wrap to a use after free.
+ * Each slot has one 16-bit word: a live slot's refcount, 1 to LF_REF_MAX, or a free slot's
+ * LF_FREE | the offset of the next free slot of its chunk (LF_END: none; a chunk has at
+ * most 16,384 slots), so the free offsets are a list threaded through the words, most
+ * recently freed first. A count beyond LF_REF_MAX keeps the word at LF_REF_MAX and the
+ * rest in the pool's list of large counts (`big`: a frame that tens of thousands of rows
+ * share, e.g. a paused game's screen in a plain pool); if that list cannot grow, the word
+ * becomes LF_REF_STUCK and the frame is never freed: a leak of one frame on out of
+ * memory, never a wrap to a use after free.
  * Not thread-safe: the Cython layer calls it with the GIL held, except the decoding and
  * reading of pinned frames (lf_reader_decode, the copy kernels).
  *
@@ -66,7 +69,7 @@ typedef struct {
     union {
         struct {
             uint32_t cold : 31;   /* HOT: references held by SlotTable entries and delta
-                                   * children, sticking at LF_REF_MAX like the refcount (a
+                                   * children, sticking at LF_COLD_MAX (a
                                    * cold frame is never compressed again: its count no
                                    * longer matters) */
             uint32_t queued : 1;  /* HOT: 1 while in the pending queue */
@@ -104,13 +107,21 @@ typedef struct {
 
 typedef struct lf_compressor lf_compressor; /* pool.c: contexts, scratch, queue, warm cache */
 
-#define LF_FREE 0x80000000u    /* a free slot's word: this bit | the next free offset */
-#define LF_REF_MAX 0x7FFFFFFFu /* a refcount that sticks (the frame is never freed) */
-#define LF_END LF_REF_MAX      /* the end of a chunk's free list */
+typedef uint16_t lf_word;      /* a slot's refcount, or its link in its chunk's free list */
+#define LF_FREE 0x8000u        /* a free slot's word: this bit | the next free offset */
+#define LF_REF_MAX 0x7FFEu     /* a word counting this many references or more (lf_pool.big) */
+#define LF_REF_STUCK 0x7FFFu   /* a count no longer known: the frame is never freed */
+#define LF_END 0x7FFFu         /* the end of a chunk's free list */
+#define LF_COLD_MAX 0x7FFFFFFFu /* lf_meta.cold sticks here (the frame is never compressed) */
+
+typedef struct {
+    int64_t slot;
+    uint64_t more;         /* references beyond LF_REF_MAX, > 0 */
+} lf_big;
 
 typedef struct {
     unsigned char *data;   /* spc * frame_bytes (spc lf_meta when compressing), or NULL */
-    uint32_t *ref;         /* spc words: a live slot's refcount, or a free slot's link */
+    lf_word *ref;          /* spc words: a live slot's refcount, or a free slot's link */
     int32_t *prev;         /* spc words: a live slot's previous frame (lf_pool_set_prev) */
     uint32_t free_head;    /* the first free offset (valid while live < spc) */
     size_t live;
@@ -132,6 +143,8 @@ typedef struct {
     unsigned char **own;   /* compressing: the buffers not in a slab, by lf_meta.at (NULL:
                             * a free entry) */
     unsigned char **slab;  /* compressing: the slabs' memory, by number (NULL: none) */
+    lf_big *big;           /* the slots whose word is LF_REF_MAX with more references */
+    size_t n_big, cap_big;
     size_t busy;           /* copies out running without the GIL (they hold frame addresses) */
     size_t cold_frames, cold_bytes;
 } lf_pool;
@@ -157,9 +170,12 @@ static inline int lf_pool_in_range(const lf_pool *p, int64_t slot) {
 }
 
 /* 1 if a slot's word is a live slot's refcount. */
-static inline int lf_word_live(uint32_t w) {
-    return w - 1u < LF_REF_MAX;
+static inline int lf_word_live(lf_word w) {
+    return (unsigned)w - 1u < LF_REF_STUCK;
 }
+
+/* References of a live slot whose word is LF_REF_MAX, beyond it (pool.c). */
+uint64_t lf_pool_big_more(const lf_pool *p, int64_t slot);
 
 /* 1 if slot is in range and live, 0 otherwise. */
 static inline int lf_pool_is_live(const lf_pool *p, int64_t slot) {
@@ -171,7 +187,9 @@ static inline int lf_pool_is_live(const lf_pool *p, int64_t slot) {
 /* Refcount of an in-range slot (0 if free). */
 static inline uint64_t lf_pool_refcount(const lf_pool *p, int64_t slot) {
     const lf_chunk *ch = lf_pool_chunk(p, slot);
-    uint32_t w = ch->data ? ch->ref[lf_pool_offset(p, slot)] : 0;
+    lf_word w = ch->data ? ch->ref[lf_pool_offset(p, slot)] : 0;
+    if (w == LF_REF_MAX) return LF_REF_MAX + lf_pool_big_more(p, slot);
+    if (w == LF_REF_STUCK) return UINT64_MAX;
     return lf_word_live(w) ? w : 0;
 }
 
@@ -197,12 +215,20 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot);
 /* Queue a hot slot whose references are all cold for compression (pool.c). */
 void lf_pool_queue(lf_pool *p, int64_t slot);
 
-/* Refcount +1 / -1 on a live slot (caller checked); at LF_REF_MAX neither changes it.
- * decref frees the slot at 0; in a compressing pool it queues a slot whose remaining
- * references are all cold. */
+/* A reference more (+1) or less (-1) on a slot whose word is LF_REF_MAX: in the list of
+ * large counts (+1 on out of memory: the word becomes LF_REF_STUCK); -1 returns 0 when
+ * the slot has none there (its word then goes down). */
+void lf_pool_big_incref(lf_pool *p, int64_t slot);
+int lf_pool_big_decref(lf_pool *p, int64_t slot);
+
+/* Refcount +1 / -1 on a live slot (caller checked). decref frees the slot at 0; in a
+ * compressing pool it queues a slot whose remaining references are all cold. */
 static inline void lf_pool_incref(lf_pool *p, int64_t slot) {
-    uint32_t *w = &lf_pool_chunk(p, slot)->ref[lf_pool_offset(p, slot)];
-    if (*w < LF_REF_MAX) ++*w;
+    lf_word *w = &lf_pool_chunk(p, slot)->ref[lf_pool_offset(p, slot)];
+    if (*w < LF_REF_MAX)
+        ++*w;
+    else if (*w == LF_REF_MAX)
+        lf_pool_big_incref(p, slot);
 }
 /* Ask for the cache line at p ahead of an access. A batch's table rows, columns and
  * refcounts are scattered: a loop of hints before the loop of accesses overlaps their
@@ -220,9 +246,9 @@ static inline void lf_pool_prefetch_ref(const lf_pool *p, int64_t slot) {
     lf_prefetch(&lf_pool_chunk(p, slot)->ref[lf_pool_offset(p, slot)]);
 }
 static inline void lf_pool_decref(lf_pool *p, int64_t slot) {
-    uint32_t *w = &lf_pool_chunk(p, slot)->ref[lf_pool_offset(p, slot)];
-    if (*w == LF_REF_MAX) return;
-    uint32_t n = --*w;
+    lf_word *w = &lf_pool_chunk(p, slot)->ref[lf_pool_offset(p, slot)];
+    if (*w >= LF_REF_MAX && (*w == LF_REF_STUCK || lf_pool_big_decref(p, slot))) return;
+    lf_word n = --*w;
     if (n == 0) {
         lf_pool_free_slot(p, slot);
     } else if (p->z) {
@@ -237,15 +263,15 @@ static inline void lf_pool_incref_cold(lf_pool *p, int64_t slot) {
     lf_pool_incref(p, slot);
     if (p->z && !lf_pool_meta(p, slot)->cold_state) { /* a cold frame keeps no count */
         lf_meta *m = lf_pool_meta(p, slot);
-        if (m->cold < LF_REF_MAX) m->cold++;
+        if (m->cold < LF_COLD_MAX) m->cold++;
         uint64_t n = lf_pool_refcount(p, slot);
-        if (m->cold == n && n < LF_REF_MAX && !m->queued) lf_pool_queue(p, slot);
+        if (m->cold == n && n < LF_COLD_MAX && !m->queued) lf_pool_queue(p, slot);
     }
 }
 static inline void lf_pool_decref_cold(lf_pool *p, int64_t slot) {
     if (p->z) {
         lf_meta *m = lf_pool_meta(p, slot);
-        if (!m->cold_state && m->cold < LF_REF_MAX) m->cold--;
+        if (!m->cold_state && m->cold < LF_COLD_MAX) m->cold--;
     }
     lf_pool_decref(p, slot);
 }

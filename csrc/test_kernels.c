@@ -406,13 +406,29 @@ static void test_pool_policy(void) {
     lf_pool_decref(&p, 5);
     lf_pool_decref(&p, 5);
     CHECK(lf_pool_refcount(&p, 5) == 1 && lf_pool_is_live(&p, 5), "decref");
-    /* a refcount sticks at LF_REF_MAX: it neither wraps nor frees the slot */
-    lf_pool_chunk(&p, 5)->ref[lf_pool_offset(&p, 5)] = LF_REF_MAX - 1;
-    lf_pool_incref(&p, 5);
-    lf_pool_incref(&p, 5);
-    CHECK(lf_pool_refcount(&p, 5) == LF_REF_MAX && lf_pool_is_live(&p, 5), "no wrap");
+    /* a count beyond the word's LF_REF_MAX goes on in the list of large counts, and back:
+     * two slots at once, the slot freed when its count reaches 0 */
+    for (uint64_t i = 1; i < (uint64_t)LF_REF_MAX + 5000; i++) {
+        lf_pool_incref(&p, 5);
+        lf_pool_incref(&p, 4);
+        lf_pool_incref(&p, 4);
+    }
+    CHECK(lf_pool_refcount(&p, 5) == (uint64_t)LF_REF_MAX + 5000 && p.n_big == 2 &&
+              lf_pool_refcount(&p, 4) == 2 * ((uint64_t)LF_REF_MAX + 5000) - 1,
+          "counts past the word (%llu, %zu)", (unsigned long long)lf_pool_refcount(&p, 5),
+          p.n_big);
+    for (uint64_t i = 1; i < (uint64_t)LF_REF_MAX + 5000; i++) {
+        lf_pool_decref(&p, 5);
+        lf_pool_decref(&p, 4);
+        lf_pool_decref(&p, 4);
+    }
+    CHECK(lf_pool_refcount(&p, 5) == 1 && lf_pool_refcount(&p, 4) == 1 && p.n_big == 0,
+          "and back (%llu)", (unsigned long long)lf_pool_refcount(&p, 5));
+    /* a count that could not go on (the list out of memory) sticks: never freed, no wrap */
+    lf_pool_chunk(&p, 5)->ref[lf_pool_offset(&p, 5)] = LF_REF_STUCK;
     for (int i = 0; i < 3; i++) lf_pool_decref(&p, 5);
-    CHECK(lf_pool_refcount(&p, 5) == LF_REF_MAX && lf_pool_is_live(&p, 5), "sticks");
+    lf_pool_incref(&p, 5);
+    CHECK(lf_pool_refcount(&p, 5) == UINT64_MAX && lf_pool_is_live(&p, 5), "sticks");
     lf_pool_chunk(&p, 5)->ref[lf_pool_offset(&p, 5)] = 1;
     /* reuse: the most recently freed slot of the lowest chunk with a free slot */
     lf_pool_decref(&p, 1);
@@ -590,10 +606,10 @@ static void compression_case(lf_codec c, int n) {
     for (int i = n - 1; i >= 0; i--) lf_pool_decref(&p, s[i]); /* newest first: any order */
     CHECK(lf_pool_pending(&p) == (size_t)n, "all queued (%zu)", lf_pool_pending(&p));
     lf_pool_incref(&p, s[3]); /* a reader holds frame 3: it stays hot */
-    /* frame 4's count stuck at LF_REF_MAX with as many cold references: it stays hot too */
-    uint32_t *w4 = &lf_pool_chunk(&p, s[4])->ref[lf_pool_offset(&p, s[4])];
-    *w4 = LF_REF_MAX;
-    lf_pool_meta(&p, s[4])->cold = LF_REF_MAX;
+    /* frame 4's cold count stuck at LF_COLD_MAX (as many references): it stays hot too */
+    lf_word *w4 = &lf_pool_chunk(&p, s[4])->ref[lf_pool_offset(&p, s[4])];
+    *w4 = LF_REF_STUCK;
+    lf_pool_meta(&p, s[4])->cold = LF_COLD_MAX;
     CHECK(lf_pool_compress_pending(&p) == 0, "compress");
     CHECK(p.cold_frames == (size_t)n - 2 && lf_pool_is_hot(&p, s[3]) && lf_pool_is_hot(&p, s[4]),
           "all cold but 3 and 4");

@@ -1065,6 +1065,22 @@ def test_ring_load_over_held_rows_replaces_them_or_changes_nothing(monkeypatch):
     assert ring.values(1, np.array([3, 30])).tolist() == [7.5, 0.0]
 
 
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_frame_shared_past_a_16_bit_count_is_counted_and_freed(compress):
+    """A slot's word counts to 32,766; references beyond it go to a list and come back.
+
+    So the frame is freed with its last reference.
+    """
+    pool = core.FramePool((2, 2), np.uint8, compress=compress)
+    ref = pool.push(np.ones((2, 2), np.uint8))
+    many = [pool.lazy([ref.slot] * 20_000, layout="stack") for _ in range(3)]  # 60,000 refs
+    assert pool.refcount(ref.slot) == 60_001
+    del many[1:]
+    assert pool.refcount(ref.slot) == 20_001 and np.asarray(many[0])[-1].tolist() == [[1, 1]] * 2
+    del many, ref
+    assert pool.live_frames == 0
+
+
 def test_ring_put_rewrites_a_column_checked_first():
     ring = core.RowRing(4, 1, [("a", (), np.uint8), ("v", (2,), np.float32)], counted=(0, 1))
     ring.grow(4)
