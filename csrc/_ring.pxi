@@ -916,7 +916,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         """The next row of position ``p``'s stream, -1 for none."""
         if not self._lockstep:
             return self._get(self._next, p)
-        if p >= self.size or self._get(self._last, p % self._streams) == p:
+        if (not self._full and p >= self._pos) or self._get(self._last, p % self._streams) == p:
             return -1
         return (p + self._streams) % self._capacity
 
