@@ -273,7 +273,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                 self._dims[_MAX_COL_DIMS * j + i] = shapes[j][i]
             self._kinds[j] = _col_kind(dtypes[j])
             self._rowbytes[j] = math.prod(shapes[j]) * dtypes[j].itemsize
-            self._npal[j] = 1 if dtypes[j] == np.float32 and shapes[j] == () else -1
+            self._npal[j] = 1 if self._palette_kind(j) else -1
             self._pal[j * _PALETTE] = 0  # code 0: 0.0, what a row not written reads
             self._lo[j] = self._hi[j] = 0
             if dtypes[j].kind in "iu":
@@ -456,6 +456,10 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         if self._npal[j] < 0:
             return self._cols[j][at]
         return self._palette(j)[self._cols[j][at]]
+
+    cdef inline bint _palette_kind(self, Py_ssize_t j) noexcept:
+        """Whether column ``j`` is stored by palette while it can be: a float32 scalar."""
+        return self._types[j] == cnp.NPY_FLOAT32 and self._nds[j] == 0
 
     cdef cnp.ndarray _palette(self, Py_ssize_t j):
         """Column ``j``'s palette, a float32 array of its values by code."""
@@ -1289,7 +1293,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         palettes, cols = [None] * self._ncols, []
         for j in range(self._ncols):
             v, dt = vals[j], self._dtypes[j]
-            if self._types[j] == cnp.NPY_FLOAT32 and self._nds[j] == 0:
+            if self._palette_kind(j):
                 bits = v.view(np.uint32)
                 known = np.unique(np.concatenate([np.zeros(1, np.uint32), bits]))  # 0.0 first
                 if known.size <= _PALETTE:
@@ -1309,7 +1313,7 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
                 for i in range(palettes[j].size):
                     self._pal[j * _PALETTE + i] = palettes[j][i]
                 self._npal[j] = palettes[j].size
-            elif self._types[j] == cnp.NPY_FLOAT32 and self._nds[j] == 0:
+            elif self._palette_kind(j):
                 self._npal[j] = -1  # stored as float32
         self._views = self._make_views()
         self._pos, self._full = 0, False
