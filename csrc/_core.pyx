@@ -180,7 +180,7 @@ cdef extern from "pool.h" nogil:
     void lf_pool_decref_cold(lf_pool *p, int64_t slot)
     int32_t lf_pool_prev(const lf_pool *p, int64_t slot)
     void lf_pool_prefetch_prev(const lf_pool *p, int64_t slot)
-    void lf_pool_set_prev(lf_pool *p, int64_t slot, int64_t prev)
+    int lf_pool_set_prev(lf_pool *p, int64_t slot, int64_t prev)
     enum: LF_PREV_NONE, LF_PREV_UNSET
     int lf_pool_enable_compression(lf_pool *p, lf_codec c)
     lf_codec lf_pool_codec(const lf_pool *p)

@@ -222,7 +222,7 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
         frame is recorded for them later."""
         cdef Py_ssize_t j
         for j in range(self._h, 2 * self._h):
-            lf_pool_set_prev(&self._pool.p, full[j], LF_PREV_NONE)
+            lf_pool_set_prev(&self._pool.p, full[j], LF_PREV_NONE)  # never out of memory
 
     cdef int _fits(self, Py_ssize_t e) except -1:
         """Phase 1: room for the decisions of a write of ``e`` rows (MemoryError)."""
@@ -483,7 +483,8 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             for i in range(e):
                 ids = src[q] + i * ks[q]
                 for j in range(1, ks[q]):
-                    lf_pool_set_prev(&self._pool.p, ids[j], ids[j - 1])
+                    if lf_pool_set_prev(&self._pool.p, ids[j], ids[j - 1]):
+                        raise MemoryError("no memory for a frame's link in a SlotTable")
         for i in range(e if self._h else 0):  # the rows that will need an overflow record
             col = 0
             for q in range(n):
@@ -715,8 +716,8 @@ A ``(rows, width)`` table of slot ids that owns one reference per non-empty entr
             for j in range(self._W):
                 cur = self._row[j]
                 prev = self._row[j - 1] if j % part else -1
-                if cur >= 0 and prev >= 0:
-                    lf_pool_set_prev(p, cur, prev)
+                if cur >= 0 and prev >= 0 and lf_pool_set_prev(p, cur, prev):
+                    raise MemoryError("no memory for a frame's link in a SlotTable")
         self._fits(e)
         for i in range(e if self._h else 0):  # the rows that will need an overflow record
             _indexed_row(self._row, x + i * self._W, self._W, s._slots)

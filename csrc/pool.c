@@ -181,13 +181,18 @@ static void own_drop(lf_pool *p, uint32_t at) {
     p->z->own_free[p->z->n_own_free++] = at;
 }
 
-static void chunk_release(lf_chunk *c) {
+static void chunk_release(lf_pool *p, lf_chunk *c) {
     free(c->data);
     free(c->ref);
-    free(c->prev);
+    free(c->link);
+    free(c->far);
+    p->far_bytes -= c->cap_far * sizeof(int32_t);
     c->data = NULL;
     c->ref = NULL;
-    c->prev = NULL;
+    c->link = NULL;
+    c->far = NULL;
+    c->n_far = c->cap_far = 0;
+    c->far_free = -1;
 }
 
 void lf_pool_free(lf_pool *p) {
@@ -197,7 +202,7 @@ void lf_pool_free(lf_pool *p) {
             for (size_t j = 0; j < p->spc; j++)
                 if (lf_word_live(ch->ref[j]) && has_own((lf_meta *)ch->data + j))
                     free(own_alloc(p, (lf_meta *)ch->data + j));
-        chunk_release(ch);
+        chunk_release(p, ch);
     }
     for (size_t i = 0; p->z && i < p->z->n_slabs; i++) free(p->slab[i]);
     free(p->slab);
@@ -216,9 +221,12 @@ static int chunk_alloc(lf_pool *p, size_t c) {
     /* frame_bytes * spc cannot overflow: spc <= chunk_bytes / frame_bytes, or 1 */
     ch->data = malloc(slot_bytes(p) * p->spc);
     ch->ref = malloc(p->spc * sizeof(lf_word));
-    ch->prev = malloc(p->spc * sizeof(int32_t));
-    if (!ch->data || !ch->ref || !ch->prev) {
-        chunk_release(ch);
+    ch->link = malloc(p->spc * sizeof(lf_link));
+    ch->far = NULL;
+    ch->n_far = ch->cap_far = 0;
+    ch->far_free = -1;
+    if (!ch->data || !ch->ref || !ch->link) {
+        chunk_release(p, ch);
         return -1;
     }
     /* every slot free, listed in increasing order */
@@ -288,7 +296,7 @@ static int64_t take_slot(lf_pool *p, uint32_t at) {
         ch->in_heap = 0;
     }
     ch->ref[off] = 1;
-    ch->prev[off] = LF_PREV_UNSET;
+    ch->link[off] = LF_LINK_UNSET;
     p->live_frames++;
     if (p->z) {
         lf_meta *m = (lf_meta *)ch->data + off;
@@ -297,6 +305,31 @@ static int64_t take_slot(lf_pool *p, uint32_t at) {
         note_peak(p);
     }
     return (int64_t)(c * p->spc + off);
+}
+
+/* -- far links (pool.h, "Previous frames") ------------------------------------------ */
+
+int lf_pool_set_far(lf_pool *p, int64_t slot, int32_t prev) {
+    lf_chunk *ch = lf_pool_chunk(p, slot);
+    uint32_t e;
+    if (ch->far_free >= 0) {
+        e = (uint32_t)ch->far_free;
+        ch->far_free = ch->far[e];
+    } else {
+        if (ch->n_far == ch->cap_far) { /* n_far < spc: each live far link has its entry */
+            uint32_t cap = ch->cap_far ? 2 * ch->cap_far : 16;
+            if (cap > p->spc) cap = (uint32_t)p->spc;
+            int32_t *grown = realloc(ch->far, cap * sizeof(int32_t));
+            if (!grown) return -1;
+            p->far_bytes += (cap - ch->cap_far) * sizeof(int32_t);
+            ch->far = grown;
+            ch->cap_far = cap;
+        }
+        e = ch->n_far++;
+    }
+    ch->far[e] = prev;
+    ch->link[lf_pool_offset(p, slot)] = (lf_link)(LF_LINK_FAR | e);
+    return 0;
 }
 
 /* -- the list of large counts (pool.h): few entries, each a frame shared 32,766 times -- */
@@ -374,6 +407,11 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
         }
         memset(m, 0, sizeof(*m));
     }
+    if (ch->link[off] & LF_LINK_FAR) { /* its far link's entry goes on the free list */
+        uint32_t e = ch->link[off] & ~LF_LINK_FAR;
+        ch->far[e] = ch->far_free;
+        ch->far_free = (int32_t)e;
+    }
     ch->ref[off] = (lf_word)(LF_FREE | ch->free_head);
     ch->free_head = (uint32_t)off;
     ch->live--;
@@ -383,8 +421,10 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
         ch->in_heap = 1;
     }
     if (ch->live == 0) {
+        ch->n_far = 0; /* every entry free */
+        ch->far_free = -1;
         if (p->n_empty >= 1) {
-            chunk_release(ch);
+            chunk_release(p, ch);
             p->n_alloc--;
             heap_push(p->released, &p->n_released, c);
         } else {
@@ -398,7 +438,8 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
 size_t lf_pool_slot_state_bytes(const lf_pool *p) {
     /* a compressing pool counts all its per-slot state: lf_meta, refcount and previous
      * frame words */
-    return p->z ? p->n_alloc * p->spc * (sizeof(lf_meta) + sizeof(lf_word) + sizeof(int32_t))
+    return p->z ? p->n_alloc * p->spc * (sizeof(lf_meta) + sizeof(lf_word) + sizeof(lf_link)) +
+                      p->far_bytes
                 : 0;
 }
 

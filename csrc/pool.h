@@ -108,6 +108,7 @@ typedef struct {
 typedef struct lf_compressor lf_compressor; /* pool.c: contexts, scratch, queue, warm cache */
 
 typedef uint16_t lf_word;      /* a slot's refcount, or its link in its chunk's free list */
+typedef uint16_t lf_link;      /* a slot's previous frame (lf_pool_prev) */
 #define LF_FREE 0x8000u        /* a free slot's word: this bit | the next free offset */
 #define LF_REF_MAX 0x7FFEu     /* a word counting this many references or more (lf_pool.big) */
 #define LF_REF_STUCK 0x7FFFu   /* a count no longer known: the frame is never freed */
@@ -122,7 +123,11 @@ typedef struct {
 typedef struct {
     unsigned char *data;   /* spc * frame_bytes (spc lf_meta when compressing), or NULL */
     lf_word *ref;          /* spc words: a live slot's refcount, or a free slot's link */
-    int32_t *prev;         /* spc words: a live slot's previous frame (lf_pool_set_prev) */
+    lf_link *link;         /* spc words: a live slot's previous frame (lf_pool_set_prev) */
+    int32_t *far;          /* the previous frames of far links, by entry (free: the next
+                            * free entry, or -1) */
+    int32_t far_free;      /* the first free entry of far, or -1 */
+    uint32_t n_far, cap_far; /* entries of far used (live or free) and allocated */
     uint32_t free_head;    /* the first free offset (valid while live < spc) */
     size_t live;
     int in_heap;
@@ -147,6 +152,7 @@ typedef struct {
     size_t n_big, cap_big;
     size_t busy;           /* copies out running without the GIL (they hold frame addresses) */
     size_t cold_frames, cold_bytes;
+    size_t far_bytes;      /* the chunks' tables of far links */
 } lf_pool;
 
 /* 0 on success, -1 on out of memory. */
@@ -280,28 +286,58 @@ static inline void lf_pool_decref_cold(lf_pool *p, int64_t slot) {
  * before it in an observation, oldest first) and kept while the slot lives, hot or cold:
  * the delta reference a compressing pool codes it against, and the link a SlotTable row
  * of a frame stack is read along (_table.pxi). LF_PREV_UNSET until recorded; a slot
- * sealed with LF_PREV_NONE has none and keeps none (a row padded at it relies on that). */
+ * sealed with LF_PREV_NONE has none and keeps none (a row padded at it relies on that).
+ *
+ * A link is a 16-bit word: the previous frame's distance d = prev - slot when |d| <=
+ * LF_LINK_NEAR (a frame's predecessor was nearly always allocated just before it, by the
+ * same env, or a few envs earlier), else LF_LINK_FAR | the number of an entry of its
+ * chunk's table `far` that holds prev (a chunk has at most 16,384 slots, so at most that
+ * many entries; a buffer that evicts keeps well under 1% of its links there). The word
+ * of distance 0 (a frame is never its own predecessor) is LF_LINK_UNSET, that of -16,384
+ * LF_LINK_NONE. */
 #define LF_PREV_UNSET (-1)
 #define LF_PREV_NONE (-2)
+#define LF_LINK_UNSET 0x0000u
+#define LF_LINK_NONE 0x4000u
+#define LF_LINK_FAR 0x8000u
+#define LF_LINK_NEAR 16383
 
 static inline int32_t lf_pool_prev(const lf_pool *p, int64_t slot) {
-    return lf_pool_chunk(p, slot)->prev[lf_pool_offset(p, slot)];
+    const lf_chunk *ch = lf_pool_chunk(p, slot);
+    lf_link w = ch->link[lf_pool_offset(p, slot)];
+    if (w & LF_LINK_FAR) return ch->far[w & ~LF_LINK_FAR];
+    if (w == LF_LINK_UNSET) return LF_PREV_UNSET;
+    if (w == LF_LINK_NONE) return LF_PREV_NONE;
+    return (int32_t)(slot + (w < LF_LINK_NONE ? (int32_t)w : (int32_t)w - 0x8000));
 }
 
 static inline void lf_pool_prefetch_prev(const lf_pool *p, int64_t slot) {
-    lf_prefetch(&lf_pool_chunk(p, slot)->prev[lf_pool_offset(p, slot)]);
+    lf_prefetch(&lf_pool_chunk(p, slot)->link[lf_pool_offset(p, slot)]);
 }
 
+/* lf_pool_set_prev of a far link (pool.c). */
+int lf_pool_set_far(lf_pool *p, int64_t slot, int32_t prev);
+
 /* Record `prev` (live, or LF_PREV_NONE) as the frame before the live `slot`, unless
- * one is recorded already. */
-static inline void lf_pool_set_prev(lf_pool *p, int64_t slot, int64_t prev) {
-    int32_t *w = &lf_pool_chunk(p, slot)->prev[lf_pool_offset(p, slot)];
-    if (*w == LF_PREV_UNSET && slot != prev && prev <= INT32_MAX) *w = (int32_t)prev;
+ * one is recorded already: 0, or -1 on out of memory for a far link (nothing recorded). */
+static inline int lf_pool_set_prev(lf_pool *p, int64_t slot, int64_t prev) {
+    lf_link *w = &lf_pool_chunk(p, slot)->link[lf_pool_offset(p, slot)];
+    if (*w != LF_LINK_UNSET || slot == prev || prev > INT32_MAX || prev == LF_PREV_UNSET)
+        return 0;
+    if (prev == LF_PREV_NONE) {
+        *w = LF_LINK_NONE;
+        return 0;
+    }
+    int64_t d = prev - slot;
+    if (d < -LF_LINK_NEAR || d > LF_LINK_NEAR) return lf_pool_set_far(p, slot, (int32_t)prev);
+    *w = (lf_link)(d & 0x7FFF);
+    return 0;
 }
 
 size_t lf_pool_bytes_held(const lf_pool *p);
-/* The part of lf_pool_bytes_held that is per-slot state (a compressing pool's lf_meta
- * and refcount word of every slot with memory; 0 for a plain pool). */
+/* The part of lf_pool_bytes_held that is per-slot state (a compressing pool's lf_meta,
+ * refcount word and link of every slot with memory, and its chunks' far links; 0 for a
+ * plain pool). */
 size_t lf_pool_slot_state_bytes(const lf_pool *p);
 
 /* -- compression (pool.c) ----------------------------------------------------------- */

@@ -834,6 +834,76 @@ static void test_own_table(void) {
     lf_pool_free(&p);
 }
 
+
+/* Links (pool.h, "Previous frames"): 16-bit distances up to LF_LINK_NEAR, farther ones in
+ * their chunk's table, whose entries a freed slot gives back; against a model, over three
+ * chunks of 16,384 one-byte frames, while slots are freed and taken again. */
+static void test_far_links(void) {
+    enum { N = 3 * 16384, STEPS = 400000 };
+    lf_pool p;
+    CHECK(lf_pool_init(&p, 1, 16384) == 0 && p.spc == 16384, "init");
+    static int64_t model[N]; /* a live slot's link; -3 for a free slot */
+    long bad = 0, live = N;
+    for (int i = 0; i < N; i++) {
+        bad += lf_pool_alloc(&p) != i;
+        model[i] = LF_PREV_UNSET;
+    }
+    CHECK(bad == 0, "slots in order");
+    const int64_t edge[] = {1, -1, 2, LF_LINK_NEAR, -LF_LINK_NEAR, LF_LINK_NEAR + 1,
+                            -LF_LINK_NEAR - 1, 16384, -16384, 40000, -40000};
+    for (long t = 0; t < STEPS; t++) {
+        int64_t s = (int64_t)(rnd() % N), q;
+        uint64_t r = rnd() % 8;
+        if (model[s] == -3) { /* free: take a slot (the most recently freed of the lowest
+                               * chunk with one) and check it starts unset */
+            int64_t got = lf_pool_alloc(&p);
+            bad += got < 0 || got >= N || model[got] != -3 || lf_pool_prev(&p, got) != LF_PREV_UNSET;
+            if (got >= 0 && got < N) model[got] = LF_PREV_UNSET;
+            live++;
+            continue;
+        }
+        if (r == 0 && live > N / 2) { /* free it */
+            lf_pool_decref(&p, s);
+            model[s] = -3;
+            live--;
+            continue;
+        }
+        q = r == 1 ? LF_PREV_NONE : r < 5 ? s + edge[rnd() % 11] : (int64_t)(rnd() % N);
+        if (q < 0 && q != LF_PREV_NONE) q = LF_PREV_NONE;
+        if (q >= N) q = N - 1;
+        bad += lf_pool_set_prev(&p, s, q) != 0;
+        if (model[s] == LF_PREV_UNSET && q != s) model[s] = q;
+        bad += lf_pool_prev(&p, s) != model[s];
+    }
+    CHECK(bad == 0, "links against the model (%ld)", bad);
+    size_t far = 0;
+    for (int i = 0; i < N; i++) {
+        if (model[i] == -3) continue;
+        bad += lf_pool_prev(&p, i) != model[i];
+        far += model[i] >= 0 && (model[i] - i > LF_LINK_NEAR || i - model[i] > LF_LINK_NEAR);
+    }
+    size_t used = 0;
+    for (size_t c = 0; c < p.n_chunks; c++) {
+        int free_entries = 0;
+        for (int32_t e = p.chunks[c].far_free; e >= 0; e = p.chunks[c].far[e]) free_entries++;
+        used += p.chunks[c].n_far - (size_t)free_entries;
+        CHECK(p.chunks[c].cap_far <= p.spc, "a chunk's table holds at most its slots");
+    }
+    CHECK(bad == 0 && far > 1000 && used == far, "every far link has one entry (%zu, %zu)",
+          used, far);
+    for (int i = 0; i < N; i++)
+        if (model[i] != -3) lf_pool_decref(&p, i);
+    CHECK(p.live_frames == 0 && p.n_alloc == 1, "all freed, one empty chunk kept");
+    CHECK(p.far_bytes == p.chunks[0].cap_far * sizeof(int32_t) + p.chunks[1].cap_far * 4 +
+                             p.chunks[2].cap_far * 4,
+          "far_bytes counts the tables");
+    int64_t s0 = lf_pool_alloc(&p), s1 = lf_pool_alloc(&p);
+    CHECK(lf_pool_set_prev(&p, s1, s0 + 20000) == 0 && lf_pool_prev(&p, s1) == s0 + 20000,
+          "a far link in a chunk taken again");
+    lf_pool_decref(&p, s0);
+    lf_pool_decref(&p, s1);
+    lf_pool_free(&p);
+}
 /* Blobs packed in slabs: many noise frames (a dozen slabs) freed oldest first, then the
  * rest newest first: every slab but the current one is returned, values stay exact. */
 static void test_blob_slabs(void) {
@@ -1856,6 +1926,7 @@ int main(int argc, char **argv) {
     test_pool_random_walk();
     test_compression();
     test_prev_links_and_aliases();
+    test_far_links();
     test_blob_slabs();
     test_own_table();
     test_codec_bad_input();
