@@ -324,6 +324,7 @@ int lf_pool_set_far(lf_pool *p, int64_t slot, int32_t prev) {
             p->far_bytes += (cap - ch->cap_far) * sizeof(int32_t);
             ch->far = grown;
             ch->cap_far = cap;
+            if (p->z) note_peak(p); /* counted in bytes_held */
         }
         e = ch->n_far++;
     }

@@ -903,6 +903,18 @@ static void test_far_links(void) {
     lf_pool_decref(&p, s0);
     lf_pool_decref(&p, s1);
     lf_pool_free(&p);
+    /* a compressing pool counts the tables in slot_state_bytes, and peak_bytes sees them */
+    static int64_t t[40000];
+    CHECK(lf_pool_init(&p, 64, 64 * 16384) == 0 &&
+              lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 9, 8}) == 0,
+          "a compressing pool");
+    for (int i = 0; i < 40000; i++) t[i] = lf_pool_alloc(&p);
+    for (int i = 20000; i < 40000; i++) lf_pool_set_prev(&p, t[i], t[i - 20000]);
+    CHECK(p.far_bytes > 0 && p.peak_bytes >= lf_pool_bytes_held(&p) &&
+              lf_pool_slot_state_bytes(&p) == p.n_alloc * p.spc * 16 + p.far_bytes,
+          "far tables in slot state and peak");
+    for (int i = 0; i < 40000; i++) lf_pool_decref(&p, t[i]);
+    lf_pool_free(&p);
 }
 /* Blobs packed in slabs: many noise frames (a dozen slabs) freed oldest first, then the
  * rest newest first: every slab but the current one is returned, values stay exact. */
