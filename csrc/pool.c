@@ -437,8 +437,8 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
 }
 
 size_t lf_pool_slot_state_bytes(const lf_pool *p) {
-    /* a compressing pool counts all its per-slot state: lf_meta, refcount and previous
-     * frame words */
+    /* a compressing pool counts all its per-slot state: lf_meta, refcount and link words,
+     * and the chunks' tables of far links */
     return p->z ? p->n_alloc * p->spc * (sizeof(lf_meta) + sizeof(lf_word) + sizeof(lf_link)) +
                       p->far_bytes
                 : 0;
