@@ -755,12 +755,13 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
             (<SlotTable>tables[t])._ready()
         cdef Py_ssize_t e = self._streams if streams is None else len(streams)
         cdef bint grow = self._pos + e > self._rows and self._rows < self._capacity
-        if self._lockstep and not _all_streams(streams, self._streams):
-            self._append(streams, values, tables, parts, False)  # refused: still in lockstep
-            self._unlock()
-        if grow:
-            self._append(streams, values, tables, parts, False)  # refused: nothing grew
-            self._grow_all(self.rows_for(e), tables)
+        cdef bint unlock = self._lockstep and not _all_streams(streams, self._streams)
+        if grow or unlock:  # checked first: refused, still in lockstep and nothing grown
+            self._append(streams, values, tables, parts, False)
+            if unlock:
+                self._unlock()
+            if grow:
+                self._grow_all(self.rows_for(e), tables)
         return self._append(streams, values, tables, parts, True)
 
     def check(self, streams, values):
@@ -1321,13 +1322,11 @@ A ring of ``capacity`` rows shared by ``num_streams`` streams, each stream's row
         # link each stream's rows oldest first: ring order from pos when full
         cdef int64_t prev
         cdef Py_ssize_t q
-        for i in range(n):
+        for i in range(n):  # (next_rows start at -1: a stream's newest keeps it)
             q = (p + i) % self._capacity if full else i
             prev = self._get(self._last, self._stream_of(q))
             if prev >= 0 and not self._lockstep:
                 self._put(self._next, prev, q)
-            if not self._lockstep:
-                self._put(self._next, q, -1)
             self._put(self._last, self._stream_of(q), q)
         self._pos, self._full = p, full
         self._appended = self._capacity + p if full else p
