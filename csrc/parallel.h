@@ -5,7 +5,8 @@
  * workers do, so a call whose workers are slow to wake (a busy machine) still finishes
  * in the time the caller alone takes, and a call with one task is a plain call of fn.
  * Up to lf_parallel_threads() - 1 workers help (the caller is the other thread); they are
- * made on first use, kept asleep between calls, and reused: a call allocates nothing.
+ * made on first use and reused: a call allocates nothing. Between calls a worker watches
+ * for the next one for a short while (LF_SPIN_NS in parallel.c), then sleeps.
  *
  * One call at a time uses the workers: a call made while another runs (another thread's
  * gather, fn itself calling lf_parallel_for) runs all its tasks in its own thread, as
