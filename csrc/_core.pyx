@@ -52,7 +52,7 @@ lf_codec_init()  # once per process: C-Blosc2's global state; every codec call u
 __all__ = [
     "FramePool", "FrameRef", "LazyFrames", "LazyBatch", "SlotTable", "stack", "default_pool",
     "encode_frames", "decode_frames", "KIND_KEY", "KIND_DELTA", "KIND_RAW", "KIND_PATCH",
-    "KIND_XOR", "KIND_PACKED", "SumTree", "RowRing",
+    "KIND_XOR", "KIND_PACKED_BLOSC", "KIND_PACKED", "SumTree", "RowRing",
     "set_num_threads", "get_num_threads", "draw_integers", "check_outs", "check_apart",
     "Handoff", "SharedWord", "unscale_u8",
 ]
@@ -60,9 +60,10 @@ __all__ = [
 #: Kinds of blob in an :func:`encode_frames` container (``LF_KIND_*`` in C, codec.h): a
 #: compressed frame (a keyframe), a compressed XOR delta against the previous frame (read
 #: only: containers before 0.3), the frame's raw bytes, a patch, a compressed XOR delta
-#: (read only: containers before packed patches) or a compressed patch (packed) against a
+#: (read only: containers before packed patches), a Blosc2 chunk of a patch (read only:
+#: packed patches before LZ4 blocks) or a packed patch (the LZ4 block of a patch) against a
 #: frame of its group.
-KIND_KEY, KIND_DELTA, KIND_RAW, KIND_PATCH, KIND_XOR, KIND_PACKED = 0, 1, 2, 3, 4, 5
+KIND_KEY, KIND_DELTA, KIND_RAW, KIND_PATCH, KIND_XOR, KIND_PACKED_BLOSC, KIND_PACKED = range(7)
 #: A slot id a SlotTable cannot store.
 _ID_OVER_INT32 = "a SlotTable stores slot ids as int32: this id is above 2**31 - 1"
 

@@ -17,6 +17,16 @@ typedef char lf_codes_are_blosc2s[(int)LF_CODEC_LZ4 == (int)BLOSC_LZ4 &&
                                       : -1];
 typedef char lf_overhead_is_blosc2s[LF_BLOB_OVERHEAD == (int)BLOSC2_MAX_OVERHEAD ? 1 : -1];
 
+/* LZ4's block API (lz4.h, stable since r129), from the LZ4 that libblosc2.a links in:
+ * Blosc2 installs no lz4.h. A packed patch is one LZ4 block: a Blosc2 chunk around it
+ * (header, block offsets, stream size) and Blosc2's per-call context set-up cost 14% of a
+ * compressed Seaquest sample(32), where three deltas in four are packed patches of a few
+ * hundred bytes. */
+int LZ4_sizeofState(void);
+int LZ4_compress_fast_extState(void *state, const char *src, char *dst, int src_size,
+                               int dst_capacity, int acceleration);
+int LZ4_decompress_safe(const char *src, char *dst, int compressed_size, int dst_capacity);
+
 void lf_codec_init(void) {
     blosc2_init();
 }
@@ -301,6 +311,17 @@ int lf_patch_apply(const unsigned char *patch, size_t pn, const unsigned char *b
     return 0;
 }
 
+size_t lf_pack_state_bytes(void) {
+    return (size_t)LZ4_sizeofState();
+}
+
+size_t lf_pack(void *state, const unsigned char *patch, size_t pn, unsigned char *dst, size_t cap) {
+    if (pn > INT32_MAX || cap == 0) return 0;
+    int r = LZ4_compress_fast_extState(state, (const char *)patch, (char *)dst, (int)pn,
+                                       cap > INT32_MAX ? INT32_MAX : (int)cap, 1);
+    return r > 0 ? (size_t)r : 0;
+}
+
 int lf_kind_decode(void *dctx, int kind, const unsigned char *blob, size_t bn,
                    const unsigned char *base, unsigned char *out, size_t n, unsigned char *delta) {
     switch (kind) {
@@ -312,7 +333,13 @@ int lf_kind_decode(void *dctx, int kind, const unsigned char *blob, size_t bn,
         return 0;
     case LF_KIND_PATCH:
         return base ? lf_patch_apply(blob, bn, base, out, n) : -1;
-    case LF_KIND_PACKED: {
+    case LF_KIND_PACKED: { /* LZ4 writes at most n bytes, and fails on a malformed block */
+        int pn = base && bn <= INT32_MAX && n <= INT32_MAX
+                     ? LZ4_decompress_safe((const char *)blob, (char *)delta, (int)bn, (int)n)
+                     : -1;
+        return pn < 0 ? -1 : lf_patch_apply(delta, (size_t)pn, base, out, n);
+    }
+    case LF_KIND_PACKED_BLOSC: {
         long pn = base ? lf_decompress_upto(dctx, blob, bn, delta, n) : -1;
         return pn < 0 ? -1 : lf_patch_apply(delta, (size_t)pn, base, out, n);
     }
@@ -345,35 +372,28 @@ int lf_coder_init(lf_coder *c, lf_codec codec, size_t n) {
     c->n = n;
     c->codec = codec;
     c->cctx = lf_cctx_new(codec);
-    c->pack_cctx = calloc(LF_PACK_MAX / LF_PACK_CLASS, sizeof(void *));
+    c->pack_state = malloc(lf_pack_state_bytes());
     c->blob = malloc(2 * (n + LF_BLOB_OVERHEAD));
     c->patch = malloc(n + LF_BLOB_OVERHEAD);
     c->delta = malloc(n);
-    return c->cctx && c->pack_cctx && c->blob && c->patch && c->delta ? 0 : -1;
+    return c->cctx && c->pack_state && c->blob && c->patch && c->delta ? 0 : -1;
 }
 
 void lf_coder_free(lf_coder *c) {
     lf_ctx_free(c->cctx);
-    for (size_t i = 0; c->pack_cctx && i < LF_PACK_MAX / LF_PACK_CLASS; i++)
-        lf_ctx_free(c->pack_cctx[i]);
-    free(c->pack_cctx);
+    free(c->pack_state);
     free(c->blob);
     free(c->patch);
     free(c->delta);
     memset(c, 0, sizeof(*c));
 }
 
-/* The codec's blob of n bytes of src in dst, made lean if it can be: its size. A Blosc2
- * context keeps the block size of its first call (it cuts a later, larger buffer into
- * blocks of it) and makes its buffers again for a buffer of another size: each context
- * codes one size only, keyframes (c->n bytes) or packed patches of one class (padded to
- * LF_PACK_CLASS bytes). Other sizes would churn the heap among the pool's slabs (+1.5-2
- * bytes of RSS per stored frame). Contexts are made when first needed. */
-static long codec_blob(lf_coder *c, const unsigned char *src, size_t n, unsigned char *kind,
+/* The codec's blob of a keyframe (c->n bytes of src) in dst, made lean if it can be: its
+ * size. (A Blosc2 context keeps the block size of its first call and makes its buffers
+ * again for a buffer of another size: the context codes keyframes only.) */
+static long codec_blob(lf_coder *c, const unsigned char *src, unsigned char *kind,
                        unsigned char *dst) {
-    void **ctx = n == c->n ? &c->cctx : &c->pack_cctx[n / LF_PACK_CLASS - 1];
-    if (!*ctx && !(*ctx = lf_cctx_new(c->codec))) return -1;
-    long whole = lf_compress(*ctx, src, n, dst);
+    long whole = lf_compress(c->cctx, src, c->n, dst);
     if (whole < 0) return -1;
     size_t l = lf_lean(&c->header, dst, (size_t)whole);
     *kind = l < (size_t)whole ? LF_BLOB_LEAN : 0;
@@ -389,22 +409,18 @@ long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned cha
             long best = (long)pn;
             *out = c->patch;
             *kind = LF_BLOB_PATCH;
-            size_t padded = (pn + 2 + LF_PACK_CLASS - 1) / LF_PACK_CLASS * LF_PACK_CLASS;
-            if (pn > LF_PACK_SAVES && padded <= n && padded <= LF_PACK_MAX) {
-                unsigned char lean; /* 2+ zeros after the patch: an empty run ends it */
-                memset(c->patch + pn, 0, padded - pn);
-                long x = codec_blob(c, c->patch, padded, &lean, c->blob);
-                if (x < 0) return -1;
-                if ((size_t)x + LF_PACK_SAVES <= pn) {
-                    best = x;
-                    *out = c->blob;
-                    *kind = (unsigned char)(LF_BLOB_PACKED | lean);
-                }
+            size_t x = pn > LF_PACK_SAVES && pn <= n
+                           ? lf_pack(c->pack_state, c->patch, pn, c->blob, pn - LF_PACK_SAVES)
+                           : 0;
+            if (x) {
+                best = (long)x;
+                *out = c->blob;
+                *kind = LF_BLOB_PACKED;
             }
             if ((size_t)best <= n / LF_DELTA_BIG) return best;
             /* a scene change: the keyframe may be smaller (after the packed patch) */
             unsigned char *key = c->blob + n + LF_BLOB_OVERHEAD, lean;
-            long k = codec_blob(c, frame, n, &lean, key);
+            long k = codec_blob(c, frame, &lean, key);
             if (k < 0) return -1;
             if (k >= best) return best;
             *out = key;
@@ -413,7 +429,7 @@ long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned cha
         }
     }
     *out = c->blob;
-    return codec_blob(c, frame, n, kind, c->blob);
+    return codec_blob(c, frame, kind, c->blob);
 }
 
 int lf_coder_container(lf_coder *c, const unsigned char *frames, size_t m, int group,

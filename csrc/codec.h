@@ -1,8 +1,9 @@
-/* The frame codec of lazyframes: C-Blosc2 (lz4, lz4hc or zstd) on one frame's bytes, and
- * the XOR that makes a frame a delta against another. The only file that includes
+/* The frame codec of lazyframes: C-Blosc2 (lz4, lz4hc or zstd) on one frame's bytes,
+ * patches of a frame against another, and LZ4 blocks of patches (the LZ4 that Blosc2
+ * links in, called without Blosc2's chunk around it). The only file that includes
  * blosc2.h; the rest of the core sees opaque contexts. See docs/COMPRESSION.md.
  *
- * A blob is one Blosc2 chunk: a 32-byte header (LF_BLOB_OVERHEAD) then the payload.
+ * A codec blob is one Blosc2 chunk: a 32-byte header (LF_BLOB_OVERHEAD) then the payload.
  * Contexts are not shared between threads: one compression context per pool (used with
  * the GIL held), one decompression context per call or thread.
  */
@@ -76,7 +77,7 @@ size_t lf_unlean(const lf_header *t, const unsigned char *lean, size_t n, unsign
  * of bytes where the frame differs from the reference, each as (skip, len, the frame's len
  * bytes): skip counts the equal bytes since the previous run, skip and len are LEB128
  * varints. Runs fewer than LF_PATCH_GAP equal bytes apart are merged. A run of length 0
- * ends a patch (padding may follow: a packed patch's). Atari frames change
+ * ends a patch (padding may follow: LF_KIND_PACKED_BLOSC's). Atari frames change
  * in a few small places, so a patch is smaller than LZ4 of the XOR delta (about 40% on
  * recorded frames, docs/COMPRESSION.md) and decodes as a copy of the reference and a few
  * memcpy, with no codec call. */
@@ -109,8 +110,10 @@ enum {
     LF_KIND_DELTA = 1,
     LF_KIND_RAW = 2,
     LF_KIND_PATCH = 3,
-    LF_KIND_XOR = 4,   /* made by the coder before packed patches; still read */
-    LF_KIND_PACKED = 5 /* the codec's blob of a patch */
+    LF_KIND_XOR = 4,          /* made by the coder before packed patches; still read */
+    LF_KIND_PACKED_BLOSC = 5, /* a Blosc2 chunk of a patch padded with zeros: made before
+                               * LZ4 blocks (containers of version 5); still read */
+    LF_KIND_PACKED = 6        /* a packed patch: the LZ4 block of a patch */
 };
 
 typedef struct {
@@ -140,7 +143,8 @@ static inline int64_t lf_tree_step(lf_tree *t, int64_t i, int kind) {
     }
     int delta = kind == LF_KIND_DELTA;
     if (i <= t->start || t->pos + 1 >= LF_MAX_GROUP ||
-        (!delta && kind != LF_KIND_PATCH && kind != LF_KIND_XOR && kind != LF_KIND_PACKED))
+        (!delta && kind != LF_KIND_PATCH && kind != LF_KIND_XOR && kind != LF_KIND_PACKED &&
+         kind != LF_KIND_PACKED_BLOSC))
         return LF_TREE_BAD; /* no frame before it, a full group, an unknown kind */
     int64_t ref = delta ? i - 1 : lf_tree_ref(t);
     t->pos++; /* every frame of a group takes the next position: pos = i - start */
@@ -156,8 +160,9 @@ int lf_kind_decode(void *dctx, int kind, const unsigned char *blob, size_t bn,
 /* What a coded frame is (the blob flags of a pool's slot, pool.h, share these bits). */
 #define LF_BLOB_LEAN 1     /* a lean codec blob (above) */
 #define LF_BLOB_PATCH 4    /* a delta applied as a patch (codec.c) */
-#define LF_BLOB_CODED 8    /* a delta in a codec blob: of the patch (with LF_BLOB_PATCH: a
-                            * packed patch), or of the XOR of the frame and its reference */
+#define LF_BLOB_CODED 8    /* a coded delta: with LF_BLOB_PATCH, a packed patch (an LZ4
+                            * block); alone, a codec blob of the XOR of the frame and its
+                            * reference */
 #define LF_BLOB_PACKED (LF_BLOB_PATCH | LF_BLOB_CODED)
 #define LF_BLOB_DELTA (LF_BLOB_PATCH | LF_BLOB_CODED) /* the bits that tell the deltas */
 
@@ -171,33 +176,34 @@ static inline int lf_coded_kind(unsigned flags) {
     }
 }
 
-/* A patch is packed (the codec's blob of it) when that is at least LF_PACK_SAVES bytes
- * smaller: busy frames' patches hold runs of a few gray levels that LZ4 shrinks by half
- * (Seaquest: two deltas in three), but a packed patch costs a codec call to decode,
- * ~0.4 us in a batch, which a few dozen bytes do not pay for (Pong, MsPacman, Breakout:
- * docs/COMPRESSION.md, "Packed patches"). */
-#define LF_PACK_SAVES 96
-/* A packed patch is padded with two zeros or more (an empty run: its end) to a multiple
- * of LF_PACK_CLASS bytes, at most LF_PACK_MAX (and a frame), so that its compression
- * context codes one size only. */
-#define LF_PACK_CLASS 64
-#define LF_PACK_MAX 65536
+/* A patch is packed (LZ4 of it, an LZ4 block with no header: its size is the blob's, the
+ * patch's the block's own) when that is at least LF_PACK_SAVES bytes smaller: busy
+ * frames' patches hold runs of a few gray levels that LZ4 shrinks by half (Seaquest: three
+ * deltas in four), but a packed patch costs an LZ4 call to decode, which a few dozen bytes
+ * do not pay for (Pong, MsPacman, Breakout: docs/COMPRESSION.md, "Packed patches"; 128
+ * packs about the patches that 96 did with Blosc2's chunk around them). Every pool packs
+ * with LZ4 (acceleration 1), whatever its codec: zstd saved next to nothing on patches for
+ * twice the decoding time. */
+#define LF_PACK_SAVES 128
+
+/* LZ4 of a patch of pn bytes into dst, if that takes at most cap bytes: its size, or 0.
+ * state: lf_pack_state_bytes() bytes. */
+size_t lf_pack(void *state, const unsigned char *patch, size_t pn, unsigned char *dst, size_t cap);
+size_t lf_pack_state_bytes(void);
 
 /* A delta larger than an LF_DELTA_BIG-th of its frame (a scene change: Pong's frames
  * between points) is also tried as a keyframe, kept if smaller. */
 #define LF_DELTA_BIG 8
 
 /* The coder of a compressing pool's frames of n bytes: a keyframe is the codec's blob, made
- * lean; a delta against its reference frame is a patch, packed (the codec's blob of it,
- * made lean) when that pays (LF_PACK_SAVES), or the keyframe when that is smaller
- * (LF_DELTA_BIG). One coder per pool (its buffers are the pool's scratch too); the
- * benchmarks' codec floor runs one alone. */
+ * lean; a delta against its reference frame is a patch, packed (lf_pack) when that pays
+ * (LF_PACK_SAVES), or the keyframe when that is smaller (LF_DELTA_BIG). One coder per pool
+ * (its buffers are the pool's scratch too); the benchmarks' codec floor runs one alone. */
 typedef struct {
     size_t n;
     lf_codec codec;
     void *cctx;            /* keyframes' */
-    void **pack_cctx;      /* LF_PACK_MAX / LF_PACK_CLASS: packed patches', by size
-                            * (codec.c: codec_blob) */
+    void *pack_state;      /* lf_pack's */
     lf_header header;      /* the template of lean blobs */
     unsigned char *blob;   /* 2 (n + LF_BLOB_OVERHEAD): codec blobs (and a pool's decoding
                             * chunk) */
@@ -212,7 +218,7 @@ void lf_coder_free(lf_coder *c);
 /* Code frame (n bytes) as a keyframe (base NULL) or as a delta against base: the coded
  * bytes' size, *out pointing at them in the coder's buffers (valid until the next call),
  * and *kind the LF_BLOB_* bits (0 or LF_BLOB_LEAN: a keyframe, also when a delta would not
- * fit or be smaller; LF_BLOB_PATCH, or LF_BLOB_PACKED maybe with LF_BLOB_LEAN: a delta);
+ * fit or be smaller; LF_BLOB_PATCH or LF_BLOB_PACKED: a delta);
  * -1 if the codec failed (cannot happen: the buffers hold any frame). */
 long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned char *base,
                      const unsigned char **out, unsigned char *kind);

@@ -913,13 +913,20 @@ int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offse
     for (i = 0; i < m; i++) {
         int64_t r = lf_tree_step(&t, (int64_t)i, kinds[i]);
         size_t bn = (size_t)(offsets[i + 1] - offsets[i]);
-        uint8_t flags = kinds[i] == LF_KIND_PATCH    ? LF_BLOB_PATCH
-                        : kinds[i] == LF_KIND_PACKED ? LF_BLOB_PACKED
-                        : kinds[i] == LF_KIND_XOR    ? LF_BLOB_CODED
-                                                     : 0;
+        uint8_t flags = kinds[i] == LF_KIND_PATCH                                    ? LF_BLOB_PATCH
+                        : kinds[i] == LF_KIND_PACKED || kinds[i] == LF_KIND_PACKED_BLOSC ? LF_BLOB_PACKED
+                        : kinds[i] == LF_KIND_XOR                                    ? LF_BLOB_CODED
+                                                                                     : 0;
         unsigned char *b = z->coder.blob; /* the blob, made lean there if it can be */
-        memcpy(b, payload + offsets[i], bn);
-        if (flags != LF_BLOB_PATCH) { /* a codec blob */
+        if (kinds[i] == LF_KIND_PACKED_BLOSC) { /* packed again, as an LZ4 block */
+            long pn = lf_decompress_upto(z->dctx, payload + offsets[i], bn, z->coder.delta, fb);
+            bn = pn < 0 ? 0 : lf_pack(z->coder.pack_state, z->coder.delta, (size_t)pn, b,
+                                      2 * (fb + LF_BLOB_OVERHEAD));
+            if (!bn) goto oom; /* checked above: it decodes, and LZ4 fits any patch there */
+        } else {
+            memcpy(b, payload + offsets[i], bn);
+        }
+        if (flags == 0 || flags == LF_BLOB_CODED) { /* a codec blob */
             size_t lean = lf_lean(&z->coder.header, b, bn);
             if (lean < bn) flags |= LF_BLOB_LEAN;
             bn = lean;

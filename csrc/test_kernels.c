@@ -1050,7 +1050,7 @@ static void test_adopt(void) {
     lf_coder_free(&coder);
     void *dctx = lf_dctx_new();
     lf_tree t = {0, 0};
-    long bad = 0, counts[6] = {0};
+    long bad = 0, counts[7] = {0};
     for (int i = 0; i < M; i++) {
         int64_t r = lf_tree_step(&t, i, kinds[i]);
         counts[kinds[i]]++;
@@ -1089,7 +1089,7 @@ static void test_adopt(void) {
         size_t at = rnd() % (size_t)offsets[M], k = rnd() % M, where = 0, live = p.live_frames;
         uint8_t kind = kinds[k];
         unsigned char was = payload[at];
-        if (trial % 4 == 0) kinds[k] = (uint8_t)(rnd() % 7); /* 6: no kind */
+        if (trial % 4 == 0) kinds[k] = (uint8_t)(rnd() % 8); /* 7: no kind */
         else payload[at] ^= (unsigned char)(1 + rnd() % 255);
         int rc = lf_pool_adopt(&p, payload, offsets, kinds, M, again, &where);
         if (rc == 0) {
@@ -1112,29 +1112,33 @@ static void test_adopt(void) {
     free(payload);
 }
 
-/* The deltas a container may hold: a packed patch decodes to its frame, and so does an XOR
- * blob (made before packed patches) that a pool adopts; a packed patch that decodes past a
- * frame, or to a malformed patch, is refused. */
+/* The deltas a container may hold: a packed patch (an LZ4 block) decodes to its frame,
+ * and so do a Blosc2 chunk of a patch and an XOR blob (made before) that a pool adopts; a
+ * packed patch that decodes past a frame, or to a malformed patch, is refused. */
 static void test_packed_and_xor_kinds(void) {
     unsigned char base[ZFB], frame[ZFB], x[ZFB + 1], patch[ZFB + LF_BLOB_OVERHEAD], got[ZFB];
-    unsigned char payload[3 * (ZFB + LF_BLOB_OVERHEAD) + 8], delta[ZFB];
+    unsigned char payload[4 * (ZFB + LF_BLOB_OVERHEAD) + 8], delta[ZFB];
     fill_random(base, ZFB);
     memcpy(frame, base, ZFB);
     for (int j = 20; j < 260; j++) frame[j] = (unsigned char)(j % 3);
     void *cctx = lf_cctx_new((lf_codec){LF_CODEC_LZ4, 9, 4}), *dctx = lf_dctx_new();
+    void *state = malloc(lf_pack_state_bytes());
     size_t pn = lf_patch_encode(frame, base, ZFB, patch, sizeof(patch));
-    int64_t offsets[4] = {0};
-    uint8_t kinds[3] = {LF_KIND_KEY, LF_KIND_XOR, LF_KIND_PACKED};
-    long n0 = lf_compress(cctx, base, ZFB, payload);
+    int64_t offsets[5] = {0};
+    uint8_t kinds[4] = {LF_KIND_KEY, LF_KIND_XOR, LF_KIND_PACKED_BLOSC, LF_KIND_PACKED};
+    long n[4];
+    n[0] = lf_compress(cctx, base, ZFB, payload);
     for (int j = 0; j < ZFB; j++) x[j] = frame[j] ^ base[j];
-    long n1 = lf_compress(cctx, x, ZFB, payload + n0);
+    n[1] = lf_compress(cctx, x, ZFB, payload + n[0]);
     void *pctx = lf_cctx_new((lf_codec){LF_CODEC_LZ4, 9, 4});
-    long n2 = lf_compress(pctx, patch, pn, payload + n0 + n1);
-    CHECK(n0 > 0 && n1 > 0 && n2 > 0 && (size_t)n2 + 128 < pn, "coded (%ld of %zu)", n2, pn);
-    offsets[1] = n0;
-    offsets[2] = n0 + n1;
-    offsets[3] = n0 + n1 + n2;
-    for (int k = 1; k < 3; k++) {
+    n[2] = lf_compress(pctx, patch, pn, payload + n[0] + n[1]);
+    n[3] = (long)lf_pack(state, patch, pn, payload + n[0] + n[1] + n[2], pn);
+    CHECK(n[0] > 0 && n[1] > 0 && n[2] > 0 && (size_t)n[2] + 128 < pn && n[3] > 0 &&
+              n[3] + 32 <= n[2],
+          "coded (%ld and %ld of %zu)", n[2], n[3], pn);
+    CHECK(lf_pack(state, patch, pn, x, (size_t)n[3] - 1) == 0, "an LZ4 block too large: 0");
+    for (int k = 0; k < 4; k++) offsets[k + 1] = offsets[k] + n[k];
+    for (int k = 1; k < 4; k++) {
         memset(got, 0, ZFB);
         CHECK(lf_kind_decode(dctx, kinds[k], payload + offsets[k], (size_t)(offsets[k + 1] - offsets[k]),
                              base, got, ZFB, delta) == 0 && memcmp(got, frame, ZFB) == 0,
@@ -1143,26 +1147,41 @@ static void test_packed_and_xor_kinds(void) {
     lf_pool p;
     lf_pool_init(&p, ZFB, 4 * ZFB);
     CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 9, 4}) == 0, "enable");
-    int64_t slots[3];
-    CHECK(lf_pool_adopt(&p, payload, offsets, kinds, 3, slots, (size_t[1]){0}) == 0, "adopt");
-    /* both deltas against the keyframe (positions 1 and 2 of a tree: refs 0 and 0) */
+    int64_t slots[4];
+    CHECK(lf_pool_adopt(&p, payload, offsets, kinds, 4, slots, (size_t[1]){0}) == 0, "adopt");
+    /* the deltas against the keyframe (positions 1, 2, 3 of a tree: refs 0, 0, 2) */
     CHECK(lf_pool_read(&p, slots[1], got) == 0 && memcmp(got, frame, ZFB) == 0, "XOR adopted");
-    CHECK(lf_pool_read(&p, slots[2], got) == 0 && memcmp(got, frame, ZFB) == 0, "packed adopted");
+    for (int k = 2; k < 4; k++) { /* both packed kinds: stored as LZ4 blocks, of one size */
+        const lf_meta *m = lf_pool_meta(&p, slots[k]);
+        CHECK(lf_pool_read(&p, slots[k], got) == 0 && memcmp(got, frame, ZFB) == 0 &&
+                  (m->blob_flags & (LF_BLOB_DELTA | LF_BLOB_LEAN)) == LF_BLOB_PACKED &&
+                  m->blob_bytes == (uint32_t)n[3],
+              "packed kind %d adopted as an LZ4 block", kinds[k]);
+    }
     CHECK(lf_pool_codec_blob(&p, slots[1]) && lf_pool_codec_blob(&p, slots[2]), "codec blobs");
-    for (int i = 2; i >= 0; i--) lf_pool_decref(&p, slots[i]);
+    for (int i = 3; i >= 0; i--) lf_pool_decref(&p, slots[i]);
     lf_pool_free(&p);
     memset(x, 7, sizeof(x)); /* a "patch" one byte longer than a frame, and a malformed one */
-    long big = lf_compress(pctx, x, ZFB + 1, payload);
-    CHECK(lf_kind_decode(dctx, LF_KIND_PACKED, payload, (size_t)big, base, got, ZFB, delta) == -1,
-          "a packed patch past a frame");
-    long bad = lf_compress(pctx, x, 40, payload); /* skip 7, run 7, ...: past the frame */
-    CHECK(lf_kind_decode(dctx, LF_KIND_PACKED, payload, (size_t)bad, base, got, ZFB, delta) == -1,
-          "a packed patch that is no patch");
-    CHECK(lf_kind_decode(dctx, LF_KIND_PACKED, payload, (size_t)bad, NULL, got, ZFB, delta) == -1,
-          "a packed patch needs its reference");
+    long big = lf_compress(pctx, x, ZFB + 1, payload), big4 = (long)lf_pack(state, x, ZFB + 1,
+                                                                          payload + big, ZFB);
+    long bad = lf_compress(pctx, x, 40, payload + big + big4); /* skip 7, run 7, ...: past */
+    long bad4 = (long)lf_pack(state, x, 40, payload + big + big4 + bad, ZFB); /* the frame */
+    const unsigned char *blob[2][2] = {{payload, payload + big + big4},
+                                       {payload + big, payload + big + big4 + bad}};
+    size_t bytes[2][2] = {{(size_t)big, (size_t)bad}, {(size_t)big4, (size_t)bad4}};
+    for (int k = 0; k < 2; k++) {
+        int kind = k ? LF_KIND_PACKED : LF_KIND_PACKED_BLOSC;
+        CHECK(lf_kind_decode(dctx, kind, blob[k][0], bytes[k][0], base, got, ZFB, delta) == -1,
+              "kind %d: a packed patch past a frame", kind);
+        CHECK(lf_kind_decode(dctx, kind, blob[k][1], bytes[k][1], base, got, ZFB, delta) == -1,
+              "kind %d: a packed patch that is no patch", kind);
+        CHECK(lf_kind_decode(dctx, kind, blob[k][1], bytes[k][1], NULL, got, ZFB, delta) == -1,
+              "kind %d: a packed patch needs its reference", kind);
+    }
     lf_ctx_free(pctx);
     lf_ctx_free(cctx);
     lf_ctx_free(dctx);
+    free(state);
 }
 
 static void test_codec_bad_input(void) {

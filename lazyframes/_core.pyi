@@ -17,10 +17,10 @@ Scale: TypeAlias = float | None
 Compress: TypeAlias = bool | Mapping[str, Any] | None
 
 __all__ = [
-    "KIND_DELTA", "KIND_KEY", "KIND_PACKED", "KIND_PATCH", "KIND_RAW", "KIND_XOR", "FramePool",
-    "FrameRef", "Handoff", "LazyBatch", "LazyFrames", "RowRing", "SharedWord", "SlotTable",
-    "SumTree", "check_apart", "check_outs", "decode_frames", "default_pool", "draw_integers",
-    "encode_frames", "stack",
+    "KIND_DELTA", "KIND_KEY", "KIND_PACKED", "KIND_PACKED_BLOSC", "KIND_PATCH", "KIND_RAW",
+    "KIND_XOR", "FramePool", "FrameRef", "Handoff", "LazyBatch", "LazyFrames", "RowRing",
+    "SharedWord", "SlotTable", "SumTree", "check_apart", "check_outs", "decode_frames",
+    "default_pool", "draw_integers", "encode_frames", "stack",
 ]  # fmt: skip
 
 KIND_KEY: int
@@ -28,6 +28,7 @@ KIND_DELTA: int
 KIND_RAW: int
 KIND_PATCH: int
 KIND_XOR: int
+KIND_PACKED_BLOSC: int
 KIND_PACKED: int
 _PART_BYTES: int
 

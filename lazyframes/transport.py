@@ -57,7 +57,7 @@ __all__ = ["FORMAT", "Receiver", "Sender", "wire_bytes"]
 
 #: The ``format`` field of every message, and the version this module reads and writes.
 FORMAT = "lazyframes.transport"
-VERSION = 3
+VERSION = 4
 #: Keys of a message (docs/TRANSPORT.md).
 KEYS = frozenset((
     "format", "version", "stream", "nonce", "seq", "frame_shape", "dtype", "stack_size",
@@ -621,7 +621,7 @@ def _header(msg, streams: list, geometry: tuple) -> tuple:
     if type(version) is not int or version != VERSION:
         raise ValueError(
             f"a {FORMAT} message of version {version!r}; this receiver reads "
-            f"version {VERSION} (sender nonces, frame checksums, packed patches): run the "
+            f"version {VERSION} (sender nonces, frame checksums, LZ4 packed patches): run the "
             f"same lazyframes release on the senders as on the receiver"
         )
     if set(msg) != KEYS:

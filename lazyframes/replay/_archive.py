@@ -36,8 +36,8 @@ from ._store import (
     own_pool,
 )
 
-#: Version of the file format written; versions 1 to 4 are read too.
-_VERSION = 5
+#: Version of the file format written; versions 1 to 5 are read too.
+_VERSION = 6
 _CHUNK_BYTES = 64 << 20  # frames are written/read this many bytes at a time
 _PIECE = 256  # frames a compressed container is encoded this many at a time
 _DECODE_BYTES = 8 << 20  # and decoded (and spooled, copied) this many bytes at a time
@@ -49,11 +49,12 @@ _TABLE_FLOOR = 1 << 30  # bytes of whole-capacity tables and of frames held deco
 _TABLE_FACTOR = 16  # or this many times the file's bytes
 _INFLATE_FACTOR = 1024  # frames decoded in all: _TABLE_FLOOR, or this many times the file's bytes
 #: Entries of the archive (a plain buffer's), by version; version 3 adds the compressed
-#: container of a compressing buffer's frames (version 5: which may hold KIND_PACKED blobs).
+#: container of a compressing buffer's frames (version 5: which may hold KIND_PACKED_BLOSC
+#: blobs; version 6: KIND_PACKED ones instead).
 _BLOBS = ("frame_blobs", "frame_offsets", "frame_kinds")
 _ENTRIES = {1: {"meta", "frames", "obs_index", "next_index", "actions", "rewards", "flags"}}
 _ENTRIES[2] = _ENTRIES[1] | {"env_ids"}
-_ENTRIES[3] = _ENTRIES[4] = _ENTRIES[5] = _ENTRIES[2] | set(_BLOBS)
+_ENTRIES[3] = _ENTRIES[4] = _ENTRIES[5] = _ENTRIES[6] = _ENTRIES[2] | set(_BLOBS)
 #: Entries a subclass may add to any version (read by its ``_restore_extra``).
 _OPTIONAL = {"priorities"}
 #: At most this many leaves in a checkpoint's ``meta["leaves"]``.

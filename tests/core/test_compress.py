@@ -511,8 +511,9 @@ def test_legacy_deltas_take_group_positions_and_empty_patches_decode():
     assert np.array_equal(same[0], frames[0])  # a piece of empty patches: an empty payload
     big = np.zeros(8 * 8 + 33, np.uint8)  # larger than any blob of a frame: refused by both
     refused(ValueError, "larger than any", core.decode_frames, big, [0, big.size], [3], *shape)
-    for kind in (core.KIND_PATCH, core.KIND_PACKED, core.KIND_XOR):  # a delta first, no
-        refused(ValueError, "blob 0 .* does not decode",  # frames before: no pointer formed
+    # a delta first, no frames before: refused, no pointer formed
+    for kind in (core.KIND_PATCH, core.KIND_PACKED, core.KIND_PACKED_BLOSC, core.KIND_XOR):
+        refused(ValueError, "blob 0 .* does not decode",
                 core.decode_frames, patch, [0, len(patch)], [kind], *shape)  # fmt: skip
 
 

@@ -84,6 +84,18 @@ def v4_xor():
     return rb
 
 
+def v5_packed():
+    """Frames whose patches LZ4 halves: version 5's coder packed them as Blosc2 chunks."""
+    frames = np.zeros((20, 32, 32), np.uint8)
+    for t in range(20):  # rows of a few gray levels that change each step
+        frames[t, : 8 + t % 9] = np.tile(np.arange(32, dtype=np.uint8) // 4 + t, (8 + t % 9, 1))
+    rb = ReplayBuffer(16, seed=9, compress={"group": 8})
+    for t in range(14):
+        rb.add(frames[t : t + 2], t % 3, 0.25 * t, frames[t + 1 : t + 3], t == 11, False)
+    rb.sample(3)
+    return rb
+
+
 def checkpoint(rb):
     """The buffer's checkpoint (its pickle holds one): entry name -> array, meta parsed."""
     _, (_, data) = rb.__reduce__()
@@ -111,7 +123,7 @@ def assert_same_buffers(a, b, draws=(5,)):
         ("replay_v1_wrapped.npz", v1_wrapped), ("replay_v1_partial.npz", v1_partial),
         ("replay_v1_empty.npz", lambda: ReplayBuffer(4, seed=1)),
         ("replay_v2_streams.npz", v2_streams), ("replay_v3_compressed.npz", v3_compressed),
-        ("replay_v4_xor.npz", v4_xor),
+        ("replay_v4_xor.npz", v4_xor), ("replay_v5_packed.npz", v5_packed),
     ],
 )  # fmt: skip
 def test_golden_files_load_to_what_their_recipe_builds(name, recipe):
@@ -135,12 +147,24 @@ def test_golden_v4_holds_xor_blobs_which_load_as_they_are():
     assert _core.KIND_XOR not in checkpoint(rb)["frame_kinds"].tolist()
 
 
+def test_golden_v5_holds_blosc2_packed_patches_which_load_as_lz4_blocks():
+    """Version 5's packed patches (Blosc2 chunks) are packed again as LZ4 blocks on load."""
+    members = entries(golden("replay_v5_packed.npz"))
+    assert _core.KIND_PACKED_BLOSC in member(members, "frame_kinds").tolist()
+    rb = ReplayBuffer.load(golden("replay_v5_packed.npz"))
+    assert rb.memory()["cold_frames"] == 16  # adopted, not decoded and compressed again
+    every = np.arange(len(rb))
+    assert_same_samples(rb.gather(every), v5_packed().gather(every), "all")
+    kinds = checkpoint(rb)["frame_kinds"].tolist()
+    assert _core.KIND_PACKED in kinds and _core.KIND_PACKED_BLOSC not in kinds
+
+
 def test_golden_v1_exact_values():
     """The v1 ring: position ``row * 2 + env`` holds env's transition of step t = row+4k."""
     rb = ReplayBuffer.load(golden("replay_v1_wrapped.npz"))
     assert (len(rb), rb.full, rb.n_step, rb.gamma) == (8, True, 3, 0.5)
     ck = checkpoint(rb)
-    assert ck["meta"]["pos"] == 4 and ck["meta"]["version"] == 5
+    assert ck["meta"]["pos"] == 4 and ck["meta"]["version"] == 6
     assert ck["actions"].tolist() == [4, -4, 5, -5, 2, -2, 3, -3]
     assert ck["rewards"].tolist() == [4.5, -4.25, 5.5, -5.25, 2.5, -2.25, 3.5, -3.25]
     assert ck["flags"].tolist() == [0, 2, 0, 4, 1, 0, 0, 0] and ck["env_ids"].tolist() == [0, 1] * 4
@@ -152,14 +176,14 @@ def test_golden_v1_exact_values():
     assert set(rb.sample(64).indices.tolist()) == {1, 4, 5, 6, 7}
 
 
-def test_round_trip_keeps_everything_and_writes_version_5(tmp_path):
+def test_round_trip_keeps_everything_and_writes_version_6(tmp_path):
     path = tmp_path / "rb.npz"
     for rb in (v2_streams(), v3_compressed(), ReplayBuffer(10, num_envs=2, seed=3)):
         rb.save(path)
         back = ReplayBuffer.load(path, pool=None if rb.pool is None else FramePool(
             rb.pool.frame_shape, rb.pool.dtype))  # fmt: skip
         assert back.pool is not rb.pool or rb.pool is None
-        assert checkpoint(back)["meta"]["version"] == 5
+        assert checkpoint(back)["meta"]["version"] == 6
         assert_same_buffers(back, rb)
         assert_same_buffers(pickle.loads(pickle.dumps(rb)), rb)
         if rb.pool is not None:  # each frame stored once, in memory and in the file
@@ -324,7 +348,7 @@ def test_deflated_and_missing_members_are_refused(valid, tmp_path):
         ({"action_shape": [10**6, 10**6]}, "bytes of tables.*action_shape"),
         ({"stack_size": 2**40}, "stack_size"), ({"n_step": 10**6}, "n_step"),
         ({"capacity": "6"}, "capacity"), ({"pos": 10**9}, "pos"), ({"full": 1}, "full"),
-        ({"version": 6}, "version 6 is not supported"), ({"format": "other"}, "wrong format tag"),
+        ({"version": 7}, "version 7 is not supported"), ({"format": "other"}, "wrong format tag"),
         ({"rng": {"name": "os", "state": {}}}, "bit generator"), ({"n_skip": 5}, "autoreset count"),
     ]] + [("packed", c, m) for c, m in [  # a compressed container's (formats 3 and 4)
         ({"compression": {"codec": "nope"}}, "codec"),

@@ -168,7 +168,7 @@ def _forge(msg, key, value):
 
 
 FORGERIES = [("format", "other", ValueError, "not a lazyframes.transport message"),
-             ("version", 2, ValueError, "of version 2; .* reads version 3.* same lazyframes"),
+             ("version", 3, ValueError, "of version 3; .* reads version 4.* same lazyframes"),
              ("nonce", 1 << 64, ValueError, "nonce must be below 2..64"),
              ("nonce", -1, ValueError, "non-negative"),
              ("seq", 7, ValueError, "message 7 refers to 8 kept frames"),
