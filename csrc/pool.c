@@ -975,6 +975,7 @@ void lf_reader_init(lf_reader *r, lf_pool *p) {
     memset(r, 0, sizeof(*r));
     r->p = p;
     r->bad = -1;
+    r->held = -1;
 }
 
 static size_t hash_slot(int64_t slot, size_t cap) {
@@ -1116,14 +1117,16 @@ int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end) {
         if (r->pos[i] < 0 || r->done[i]) continue; /* decoded on the way to one asked for */
         int32_t todo[LF_MAX_GROUP];
         int n = 0;
-        for (int32_t j = (int32_t)i; j >= 0 && !r->done[j] && n < LF_MAX_GROUP; j = r->ref[j])
+        for (int32_t j = (int32_t)i; j >= 0 && !r->done[j] && j != r->held && n < LF_MAX_GROUP;
+             j = r->ref[j])
             todo[n++] = j;
         int32_t up = r->ref[todo[n - 1]];
-        if (up >= 0 && !r->done[up]) { /* a chain longer than LF_MAX_GROUP */
+        int from_held = up >= 0 && up == r->held;
+        if (up >= 0 && !r->done[up] && !from_held) { /* a chain longer than LF_MAX_GROUP */
             r->bad = r->slots[todo[n - 1]];
             return -2;
         }
-        const unsigned char *base = up >= 0 ? lf_reader_frame(r, up) : NULL;
+        const unsigned char *base = from_held ? through : up >= 0 ? lf_reader_frame(r, up) : NULL;
         while (n > 0) { /* the oldest first: each from the frame before it */
             int32_t j = todo[--n];
             unsigned char *out = r->pos[j] >= 0 ? lf_reader_frame(r, j) : through;
@@ -1131,7 +1134,9 @@ int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end) {
                 r->bad = r->slots[j];
                 return -2;
             }
+            r->decoded++;
             if (r->pos[j] >= 0) r->done[j] = 1;
+            else r->held = j;
             base = out;
         }
     }

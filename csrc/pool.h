@@ -451,7 +451,8 @@ int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out);
  * frames asked for) and each group's keyframe get scratch, a root none (it is read in
  * place); the rest of a chain (the frames between a keyframe and the first frame asked
  * for) decodes through one frame buffer that stays in the CPU's cache, each patch applied
- * in place. */
+ * in place; a chain that passes the frame that buffer holds (the next frame's, in a
+ * window of consecutive frames) goes on from it. */
 typedef struct {
     lf_pool *p;
     int64_t *slots;        /* the cold slots, each pinned */
@@ -465,6 +466,8 @@ typedef struct {
     size_t n, cap;
     size_t n_kept;         /* entries with a frame in scratch */
     size_t cursor;         /* every entry asked for below it is decoded */
+    int64_t held;          /* the entry whose frame the chunk's last frame holds, or -1 */
+    size_t decoded;        /* blobs decoded so far (the work done, for tests) */
     int64_t *hkeys;        /* open addressing: slot -> index, -1 empty */
     int32_t *hvals;
     size_t hcap;           /* a power of two, > 2 n */

@@ -1112,6 +1112,54 @@ static void test_adopt(void) {
     free(payload);
 }
 
+/* A reader over windows of 5 consecutive frames apart from each other, each window decoded
+ * (lf_reader_decode_upto) before the next, as a copy's rows are: values exact, and each
+ * entry decoded once: a chain that passes the frame the reader's buffer holds (a member no
+ * row asked for, e.g. frame 4 of a group for frames 5 and 6) goes on from it. */
+static void test_reader_windows(void) {
+    enum { N = 64 };
+    lf_pool p;
+    lf_pool_init(&p, ZFB, 4 * ZFB);
+    CHECK(lf_pool_enable_compression(&p, (lf_codec){LF_CODEC_LZ4, 9, LF_MAX_GROUP}) == 0, "on");
+    unsigned char *want = malloc((size_t)N * ZFB);
+    int64_t s[N];
+    fill_random(want, ZFB);
+    for (int i = 0; i < N; i++) {
+        if (i) memcpy(want + i * ZFB, want + (i - 1) * ZFB, ZFB);
+        for (int j = 0; i && j < 3; j++) want[i * ZFB + rnd() % ZFB] = (unsigned char)rnd();
+        s[i] = lf_pool_alloc(&p);
+        memcpy(lf_pool_addr(&p, s[i]), want + i * ZFB, ZFB);
+        lf_pool_incref_cold(&p, s[i]);
+        if (i) lf_pool_set_prev(&p, s[i], s[i - 1]);
+    }
+    for (int i = 0; i < N; i++) lf_pool_decref(&p, s[i]);
+    CHECK(lf_pool_compress_pending(&p) == 0 && p.cold_frames == N, "cold");
+    lf_reader r;
+    lf_reader_init(&r, &p);
+    int64_t win[5][5];
+    for (int w = 0; w < 5; w++)
+        for (int j = 0; j < 5; j++) win[w][j] = lf_reader_add(&r, s[5 + 12 * w + j]);
+    CHECK(lf_reader_reserve(&r) == 0, "reserve");
+    void *dctx = lf_dctx_new();
+    long bad = 0;
+    for (int w = 0; w < 5; w++) {
+        size_t end = 0;
+        for (int j = 0; j < 5; j++) end = (size_t)win[w][j] + 1 > end ? (size_t)win[w][j] + 1 : end;
+        bad += lf_reader_decode_upto(&r, dctx, end) != 0;
+        for (int j = 0; j < 5; j++)
+            bad += memcmp(lf_reader_frame(&r, win[w][j]), want + (5 + 12 * w + j) * ZFB, ZFB) != 0;
+    }
+    CHECK(bad == 0, "values (%ld)", bad);
+    CHECK(r.n > 25 && r.decoded == r.n, "each entry decoded once (%zu blobs, %zu entries)",
+          r.decoded, r.n);
+    lf_reader_release(&r);
+    lf_ctx_free(dctx);
+    for (int i = N - 1; i >= 0; i--) lf_pool_decref_cold(&p, s[i]);
+    CHECK(p.live_frames == 0, "all freed");
+    lf_pool_free(&p);
+    free(want);
+}
+
 /* The deltas a container may hold: a packed patch (an LZ4 block) decodes to its frame,
  * and so do a Blosc2 chunk of a patch and an XOR blob (made before) that a pool adopts; a
  * packed patch that decodes past a frame, or to a malformed patch, is refused. */
@@ -1962,6 +2010,7 @@ int main(int argc, char **argv) {
     test_own_table();
     test_codec_bad_input();
     test_packed_and_xor_kinds();
+    test_reader_windows();
     test_adopt();
     test_patches();
     test_sumtree_basic();
