@@ -178,13 +178,14 @@ static inline int lf_coded_kind(unsigned flags) {
 
 /* A patch is packed (LZ4 of it, an LZ4 block with no header: its size is the blob's, the
  * patch's the block's own) when that is at least LF_PACK_SAVES bytes smaller: busy
- * frames' patches hold runs of a few gray levels that LZ4 shrinks by half (Seaquest: three
- * deltas in four), but a packed patch costs an LZ4 call to decode, which a few dozen bytes
- * do not pay for (Pong, MsPacman, Breakout: docs/COMPRESSION.md, "Packed patches"; 128
- * packs about the patches that 96 did with Blosc2's chunk around them). Every pool packs
- * with LZ4 (acceleration 1), whatever its codec: zstd saved next to nothing on patches for
- * twice the decoding time. */
-#define LF_PACK_SAVES 128
+ * frames' patches hold runs of a few gray levels that LZ4 shrinks by half (Seaquest: more
+ * than half its deltas), but a packed patch costs an LZ4 call to decode, which a few dozen bytes
+ * do not pay for (docs/COMPRESSION.md, "Packed patches" and "LZ4 blocks": Seaquest's
+ * compressed sample(32) 10% less CPU at 192 than at 128 for 24 more bytes per transition,
+ * Pong, Breakout and MsPacman about unchanged). Every pool packs with LZ4 (acceleration
+ * 1), whatever its codec: zstd saved next to nothing on patches for twice the decoding
+ * time. */
+#define LF_PACK_SAVES 192
 
 /* LZ4 of a patch of pn bytes into dst, if that takes at most cap bytes: its size, or 0.
  * state: lf_pack_state_bytes() bytes. */
