@@ -23,9 +23,11 @@ Columns: bytes per transition by anonymous RSS growth (``RssAnon``) while the bu
 built and filled, and by the buffer's own count (``memory()``; for the peer its blobs'
 lengths plus its arrays); ``sample(32)`` obs + next obs as uint8 and as float32 / 255
 (median of ``--repeats`` calls, in blocks of ten calls per row; the peer's includes
-its conversion to torch tensors, which its users pay; torch limited to one thread, as
-ours runs on one); ``add`` time per new frame, amortised over the fill (compression
-included; our two buffers filled by turns, each add timed on its own), and its excess
+its conversion to torch tensors, which its users pay; ours copy in one thread,
+``lazyframes.set_num_threads(1)``, and torch is limited to one, so that the ratios compare
+the work per core: ``bench_parallel`` times the split across threads); ``add`` time per
+new frame, amortised over the fill (compression included; our two buffers filled by turns,
+each add timed on its own), and its excess
 over our uncompressed row's; ratios against our uncompressed row and against the peer.
 
 ``--transitions N`` fills our buffers with N transitions (at least 200,000 is the
@@ -53,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
+import lazyframes
 from lazyframes import _core
 from lazyframes.replay import ReplayBuffer
 
@@ -289,8 +292,13 @@ def measure_timing(game: str, path: str, n: int | None, n_peer: int | None, repe
 
         fns[PEER, "sample_u8"] = functools.partial(peer_sample, th.uint8, False)
         fns[PEER, "sample_f32"] = functools.partial(peer_sample, th.float32, True)
-    for (name, what), us in round_robin_us(fns, repeats, 5, BLOCK_SAMPLES).items():
-        out[name][what] = us
+    threads = lazyframes.get_num_threads()
+    lazyframes.set_num_threads(1)  # per core, as the peer (bench_parallel times the split)
+    try:
+        for (name, what), us in round_robin_us(fns, repeats, 5, BLOCK_SAMPLES).items():
+            out[name][what] = us
+    finally:
+        lazyframes.set_num_threads(threads)
     return out
 
 

@@ -406,11 +406,9 @@ static inline size_t lf_meta_blob_bytes(const lf_pool *p, const lf_meta *m) {
     return n;
 }
 
-/* 1 if a cold slot's blob is decoded by the codec (a codec keyframe, a packed patch, an
- * XOR delta), 0 if by copies (a patch, a root): what decoding it costs, for a copy's split
- * into threads (a packed patch's codec call writes a few hundred bytes only, but Seaquest's
- * compressed sample(32), two frames in three packed, takes 2.2x uncompressed in one thread
- * and 2.0x split). */
+/* 1 if a cold slot's blob is decoded by a codec (a codec keyframe, a packed patch's LZ4
+ * block, an XOR delta), 0 if by copies (a patch, a root): what decoding it costs, for a
+ * copy's split into threads. */
 static inline int lf_pool_codec_blob(const lf_pool *p, int64_t slot) {
     uint8_t f = lf_pool_meta(p, slot)->blob_flags;
     return !(f & LF_BLOB_RAW) && (f & LF_BLOB_DELTA) != LF_BLOB_PATCH;
@@ -422,8 +420,8 @@ static inline lf_blob lf_pool_blob(const lf_pool *p, int64_t slot) {
     return b;
 }
 
-/* Decode blob b of p into out (frame_bytes): a keyframe, or a delta (a patch, or the
- * codec's XOR delta) over `base`, the decoded frame of its reference (NULL for a
+/* Decode blob b of p into out (frame_bytes): a keyframe, or a delta (a patch, a packed
+ * patch, or the codec's XOR delta) over `base`, the decoded frame of its reference (NULL for a
  * keyframe), which may be out. chunk: room for 2 frame_bytes + LF_BLOB_OVERHEAD (a lean
  * blob is made whole there, then an XOR delta decoded after it). Reads only b's bytes,
  * p->frame_bytes and the coder's lean header (written once, before the first lean blob
