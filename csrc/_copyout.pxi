@@ -393,15 +393,18 @@ cdef int _decode_copy(const _Copy *c, _Readers *rs, const int64_t *entry,
 
 # A copy of at least 2 * _part_bytes of work is split into parts of consecutive rows, one
 # per thread (lf_parallel_for, csrc/parallel.h), up to get_num_threads() parts of at least
-# _part_bytes of work each: below that, handing a part to a worker costs about what it
-# saves (bench/bench_parallel.py --split measures it). The work is the output's bytes plus,
-# for each cold frame the copy reads that the codec decodes (a codec keyframe, packed
-# patch or XOR delta), _COLD_WEIGHT times its bytes: decoding such a frame costs a few
-# copies of it, while a patch or a root decodes by copies about as an uncompressed frame
-# does. Measured on the AMD host (2 vCPUs), gathers split from 128 KiB against one
-# thread, back to back: 0.45 MB 0.98x, 0.9 MB 0.76x (Pong compressed 0.67x), 1.8 MB 0.57x
-# (0.52x); a sample(32) of Atari observations with their next ones (1.8 MB) splits.
-cdef size_t _part_bytes = 1 << 19
+# _part_bytes of work each (bench/bench_parallel.py --split measures where splitting
+# pays). The work is the output's bytes plus, for each cold frame the copy reads that the
+# codec decodes (a codec keyframe, packed patch or XOR delta), _COLD_WEIGHT times its
+# bytes: decoding such a frame costs a few copies of it, while a patch or a root decodes by
+# copies about as an uncompressed frame does (a sample(32) of Atari observations with their
+# next ones, 1.8 MB, is one part, uncompressed or of patches; with codec blobs among its
+# frames, two). Measured on the AMD host (2 vCPUs), back to back on an idle machine, a 1.8
+# MB gather split took 0.57x one thread's time (since workers watch for work before they
+# sleep, csrc/parallel.c); but with another process busy on the other vCPU, 1.6x (a
+# worker that claims a part and is then preempted holds the call up): a sample(32) next to
+# an SB3 SubprocVecEnv or Ray actors would pay that, so small copies stay whole.
+cdef size_t _part_bytes = 1 << 20
 cdef size_t _COLD_WEIGHT = 2
 _PART_BYTES = _part_bytes  # for the tests and benchmarks: where a copy starts to split
 
@@ -461,7 +464,7 @@ cdef int _run_parts(_Parts *w) noexcept nogil:
 def set_num_threads(n):
     """Set how many threads a large copy out uses, the calling thread included.
 
-    Every gather, sample and conversion of a batch of at least about 1 MB of work (its
+    Every gather, sample and conversion of a batch of at least about 2 MB of work (its
     output, and twice the bytes of the compressed frames it decodes) splits its rows (and
     the decoding of its compressed frames) across up to ``n`` threads: the caller and
     ``n - 1`` workers of a pool made on first use. ``1`` copies in the calling thread only.
