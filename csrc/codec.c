@@ -20,8 +20,8 @@ typedef char lf_overhead_is_blosc2s[LF_BLOB_OVERHEAD == (int)BLOSC2_MAX_OVERHEAD
 /* LZ4's block API (lz4.h, stable since r129), from the LZ4 that libblosc2.a links in:
  * Blosc2 installs no lz4.h. A packed patch is one LZ4 block: a Blosc2 chunk around it
  * (header, block offsets, stream size) and Blosc2's per-call context set-up cost 14% of a
- * compressed Seaquest sample(32), where three deltas in four are packed patches of a few
- * hundred bytes. */
+ * compressed Seaquest sample(32), whose deltas were then three in four packed patches of a
+ * few hundred bytes. */
 int LZ4_sizeofState(void);
 int LZ4_compress_fast_extState(void *state, const char *src, char *dst, int src_size,
                                int dst_capacity, int acceleration);

@@ -913,10 +913,11 @@ int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offse
     for (i = 0; i < m; i++) {
         int64_t r = lf_tree_step(&t, (int64_t)i, kinds[i]);
         size_t bn = (size_t)(offsets[i + 1] - offsets[i]);
-        uint8_t flags = kinds[i] == LF_KIND_PATCH                                    ? LF_BLOB_PATCH
-                        : kinds[i] == LF_KIND_PACKED || kinds[i] == LF_KIND_PACKED_BLOSC ? LF_BLOB_PACKED
-                        : kinds[i] == LF_KIND_XOR                                    ? LF_BLOB_CODED
-                                                                                     : 0;
+        int packed = kinds[i] == LF_KIND_PACKED || kinds[i] == LF_KIND_PACKED_BLOSC;
+        uint8_t flags = kinds[i] == LF_KIND_PATCH ? LF_BLOB_PATCH
+                        : packed                  ? LF_BLOB_PACKED
+                        : kinds[i] == LF_KIND_XOR ? LF_BLOB_CODED
+                                                  : 0;
         unsigned char *b = z->coder.blob; /* the blob, made lean there if it can be */
         if (kinds[i] == LF_KIND_PACKED_BLOSC) { /* packed again, as an LZ4 block */
             long pn = lf_decompress_upto(z->dctx, payload + offsets[i], bn, z->coder.delta, fb);
