@@ -919,11 +919,15 @@ int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offse
                         : kinds[i] == LF_KIND_XOR ? LF_BLOB_CODED
                                                   : 0;
         unsigned char *b = z->coder.blob; /* the blob, made lean there if it can be */
-        if (kinds[i] == LF_KIND_PACKED_BLOSC) { /* packed again, as an LZ4 block */
+        if (kinds[i] == LF_KIND_PACKED_BLOSC) { /* packed again as an LZ4 block, if smaller */
             long pn = lf_decompress_upto(z->dctx, payload + offsets[i], bn, z->coder.delta, fb);
-            bn = pn < 0 ? 0 : lf_pack(z->coder.pack_state, z->coder.delta, (size_t)pn, b,
-                                      2 * (fb + LF_BLOB_OVERHEAD));
-            if (!bn) goto oom; /* checked above: it decodes, and LZ4 fits any patch there */
+            if (pn < 0) goto oom; /* cannot happen: it decoded above */
+            bn = lf_pack(z->coder.pack_state, z->coder.delta, (size_t)pn, b, (size_t)pn);
+            if (!bn) { /* LZ4 saves nothing (a crafted file): the patch itself, <= fb bytes */
+                memcpy(b, z->coder.delta, (size_t)pn);
+                bn = (size_t)pn;
+                flags = LF_BLOB_PATCH;
+            }
         } else {
             memcpy(b, payload + offsets[i], bn);
         }

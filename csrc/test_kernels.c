@@ -1208,6 +1208,22 @@ static void test_packed_and_xor_kinds(void) {
     }
     CHECK(lf_pool_codec_blob(&p, slots[1]) && lf_pool_codec_blob(&p, slots[2]), "codec blobs");
     for (int i = 3; i >= 0; i--) lf_pool_decref(&p, slots[i]);
+    /* a Blosc2 chunk of a patch that LZ4 cannot shrink (random bytes; no coder packs one):
+     * adopted as the plain patch, never as a block larger than it */
+    unsigned char noisy[ZFB], np[ZFB + LF_BLOB_OVERHEAD];
+    memcpy(noisy, base, ZFB);
+    fill_random(noisy + 10, 250);
+    size_t nn = lf_patch_encode(noisy, base, ZFB, np, sizeof(np));
+    long nb = lf_compress(pctx, np, nn, payload + n[0]);
+    int64_t off2[3] = {0, n[0], n[0] + nb};
+    uint8_t kinds2[2] = {LF_KIND_KEY, LF_KIND_PACKED_BLOSC};
+    CHECK(nb > 0 && lf_pool_adopt(&p, payload, off2, kinds2, 2, slots, (size_t[1]){0}) == 0,
+          "adopt an incompressible packed patch");
+    const lf_meta *mn = lf_pool_meta(&p, slots[1]);
+    CHECK(lf_pool_read(&p, slots[1], got) == 0 && memcmp(got, noisy, ZFB) == 0 &&
+              (mn->blob_flags & LF_BLOB_DELTA) == LF_BLOB_PATCH && mn->blob_bytes == nn,
+          "stored as its patch (%u bytes of %zu)", (unsigned)mn->blob_bytes, nn);
+    for (int i = 1; i >= 0; i--) lf_pool_decref(&p, slots[i]);
     lf_pool_free(&p);
     memset(x, 7, sizeof(x)); /* a "patch" one byte longer than a frame, and a malformed one */
     long big = lf_compress(pctx, x, ZFB + 1, payload), big4 = (long)lf_pack(state, x, ZFB + 1,

@@ -842,7 +842,7 @@ class ReplayBuffer:
         The file is untrusted input: every declared size is checked against the bytes it
         holds before anything is allocated, so a load costs time and memory of a small
         multiple of the file (docs/CHECKPOINTS.md gives the bounds). Files of format
-        versions 1 to 4 are read.
+        versions 1 to 6 are read.
 
         Raises:
             TypeError: ``pool`` is not a FramePool.
