@@ -464,7 +464,8 @@ typedef struct {
     size_t n, cap;
     size_t n_kept;         /* entries with a frame in scratch */
     size_t cursor;         /* every entry asked for below it is decoded */
-    int64_t held;          /* the entry whose frame the chunk's last frame holds, or -1 */
+    int64_t held;          /* the entry (one no row asked for) whose frame the chunk's
+                            * through buffer holds, or -1 */
     size_t decoded;        /* blobs decoded so far (the work done, for tests) */
     int64_t *hkeys;        /* open addressing: slot -> index, -1 empty */
     int32_t *hvals;
