@@ -333,14 +333,13 @@ int lf_kind_decode(void *dctx, int kind, const unsigned char *blob, size_t bn,
         return 0;
     case LF_KIND_PATCH:
         return base ? lf_patch_apply(blob, bn, base, out, n) : -1;
-    case LF_KIND_PACKED: { /* LZ4 writes at most n bytes, and fails on a malformed block */
-        int pn = base && bn <= INT32_MAX && n <= INT32_MAX
-                     ? LZ4_decompress_safe((const char *)blob, (char *)delta, (int)bn, (int)n)
-                     : -1;
-        return pn < 0 ? -1 : lf_patch_apply(delta, (size_t)pn, base, out, n);
-    }
-    case LF_KIND_PACKED_BLOSC: {
-        long pn = base ? lf_decompress_upto(dctx, blob, bn, delta, n) : -1;
+    case LF_KIND_PACKED:
+    case LF_KIND_PACKED_BLOSC: { /* the patch into delta (at most n bytes), then applied */
+        long pn = !base                       ? -1
+                  : kind == LF_KIND_PACKED_BLOSC ? lf_decompress_upto(dctx, blob, bn, delta, n)
+                  : bn <= INT32_MAX && n <= INT32_MAX /* LZ4 fails on a malformed block */
+                      ? LZ4_decompress_safe((const char *)blob, (char *)delta, (int)bn, (int)n)
+                      : -1;
         return pn < 0 ? -1 : lf_patch_apply(delta, (size_t)pn, base, out, n);
     }
     case LF_KIND_DELTA:
