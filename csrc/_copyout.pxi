@@ -587,6 +587,8 @@ cdef int _copy(_Copy *c) except -1:
     w.src = src
     w.entry = entry
     try:
+        if c.pools == NULL:  # the cold frames' chains on the way (the loops below read them)
+            lf_reader_prefetch(c.pool, c.ids, m)
         for i in range(m):  # every id checked (live) before anything is written
             p = c.pool if c.pools == NULL else c.pools[i // per]
             if not lf_pool_is_live(p, c.ids[i]):

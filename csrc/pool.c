@@ -1044,6 +1044,35 @@ static int64_t reader_find(const lf_reader *r, int64_t slot, size_t *pos) {
     return r->hkeys[h] == slot ? r->hvals[h] : -1;
 }
 
+/* The slots of a chain's level lf_reader_prefetch loads at once (the misses a core
+ * keeps in flight are fewer). */
+#define LF_PREFETCH_BATCH 32
+
+void lf_reader_prefetch(const lf_pool *p, const int64_t *slots, size_t n) {
+    int64_t level[LF_PREFETCH_BATCH];
+    if (p->z == NULL) return; /* no lf_meta: every frame is hot */
+    for (size_t s = 0; s < n; s += LF_PREFETCH_BATCH) {
+        size_t m = 0;
+        for (size_t i = s; i < n && i < s + LF_PREFETCH_BATCH; i++)
+            if (lf_pool_is_live(p, slots[i])) level[m++] = slots[i];
+        while (m) { /* the loads of a level issued, then each read: its reference next */
+            for (size_t i = 0; i < m; i++) {
+                const lf_chunk *ch = lf_pool_chunk(p, level[i]);
+                __builtin_prefetch(&ch->ref[lf_pool_offset(p, level[i])], 1);
+                __builtin_prefetch((lf_meta *)ch->data + lf_pool_offset(p, level[i]));
+            }
+            size_t k = 0;
+            for (size_t i = 0; i < m; i++) {
+                const lf_meta *mt = lf_pool_meta(p, level[i]);
+                if (!mt->cold_state) continue;
+                __builtin_prefetch(lf_meta_buf(p, mt)); /* the blob's first bytes */
+                if (mt->ref >= 0) level[k++] = mt->ref;
+            }
+            m = k;
+        }
+    }
+}
+
 int64_t lf_reader_add(lf_reader *r, int64_t slot) {
     int64_t first = -1, prev = -1;
     /* the slot, then its chain up to the first member already an entry, or the keyframe */

@@ -483,6 +483,10 @@ typedef struct {
 void lf_reader_init(lf_reader *r, lf_pool *p);
 /* The entry of a live cold slot (added, with its chain, if new), to read with
  * lf_reader_frame: >= 0, or -1 on out of memory. */
+/* Start loading what lf_reader_add will read of the n slots (any ids; -1 skipped) and of
+ * their chains, level by level: each level's misses overlap instead of following one
+ * another down each chain (GIL held, as lf_reader_add). Values unchanged; only the time. */
+void lf_reader_prefetch(const lf_pool *p, const int64_t *slots, size_t n);
 int64_t lf_reader_add(lf_reader *r, int64_t slot);
 /* The scratch of every entry asked for: 0, or -1 on out of memory. GIL held. */
 int lf_reader_reserve(lf_reader *r);

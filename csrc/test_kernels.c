@@ -1134,6 +1134,10 @@ static void test_reader_windows(void) {
     }
     for (int i = 0; i < N; i++) lf_pool_decref(&p, s[i]);
     CHECK(lf_pool_compress_pending(&p) == 0 && p.cold_frames == N, "cold");
+    /* the windows' chains loaded ahead; any id may be passed (read under ASan) */
+    int64_t ids[5 * 5 + 3] = {-1, INT64_MAX, (int64_t)1 << 40};
+    for (int j = 0; j < 25; j++) ids[3 + j] = s[5 + 12 * (j / 5) + j % 5];
+    lf_reader_prefetch(&p, ids, sizeof(ids) / sizeof(ids[0]));
     lf_reader r;
     lf_reader_init(&r, &p);
     int64_t win[5][5];
