@@ -340,6 +340,11 @@ cdef int _resolve(_Readers *rs, lf_pool *p, int64_t slot, int64_t *entry) except
     return <int>j
 
 
+cdef inline bint _plain(const _Copy *c) noexcept nogil:
+    """A plain copy (``"first"``/``"stack"`` layout, no conversion): frames are copied whole."""
+    return c.outer == 1 and c.src_type == c.dst_type and not c.has_scale and not c.floor
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int _decode_copy(const _Copy *c, _Readers *rs, const int64_t *entry,
@@ -347,28 +352,21 @@ cdef int _decode_copy(const _Copy *c, _Readers *rs, const int64_t *entry,
     """Decode the cold frames of rows ``[r0, r1)`` of ``c`` (``rs``: theirs) and copy, row by row.
 
     Each row's frames are decoded (those an earlier row did not) just before the row is
-    copied, so the kernel reads them from the cache. When the copy is a plain one
-    (``"first"``/``"stack"`` layout, no conversion), a frame is decoded straight into
-    its first place in the output, and its other places copy it from there. 0,
-    _NO_MEMORY, _CORRUPT for a blob that does not decode, or the kernel's -1.
+    copied, so the kernel reads them from the cache. When the copy is plain, a frame is
+    decoded straight into its first place in the output (placed by ``_copy``), and its
+    other places copy it from there. 0, _NO_MEMORY, _CORRUPT for a blob that does not
+    decode, or the kernel's -1.
     """
     cdef Py_ssize_t per = c.n_out * c.k, row, i, q
     cdef int64_t e
     cdef int rc = 0
-    cdef bint plain = (c.outer == 1 and c.src_type == c.dst_type and not c.has_scale
-                       and not c.floor)
+    cdef bint plain = _plain(c)
     cdef size_t fb = c.inner * c.out_itemsize  # bytes of one frame in the output
     cdef unsigned char *at
     cdef void *dctx = lf_dctx_new()  # one per part: parts and calls run in parallel threads
     if dctx == NULL:
         return _NO_MEMORY
     for row in range(r0, r1):
-        if plain:  # place q of the row: output q // k, frame q % k
-            for q in range(per):
-                i = row * per + q
-                if entry[i] >= 0:
-                    lf_reader_place(&rs.r[entry[i] >> 32], entry[i] & _ENTRY_MASK,
-                                    c.dst[q // c.k] + row * c.obs_bytes + (q % c.k) * fb)
         for i in range(row * per, (row + 1) * per):
             if entry[i] >= 0:
                 e = entry[i] & _ENTRY_MASK
@@ -564,6 +562,9 @@ cdef int _copy(_Copy *c) except -1:
         c.dst[o] = <unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>c.out[o])
     c.obs_bytes = c.k * c.outer * c.inner * c.out_itemsize
     cdef size_t nbytes = c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out, work = nbytes
+    cdef bint plain = _plain(c)
+    cdef size_t fb = c.inner * c.out_itemsize  # bytes of one frame in the output
+    cdef Py_ssize_t q
     cdef _Parts w
     w.c = c
     w.n = 0  # parts (and their readers) made once the ids are checked
@@ -617,6 +618,10 @@ cdef int _copy(_Copy *c) except -1:
                     p = c.pool if c.pools == NULL else c.pools[i // per]
                     j = _resolve(&rs[t], p, c.ids[i], &e)  # a reader of the row's part
                     entry[i] = (<int64_t>j << 32) | e
+                    if plain:  # decoded into its first place (output q // k, frame q % k)
+                        q = i % per
+                        lf_reader_place(&rs[t].r[j], e, c.dst[q // c.k] + (i // per) * c.obs_bytes
+                                        + (q % c.k) * fb)
             for j in range(rs[t].n):
                 if lf_reader_reserve(&rs[t].r[j]) != 0:
                     raise MemoryError()

@@ -1115,8 +1115,11 @@ int64_t lf_reader_add(lf_reader *r, int64_t slot) {
 
 int lf_reader_reserve(lf_reader *r) {
     lf_compressor *z = r->p->z;
-    size_t fb = r->p->frame_bytes, need = r->n_kept * fb;
+    size_t fb = r->p->frame_bytes, kept = 0;
     if (!r->n) return 0;
+    for (size_t i = 0; i < r->n; i++) /* scratch for the frames of their own not placed */
+        if (r->pos[i] >= 0 && !r->at[i]) r->pos[i] = (int32_t)kept++;
+    size_t need = kept * fb;
     r->chunk = malloc(fb + LF_BLOB_OVERHEAD + 3 * fb);
     if (!r->chunk) return -1;
     if (z->spare && z->spare_bytes >= need) {

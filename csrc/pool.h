@@ -456,13 +456,14 @@ typedef struct {
     int64_t *slots;        /* the cold slots, each pinned */
     lf_blob *blobs;        /* their blobs, taken by lf_reader_add (GIL held) */
     int32_t *ref;          /* index of the entry's reference, or -1 for a keyframe */
-    int32_t *pos;          /* the entry's frame in scratch (a frame asked for, or a
-                            * group's keyframe), or -1 */
+    int32_t *pos;          /* >= 0 for an entry with a frame of its own (a frame asked
+                            * for, or a group's keyframe): from lf_reader_reserve on, its
+                            * index in scratch unless placed; else -1 */
     unsigned char **at;    /* where it is decoded instead (lf_reader_place), a root's own
                             * bytes (read in place, never written), or NULL */
     unsigned char *done;   /* 1 once decoded (a root: from the start) */
     size_t n, cap;
-    size_t n_kept;         /* entries with a frame in scratch */
+    size_t n_kept;         /* entries with a frame of their own: in scratch, or placed */
     size_t cursor;         /* every entry asked for below it is decoded */
     int64_t held;          /* the entry (one no row asked for) whose frame the chunk's
                             * through buffer holds, or -1 */
@@ -470,7 +471,8 @@ typedef struct {
     int64_t *hkeys;        /* open addressing: slot -> index, -1 empty */
     int32_t *hvals;
     size_t hcap;           /* a power of two, > 2 n */
-    unsigned char *scratch; /* >= n_kept * frame_bytes, by lf_reader_reserve */
+    unsigned char *scratch; /* a frame for each entry kept and not placed (by
+                             * lf_reader_reserve) */
     size_t scratch_bytes;
     int64_t bad;            /* the slot whose blob did not decode, or -1 */
     unsigned char *chunk;   /* frame_bytes + LF_BLOB_OVERHEAD: a lean blob made whole,
@@ -481,14 +483,15 @@ typedef struct {
 #define LF_SPARE_MAX ((size_t)8 << 20) /* sample(32) of Atari frames needs ~1 MiB */
 
 void lf_reader_init(lf_reader *r, lf_pool *p);
-/* The entry of a live cold slot (added, with its chain, if new), to read with
- * lf_reader_frame: >= 0, or -1 on out of memory. */
 /* Start loading what lf_reader_add will read of the n slots (any ids; -1 skipped) and of
  * their chains, level by level: each level's misses overlap instead of following one
  * another down each chain (GIL held, as lf_reader_add). Values unchanged; only the time. */
 void lf_reader_prefetch(const lf_pool *p, const int64_t *slots, size_t n);
+/* The entry of a live cold slot (added, with its chain, if new), to read with
+ * lf_reader_frame: >= 0, or -1 on out of memory. */
 int64_t lf_reader_add(lf_reader *r, int64_t slot);
-/* The scratch of every entry asked for: 0, or -1 on out of memory. GIL held. */
+/* The scratch of every entry asked for and not placed (lf_reader_place before this
+ * saves a frame's scratch): 0, or -1 on out of memory. GIL held. */
 int lf_reader_reserve(lf_reader *r);
 /* Decode every entry asked for (reserved): 0, or -2 if a blob does not decode (its slot
  * then in r->bad). No GIL needed: it reads the reader's memory and the pinned blobs,
@@ -499,7 +502,7 @@ int lf_reader_decode(lf_reader *r, void *dctx);
 int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end);
 /* Decode the entry i lf_reader_add returned into addr (frame_bytes the caller owns
  * until lf_reader_release, e.g. its place in a copy's output) instead of scratch, unless
- * it is decoded or placed already. */
+ * it is decoded or placed already; placed before lf_reader_reserve, it takes no scratch. */
 static inline void lf_reader_place(lf_reader *r, int64_t i, unsigned char *addr) {
     if (!r->done[i] && !r->at[i]) r->at[i] = addr;
 }

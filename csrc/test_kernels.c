@@ -673,9 +673,17 @@ static void compression_case(lf_codec c, int n) {
     }
     CHECK(bad_value == 0 && (c.group == 1) == (roots == 0), "scratch of each entry (%ld, %ld)",
           bad_value, roots);
-    CHECK(lf_reader_reserve(&r) == 0, "reserve a few");
     unsigned char *placed = malloc((size_t)asked * ZFB); /* every other one decodes there */
     for (int a = 0; a < asked; a += 2) lf_reader_place(&r, entry[a], placed + (size_t)a * ZFB);
+    CHECK(lf_reader_reserve(&r) == 0, "reserve a few");
+    long unplaced = 0, top = -1; /* scratch only for the frames of their own not placed */
+    for (size_t i = 0; i < r.n; i++)
+        if (r.pos[i] >= 0 && !r.at[i]) {
+            unplaced++;
+            top = r.pos[i] > top ? r.pos[i] : top;
+        }
+    CHECK(unplaced > 0 && top == unplaced - 1 && (size_t)unplaced < r.n_kept,
+          "scratch of the unplaced (%ld, top %ld, of %zu kept)", unplaced, top, r.n_kept);
     CHECK(lf_reader_decode(&r, dctx) == 0, "decode a few");
     bad_value = 0;
     for (int a = 0; a < asked; a++) {
