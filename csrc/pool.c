@@ -1066,7 +1066,7 @@ void lf_reader_prefetch(const lf_pool *p, const int64_t *slots, size_t n) {
                 const lf_meta *mt = lf_pool_meta(p, level[i]);
                 if (!mt->cold_state) continue;
                 __builtin_prefetch(lf_meta_buf(p, mt)); /* the blob's first bytes */
-                if (mt->ref >= 0) level[k++] = mt->ref;
+                if (mt->ref >= 0 && (k == 0 || level[k - 1] != mt->ref)) level[k++] = mt->ref;
             }
             m = k;
         }
