@@ -319,8 +319,10 @@ cdef struct _Readers:
     Py_ssize_t n
 
 
-cdef int _resolve(_Readers *rs, lf_pool *p, int64_t slot, int64_t *entry) except -1:
-    """The reader entry of a cold ``slot`` of ``p`` (its reader made on first use)."""
+cdef int _resolve(_Readers *rs, lf_pool *p, int64_t slot, int64_t *entry,
+                  size_t expect) except -1:
+    """The reader entry of a cold ``slot`` of ``p`` (its reader made on first use, with room
+    for ``expect`` entries)."""
     cdef Py_ssize_t j
     cdef lf_reader *grown
     for j in range(rs.n):
@@ -334,6 +336,8 @@ cdef int _resolve(_Readers *rs, lf_pool *p, int64_t slot, int64_t *entry) except
         lf_reader_init(&rs.r[rs.n], p)
         j = rs.n
         rs.n += 1
+        if lf_reader_expect(&rs.r[j], expect) != 0:
+            raise MemoryError()
     entry[0] = lf_reader_add(&rs.r[j], slot)
     if entry[0] < 0:
         raise MemoryError()
@@ -565,6 +569,7 @@ cdef int _copy(_Copy *c) except -1:
     cdef bint plain = _plain(c)
     cdef size_t fb = c.inner * c.out_itemsize  # bytes of one frame in the output
     cdef Py_ssize_t q
+    cdef size_t expect
     cdef _Parts w
     w.c = c
     w.n = 0  # parts (and their readers) made once the ids are checked
@@ -611,12 +616,15 @@ cdef int _copy(_Copy *c) except -1:
             rs[t].n = 0
             w.rc[t] = 0
         w.n = n
+        # a part's entries: the distinct cold frames of its rows (k + 1 of a window's 2k)
+        # and the rest of their chains (~3.4 a window in groups of 64): about as many as ids
+        expect = <size_t>n_cold // <size_t>w.n + <size_t>n_cold // (4 * <size_t>w.n) + 16
         for t in range(w.n if n_cold else 0):  # each part decodes the cold frames of its rows
             for i in range(_part_start(c.n_obs, w.n, t) * per,
                            _part_start(c.n_obs, w.n, t + 1) * per):
                 if entry[i] == -2:
                     p = c.pool if c.pools == NULL else c.pools[i // per]
-                    j = _resolve(&rs[t], p, c.ids[i], &e)  # a reader of the row's part
+                    j = _resolve(&rs[t], p, c.ids[i], &e, expect)  # a reader of the row's part
                     entry[i] = (<int64_t>j << 32) | e
                     if plain:  # decoded into its first place (output q // k, frame q % k)
                         q = i % per

@@ -192,6 +192,7 @@ cdef extern from "pool.h" nogil:
     int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offsets,
                       const uint8_t *kinds, size_t m, int64_t *slots, size_t *bad)
     void lf_reader_init(lf_reader *r, lf_pool *p)
+    int lf_reader_expect(lf_reader *r, size_t n)
     void lf_reader_prefetch(const lf_pool *p, const int64_t *slots, size_t n)
     int64_t lf_reader_add(lf_reader *r, int64_t slot)
     int lf_reader_reserve(lf_reader *r)

@@ -987,10 +987,12 @@ static size_t hash_slot(int64_t slot, size_t cap) {
     return (size_t)(((uint64_t)slot * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1);
 }
 
-/* Room for one more entry (arrays and a hash table at most half full); 0 or -1. */
-static int reader_grow(lf_reader *r) {
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? 2 * r->cap : 64;
+/* Room for `want` entries (arrays, and a hash table at most half full); 0 or -1. */
+static int reader_grow(lf_reader *r, size_t want) {
+    if (want > INT32_MAX / 4) return -1; /* entries are int32 indices; the table 4x as many */
+    if (want > r->cap) {
+        size_t cap = r->cap ? r->cap : 64;
+        while (cap < want) cap *= 2;
         int64_t *slots = realloc(r->slots, cap * sizeof(int64_t));
         if (!slots) return -1;
         r->slots = slots;
@@ -1011,8 +1013,9 @@ static int reader_grow(lf_reader *r) {
         r->done = done;
         r->cap = cap;
     }
-    if (2 * (r->n + 1) < r->hcap) return 0;
-    size_t hcap = r->hcap ? 2 * r->hcap : 256;
+    if (2 * want < r->hcap) return 0;
+    size_t hcap = r->hcap ? r->hcap : 256;
+    while (hcap <= 2 * want) hcap *= 2;
     int64_t *keys = malloc(hcap * sizeof(int64_t));
     int32_t *vals = malloc(hcap * sizeof(int32_t));
     if (!keys || !vals) {
@@ -1042,6 +1045,10 @@ static int64_t reader_find(const lf_reader *r, int64_t slot, size_t *pos) {
     while (r->hkeys[h] >= 0 && r->hkeys[h] != slot) h = (h + 1) & (r->hcap - 1);
     *pos = h;
     return r->hkeys[h] == slot ? r->hvals[h] : -1;
+}
+
+int lf_reader_expect(lf_reader *r, size_t n) {
+    return reader_grow(r, n);
 }
 
 /* The slots of a chain's level lf_reader_prefetch loads at once (the misses a core
@@ -1081,7 +1088,7 @@ int64_t lf_reader_add(lf_reader *r, int64_t slot) {
         int64_t i = reader_find(r, slot, &pos);
         int known = i >= 0;
         if (!known) {
-            if (reader_grow(r)) return -1;
+            if (reader_grow(r, r->n + 1)) return -1;
             reader_find(r, slot, &pos); /* the table may have grown */
             i = (int64_t)r->n++;
             r->hkeys[pos] = slot;

@@ -483,6 +483,10 @@ typedef struct {
 #define LF_SPARE_MAX ((size_t)8 << 20) /* sample(32) of Atari frames needs ~1 MiB */
 
 void lf_reader_init(lf_reader *r, lf_pool *p);
+/* Room for n entries at once (a copy's cold frames and their chains), so that adding
+ * them does not grow the reader's arrays and table step by step: 0, or -1 on out of
+ * memory. More entries than n may still be added. */
+int lf_reader_expect(lf_reader *r, size_t n);
 /* Start loading what lf_reader_add will read of the n slots (any ids; -1 skipped) and of
  * their chains, level by level: each level's misses overlap instead of following one
  * another down each chain (GIL held, as lf_reader_add). Values unchanged; only the time. */

@@ -1148,9 +1148,13 @@ static void test_reader_windows(void) {
     lf_reader_prefetch(&p, ids, sizeof(ids) / sizeof(ids[0]));
     lf_reader r;
     lf_reader_init(&r, &p);
+    CHECK(lf_reader_expect(&r, 48) == 0 && lf_reader_expect(&r, (size_t)1 << 40) == -1, "expect");
+    const int64_t *slots = r.slots, *hkeys = r.hkeys;
     int64_t win[5][5];
     for (int w = 0; w < 5; w++)
         for (int j = 0; j < 5; j++) win[w][j] = lf_reader_add(&r, s[5 + 12 * w + j]);
+    CHECK(r.n <= 48 && r.slots == slots && r.hkeys == hkeys, "no growth within the room asked "
+          "for (%zu entries)", r.n);
     CHECK(lf_reader_reserve(&r) == 0, "reserve");
     void *dctx = lf_dctx_new();
     long bad = 0;
