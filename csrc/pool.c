@@ -1048,7 +1048,9 @@ static int64_t reader_find(const lf_reader *r, int64_t slot, size_t *pos) {
 }
 
 int lf_reader_expect(lf_reader *r, size_t n) {
-    return reader_grow(r, n);
+    /* entries are distinct cold frames of the pool: never more than it has (a batch of
+     * repeated ids, or a copy over many pools, each reader of a few) */
+    return reader_grow(r, n < r->p->cold_frames ? n : r->p->cold_frames);
 }
 
 /* The slots of a chain's level lf_reader_prefetch loads at once (the misses a core

@@ -484,8 +484,9 @@ typedef struct {
 
 void lf_reader_init(lf_reader *r, lf_pool *p);
 /* Room for n entries at once (a copy's cold frames and their chains), so that adding
- * them does not grow the reader's arrays and table step by step: 0, or -1 on out of
- * memory. More entries than n may still be added. */
+ * them does not grow the reader's arrays and table step by step: at most the pool's cold
+ * frames (the entries are distinct ones). 0, or -1 on out of memory. More entries than
+ * n may still be added. */
 int lf_reader_expect(lf_reader *r, size_t n);
 /* Start loading what lf_reader_add will read of the n slots (any ids; -1 skipped) and of
  * their chains, level by level: each level's misses overlap instead of following one
