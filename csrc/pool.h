@@ -488,9 +488,10 @@ void lf_reader_init(lf_reader *r, lf_pool *p);
  * frames (the entries are distinct ones). 0, or -1 on out of memory. More entries than
  * n may still be added. */
 int lf_reader_expect(lf_reader *r, size_t n);
-/* Start loading what lf_reader_add will read of the n slots (any ids; -1 skipped) and of
- * their chains, level by level: each level's misses overlap instead of following one
- * another down each chain (GIL held, as lf_reader_add). Values unchanged; only the time. */
+/* Start loading what lf_reader_add will read of the n slots (any ids: those not live
+ * are skipped) and of their chains, level by level: each level's misses overlap instead
+ * of following one another down each chain (GIL held, as lf_reader_add). Changes no
+ * value, only the time. */
 void lf_reader_prefetch(const lf_pool *p, const int64_t *slots, size_t n);
 /* The entry of a live cold slot (added, with its chain, if new), to read with
  * lf_reader_frame: >= 0, or -1 on out of memory. */
