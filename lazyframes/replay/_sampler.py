@@ -1,103 +1,90 @@
-"""A sampler: batches drawn and copied out ahead by background threads, in the caller's order.
+"""A sampler: batches drawn and copied out ahead by a background thread, in the caller's order.
 
-The buffer's thread draws each batch when asked (the buffer's calls wait for the draws
-owed: :class:`DrawGate`), the sampler's copies its frames out, the GIL released, while
-the caller learns. The design: docs/DESIGN.md, "Threads and limits".
+``next()`` asks for a draw and its copy; the sampler's thread makes the draw when it comes
+to it, unless a call of the buffer comes first and makes it (:class:`DrawGate`), then
+copies the batch's frames out, the GIL released, while the caller learns. The design:
+docs/DESIGN.md, "Threads and limits".
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import os
 import queue
 import threading
-import time
 import weakref
 from collections.abc import Callable
 
 _live: weakref.WeakSet = weakref.WeakSet()  # the samplers not closed: closed at exit
 _gates: weakref.WeakSet = weakref.WeakSet()  # every gate: for a fork, and a forked child
 _fork = threading.local()  # .held: the locks a fork in this thread holds
+_DRAW = "draw"  # a sampler thread's job: make the draws owed (DrawGate.settle)
 
 
 class DrawGate:
-    """A buffer's drawing thread and the draws its samplers owe; the buffer waits for them.
+    """The draws a buffer's samplers owe, made in the order asked by the first thread there.
 
-    One thread per buffer (started when first asked, ended with the buffer) makes the
-    draws its samplers ask for (:meth:`ask`) in the order asked; the buffer calls
-    :meth:`wait` first in every call that changes or reads what a draw reads (add tests
-    :attr:`owed` first). Its locks are C locks held for a few statements that allocate
-    nothing: no signal or garbage collection can leave one held or re-enter it.
+    A sampler's ``next()`` asks for a draw (:meth:`ask`) without making it or waking a
+    thread: the sampler's thread makes it when it comes to it, which during a learner's
+    step is at once. Every buffer call that changes or reads what a draw reads calls
+    :meth:`wait` first (add tests :attr:`owed` first), which makes the draws still owed
+    in the caller's thread: the buffer never waits for a copy, and never changes under a
+    draw. Its locks are C locks held for a few statements that allocate nothing (no
+    signal or garbage collection can leave one held or re-enter it), but for
+    :attr:`settling`, held for the draws themselves.
     """
 
-    __slots__ = ("__weakref__", "_busy", "_fwd", "_jobs", "_lock", "_thread", "drawing", "owed")
-    _jobs: queue.SimpleQueue
-    _thread: threading.Thread | None
+    __slots__ = ("__weakref__", "_fwd", "_jobs", "_lock", "drawing", "owed", "settling")
+    _jobs: collections.deque
 
     def __init__(self):
         self._forked()
         _gates.add(self)
 
-    def ask(self, job: tuple, owed: bool) -> None:
-        """Queue ``job`` (:func:`_draws`; ``owed``: a draw to wait for), in one step.
+    def ask(self, job: tuple) -> None:
+        """Owe the draw of ``job`` (``(draw, fills, stop, copy)``: :meth:`settle`), in one step."""
+        with self._lock:
+            self.owed += 1
+            self._jobs.append(job)
 
-        Starts the thread if it does not run (first use, or after exit).
+    def settle(self) -> None:
+        """Make the draws owed, in the order asked, each passed on to its sampler's thread.
+
+        A draw that raises (e.g. nothing sampleable) is passed on as its exception, as
+        ``sample`` would raise it; a closed sampler's batch is dropped (the RNG moved on as
+        asked) before the draw is paid, so the buffer's next call sees its frames released.
         """
-        if self._thread is None or not self._thread.is_alive():
-            self._start()
-        with self._lock:
-            self.owed += owed
-            self._jobs.put(job)
+        with self.settling:  # one thread draws at a time: in order (a fork waits for it)
+            while self._jobs:
+                draw, fills, stop, copy = self._jobs.popleft()
+                try:
+                    drawn = draw()
+                except BaseException as e:  # its traceback holds no sampler
+                    drawn = e
+                with self._fwd:
+                    if not stop[0]:
+                        fills.put((drawn, copy))
+                del drawn, draw, fills, stop, copy  # dropped before the draw is paid
+                with self._lock:
+                    self.owed -= 1
 
-    def pay(self) -> None:
-        with self._lock:
-            self.owed -= 1
-
-    def forward(self, fills: queue.SimpleQueue, item: tuple, stop: list) -> None:
-        """Put a drawn batch in its sampler's queue unless it is closed (drawing thread)."""
-        with self._fwd:
-            if not stop[0]:
-                fills.put(item)
-
-    def fence(self) -> None:  # once no forward() runs: later ones see the sampler closed
+    def fence(self) -> None:  # once no batch is passed on: later ones see the sampler closed
         with self._fwd:
             pass
 
     def wait(self) -> None:
         """Return once no draw is owed: at once (one attribute read) when none is."""
-        spins = 0
-        while self.owed:  # a draw takes microseconds: yield the GIL to the thread
-            time.sleep(0 if spins < 100 else 1e-4)
-            spins += 1
-            if spins % 1000 == 0:  # stopped at exit with draws asked after: make them
-                self._start()
-
-    def stop(self) -> None:
-        """End the drawing thread once it has made the draws asked for (at exit)."""
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            self._jobs.put(None)
-            t.join()
-
-    def _start(self) -> None:
-        with self._busy:  # free while no thread runs; not _lock: making one may collect
-            if self._thread is None or not self._thread.is_alive():
-                args = (self._jobs, weakref.ref(self), self._busy)
-                t = threading.Thread(target=_draws, args=args, name="lazyframes-drawer")
-                t.daemon = True
-                t.start()
-                self._thread = t
+        if self.owed:
+            self.settle()
 
     def _forked(self) -> None:
-        """New state (and, after a fork, no thread: the parent's owes the child nothing)."""
-        _drain(getattr(self, "_jobs", None))  # the parent's batches: their frames let go
+        """New state (after a fork, no draw owed: the parent's owes the child nothing)."""
         self._lock, self._fwd = threading.Lock(), threading.Lock()
         self.drawing = threading.Lock()  # held for each draw (ReplayBuffer._drawn)
-        self._busy = threading.Lock()  # held by the thread for each job: a fork waits for it
-        self._jobs, self._thread, self.owed = queue.SimpleQueue(), None, 0
-        # the thread ends with the buffer (at exit: _close_all, after the samplers)
-        weakref.finalize(self, self._jobs.put, None).atexit = False
+        self.settling = threading.Lock()  # held while draws are made: a fork waits for it
+        self._jobs, self.owed = collections.deque(), 0
 
 
 def _drain(*queues) -> None:
@@ -108,40 +95,22 @@ def _drain(*queues) -> None:
                 q.get_nowait()
 
 
-def _draws(jobs: queue.SimpleQueue, gate, busy: threading.Lock) -> None:
-    """A buffer's drawing thread: each job of :meth:`DrawGate.ask` passed on to its copier.
+def _copies(fills: queue.SimpleQueue, done: queue.SimpleQueue, stop: list, copying,
+            gate) -> None:  # fmt: skip
+    """A sampler's thread: make the draws owed, fill the batches drawn, in order, until stopped.
 
-    A job is ``(drawn, draw, fills, stop, copy)``: a batch, or None to draw it now
-    (owed); ``gate`` a weak reference (the thread keeps no buffer alive). A draw that
-    raises is passed on as its exception; a closed sampler's batch is dropped before the
-    draw is paid, so the buffer's next call sees its frames released.
-    """
-    while (job := jobs.get()) is not None:
-        with busy:  # a forked child then finds no batch in this thread's hands
-            drawn, draw, fills, stop, copy = job
-            del job
-            owner, owed = gate(), drawn is None
-            if owed:  # drawn even after a close: the RNG moves on as asked
-                try:
-                    drawn = draw()
-                except BaseException as e:  # e.g. nothing sampleable: as sample() would raise
-                    drawn = e
-            if owner is not None:
-                owner.forward(fills, (drawn, copy), stop)
-                drawn = None  # dropped before the draw is paid
-                if owed:
-                    owner.pay()
-            del owner, drawn, draw, fills, stop, copy
-
-
-def _copies(fills: queue.SimpleQueue, done: queue.SimpleQueue, stop: list, copying) -> None:
-    """A sampler's copying thread: fill the batches drawn, in order, until stopped.
-
-    No thread holds a reference to the sampler, so dropping the sampler closes it. Each
-    result is ``(True, samples)``, ``("draw", exception)`` (nothing changed) or ``(False,
+    No thread holds a reference to the sampler or its buffer (``gate`` is a weak
+    reference to the buffer's), so dropping either closes the sampler. Each result is
+    ``(True, samples)``, ``("draw", exception)`` (nothing changed) or ``(False,
     exception)`` (a copy that raised). ``copying`` is held for each batch (a fork waits).
     """
     while (job := fills.get()) is not None:
+        if job is _DRAW:  # next() asked for one: made now unless the buffer's call was first
+            owner = gate()
+            if owner is not None:
+                owner.settle()
+            del owner
+            continue
         with copying:
             drawn, (fill, outs) = job
             del job
@@ -188,7 +157,7 @@ class Sampler:
         self._stop = [False]  # set by close(); a plain flag: no lock a signal could leave held
         first = [draw() for _ in range(prefetch)]  # one that raises starts nothing
         self._copying = threading.Lock()
-        args = (self._fills, self._done, self._stop, self._copying)
+        args = (self._fills, self._done, self._stop, self._copying, weakref.ref(gate))
         self._copier = threading.Thread(target=_copies, args=args, daemon=True)
         self._copier.name = "lazyframes-sampler"
         self._copier.start()
@@ -208,11 +177,14 @@ class Sampler:
         return self._stop[0]
 
     def _submit(self, drawn) -> None:
-        """Ask the threads for the next batch: ``drawn``, or None to draw it there (owed)."""
-        outs = self._sets[self._count % len(self._sets)]
+        """Ask the thread for the next batch: ``drawn``, or None to owe its draw (see DrawGate)."""
+        copy = (self._fill, self._sets[self._count % len(self._sets)])
         self._count += 1
-        job = (drawn, self._draw, self._fills, self._stop, (self._fill, outs))
-        self._gate.ask(job, drawn is None)
+        if drawn is not None:
+            self._fills.put((drawn, copy))
+            return
+        self._gate.ask((self._draw, self._fills, self._stop, copy))
+        self._fills.put(_DRAW)  # a thread busy with a copy takes it without a wake
 
     def __iter__(self) -> Sampler:
         return self
@@ -250,12 +222,12 @@ class Sampler:
         """Stop the copying thread and drop the batches drawn ahead (their frames with them).
 
         Waits for a copy in progress to end; draws already asked for are still made and
-        dropped (the buffer's next call waits for them); idempotent. The batches returned
+        dropped (by the buffer's next call, if not before); idempotent. The batches returned
         so far stay valid.
         """
         if self._closed:  # done (an interrupted close is done again)
             return
-        self._stop[0] = True  # no batch passed on from now on (DrawGate.forward)
+        self._stop[0] = True  # no batch passed on from now on (DrawGate.settle)
         _live.discard(self)
         self._gate.fence()
         self._fills.put(None)  # the copier ends after the batches passed on before
@@ -287,11 +259,9 @@ class Sampler:
 
 @atexit.register
 def _close_all() -> None:
-    """Stop every sampler's and buffer's threads before the interpreter winds down."""
+    """Stop every sampler's thread before the interpreter winds down."""
     for sampler in list(_live):
         sampler.close()
-    for gate in list(_gates):
-        gate.stop()
 
 
 def _forget_all() -> None:
@@ -308,10 +278,10 @@ def _hold_draws() -> None:
     """Before a fork: no draw or copy in progress, whose RNG lock or batch would stay held.
 
     A thread the child has not would hold them for ever. The locks are taken in one
-    order: the drawing threads' before the draws' (as the threads take them).
+    order: the gates' settling locks before the draws' (as :meth:`DrawGate.settle` takes them).
     """
     gates, samplers = list(_gates), list(_live)
-    _fork.held = [lock for group in ([g._busy for g in gates], [g.drawing for g in gates],
+    _fork.held = [lock for group in ([g.settling for g in gates], [g.drawing for g in gates],
                                      [s._copying for s in samplers])
                   for lock in sorted(group, key=id)]  # fmt: skip
     for lock in _fork.held:
