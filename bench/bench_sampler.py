@@ -17,8 +17,8 @@ steady state):
 - **step sample** / **step sampler** / **learn**: a whole step (fetch, learn) with each,
   and the learner step alone;
 - **adds sample** / **adds sampler** / adds alone: the step's adds, timed apart: with a
-  sampler an add first waits for the draw its drawing thread owes (``next()`` asked for
-  it; the thread makes it at once, during the learner step, never behind a copy).
+  sampler, the first add makes the draw ``next()`` asked for if the sampler's thread,
+  busy with a copy, has not made it during the learner step.
 
 ``waited/sample`` is the learner-visible time per batch, ``next`` plus what the adds
 took more than with no batch fetched at all, against a plain ``sample`` (target <= 10%);
@@ -311,8 +311,8 @@ def main(argv=None) -> list[dict]:
         "learn: the learner step alone (sized to one sample: "
         + "; ".join(learners)
         + "); step: fetch + learn; adds: the step's "
-        f"{args.adds} adds (with a sampler, an add first waits for the draw owed, made at once "
-        "by the drawing thread); saved: 1 - (step + adds with the sampler) / (step + "
+        f"{args.adds} adds (with a sampler, the first makes the draw owed unless the sampler's "
+        "thread has); saved: 1 - (step + adds with the sampler) / (step + "
         "adds with sample)."
     )
     if args.check:

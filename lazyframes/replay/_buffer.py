@@ -162,7 +162,7 @@ class ReplayBuffer:
         self._vectors: tuple = ()  # and of the vector stores
         self._tables: tuple = ()  # the frame stores' SlotTables
         self._samplers: weakref.WeakSet = weakref.WeakSet()  # closed by clear()
-        self._draws = DrawGate()  # what they owe: waited for before the buffer changes
+        self._draws = DrawGate()  # what they owe: made before the buffer changes
         self._hooked = type(self)._on_add is not ReplayBuffer._on_add  # add calls it
 
     # -- properties -------------------------------------------------------------------
@@ -443,17 +443,18 @@ class ReplayBuffer:
     def sampler(self, batch_size, *, prefetch=2, dtype=None, scale=None, out=None) -> Sampler:
         """An iterator of batches drawn as :meth:`sample` draws them, gathered in a thread.
 
-        The buffer's thread draws each batch, the sampler's copies (or decodes) its frames
-        into preallocated arrays with the GIL released while the caller learns. With no add in
+        The sampler's thread draws each batch and copies (or decodes) its frames into
+        preallocated arrays with the GIL released while the caller learns. With no add in
         between, it yields the batches successive ``sample(batch_size, dtype=dtype,
         scale=scale)`` calls would, whatever the thread's timing.
 
         **A batch is the buffer at its draw.** ``next()`` asks for the batch it returns
         ``prefetch`` calls later; every call that changes the buffer or reads what a draw
         reads (:meth:`add`, :meth:`sample`, :meth:`gather`, :meth:`clear`, :meth:`flush`,
-        :meth:`save`, :meth:`memory`, ``update_priorities``) first waits for the draws asked
-        for before it. A draw reads the fields and pins the frames: later adds do not
-        change the batch.
+        :meth:`save`, :meth:`memory`, ``update_priorities``) first makes the draws asked
+        for before it that the sampler's thread has not made yet (it never waits for a
+        copy). A draw reads the fields and pins the frames: later adds do not change the
+        batch.
 
         **Observations are valid until the** ``(prefetch + 1)``-th next ``next()`` (the
         ``2 * prefetch + 1`` sets of arrays are refilled in turn): copy what you keep
