@@ -31,13 +31,14 @@ class DrawGate:
     step is at once. Every buffer call that changes or reads what a draw reads calls
     :meth:`wait` first (add tests :attr:`owed` first), which makes the draws still owed
     in the caller's thread: the buffer never waits for a copy, and never changes under a
-    draw. Its locks are C locks held for a few statements that allocate nothing (no
-    signal or garbage collection can leave one held or re-enter it), but for
-    :attr:`settling`, held for the draws themselves.
+    draw. A draw owed stays in :attr:`owed` until its batch is passed on, so a
+    ``KeyboardInterrupt`` in the caller's thread never loses one: CPython raises it only
+    after a call returns (or at a function's start, or a loop's jump back), and the job
+    leaves the queue and its batch is passed on with no call between the two.
     """
 
-    __slots__ = ("__weakref__", "_fwd", "_jobs", "_lock", "drawing", "owed", "settling")
-    _jobs: collections.deque
+    __slots__ = ("__weakref__", "_fwd", "drawing", "owed", "settling")
+    owed: collections.deque  # the jobs (draw, fills, stop, copy) whose draw is owed, in order
 
     def __init__(self):
         self._forked()
@@ -45,9 +46,7 @@ class DrawGate:
 
     def ask(self, job: tuple) -> None:
         """Owe the draw of ``job`` (``(draw, fills, stop, copy)``: :meth:`settle`), in one step."""
-        with self._lock:
-            self.owed += 1
-            self._jobs.append(job)
+        self.owed.append(job)
 
     def settle(self) -> None:
         """Make the draws owed, in the order asked, each passed on to its sampler's thread.
@@ -55,20 +54,22 @@ class DrawGate:
         A draw that raises (e.g. nothing sampleable) is passed on as its exception, as
         ``sample`` would raise it; a closed sampler's batch is dropped (the RNG moved on as
         asked) before the draw is paid, so the buffer's next call sees its frames released.
+        Interrupted, the draw is made again by the next call (the RNG then moved on).
         """
         with self.settling:  # one thread draws at a time: in order (a fork waits for it)
-            while self._jobs:
-                draw, fills, stop, copy = self._jobs.popleft()
-                try:
-                    drawn = draw()
-                except BaseException as e:  # its traceback holds no sampler
-                    drawn = e
-                with self._fwd:
-                    if not stop[0]:
-                        fills.put((drawn, copy))
-                del drawn, draw, fills, stop, copy  # dropped before the draw is paid
-                with self._lock:
-                    self.owed -= 1
+            while self.owed:
+                job = self.owed[0]
+                drawn = _made(job[0])
+                item: tuple | None = (drawn, job[3])
+                drawn = None
+                with self._fwd:  # (close() fences: no batch passed on once it is closed)
+                    if job[2][0]:  # closed: the batch goes, then the draw is paid
+                        item = None
+                        del self.owed[0]
+                    else:  # paid, and passed on, with no call between
+                        del self.owed[0]
+                        job[1].put(item)
+                del job, item
 
     def fence(self) -> None:  # once no batch is passed on: later ones see the sampler closed
         with self._fwd:
@@ -81,10 +82,18 @@ class DrawGate:
 
     def _forked(self) -> None:
         """New state (after a fork, no draw owed: the parent's owes the child nothing)."""
-        self._lock, self._fwd = threading.Lock(), threading.Lock()
+        self._fwd = threading.Lock()
         self.drawing = threading.Lock()  # held for each draw (ReplayBuffer._drawn)
         self.settling = threading.Lock()  # held while draws are made: a fork waits for it
-        self._jobs, self.owed = collections.deque(), 0
+        self.owed = collections.deque()
+
+
+def _made(draw: Callable):
+    """``draw()``, or the exception it raised (its traceback holds no sampler)."""
+    try:
+        return draw()
+    except BaseException as e:
+        return e
 
 
 def _drain(*queues) -> None:

@@ -15,7 +15,7 @@ import pytest
 from conftest import assert_same_samples, refused, run
 
 from lazyframes import FramePool, PrioritizedReplayBuffer, ReplayBuffer
-from lazyframes.replay import Sampler, _samples
+from lazyframes.replay import Sampler, _sampler, _samples
 
 FS = (84, 84)  # large enough that a batch's copy releases the GIL
 
@@ -210,6 +210,53 @@ def test_a_draw_is_made_where_the_caller_asked_for_it(monkeypatch):
             go.set()
             assert seen[-1] == t, seen  # which saw the buffer without transition t
     assert seen == [60, 60, 60, 61, 62, 63]  # at creation, then one per next()
+
+
+def test_an_interrupt_in_a_draw_the_caller_makes_loses_no_batch(monkeypatch):
+    """A KeyboardInterrupt while an add makes an owed draw (the thread busy): nothing is lost.
+
+    Raised inside the draw, it is that batch's (raised by its next(); the sampler goes on);
+    raised after the draw returned, the draw is still owed and made by the next call.
+    """
+    rb = filled()
+    fill, go, copies = _samples.fill, threading.Event(), [0]
+
+    def held(*args):  # a sampler's second copy waits for go
+        copies[0] += 1
+        return (copies[0] != 2 or go.wait(30)) and fill(*args)
+
+    monkeypatch.setattr(_samples, "fill", held)
+    pick, made = rb._pick, _sampler._made
+
+    def made_then_interrupted(draw):
+        made(draw)
+        raise KeyboardInterrupt
+
+    for where in ("inside", "after"):
+        go.clear()
+        copies[0] = 0
+        with rb.sampler(4, prefetch=2) as batches:  # batches 0 and 1 drawn; 1's copy held
+            assert next(batches).actions.size == 4  # batch 0; batch 2 owed
+            assert len(rb._draws.owed) == 1
+            n = len(rb)
+            if where == "inside":
+                rb._pick = lambda *a: (_ for _ in ()).throw(KeyboardInterrupt)
+                add(rb, n)  # makes the owed draw, which raises: passed on, the add goes on
+                rb._pick = pick
+            else:
+                monkeypatch.setattr(_sampler, "_made", made_then_interrupted)
+                refused(KeyboardInterrupt, "", add, rb, n)  # before anything is written
+                assert len(rb._draws.owed) == 1 and len(rb) == n  # still owed
+                monkeypatch.setattr(_sampler, "_made", made)
+                add(rb, n)  # made now
+            assert not rb._draws.owed and len(rb) == n + 1
+            go.set()
+            assert next(batches).actions.size == 4  # batch 1
+            if where == "inside":
+                refused(KeyboardInterrupt, "", next, batches)  # batch 2's draw raised
+            else:
+                assert next(batches).actions.size == 4  # batch 2: nothing lost or twice
+            assert next(batches).actions.size == 4  # and the sampler goes on
 
 
 def test_two_samplers_of_a_buffer_draw_in_the_order_asked():
