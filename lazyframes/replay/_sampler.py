@@ -48,28 +48,48 @@ class DrawGate:
         """Owe the draw of ``job`` (``(draw, fills, stop, copy)``: :meth:`settle`), in one step."""
         self.owed.append(job)
 
-    def settle(self) -> None:
+    def settle(self, stop: list | None = None) -> None:
         """Make the draws owed, in the order asked, each passed on to its sampler's thread.
 
-        A draw that raises (e.g. nothing sampleable) is passed on as its exception, as
-        ``sample`` would raise it; a closed sampler's batch is dropped (the RNG moved on as
-        asked) before the draw is paid, so the buffer's next call sees its frames released.
-        Interrupted, the draw is made again by the next call (the RNG then moved on).
+        A draw that raises an error (e.g. nothing sampleable) is passed on as its
+        exception, as ``sample`` would raise it; a closed sampler's batch is dropped (the
+        RNG moved on as asked) before the draw is paid, so the buffer's next call sees its
+        frames released. An interrupt (KeyboardInterrupt) is raised to the caller, the
+        draw still owed: made by the next call (the RNG may have moved, as in ``sample``).
+
+        ``stop``: a sampler thread's flag. That thread gives up waiting for another
+        thread's draws once its sampler is closed: the closing may be a collection in the
+        thread that draws, waiting for this one to end (the buffer's next call makes them).
         """
-        with self.settling:  # one thread draws at a time: in order (a fork waits for it)
-            while self.owed:
-                job = self.owed[0]
-                drawn = _made(job[0])
-                item: tuple | None = (drawn, job[3])
-                drawn = None
-                with self._fwd:  # (close() fences: no batch passed on once it is closed)
-                    if job[2][0]:  # closed: the batch goes, then the draw is paid
-                        item = None
-                        del self.owed[0]
-                    else:  # paid, and passed on, with no call between
-                        del self.owed[0]
-                        job[1].put(item)
-                del job, item
+        if stop is None:
+            with self.settling:  # one thread draws at a time: in order (a fork waits for it)
+                self._settle()
+            return
+        while not self.settling.acquire(timeout=0.005):  # (no signal lands in this thread)
+            if stop[0]:
+                return
+        try:
+            self._settle()
+        finally:
+            self.settling.release()
+
+    def _settle(self) -> None:
+        while self.owed:
+            job = self.owed[0]
+            try:
+                drawn = job[0]()
+            except Exception as e:  # its traceback holds no sampler
+                drawn = e
+            item: tuple | None = (drawn, job[3])
+            drawn = None
+            with self._fwd:  # (close() fences: no batch passed on once it is closed)
+                if job[2][0]:  # closed: the batch goes, then the draw is paid
+                    item = None
+                    del self.owed[0]
+                else:  # paid, and passed on, with no call between
+                    del self.owed[0]
+                    job[1].put(item)
+            del job, item
 
     def fence(self) -> None:  # once no batch is passed on: later ones see the sampler closed
         with self._fwd:
@@ -86,14 +106,6 @@ class DrawGate:
         self.drawing = threading.Lock()  # held for each draw (ReplayBuffer._drawn)
         self.settling = threading.Lock()  # held while draws are made: a fork waits for it
         self.owed = collections.deque()
-
-
-def _made(draw: Callable):
-    """``draw()``, or the exception it raised (its traceback holds no sampler)."""
-    try:
-        return draw()
-    except BaseException as e:
-        return e
 
 
 def _drain(*queues) -> None:
@@ -117,7 +129,8 @@ def _copies(fills: queue.SimpleQueue, done: queue.SimpleQueue, stop: list, copyi
         if job is _DRAW:  # next() asked for one: made now unless the buffer's call was first
             owner = gate()
             if owner is not None:
-                owner.settle()
+                with contextlib.suppress(BaseException):  # (out of memory: a draw it could
+                    owner.settle(stop)  # not pass on stays owed, for the buffer's next call)
             del owner
             continue
         with copying:

@@ -15,7 +15,7 @@ import pytest
 from conftest import assert_same_samples, refused, run
 
 from lazyframes import FramePool, PrioritizedReplayBuffer, ReplayBuffer
-from lazyframes.replay import Sampler, _sampler, _samples
+from lazyframes.replay import Sampler, _samples
 
 FS = (84, 84)  # large enough that a batch's copy releases the GIL
 
@@ -213,50 +213,82 @@ def test_a_draw_is_made_where_the_caller_asked_for_it(monkeypatch):
 
 
 def test_an_interrupt_in_a_draw_the_caller_makes_loses_no_batch(monkeypatch):
-    """A KeyboardInterrupt while an add makes an owed draw (the thread busy): nothing is lost.
+    """A KeyboardInterrupt while an add makes an owed draw (the thread busy copying).
 
-    Raised inside the draw, it is that batch's (raised by its next(); the sampler goes on);
-    raised after the draw returned, the draw is still owed and made by the next call.
+    It is raised by the add, before anything is written; the draw stays owed, and the
+    next call makes it: the sampler's batches go on, none lost, none twice.
     """
     rb = filled()
     fill, go, copies = _samples.fill, threading.Event(), [0]
 
-    def held(*args):  # a sampler's second copy waits for go
+    def held(*args):  # the sampler's second copy waits for go
         copies[0] += 1
         return (copies[0] != 2 or go.wait(30)) and fill(*args)
 
-    monkeypatch.setattr(_samples, "fill", held)
-    pick, made = rb._pick, _sampler._made
-
-    def made_then_interrupted(draw):
-        made(draw)
+    def interrupted(*args):  # the draw made (the RNG moved on), then the interrupt
+        pick(*args)
         raise KeyboardInterrupt
 
-    for where in ("inside", "after"):
-        go.clear()
-        copies[0] = 0
-        with rb.sampler(4, prefetch=2) as batches:  # batches 0 and 1 drawn; 1's copy held
-            assert next(batches).actions.size == 4  # batch 0; batch 2 owed
-            assert len(rb._draws.owed) == 1
-            n = len(rb)
-            if where == "inside":
-                rb._pick = lambda *a: (_ for _ in ()).throw(KeyboardInterrupt)
-                add(rb, n)  # makes the owed draw, which raises: passed on, the add goes on
-                rb._pick = pick
-            else:
-                monkeypatch.setattr(_sampler, "_made", made_then_interrupted)
-                refused(KeyboardInterrupt, "", add, rb, n)  # before anything is written
-                assert len(rb._draws.owed) == 1 and len(rb) == n  # still owed
-                monkeypatch.setattr(_sampler, "_made", made)
-                add(rb, n)  # made now
-            assert not rb._draws.owed and len(rb) == n + 1
-            go.set()
-            assert next(batches).actions.size == 4  # batch 1
-            if where == "inside":
-                refused(KeyboardInterrupt, "", next, batches)  # batch 2's draw raised
-            else:
-                assert next(batches).actions.size == 4  # batch 2: nothing lost or twice
-            assert next(batches).actions.size == 4  # and the sampler goes on
+    monkeypatch.setattr(_samples, "fill", held)
+    pick = rb._pick
+    with rb.sampler(4, prefetch=2) as batches:  # batches 0 and 1 drawn; 1's copy held
+        assert next(batches).actions.size == 4  # batch 0; batch 2 owed
+        assert len(rb._draws.owed) == 1
+        n = len(rb)
+        rb._pick = interrupted
+        refused(KeyboardInterrupt, "", add, rb, n)
+        assert len(rb._draws.owed) == 1 and len(rb) == n  # still owed, nothing written
+        rb._pick = pick
+        add(rb, n)  # made now
+        assert not rb._draws.owed and len(rb) == n + 1
+        go.set()
+        for _ in range(3):  # batches 1, 2 and 3
+            assert next(batches).actions.size == 4
+
+
+def test_a_collection_inside_a_draw_closes_a_sampler_without_a_hang():
+    """A draw that collects a sampler in a reference cycle, whose thread waits to draw.
+
+    The draw holds the gate's settling lock; the collected sampler's close() joins its
+    thread, which gives up waiting for that lock once closed. In the caller's draw and
+    in another sampler's thread's.
+    """
+    code = """if 1:
+        import gc, sys, threading
+        import numpy as np
+        from lazyframes import ReplayBuffer
+        where = sys.argv[1]
+        frames = np.random.default_rng(0).integers(0, 255, (400, 84, 84), np.uint8)
+        rb = ReplayBuffer(1000, seed=0, compress=True)
+        for t in range(300):
+            rb.add(frames[t:t + 4], t, 1.0, frames[t + 1:t + 5], False, False)
+        pick, armed, collected = rb._pick, [False], []
+
+        def collecting(*args):
+            if armed[0] and (threading.current_thread() is threading.main_thread()) == (
+                    where == "caller"):
+                armed[0] = False
+                collected.append(gc.collect())
+            return pick(*args)
+
+        rb._pick = collecting
+        for t in range(5):
+            s = rb.sampler(128, prefetch=4)  # its thread behind with copies for a while
+            s.me = s  # a reference cycle
+            next(s), next(s)  # the draws of batches 4 and 5 owed
+            del s
+            armed[0] = True
+            if where == "thread":  # another sampler's thread makes them, if first
+                other = rb.sampler(8, prefetch=1)
+                next(other), next(other)
+                other.close()
+            rb.add(frames[t:t + 4], t, 1.0, frames[t + 1:t + 5], False, False)
+        assert collected and len(rb) == 305, (collected, len(rb))
+        print("ok")
+    """
+    for where in ("caller", "thread"):
+        r = run("-c", code, where, timeout=120)
+        assert r.returncode == 0 and r.stdout.strip() == "ok", where + r.stdout + r.stderr
 
 
 def test_two_samplers_of_a_buffer_draw_in_the_order_asked():
