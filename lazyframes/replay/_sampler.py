@@ -151,14 +151,14 @@ def _copies(fills: queue.SimpleQueue, done: queue.SimpleQueue, stop: list, copyi
 
 
 class Sampler:
-    """An iterator of sampled batches, each drawn and gathered ahead in background threads.
+    """An iterator of sampled batches, each drawn and gathered ahead in a background thread.
 
     Made by :meth:`ReplayBuffer.sampler` and :meth:`ReplayBuffer.sequence_sampler` (see
     there); not constructed directly. ``next(sampler)`` returns what ``sample`` (or
-    ``sample_sequences``) returns, and asks its threads for the batch that comes
+    ``sample_sequences``) returns, and asks its thread for the batch that comes
     ``prefetch`` calls later. Use it from the thread that adds. :meth:`close` (or a
     ``with`` block, or dropping the sampler, or :meth:`ReplayBuffer.clear`) stops its
-    threads; ``next()`` then raises StopIteration.
+    thread; ``next()`` then raises StopIteration.
 
     Args:
         draw: the buffer's draw of one batch (fields read, frames pinned).
@@ -169,8 +169,9 @@ class Sampler:
             is refilled ``prefetch + 1`` calls after it.
     """
 
+    _closed = True  # until its thread is made: close() and __del__ have nothing to do
+
     def __init__(self, draw: Callable, gate: DrawGate, fill: Callable, prefetch: int, sets):
-        self._closed = True  # until the threads run: close() and __del__ have nothing to do
         self._draw, self._gate, self._fill = draw, gate, fill
         self._prefetch, self._sets = prefetch, list(sets)
         self._count = 0  # batches asked for: the next one goes to set _count % len(sets)
@@ -182,9 +183,9 @@ class Sampler:
         args = (self._fills, self._done, self._stop, self._copying, weakref.ref(gate))
         self._copier = threading.Thread(target=_copies, args=args, daemon=True)
         self._copier.name = "lazyframes-sampler"
-        self._copier.start()
-        self._closed = False
+        self._closed = False  # from here close() ends the thread, even one start() left
         _live.add(self)
+        self._copier.start()
         for drawn in first:
             self._submit(drawn)
 
@@ -212,7 +213,7 @@ class Sampler:
         return self
 
     def __next__(self):
-        """The next batch; asks the threads for the one ``prefetch`` calls later first.
+        """The next batch; asks its thread for the one ``prefetch`` calls later first.
 
         Raises:
             StopIteration: the sampler is closed.
@@ -238,7 +239,7 @@ class Sampler:
         try:
             raise result
         finally:  # no cycle frame -> exception -> traceback -> frame: nothing keeps the
-            del result  # sampler for the garbage collector, which may run in its threads
+            del result  # sampler for the garbage collector, which may run in its thread
 
     def close(self) -> None:
         """Stop the copying thread and drop the batches drawn ahead (their frames with them).
@@ -252,10 +253,14 @@ class Sampler:
         self._stop[0] = True  # no batch passed on from now on (DrawGate.settle)
         _live.discard(self)
         self._gate.fence()
-        self._fills.put(None)  # the copier ends after the batches passed on before
-        if self._copier is not threading.current_thread():  # not a collection in it
+        self._fills.put(None)  # the thread ends after the batches passed on before
+        # not joined: a collection in the thread itself, or a start() interrupted
+        joined = self._copier is not threading.current_thread() and self._copier.is_alive()
+        if joined:
             self._copier.join()
         _drain(self._fills, self._done)  # batches passed on, or copied, not taken
+        if not joined:  # it ends when it comes to this
+            self._fills.put(None)
         self._done.put((None, None))  # wakes a next() waiting in another thread
         self._closed = True
 
@@ -287,7 +292,7 @@ def _close_all() -> None:
 
 
 def _forget_all() -> None:
-    """In a child process after ``fork``: every sampler is closed (its threads are not there)."""
+    """In a child process after ``fork``: every sampler is closed (its thread is not there)."""
     for sampler in list(_live):
         sampler._forked()
     _live.clear()

@@ -403,6 +403,46 @@ def test_close_with_and_clear_stop_the_thread():
     assert next(rb.sampler(2)).actions.tolist() == [0, 0]  # the buffer samples on
 
 
+def _threads_end(timeout=30):
+    """Whether every sampler thread ends within ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while sampler_threads() and time.monotonic() < end:
+        time.sleep(0.01)
+    return sampler_threads() == []
+
+
+def test_a_close_in_the_samplers_own_thread_ends_it(monkeypatch):
+    """As a garbage collection in the sampler's thread closes it (a reference cycle)."""
+    rb, box = filled(), []
+    fill = _samples.fill
+
+    def closing(*args):
+        if box:
+            box.pop().close()
+        return fill(*args)
+
+    monkeypatch.setattr(_samples, "fill", closing)
+    s = rb.sampler(4, prefetch=0)  # nothing copied before next()
+    box.append(s)
+    with contextlib.suppress(StopIteration):
+        next(s)
+    assert s.closed and _threads_end()
+
+
+def test_an_interrupted_start_leaves_no_thread(monkeypatch):
+    rb, start = filled(), threading.Thread.start
+
+    def started_then_interrupted(thread):
+        start(thread)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", started_then_interrupted)
+    refused(KeyboardInterrupt, "", rb.sampler, 4)
+    monkeypatch.undo()
+    gc.collect()  # the sampler made, then dropped: closed
+    assert _threads_end() and next(rb.sampler(4)).actions.size == 4
+
+
 def test_a_dropped_sampler_stops_its_thread_and_releases_its_frames(monkeypatch):
     rb = filled(kind="compressed")
     rb.flush()  # every frame compressed now: a draw's flush then codes no new delta
