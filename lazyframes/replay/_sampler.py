@@ -219,7 +219,7 @@ class Sampler:
             StopIteration: the sampler is closed.
             ValueError: the draw of this batch raised, as ``sample`` would (e.g. nothing
                 sampleable yet): it changed nothing, and the sampler goes on.
-            Any exception the copying thread raised (e.g. MemoryError), with its
+            Any exception the sampler's thread raised in a copy (e.g. MemoryError), with its
             traceback; the sampler is closed then.
         """
         if self._stop[0]:
@@ -242,7 +242,7 @@ class Sampler:
             del result  # sampler for the garbage collector, which may run in its thread
 
     def close(self) -> None:
-        """Stop the copying thread and drop the batches drawn ahead (their frames with them).
+        """Stop the sampler's thread and drop the batches drawn ahead (their frames with them).
 
         Waits for a copy in progress to end; draws already asked for are still made and
         dropped (by the buffer's next call, if not before); idempotent. The batches returned
