@@ -99,6 +99,8 @@ cdef extern from "kernels.h" nogil:
                        size_t outer, size_t inner, int src_type, int dst_type,
                        size_t itemsize, double scale, int has_scale, void *dst)
     int lf_unscale_u8(const float *src, size_t n, float divisor, uint8_t *dst)
+    void lf_convert_floor(const unsigned char *const *src, size_t m, size_t fb, float scale,
+                          float *dst)
 
 
 cdef extern from "parallel.h" nogil:

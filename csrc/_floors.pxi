@@ -213,21 +213,6 @@ def _codec_floor(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
     return total
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef void _convert_loop(const unsigned char **src, Py_ssize_t m, size_t fb, float scale,
-                        float *dst) noexcept nogil:
-    """The loop of :func:`_convert_gather_floor`: frame after frame, byte by byte."""
-    cdef Py_ssize_t i
-    cdef size_t j
-    cdef const unsigned char *f
-    for i in range(m):
-        f = src[i]
-        for j in range(fb):
-            dst[j] = <float>f[j] * scale
-        dst += fb
-
-
 def _convert_gather_floor(FramePool pool, slots, out, scale):
     """The floor of a random gather into float32, for benchmarks: ``float32(byte) * scale``.
 
@@ -236,7 +221,8 @@ def _convert_gather_floor(FramePool pool, slots, out, scale):
     ``out``, a C-contiguous writeable float32 ndarray of exactly ``B * k *
     frame_bytes`` items (any shape), each value ``float32(byte) * float32(scale)`` as
     ``gather(..., dtype=np.float32, scale=scale)`` computes it: the same frame
-    addresses and bytes, without layout or threads, in one plain loop with the GIL
+    addresses and bytes, without layout or threads, in one plain C loop
+    (``lf_convert_floor``, built for the instruction sets the conversions are) with the GIL
     released.
 
     Raises:
@@ -270,7 +256,7 @@ def _convert_gather_floor(FramePool pool, slots, out, scale):
     _incref_all(&pool.p, ids, m)
     pool.p.busy += 1
     with nogil:
-        _convert_loop(src, m, fb, s, <float *>cnp.PyArray_DATA(o))
+        lf_convert_floor(src, m, fb, s, <float *>cnp.PyArray_DATA(o))
     pool.p.busy -= 1
     _decref_all(&pool.p, ids, m)
     free(src)

@@ -69,12 +69,27 @@ static void copy_raw(const unsigned char *const *src, size_t n_obs, size_t k,
  * converting: cache-resident, so the conversion stays fused into the one copy out. */
 #define LF_TILE_BYTES 16384
 
+/* The conversions to float (what a float32 sample of uint8 frames spends most of its
+ * time in) are built twice where the toolchain can dispatch at load time (GCC or Clang,
+ * x86-64, glibc's ifunc): for the baseline x86-64 (SSE2) and for AVX2, which converts 8
+ * bytes a step instead of 4. The values are the same (each element one conversion and
+ * one IEEE multiply or divide; nothing is fused), the module still runs on any x86-64.
+ * Measured on an AMD EPYC (Zen 4), 256 frames of 84x84 into float32: 213 -> 107 us
+ * from the cache (a compressed pool's decoded frames), 413 -> 342 us from a 113 MB
+ * pool. AVX-512 gained 6-8% more and downclocks some Intel cores: not built. */
+#if defined(__x86_64__) && defined(__GLIBC__) && (defined(__GNUC__) || defined(__clang__)) \
+    && !defined(LF_NO_CLONES)
+#define LF_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define LF_CLONES
+#endif
+
 /* Contiguous conversion of n elements for one (source, destination) type pair; the
  * scale (MUL, or DIV for LF_DIVIDE, expressions of `v` and `sc`) is applied element by
- * element. */
-#define LF_CONVERT_EXPR(NAME, ST, DT, MUL, DIV)                                       \
-    static void NAME(const void *src_, size_t n, double scale, int has_scale,          \
-                     void *dst_) {                                                     \
+ * element. ATTR: the function's attributes (LF_CLONES or none). */
+#define LF_CONVERT_EXPR(NAME, ST, DT, MUL, DIV, ATTR)                                 \
+    ATTR static void NAME(const void *src_, size_t n, double scale, int has_scale,     \
+                          void *dst_) {                                                \
         const ST *restrict s = (const ST *)src_;                                       \
         DT *restrict d = (DT *)dst_;                                                   \
         const DT sc = (DT)scale;                                                       \
@@ -96,8 +111,8 @@ static void copy_raw(const unsigned char *const *src, size_t n_obs, size_t k,
  * arr.astype(DT) * DT(scale), or (DT)v / (DT)scale, as arr.astype(DT) / DT(scale)
  * (correctly rounded: never a multiply by the rounded reciprocal). Others never scale
  * (lf_supported refuses). */
-#define LF_CONVERT(NAME, ST, DT) LF_CONVERT_EXPR(NAME, ST, DT, v, v)
-#define LF_CONVERT_F(NAME, ST, DT) LF_CONVERT_EXPR(NAME, ST, DT, v * sc, v / sc)
+#define LF_CONVERT(NAME, ST, DT) LF_CONVERT_EXPR(NAME, ST, DT, v, v, )
+#define LF_CONVERT_F(NAME, ST, DT) LF_CONVERT_EXPR(NAME, ST, DT, v * sc, v / sc, LF_CLONES)
 
 typedef void (*convert_fn)(const void *, size_t, double, int, void *);
 
@@ -204,4 +219,13 @@ int lf_copy_stacks(const unsigned char *const *src, size_t n_obs, size_t k,
         }
     }
     return 0;
+}
+
+LF_CLONES void lf_convert_floor(const unsigned char *const *src, size_t m, size_t fb,
+                                float scale, float *dst) {
+    for (size_t i = 0; i < m; i++, dst += fb) {
+        const unsigned char *restrict f = src[i];
+        float *restrict d = dst;
+        for (size_t j = 0; j < fb; j++) d[j] = (float)f[j] * scale;
+    }
 }

@@ -53,6 +53,12 @@ int lf_supported(int src_type, int dst_type, int has_scale);
  * Returns 0, or -1 at the first value that is no such quotient (dst partly written). */
 int lf_unscale_u8(const float *src, size_t n, float divisor, uint8_t *dst);
 
+/* The float32 floor of the benchmarks: dst[i * fb + j] = (float)src[i][j] * scale for m
+ * frames of fb bytes, frame after frame in one plain loop, built for the same
+ * instruction sets as lf_copy_stacks's conversions. */
+void lf_convert_floor(const unsigned char *const *src, size_t m, size_t fb, float scale,
+                      float *dst);
+
 #ifdef __cplusplus
 }
 #endif
