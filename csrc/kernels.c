@@ -78,7 +78,7 @@ static void copy_raw(const unsigned char *const *src, size_t n_obs, size_t k,
  * from the cache (a compressed pool's decoded frames), 413 -> 342 us from a 113 MB
  * pool. AVX-512 gained 6-8% more and downclocks some Intel cores: not built. */
 #if defined(__x86_64__) && defined(__GLIBC__) && (defined(__GNUC__) || defined(__clang__)) \
-    && !defined(LF_NO_CLONES)
+    && !defined(__SANITIZE_THREAD__) /* its resolver runs before TSan's runtime: a crash */
 #define LF_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define LF_CLONES
