@@ -6,6 +6,7 @@ The hot modules are the replay engine's, compiled from their Python sources.
 import glob
 import importlib.util
 import os
+import sys
 
 import numpy as np
 from Cython.Build import cythonize
@@ -45,6 +46,16 @@ BLOSC2_INCLUDE, BLOSC2_STATIC = blosc2_dirs()
 # C11: the handoff ring's <stdatomic.h> (handoff.c).
 extra = [os.environ.get("LAZYFRAMES_OPT", "-O3"), "-std=c11"] if os.name != "nt" else ["/O2"]
 
+# The module exports PyInit__core alone: its own C functions hidden, and the symbols of the
+# static libraries it links (C-Blosc2 with its LZ4, Zstd, zlib-ng; NumPy's npyrandom) kept
+# out of its dynamic table, so that another copy of them in the process (another library's
+# Zstd, loaded globally) can neither take the place of ours nor be taken over by them.
+hidden = (
+    (["-fvisibility=hidden"], ["-Wl,--exclude-libs,ALL"])
+    if sys.platform.startswith("linux")
+    else ([], [])
+)
+
 ext = Extension(
     "lazyframes._core",
     sources=[
@@ -58,7 +69,8 @@ ext = Extension(
     ],
     include_dirs=["csrc", np.get_include(), BLOSC2_INCLUDE],
     define_macros=NUMPY_MACROS,
-    extra_compile_args=extra,
+    extra_compile_args=extra + hidden[0],
+    extra_link_args=hidden[1],
     extra_objects=[BLOSC2_STATIC],  # static: the wheel has no run-time dependency on blosc2
     # NumPy's static npyrandom: draw_integers calls the routine Generator.integers calls
     library_dirs=[os.path.join(np.get_include(), "..", "..", "random", "lib")],

@@ -221,11 +221,17 @@ int lf_copy_stacks(const unsigned char *const *src, size_t n_obs, size_t k,
     return 0;
 }
 
-LF_CLONES void lf_convert_floor(const unsigned char *const *src, size_t m, size_t fb,
-                                float scale, float *dst) {
+/* (a static clone and a call: GCC gives a cloned function's resolver default visibility) */
+LF_CLONES static void convert_floor(const unsigned char *const *src, size_t m, size_t fb,
+                                    float scale, float *dst) {
     for (size_t i = 0; i < m; i++, dst += fb) {
         const unsigned char *restrict f = src[i];
         float *restrict d = dst;
         for (size_t j = 0; j < fb; j++) d[j] = (float)f[j] * scale;
     }
+}
+
+void lf_convert_floor(const unsigned char *const *src, size_t m, size_t fb, float scale,
+                      float *dst) {
+    convert_floor(src, m, fb, scale, dst);
 }

@@ -1,9 +1,12 @@
 """The sdist carries everything a test or the README needs, and the license metadata."""
 
+import ctypes
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,3 +54,16 @@ def test_the_replay_engines_hot_modules_are_compiled():
         module = importlib.import_module(f"lazyframes.replay.{name}")
         assert module.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), name
         assert (ROOT / "lazyframes" / "replay" / f"{name}.py").is_file()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the link flags are Linux's")
+def test_the_core_exports_its_module_init_alone():
+    # dlsym finds a shared object's dynamic symbols only: the static libraries' (LZ4, Zstd,
+    # NumPy's npyrandom) and the core's own C functions must not be among them
+    from lazyframes import _core
+
+    lib = ctypes.CDLL(_core.__file__)
+    assert hasattr(lib, "PyInit__core")
+    for name in ("LZ4_decompress_safe", "ZSTD_decompress", "blosc2_init", "random_standard_uniform",
+                 "lf_pool_decode", "lf_copy_stacks", "lf_convert_floor"):  # fmt: skip
+        assert not hasattr(lib, name), name
