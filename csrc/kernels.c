@@ -77,10 +77,19 @@ static void copy_raw(const unsigned char *const *src, size_t n_obs, size_t k,
  * Measured on an AMD EPYC (Zen 4), 256 frames of 84x84 into float32: 213 -> 107 us
  * from the cache (a compressed pool's decoded frames), 413 -> 342 us from a 113 MB
  * pool. AVX-512 gained 6-8% more and downclocks some Intel cores: not built. */
-#if defined(__x86_64__) && defined(__GLIBC__) && (defined(__GNUC__) || defined(__clang__)) \
-    && !defined(__SANITIZE_THREAD__) /* its resolver runs before TSan's runtime: a crash */
+#if defined(__has_feature) /* Clang's way of saying it builds for ThreadSanitizer */
+#if __has_feature(thread_sanitizer)
+#define LF_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(LF_TSAN) /* its runtime starts after ifuncs */
+#define LF_CLONES
+#elif defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
 #define LF_CLONES __attribute__((target_clones("avx2", "default")))
-#else
+#endif
+#endif
+#ifndef LF_CLONES
 #define LF_CLONES
 #endif
 
