@@ -37,7 +37,7 @@ import numpy as np
 
 from . import _checks as C
 from . import _core
-from .replay import PrioritizedReplayBuffer, Samples
+from .replay import PrioritizedReplayBuffer, Sampler, Samples
 
 __all__ = ["BatchClient", "BatchServer"]
 
@@ -141,13 +141,32 @@ class _Learner:
         sets = [
             [{k: v[(f, k)] for k in fk} if fk else v[(f, None)] for f in pair] for v in self.slots
         ]
-        self.sampler = sampler_of(sets)  # the frames of each slot
+        self._sets, self._sampler_of = sets, sampler_of
+        self.sampler: Sampler | None = sampler_of(sets)  # the frames of each slot
+
+    def pause(self) -> None:
+        """Drop the sampler after a draw that raised (nothing sampleable for a while).
+
+        It would go on one set ahead of the slots the learner reads; :meth:`resume` makes
+        a new one, in step.
+        """
+        if self.sampler is not None:
+            self.sampler.close()  # (waits for its copy: nothing writes into the sets after)
+            self.sampler = None
+
+    def resume(self) -> None:
+        """A new sampler whose first batch goes to slot ``head % S``.
+
+        Raises ValueError while its first draws find nothing sampleable.
+        """
+        r = self.head % len(self._sets)
+        self.sampler = self._sampler_of(self._sets[r:] + self._sets[:r])
 
     def disconnect(self, why: str) -> None:
         """Serve this learner no more (its error recorded); its region is left as it is."""
         if self.error is None:
             self.error = why
-            self.sampler.close()
+            self.pause()
             self.status.store(1)
 
 
@@ -238,7 +257,10 @@ class BatchServer:
         Never waits for a learner (at most ``prefetch + 1`` batches each, gathered ahead).
         A learner whose counter or update is impossible (a broken counter or count, an
         index the buffer refuses, a priority not positive and finite) is disconnected, its
-        error in :attr:`status`; nothing is raised for it. Returns the batches published.
+        error in :attr:`status`; nothing is raised for it. A draw that finds nothing
+        sampleable (a buffer whose transitions are all open n-step windows for a while)
+        publishes nothing more for that learner this time, and its next batches are drawn
+        from the pumps after. Returns the batches published.
         """
         if self._closed:
             raise ValueError("the server is closed")
@@ -254,9 +276,14 @@ class BatchServer:
         P, S, n = self._d["prefetch"], self._d["slots"], 0
         while (room := x.batches.room(x.head)) >= S - P:  # i.e. head - tail <= prefetch
             try:
+                if x.sampler is None:
+                    x.resume()
                 batch = next(x.sampler)
-            except (StopIteration, ValueError) as e:  # closed (rb.clear()), or a failed draw:
-                x.disconnect(f"its sampler stopped: {e!r}")  # its sets are out of step
+            except StopIteration as e:  # closed (rb.clear())
+                x.disconnect(f"its sampler stopped: {e!r}")
+                return n
+            except ValueError:  # a draw found nothing sampleable: drawn again at a later pump
+                x.pause()
                 return n
             for (field, key), dst in x.slots[x.head % S].items():
                 src = getattr(batch, field) if key is None else getattr(batch, field)[key]
@@ -301,7 +328,7 @@ class BatchServer:
             return
         self._closed = True
         for x in self._learners:
-            x.sampler.close()
+            x.pause()
         _core.SharedWord(self._buf, 16).store(1)
         os.close(self._fd)  # the memory goes with the last learner's mapping
 

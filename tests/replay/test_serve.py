@@ -264,3 +264,30 @@ def test_the_file_outlives_no_owner_and_is_the_owners_alone():
     refused(ConnectionError, "closed", client.next, timeout=10)
     client.close()
     assert not os.path.exists(path)  # the owner's descriptor closed: no file left anywhere
+
+
+def test_a_learner_outlives_a_buffer_with_nothing_sampleable_for_a_while():
+    # 2 envs, 2 steps each held, 3-step windows: sampleable only while an episode's end is
+    def step(t, end):
+        obs, nxt = np.stack([frames(t), frames(t + 50)]), np.stack([frames(t + 1), frames(t + 51)])
+        rb.add(obs, np.full(2, t), np.ones(2), nxt, np.full(2, end), np.zeros(2, bool))
+
+    rb = ReplayBuffer(4, seed=1, n_step=3, gamma=0.9, num_envs=2)
+    step(0, True)
+    with BatchServer(rb, 4, prefetch=1) as server:
+        client = BatchClient(server.path, learner=0)
+        assert server.pump() == 2  # batches 0 and 1; batch 2 asked for
+        step(1, False)  # (batch 2 drawn first) the ends evicted: nothing sampleable
+        step(2, False)
+        for _ in range(3):  # batches 0, 1, 2 read; batch 3's draw finds nothing
+            batch = client.next(timeout=10)
+            assert (batch.actions == 0).all(), batch.actions
+            server.pump()
+        assert server.status[0][2] is None  # served still
+        step(3, True)
+        server.pump()
+        batch = client.next(timeout=10)  # in slot 3 % 3: where the learner reads it
+        assert np.isin(batch.actions, [2, 3]).all(), batch.actions  # the windows that end
+        want = rb.gather(batch.indices)
+        assert_same_samples(batch._replace(weights=want.weights), want, "after")
+        client.close()
