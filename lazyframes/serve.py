@@ -154,13 +154,14 @@ class _Learner:
             self.sampler.close()  # (waits for its copy: nothing writes into the sets after)
             self.sampler = None
 
-    def resume(self) -> None:
+    def resume(self) -> Sampler:
         """A new sampler whose first batch goes to slot ``head % S``.
 
         Raises ValueError while its first draws find nothing sampleable.
         """
         r = self.head % len(self._sets)
-        self.sampler = self._sampler_of(self._sets[r:] + self._sets[:r])
+        self.sampler = sampler = self._sampler_of(self._sets[r:] + self._sets[:r])
+        return sampler
 
     def disconnect(self, why: str) -> None:
         """Serve this learner no more (its error recorded); its region is left as it is."""
@@ -276,9 +277,7 @@ class BatchServer:
         P, S, n = self._d["prefetch"], self._d["slots"], 0
         while (room := x.batches.room(x.head)) >= S - P:  # i.e. head - tail <= prefetch
             try:
-                if x.sampler is None:
-                    x.resume()
-                batch = next(x.sampler)
+                batch = next(x.sampler if x.sampler is not None else x.resume())
             except StopIteration as e:  # closed (rb.clear())
                 x.disconnect(f"its sampler stopped: {e!r}")
                 return n
