@@ -84,7 +84,9 @@ static void copy_raw(const unsigned char *const *src, size_t n_obs, size_t k,
 #define LF_TSAN 1
 #endif
 #endif
-#if defined(__SANITIZE_THREAD__) || defined(LF_TSAN) /* its runtime starts after ifuncs */
+/* LF_NO_CLONES: the baseline build alone (tests/sanitize.sh runs the kernel tests on it,
+ * which an AVX2 host's dispatch never picks); TSan: its runtime starts after ifuncs */
+#if defined(LF_NO_CLONES) || defined(__SANITIZE_THREAD__) || defined(LF_TSAN)
 #define LF_CLONES
 #elif defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
 #if __has_attribute(target_clones)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The sanitizer step of .ci/run (bash tests/sanitize.sh; needs gcc's libasan, libubsan and
-# libtsan): csrc/test_kernels.c under ASan + UBSan with leak checks, and its threaded tests
+# libtsan): csrc/test_kernels.c under ASan + UBSan with leak checks, at -O3 with the baseline
+# x86-64 conversions alone (an AVX2 host's load-time dispatch never runs them), its threaded tests
 # (adds against GIL-free gathers; parallel.c's workers, decoding a copy's parts) under TSan;
 # then the core tests and the fuzzer against the extension rebuilt with ASan + UBSan in a
 # scratch copy (libasan preloaded; CPython's exit leaks unchecked), and the threaded tests
@@ -36,6 +37,14 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 "$SCRATCH/test_kern
     > "$SCRATCH/kernels.log" 2>&1 || { cat "$SCRATCH/kernels.log"; exit 1; }
 tail -n 1 "$SCRATCH/kernels.log"
 if grep -Eq "$REPORT|FAIL" "$SCRATCH/kernels.log"; then cat "$SCRATCH/kernels.log"; exit 1; fi
+
+echo "-- csrc/test_kernels.c at -O3, the baseline x86-64 conversions alone (LF_NO_CLONES)"
+gcc -std=c11 -O3 -DLF_NO_CLONES -Wall -Wextra -I"$ROOT/csrc" -I"$BLOSC2/include" \
+    "$ROOT"/csrc/{test_kernels,kernels,pool,codec,sumtree,parallel,handoff}.c "$BLOSC2/lib/libblosc2.a" \
+    -o "$SCRATCH/test_baseline" -lpthread -ldl -lm
+"$SCRATCH/test_baseline" > "$SCRATCH/baseline.log" 2>&1 || { cat "$SCRATCH/baseline.log"; exit 1; }
+tail -n 1 "$SCRATCH/baseline.log"
+if grep -q FAIL "$SCRATCH/baseline.log"; then cat "$SCRATCH/baseline.log"; exit 1; fi
 
 echo "-- csrc/test_kernels.c threads, under ThreadSanitizer"
 gcc -std=c11 -O1 -Wall -Wextra -fsanitize=thread -fno-omit-frame-pointer -g -I"$ROOT/csrc" \
