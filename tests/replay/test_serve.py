@@ -267,7 +267,7 @@ def test_the_file_outlives_no_owner_and_is_the_owners_alone():
 
 
 def test_a_learner_outlives_a_buffer_with_nothing_sampleable_for_a_while():
-    # 2 envs, 2 steps each held, 3-step windows: sampleable only while an episode's end is
+    # 2 envs, 2 steps of each held, 3-step windows: sampleable only while an end is held
     def step(t, end):
         obs, nxt = np.stack([frames(t), frames(t + 50)]), np.stack([frames(t + 1), frames(t + 51)])
         rb.add(obs, np.full(2, t), np.ones(2), nxt, np.full(2, end), np.zeros(2, bool))
