@@ -142,7 +142,8 @@ class _Learner:
             [{k: v[(f, k)] for k in fk} if fk else v[(f, None)] for f in pair] for v in self.slots
         ]
         self._sets, self._sampler_of = sets, sampler_of
-        self.sampler: Sampler | None = sampler_of(sets)  # the frames of each slot
+        self.sampler: Sampler | None = None
+        self.resume()  # the frames of each slot gathered into it
 
     def pause(self) -> None:
         """Drop the sampler after a draw that raised (nothing sampleable for a while).
