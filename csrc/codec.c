@@ -399,8 +399,9 @@ static long codec_blob(lf_coder *c, const unsigned char *src, unsigned char *kin
     return (long)l;
 }
 
-long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned char *base,
-                     const unsigned char **out, unsigned char *kind) {
+/* lf_coder_encode, with the keyframe tried for a delta larger than `big` bytes. */
+static long encode(lf_coder *c, const unsigned char *frame, const unsigned char *base,
+                   size_t big, const unsigned char **out, unsigned char *kind) {
     size_t n = c->n;
     if (base) {
         size_t pn = lf_patch_encode(frame, base, n, c->patch, n + LF_BLOB_OVERHEAD);
@@ -416,8 +417,8 @@ long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned cha
                 *out = c->blob;
                 *kind = LF_BLOB_PACKED;
             }
-            if ((size_t)best <= n / LF_DELTA_BIG) return best;
-            /* a scene change: the keyframe may be smaller (after the packed patch) */
+            if ((size_t)best <= big) return best;
+            /* the keyframe may be smaller (after the packed patch) */
             unsigned char *key = c->blob + n + LF_BLOB_OVERHEAD, lean;
             long k = codec_blob(c, frame, &lean, key);
             if (k < 0) return -1;
@@ -429,6 +430,16 @@ long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned cha
     }
     *out = c->blob;
     return codec_blob(c, frame, kind, c->blob);
+}
+
+long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned char *base,
+                     const unsigned char **out, unsigned char *kind) {
+    return encode(c, frame, base, c->n / LF_DELTA_BIG, out, kind); /* big: a scene change */
+}
+
+long lf_coder_encode_key(lf_coder *c, const unsigned char *frame, const unsigned char *root,
+                         const unsigned char **out, unsigned char *kind) {
+    return encode(c, frame, root, 0, out, kind);
 }
 
 int lf_coder_container(lf_coder *c, const unsigned char *frames, size_t m, int group,

@@ -224,6 +224,12 @@ void lf_coder_free(lf_coder *c);
 long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned char *base,
                      const unsigned char **out, unsigned char *kind);
 
+/* Code frame as a keyframe of a pool with a root (pool.h, "Roots"): the delta against
+ * root (as lf_coder_encode codes one) or the codec's keyframe, whichever is smaller (the
+ * delta when they tie), whatever the delta's size. Returns as lf_coder_encode. */
+long lf_coder_encode_key(lf_coder *c, const unsigned char *frame, const unsigned char *root,
+                         const unsigned char **out, unsigned char *kind);
+
 /* Code m frames (c->n bytes each, one after another) into a container, as a pool codes
  * them: a keyframe first, at each i with keys[i] nonzero (keys may be NULL) and wherever
  * a group of `group` frames is full or a delta would not pay, the others patches or packed

@@ -771,22 +771,16 @@ static void make_root(lf_pool *p, int64_t slot, lf_meta *m) {
 }
 
 /* A keyframe of `frame`: the codec's blob, or, in a pool with a root, the delta against
- * the root when that is no larger (*ref then the root). Coded as lf_coder_encode codes. */
+ * the root when that is no larger (*ref then the root). */
 static long code_keyframe(lf_pool *p, const unsigned char *frame, const unsigned char **out,
                           unsigned char *kind, int64_t *ref) {
     lf_compressor *z = p->z;
-    long k = lf_coder_encode(&z->coder, frame, NULL, out, kind);
-    if (k < 0 || z->codec.group == 1) return k;
+    if (z->codec.group == 1) return lf_coder_encode(&z->coder, frame, NULL, out, kind);
     z->root_keys++;
-    long d = lf_coder_encode(&z->coder, frame, lf_meta_buf(p, lf_pool_meta(p, z->root)), out,
-                             kind);
-    if (d < 0 || !(*kind & LF_BLOB_DELTA))
-        return d; /* no delta fits: the codec's keyframe, coded again */
-    if (d <= k) {
-        *ref = z->root;
-        return d;
-    }
-    return lf_coder_encode(&z->coder, frame, NULL, out, kind); /* the codec's, again */
+    long r = lf_coder_encode_key(&z->coder, frame, lf_meta_buf(p, lf_pool_meta(p, z->root)),
+                                 out, kind);
+    if (r >= 0 && (*kind & LF_BLOB_DELTA)) *ref = z->root;
+    return r;
 }
 
 /* The raw bytes of a cold slot if they are at hand (a root, or in the warm cache), or NULL. */

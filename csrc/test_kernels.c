@@ -1267,6 +1267,54 @@ static void test_packed_and_xor_kinds(void) {
     free(state);
 }
 
+/* A pool's keyframe against its root (lf_coder_encode_key): the smaller of the delta and
+ * the codec's keyframe, the delta when they tie, whatever the delta's size; it decodes. */
+static void test_coder_keyframes(void) {
+    lf_coder coder;
+    CHECK(lf_coder_init(&coder, (lf_codec){LF_CODEC_LZ4, 9, 8}, ZFB) == 0, "coder");
+    void *dctx = lf_dctx_new();
+    unsigned char root[ZFB], frame[ZFB], blob[ZFB + LF_BLOB_OVERHEAD], got[ZFB], delta[ZFB];
+    const unsigned char *out;
+    unsigned char kind, kk, dk;
+    for (int c = 0; c < 3; c++) {
+        fill_random(root, ZFB);
+        memcpy(frame, root, ZFB);
+        if (c == 0) { /* a few bytes changed: the patch */
+            frame[40] ^= 1;
+            frame[41] ^= 2;
+        } else if (c == 1) { /* zeros against noise: the keyframe */
+            memset(frame, 0, ZFB);
+        } else { /* zeros against zeros with a run of noise: a small patch (under the
+                  * scene-change size lf_coder_encode tries keyframes from), a smaller key */
+            memset(root, 0, ZFB);
+            memset(frame, 0, ZFB);
+            fill_random(root + 100, 30);
+        }
+        long k = lf_coder_encode(&coder, frame, NULL, &out, &kk);
+        long d = lf_coder_encode(&coder, frame, root, &out, &dk);
+        long e = lf_coder_encode_key(&coder, frame, root, &out, &kind);
+        int is_delta = (kind & LF_BLOB_DELTA) != 0;
+        long want = (dk & LF_BLOB_DELTA) && d <= k ? d : k;
+        CHECK(k > 0 && e == want && is_delta == (e == d && (dk & LF_BLOB_DELTA)),
+              "case %d: %ld of key %ld, delta %ld", c, e, k, d);
+        CHECK(c != 2 || ((dk & LF_BLOB_DELTA) && k < d && !is_delta),
+              "case 2: the delta kept by lf_coder_encode, the keyframe here (%ld, %ld)", k, d);
+        memcpy(blob, out, (size_t)e);
+        size_t bn = (size_t)e;
+        const unsigned char *b = blob;
+        if (kind & LF_BLOB_LEAN) {
+            bn = lf_unlean(&coder.header, blob, bn, coder.blob);
+            b = coder.blob;
+        }
+        memset(got, 0, ZFB);
+        CHECK(lf_kind_decode(dctx, lf_coded_kind(kind), b, bn, root, got, ZFB, delta) == 0 &&
+                  memcmp(got, frame, ZFB) == 0,
+              "case %d decodes", c);
+    }
+    lf_ctx_free(dctx);
+    lf_coder_free(&coder);
+}
+
 static void test_codec_bad_input(void) {
     unsigned char frame[ZFB], blob[ZFB + LF_BLOB_OVERHEAD], out[ZFB], bad[ZFB + LF_BLOB_OVERHEAD];
     fill_random(frame, ZFB);
@@ -2045,6 +2093,7 @@ int main(int argc, char **argv) {
     test_own_table();
     test_codec_bad_input();
     test_packed_and_xor_kinds();
+    test_coder_keyframes();
     test_reader_windows();
     test_adopt();
     test_patches();
