@@ -136,6 +136,8 @@ cdef extern from "codec.h" nogil:
     void lf_coder_free(lf_coder *c)
     long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned char *base,
                          const unsigned char **out, unsigned char *kind)
+    long lf_coder_encode_key(lf_coder *c, const unsigned char *frame, const unsigned char *root,
+                             const unsigned char **out, unsigned char *kind)
     const int64_t LF_TREE_KEY, LF_TREE_BAD
     ctypedef struct lf_tree:
         int64_t start
@@ -150,6 +152,8 @@ cdef extern from "codec.h" nogil:
 
 
 cdef extern from "pool.h" nogil:
+    enum:
+        LF_ROOT_FRAMES
     ctypedef struct lf_pool:
         size_t frame_bytes
         size_t spc

@@ -160,10 +160,13 @@ def _codec_floor(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
     What a compressing pool must at least do for each frame of one stream, in order: the
     pool's coder (``lf_coder_encode`` in ``csrc/codec.c``) codes frame i at position ``p =
     i % group`` of its group as a keyframe (``p == 0``) or as a delta against frame ``i -
-    lowbit(p)`` (the pool's binary tree of references; docs/COMPRESSION.md): a patch, or
-    the codec on the XOR when it wins. No slots, no queue, no copies of the blobs, no
-    decoding of a reference (every frame is at hand, uncompressed): a plain C loop with
-    the GIL released.
+    lowbit(p)`` (the pool's binary tree of references; docs/COMPRESSION.md): a patch,
+    packed when that pays. With ``group > 1`` a keyframe is, as in a pool, a root (kept
+    raw: no coding) once every ``LF_ROOT_FRAMES / group`` keyframes from the first, else
+    the smaller of the codec's blob and the delta against the last root
+    (``lf_coder_encode_key``). No slots, no queue, no copies of the blobs, no decoding of
+    a reference (every frame is at hand, uncompressed): a plain C loop with the GIL
+    released.
 
     Args:
         frames: uint8 ``(n, *frame)`` ndarray, C-contiguous, ``n >= 1``: one stream's
@@ -194,6 +197,8 @@ def _codec_floor(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
     cdef unsigned char kind
     cdef unsigned p
     cdef long r = 0
+    cdef size_t keys = 0, period = <size_t>LF_ROOT_FRAMES // <size_t>c.group
+    cdef const unsigned char *root = NULL
     cdef lf_coder coder
     try:
         if lf_coder_init(&coder, c, fb) != 0:
@@ -201,8 +206,17 @@ def _codec_floor(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
         with nogil:
             for i in range(n):
                 p = <unsigned>(i % c.group)
-                r = lf_coder_encode(&coder, src + i * fb,
-                                    NULL if p == 0 else src + (i - (p & -p)) * fb, &out, &kind)
+                if p != 0:
+                    r = lf_coder_encode(&coder, src + i * fb, src + (i - (p & -p)) * fb, &out,
+                                        &kind)
+                elif c.group == 1:
+                    r = lf_coder_encode(&coder, src + i * fb, NULL, &out, &kind)
+                elif keys % period == 0:  # a root: the frame itself
+                    root = src + i * fb
+                    r = <long>fb
+                else:
+                    r = lf_coder_encode_key(&coder, src + i * fb, root, &out, &kind)
+                keys += p == 0
                 if r < 0:
                     break
                 total += <size_t>r

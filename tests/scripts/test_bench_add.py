@@ -198,11 +198,18 @@ def test_shared_table_and_checks(capsys):
 def test_codec_floor_encodes_keyframes_and_patches_as_the_pool():
     frames = np.zeros((9, 84, 84), np.uint8)
     frames[5, 10, 20:23] = 7  # one run of 3 changed bytes in frame 5
-    key = _core._codec_floor(frames[:1], group=4)  # a keyframe of zeros: the codec's blob
+    fb = frames[0].nbytes
+    key = _core._codec_floor(frames[:1], group=1)  # a keyframe of zeros: the codec's blob
     assert 0 < key < 100
-    # keyframes 0, 4, 8; 5, 6, 7 patched against 4, 4, 6: only 5 differs from its reference
+    assert _core._codec_floor(frames[:1], group=4) == fb  # the first keyframe: a root, raw
+    # the root 0; 1, 2, 3 patched against 0, 0, 2; keyframes 4 and 8 against the root (no
+    # larger than the codec's blob); 5, 6, 7 against 4, 4, 6: only 5 differs from its reference
     total = _core._codec_floor(frames, group=4)
-    run = _core._codec_floor(frames[4:6], group=4) - key  # skip, len, 3 bytes
-    assert 3 < run < 10 and total == 3 * key + run
+    run = _core._codec_floor(frames[4:6], group=4) - fb  # skip, len, 3 bytes
+    assert 3 < run < 10 and total == fb + run
+    assert _core._codec_floor(frames, group=1) == 8 * key + _core._codec_floor(frames[5:6], group=1)
+    # a root every LF_ROOT_FRAMES (8,192) frames: 128 keyframes of a group of 64
+    small = np.zeros((8192 + 64, 4, 4), np.uint8)
+    assert _core._codec_floor(small, group=64) == _core._codec_floor(small[:8192], group=64) + 16
     refused(TypeError, "uint8", _core._codec_floor, frames.astype(np.float32))
     refused(ValueError, "n >= 1", _core._codec_floor, frames[:0])
