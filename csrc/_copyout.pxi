@@ -617,7 +617,7 @@ cdef int _copy(_Copy *c) except -1:
             w.rc[t] = 0
         w.n = n
         # a part's entries: the distinct cold frames of its rows (k + 1 of a window's 2k)
-        # and the rest of their chains (~3.4 a window in groups of 64): about as many as
+        # and the rest of their chains (~3.4 a window at group 64, fewer at 8): about as many as
         # ids (lf_reader_expect caps it at the pool's cold frames: stack() over many pools)
         expect = <size_t>n_cold // <size_t>w.n + <size_t>n_cold // (4 * <size_t>w.n) + 16
         for t in range(w.n if n_cold else 0):  # each part decodes the cold frames of its rows

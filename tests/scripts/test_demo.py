@@ -129,7 +129,7 @@ def test_demo_report_json_and_plot(demo_run):
     assert "lazyframes compressed (measured)" in r.stdout
     assert "lazyframes uncompressed (computed)" in r.stdout
     text = " ".join(r.stdout.split())  # the line is wrapped
-    assert re.search(r"compressed \(codec lz4, level 9, group 64\): [\d,]+ frames compressed", text)
+    assert re.search(r"compressed \(codec lz4, level 9, group 8\): [\d,]+ frames compressed", text)
     assert re.search(r"[\d,]+ held raw; frames [\d.]+x smaller than raw", text)
     assert rep["env_steps_per_s"] > 0 and 0 < rep["stacking_share"] < 1
     t = rep["time"]
