@@ -45,15 +45,15 @@ TARGET_BATCHES = (256, 512)
 COLUMNS = [
     ("buffer", "buffer", "{}"),
     ("case", "case", "{}"),
-    ("parts", "parts", "{}"),
+    ("tasks", "tasks", "{}"),
     ("one", "1 thread us", "{:,.0f}"),
     ("many", "N threads us", "{:,.0f}"),
     ("ratio", "threads/1", "{:.2f}"),
 ]
 
 
-def _parts_of(call) -> int:
-    """How many parts one call's copies ran in (the core's counter; no other thread copies)."""
+def _tasks_of(call) -> int:
+    """How many tasks one call's copies ran (the core's counter; no other thread copies)."""
     before = lazyframes._core._parallel_tasks()[0]
     call()
     return lazyframes._core._parallel_tasks()[0] - before
@@ -72,14 +72,14 @@ def rows_of(name: str, rb, threads: int, *, repeats: int, warmup: int, block: in
                 rb.sample(b, dtype=dtype, scale=scale)
 
             fns[(label, n)] = call
-    parts = {label: _parts_of(fns[(label, threads)]) for label, *_ in cases}
+    tasks = {label: _tasks_of(fns[(label, threads)]) for label, *_ in cases}
     us = round_robin_us(fns, repeats, warmup, block)
     lazyframes.set_num_threads(threads)
     return [
         {
             "buffer": name,
             "case": label,
-            "parts": parts[label],
+            "tasks": tasks[label],
             "one": us[(label, 1)],
             "many": us[(label, threads)],
             "ratio": us[(label, threads)] / us[(label, 1)],
@@ -110,14 +110,14 @@ def floor_rows(rb, threads: int, *, repeats: int, warmup: int, block: int) -> li
                 lazyframes._core._memcpy_gather(rb.pool, slots, outs[b])
 
             fns[(b, n)] = call
-    parts = {b: _parts_of(fns[(b, threads)]) for b in TARGET_BATCHES}
+    tasks = {b: _tasks_of(fns[(b, threads)]) for b in TARGET_BATCHES}
     us = round_robin_us(fns, repeats, warmup, block)
     lazyframes.set_num_threads(threads)
     return [
         {
             "buffer": "raw",
             "case": f"floor of sample({b})",
-            "parts": parts[b],
+            "tasks": tasks[b],
             "one": us[(b, 1)],
             "many": us[(b, threads)],
             "ratio": us[(b, threads)] / us[(b, 1)],
@@ -229,13 +229,15 @@ def main(argv=None) -> list[dict]:
         del rb
     print(format_table(rows, COLUMNS))
     print(
-        "parts: the parts one call's copy ran in with the default threads (1: not split); "
+        "tasks: the core's tasks one call ran with the default threads (1: not split; a "
+        "split copy of compressed frames runs two a part, its chains resolved, then its rows "
+        "decoded and copied); "
         "threads/1: the default's time over one thread's; floor: a plain C memcpy of the "
         "same frames, split as a copy out is (the host's own scaling)"
     )
     if split:
         print("\nwhere splitting pays: every gather split from 128 KiB (the part size lowered)")
-        print(format_table(split, [c for c in COLUMNS if c[0] != "parts"]))
+        print(format_table(split, [c for c in COLUMNS if c[0] != "tasks"]))
     if args.check:
         report_checks(check_targets(rows, threads))
     return rows

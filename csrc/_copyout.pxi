@@ -15,13 +15,15 @@
 #   2. No Python code from here on, so nothing can change under it (no callback, no
 #      thread switch: the GIL is held): re-check every output from its C fields
 #      (_fits) and every id (in range, live), read a table's entries, resolve each cold
-#      (compressed) frame, pinning its delta chain (_resolve), reserve the decoding
-#      scratch, then decode and copy (_copy releases the GIL for large copies and for
-#      any decoding, after taking a reference on each hot frame, unless the call holds
-#      the owners of every id: an owner's own method; the references and pins keep every
-#      frame alive and in place meanwhile; a large copy runs as parts of its rows in
-#      several threads, each part with its own readers, prepared here) or hand the
-#      references to a new owner.
+#      (compressed) frame's delta chain into a reader (_resolve; a large copy's parts
+#      each resolve their own rows' frames, in several threads, the GIL still held, so
+#      that the pool does not change), reserve the decoding scratch, then decode and
+#      copy (_copy releases the GIL for large copies and for any decoding, after taking
+#      a reference on each frame, unless the call holds the owners of every id: an
+#      owner's own method; the references keep every frame and every member of a cold
+#      frame's chain alive and in place meanwhile; a large copy runs as parts of its
+#      rows in several threads, each part with its own readers) or hand the references
+#      to a new owner.
 #
 # Only phase 2 is trusted for memory safety; phase 1 checks exist to raise clear
 # error messages early. An output resized in phase 1 (ndarray.resize(refcheck=False)
@@ -320,9 +322,9 @@ cdef struct _Readers:
 
 
 cdef int _resolve(_Readers *rs, lf_pool *p, int64_t slot, int64_t *entry,
-                  size_t expect) except -1:
-    """The reader entry of a cold ``slot`` of ``p`` (its reader made on first use, with room
-    for ``expect`` entries)."""
+                  size_t expect) noexcept nogil:
+    """The reader entry of a cold ``slot`` of ``p`` in ``entry`` (its reader made on first use,
+    with room for ``expect`` entries): the reader's index in ``rs``, or -1 on out of memory."""
     cdef Py_ssize_t j
     cdef lf_reader *grown
     for j in range(rs.n):
@@ -331,17 +333,15 @@ cdef int _resolve(_Readers *rs, lf_pool *p, int64_t slot, int64_t *entry,
     else:
         grown = <lf_reader *>realloc(rs.r, (rs.n + 1) * sizeof(lf_reader))
         if grown == NULL:
-            raise MemoryError()
+            return -1
         rs.r = grown
         lf_reader_init(&rs.r[rs.n], p)
         j = rs.n
         rs.n += 1
         if lf_reader_expect(&rs.r[j], expect) != 0:
-            raise MemoryError()
+            return -1
     entry[0] = lf_reader_add(&rs.r[j], slot)
-    if entry[0] < 0:
-        raise MemoryError()
-    return <int>j
+    return -1 if entry[0] < 0 else <int>j
 
 
 cdef inline bint _plain(const _Copy *c) noexcept nogil:
@@ -432,8 +432,9 @@ cdef enum:
 cdef struct _Parts:
     const _Copy *c
     _Readers *rs                 # each part's readers: it decodes the cold frames of its rows
-    const int64_t *entry
+    int64_t *entry
     const unsigned char **src
+    size_t expect                # entries a part's reader makes room for at first
     int n
     int rc[_COPY_PARTS]
 
@@ -441,6 +442,36 @@ cdef struct _Parts:
 cdef inline Py_ssize_t _part_start(Py_ssize_t n_obs, int n, int t) noexcept nogil:
     """The first row of part ``t`` of ``n`` over ``n_obs`` rows (``n_obs`` for ``t == n``)."""
     return <Py_ssize_t>((<size_t>n_obs * <size_t>t) // <size_t>n)
+
+
+cdef void _resolve_part(void *ctx, int t) noexcept nogil:
+    """Task ``t`` of ``lf_parallel_for``, the GIL held (the pool does not change): the readers
+    of part ``t``, an entry in each for every cold frame of its rows (only they are written)."""
+    cdef _Parts *w = <_Parts *>ctx
+    cdef const _Copy *c = w.c
+    cdef Py_ssize_t per = c.n_out * c.k, i, q
+    cdef Py_ssize_t i0 = _part_start(c.n_obs, w.n, t) * per
+    cdef Py_ssize_t i1 = _part_start(c.n_obs, w.n, t + 1) * per
+    cdef bint plain = _plain(c)
+    cdef size_t fb = c.inner * c.out_itemsize  # bytes of one frame in the output
+    cdef lf_pool *p
+    cdef int64_t e
+    cdef int j
+    if c.pools == NULL:  # the rows' chains on the way, a level at a time
+        lf_reader_prefetch(c.pool, c.ids + i0, i1 - i0, -1)
+    for i in range(i0, i1):
+        if w.entry[i] == -2:
+            p = c.pool if c.pools == NULL else c.pools[i // per]
+            j = _resolve(&w.rs[t], p, c.ids[i], &e, w.expect)
+            if j < 0:
+                w.rc[t] = _NO_MEMORY
+                return
+            w.entry[i] = (<int64_t>j << 32) | e
+            if plain:  # decoded into its first place (output q // k, frame q % k)
+                q = i % per
+                lf_reader_place(&w.rs[t].r[j], e, c.dst[q // c.k] + (i // per) * c.obs_bytes
+                                + (q % c.k) * fb)
+    w.rc[t] = 0
 
 
 cdef void _run_part(void *ctx, int t) noexcept nogil:
@@ -547,8 +578,10 @@ cdef int _copy(_Copy *c) except -1:
     same code. A cold (compressed) frame is decoded into per-call scratch, each frame and
     each member of its delta chain once per part: each part has its own readers and
     decompression context and decodes the frames of its rows (a frame two parts share is
-    decoded in each). Every slot involved is pinned (a reference taken) before the GIL is
-    released, so no other thread compresses or frees it meanwhile.
+    decoded in each). The parts resolve their rows' cold frames in parallel too, with the
+    GIL held (so that the pool does not change; each part writes only its own readers).
+    Every id is pinned (a reference taken) before the GIL is released, so no other thread
+    compresses or frees its frame, or the members of a cold frame's chain, meanwhile.
 
     Raises:
         RuntimeError: an output changed since phase 1. IndexError, ValueError: an id
@@ -556,7 +589,7 @@ cdef int _copy(_Copy *c) except -1:
         MemoryError: no memory for the decoded frames.
         RuntimeError: a compressed frame does not decode.
     """
-    cdef Py_ssize_t per = c.n_out * c.k, m = c.n_obs * per, i, n_hot = 0, n_cold = 0
+    cdef Py_ssize_t per = c.n_out * c.k, m = c.n_obs * per, i, n_pinned = 0, n_cold = 0
     cdef lf_pool *p
     cdef int rc = 0, o, n
     cdef int64_t bad = -1  # the slot of a blob that did not decode
@@ -566,10 +599,6 @@ cdef int _copy(_Copy *c) except -1:
         c.dst[o] = <unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>c.out[o])
     c.obs_bytes = c.k * c.outer * c.inner * c.out_itemsize
     cdef size_t nbytes = c.obs_bytes * <size_t>c.n_obs * <size_t>c.n_out, work = nbytes
-    cdef bint plain = _plain(c)
-    cdef size_t fb = c.inner * c.out_itemsize  # bytes of one frame in the output
-    cdef Py_ssize_t q
-    cdef size_t expect
     cdef _Parts w
     w.c = c
     w.n = 0  # parts (and their readers) made once the ids are checked
@@ -581,7 +610,6 @@ cdef int _copy(_Copy *c) except -1:
     cdef const unsigned char **src = few
     cdef int64_t few_entry[_FEW]
     cdef int64_t *entry = few_entry  # -1 for a hot frame, a cold one's reader entry
-    cdef int64_t e
     cdef int j
     if m > _FEW:
         src = <const unsigned char **>malloc(m * sizeof(void *))
@@ -593,8 +621,8 @@ cdef int _copy(_Copy *c) except -1:
     w.src = src
     w.entry = entry
     try:
-        if c.pools == NULL:  # the cold frames' chains on the way (the loops below read them)
-            lf_reader_prefetch(c.pool, c.ids, m)
+        if c.pools == NULL:  # the ids' records on the way (the loop below reads them)
+            lf_reader_prefetch(c.pool, c.ids, m, 1)
         for i in range(m):  # every id checked (live) before anything is written
             p = c.pool if c.pools == NULL else c.pools[i // per]
             if not lf_pool_is_live(p, c.ids[i]):
@@ -619,33 +647,28 @@ cdef int _copy(_Copy *c) except -1:
         # a part's entries: the distinct cold frames of its rows (k + 1 of a window's 2k)
         # and the rest of their chains (~3.4 a window at group 64, fewer at 8): about as many as
         # ids (lf_reader_expect caps it at the pool's cold frames: stack() over many pools)
-        expect = <size_t>n_cold // <size_t>w.n + <size_t>n_cold // (4 * <size_t>w.n) + 16
-        for t in range(w.n if n_cold else 0):  # each part decodes the cold frames of its rows
-            for i in range(_part_start(c.n_obs, w.n, t) * per,
-                           _part_start(c.n_obs, w.n, t + 1) * per):
-                if entry[i] == -2:
-                    p = c.pool if c.pools == NULL else c.pools[i // per]
-                    j = _resolve(&rs[t], p, c.ids[i], &e, expect)  # a reader of the row's part
-                    entry[i] = (<int64_t>j << 32) | e
-                    if plain:  # decoded into its first place (output q // k, frame q % k)
-                        q = i % per
-                        lf_reader_place(&rs[t].r[j], e, c.dst[q // c.k] + (i // per) * c.obs_bytes
-                                        + (q % c.k) * fb)
+        w.expect = <size_t>n_cold // <size_t>w.n + <size_t>n_cold // (4 * <size_t>w.n) + 16
+        if n_cold and w.n > 1:
+            lf_parallel_for(w.n, _resolve_part, &w)  # the GIL held: no Python code runs
+        elif n_cold:
+            _resolve_part(&w, 0)
+        for t in range(w.n if n_cold else 0):
+            if w.rc[t] != 0:
+                raise MemoryError()
             for j in range(rs[t].n):
                 if lf_reader_reserve(&rs[t].r[j]) != 0:
                     raise MemoryError()
             cold = cold or rs[t].n > 0
         if cold or nbytes >= _NOGIL_BYTES:
-            # a reference on every hot frame while the GIL is released (with the GIL
-            # held and no Python code running, nothing can free or move one), unless
-            # owners the call holds have one on each already (c.held): a frame an owner
-            # holds is neither freed nor compressed (its reference is not a cold one)
+            # a reference on every frame while the GIL is released (with the GIL held and
+            # no Python code running, nothing can free or move one; a cold frame's keeps
+            # its chain), unless owners the call holds have one on each already (c.held):
+            # a frame an owner holds is neither freed nor compressed (its reference is
+            # not a cold one)
             if not c.held:
                 for i in range(m):
-                    if entry[i] < 0:
-                        lf_pool_incref(c.pool if c.pools == NULL else c.pools[i // per],
-                                       c.ids[i])
-                n_hot = m
+                    lf_pool_incref(c.pool if c.pools == NULL else c.pools[i // per], c.ids[i])
+                n_pinned = m
             _busy(c, 1)  # the pools' frames may not move (enable_compression) meanwhile
             with nogil:
                 rc = _run_parts(&w)
@@ -653,9 +676,8 @@ cdef int _copy(_Copy *c) except -1:
         else:
             rc = _run_parts(&w)  # one part (nbytes < _NOGIL_BYTES), in this thread
     finally:
-        for i in range(n_hot):
-            if entry[i] < 0:
-                lf_pool_decref(c.pool if c.pools == NULL else c.pools[i // per], c.ids[i])
+        for i in range(n_pinned):
+            lf_pool_decref(c.pool if c.pools == NULL else c.pools[i // per], c.ids[i])
         for t in range(w.n):
             for i in range(rs[t].n):
                 bad = max(bad, rs[t].r[i].bad)

@@ -199,7 +199,7 @@ cdef extern from "pool.h" nogil:
                       const uint8_t *kinds, size_t m, int64_t *slots, size_t *bad)
     void lf_reader_init(lf_reader *r, lf_pool *p)
     int lf_reader_expect(lf_reader *r, size_t n)
-    void lf_reader_prefetch(const lf_pool *p, const int64_t *slots, size_t n)
+    void lf_reader_prefetch(const lf_pool *p, const int64_t *slots, size_t n, int levels)
     int64_t lf_reader_add(lf_reader *r, int64_t slot)
     int lf_reader_reserve(lf_reader *r)
     int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end)

@@ -1051,19 +1051,20 @@ int lf_reader_expect(lf_reader *r, size_t n) {
  * keeps in flight are fewer). */
 #define LF_PREFETCH_BATCH 32
 
-void lf_reader_prefetch(const lf_pool *p, const int64_t *slots, size_t n) {
+void lf_reader_prefetch(const lf_pool *p, const int64_t *slots, size_t n, int levels) {
     int64_t level[LF_PREFETCH_BATCH];
     if (p->z == NULL) return; /* no lf_meta: every frame is hot */
     for (size_t s = 0; s < n; s += LF_PREFETCH_BATCH) {
         size_t m = 0;
         for (size_t i = s; i < n && i < s + LF_PREFETCH_BATCH; i++)
             if (lf_pool_is_live(p, slots[i])) level[m++] = slots[i];
-        while (m) { /* the loads of a level issued, then each read: its reference next */
+        for (int l = 0; m && l != levels; l++) { /* a level's loads issued, then each read */
             for (size_t i = 0; i < m; i++) {
                 const lf_chunk *ch = lf_pool_chunk(p, level[i]);
                 __builtin_prefetch(&ch->ref[lf_pool_offset(p, level[i])], 1);
                 __builtin_prefetch((lf_meta *)ch->data + lf_pool_offset(p, level[i]));
             }
+            if (l + 1 == levels) break; /* the last level asked for: loads issued, not read */
             size_t k = 0;
             for (size_t i = 0; i < m; i++) {
                 const lf_meta *mt = lf_pool_meta(p, level[i]);
@@ -1095,7 +1096,6 @@ int64_t lf_reader_add(lf_reader *r, int64_t slot) {
             r->pos[i] = -1;
             r->at[i] = NULL;
             r->done[i] = 0;
-            lf_pool_incref(r->p, slot); /* pinned until lf_reader_release */
             /* a root is read where it is; a group's keyframe (the codec's, or a delta
              * against a root) gets scratch too, so that it is decoded once, not once for
              * each frame asked for whose chain passes it (2.1 times for a window of 5) */
@@ -1185,7 +1185,6 @@ int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end) {
 }
 
 void lf_reader_release(lf_reader *r) {
-    for (size_t i = 0; i < r->n; i++) lf_pool_decref(r->p, r->slots[i]);
     free(r->slots);
     free(r->blobs);
     free(r->ref);

@@ -30,20 +30,25 @@
  * SlotTable entry or a delta child holds it. When a hot slot's references are all cold
  * (refcnt == cold > 0) it joins the pending queue, and lf_pool_compress_pending
  * compresses it exactly once (SlotTable.set/take call it with the GIL held). A cold frame never becomes hot again; readers (lf_reader)
- * decode it into their own scratch, without the GIL, after pinning (incref) every slot of
- * its chain, so that nothing they read is compressed or freed meanwhile.
+ * decode it into their own scratch, without the GIL, while the caller holds a reference
+ * on it (a pin: incref), which keeps its whole chain (each member holds a cold reference
+ * on the next), so that nothing they read is compressed or freed meanwhile.
  *
  * Threads. One thread at a time changes a pool (the GIL); a copy out reads pinned frames
  * without it while another thread adds. What a reader reads without the GIL never
- * changes while it holds its pins: a pinned hot frame's bytes (a pin is not a cold
- * reference, so the frame is not eligible for compression, and its slot is not freed or
- * reused) and a pinned cold frame's blob (freed only with its slot). The pool's own
- * tables do move: lf_pool_alloc grows the chunk table and the table of buffers (lf_meta.at)
- * with realloc, and frees and compression write the lf_meta of other slots. So a reader takes every address it needs
- * with the GIL held - a hot frame's lf_pool_addr, a cold frame's blob (lf_reader_add
- * copies it into an lf_blob) - and never reads p->chunks, an lf_meta, a link or a refcount
- * without the GIL. test_pool_threads in csrc/test_kernels.c runs adds against gathers in
- * two threads under ThreadSanitizer (tests/sanitize.sh).
+ * changes while the frames it was asked for are pinned: a pinned hot frame's bytes (a
+ * pin is not a cold reference, so the frame is not eligible for compression, and its
+ * slot is not freed or reused) and the blobs of a pinned cold frame's chain (freed only
+ * with their slots, which live while the frame does). The pool's own tables do move:
+ * lf_pool_alloc grows the chunk table and the table of buffers (lf_meta.at) with realloc,
+ * and frees and compression write the lf_meta of other slots. So a reader takes every
+ * address it needs while the pool does not change (the GIL held: several threads may do
+ * that at once, since lf_reader_add reads the pool and writes its reader only) - a hot
+ * frame's lf_pool_addr, a cold frame's blob (lf_reader_add copies it into an lf_blob) -
+ * and never reads p->chunks, an lf_meta, a link or a refcount once the GIL is released.
+ * test_pool_threads in csrc/test_kernels.c runs adds against gathers in two threads under
+ * ThreadSanitizer (tests/sanitize.sh), and test_parallel_decode collects readers in
+ * parallel.
  */
 #ifndef LAZYFRAMES_POOL_H
 #define LAZYFRAMES_POOL_H
@@ -439,10 +444,11 @@ int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out);
 
 /* -- a reader: the cold frames of one copy out, each decoded once ----------------------- */
 
-/* Collect with the GIL held (lf_reader_add pins each slot of the chains, then
- * lf_reader_reserve takes the scratch), decode without it (lf_reader_decode), read the
- * frames (lf_reader_frame), then release with the GIL held (lf_reader_release unpins,
- * and keeps the scratch as the pool's spare, up to LF_SPARE_MAX bytes: a fresh one
+/* Collect while the pool does not change (lf_reader_add, in several threads at once if
+ * need be, each with its own reader; then lf_reader_reserve, which takes the scratch, in
+ * one thread with the GIL), decode without the GIL (lf_reader_decode), read the frames
+ * (lf_reader_frame), then release with the GIL held (lf_reader_release keeps the
+ * scratch as the pool's spare, up to LF_SPARE_MAX bytes: a fresh one
  * per call costs a page fault per 4 KiB). An entry is decoded from the decoded entry
  * of its reference: an observation's consecutive frames, and the frames an obs and its
  * next obs share, decode once per call. Only the entries lf_reader_add returned (the
@@ -453,7 +459,7 @@ int lf_pool_read(lf_pool *p, int64_t slot, unsigned char *out);
  * window of consecutive frames) goes on from it. */
 typedef struct {
     lf_pool *p;
-    int64_t *slots;        /* the cold slots, each pinned */
+    int64_t *slots;        /* the cold slots (alive while those asked for are pinned) */
     lf_blob *blobs;        /* their blobs, taken by lf_reader_add (GIL held) */
     int32_t *ref;          /* index of the entry's reference, or -1 for a keyframe */
     int32_t *pos;          /* >= 0 for an entry with a frame of its own (a frame asked
@@ -489,12 +495,15 @@ void lf_reader_init(lf_reader *r, lf_pool *p);
  * n may still be added. */
 int lf_reader_expect(lf_reader *r, size_t n);
 /* Start loading what lf_reader_add will read of the n slots (any ids: those not live
- * are skipped) and of their chains, level by level: each level's misses overlap instead
- * of following one another down each chain (GIL held, as lf_reader_add). Changes no
- * value, only the time. */
-void lf_reader_prefetch(const lf_pool *p, const int64_t *slots, size_t n);
+ * are skipped) and of their chains, level by level, `levels` levels (1: the slots' own
+ * records; -1: every level): each level's misses overlap instead of following one
+ * another down each chain (while the pool does not change, as lf_reader_add). Changes
+ * no value, only the time. */
+void lf_reader_prefetch(const lf_pool *p, const int64_t *slots, size_t n, int levels);
 /* The entry of a live cold slot (added, with its chain, if new), to read with
- * lf_reader_frame: >= 0, or -1 on out of memory. */
+ * lf_reader_frame: >= 0, or -1 on out of memory. The caller pins the slot (or holds a
+ * reference on it) until lf_reader_release: that keeps its chain. Reads the pool, writes
+ * r only. */
 int64_t lf_reader_add(lf_reader *r, int64_t slot);
 /* The scratch of every entry asked for and not placed (lf_reader_place before this
  * saves a frame's scratch): 0, or -1 on out of memory. GIL held. */

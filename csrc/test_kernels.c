@@ -645,9 +645,10 @@ static void compression_case(lf_codec c, int n) {
     lf_reader r;
     lf_reader_init(&r, &p);
     int64_t *entry = malloc(2 * (size_t)n * sizeof(int64_t));
+    uint64_t count0 = lf_pool_refcount(&p, s[0]);
     for (int i = 0; i < 2 * n; i++) entry[i] = lf_reader_add(&r, s[(i * 7) % n]);
     CHECK(r.n == (size_t)n, "one entry per frame (%zu)", r.n);
-    CHECK(lf_pool_refcount(&p, s[0]) >= 3, "pinned");
+    CHECK(lf_pool_refcount(&p, s[0]) == count0, "a reader pins nothing (its caller does)");
     void *dctx = lf_dctx_new();
     CHECK(lf_reader_reserve(&r) == 0 && lf_reader_decode(&r, dctx) == 0, "decode");
     bad_value = 0;
@@ -1145,7 +1146,8 @@ static void test_reader_windows(void) {
     /* the windows' chains loaded ahead; any id may be passed (read under ASan) */
     int64_t ids[5 * 5 + 3] = {-1, INT64_MAX, (int64_t)1 << 40};
     for (int j = 0; j < 25; j++) ids[3 + j] = s[5 + 12 * (j / 5) + j % 5];
-    lf_reader_prefetch(&p, ids, sizeof(ids) / sizeof(ids[0]));
+    lf_reader_prefetch(&p, ids, sizeof(ids) / sizeof(ids[0]), -1);
+    lf_reader_prefetch(&p, ids, sizeof(ids) / sizeof(ids[0]), 1);
     lf_reader r;
     lf_reader_init(&r, &p);
     /* room for at most the pool's cold frames (N), however many ids a copy has */
@@ -1637,8 +1639,8 @@ static void *thread_gather(void *arg) {
             for (int j = 0; j < TK; j++, m++) {
                 ids[m] = t->table[row][j];
                 num[m] = (uint64_t)t->newest[row] - (TK - 1) + (uint64_t)j;
+                lf_pool_incref(&t->p, ids[m]); /* every frame pinned: a cold one's chain lives */
                 if (lf_pool_is_hot(&t->p, ids[m])) {
-                    lf_pool_incref(&t->p, ids[m]);
                     src[m] = lf_pool_addr(&t->p, ids[m]);
                     entry[m] = -1;
                 } else {
@@ -1650,7 +1652,8 @@ static void *thread_gather(void *arg) {
         int ok = lf_reader_reserve(&r) == 0;
         t->p.busy++;
         pthread_mutex_unlock(&t->gil);
-        /* the GIL released: only pinned frames and the reader's own memory are read */
+        /* the GIL released: only pinned frames, their chains' blobs and the reader's own
+         * memory are read */
         ok = ok && lf_reader_decode(&r, dctx) == 0;
         for (int i = 0; ok && i < m; i++) {
             if (entry[i] >= 0) src[i] = lf_reader_frame(&r, entry[i]);
@@ -1663,8 +1666,7 @@ static void *thread_gather(void *arg) {
         }
         pthread_mutex_lock(&t->gil);
         t->p.busy--;
-        for (int i = 0; i < m; i++)
-            if (entry[i] < 0) lf_pool_decref(&t->p, ids[i]);
+        for (int i = 0; i < m; i++) lf_pool_decref(&t->p, ids[i]);
         t->cold += (long)r.n;
         if (r.n) lf_reader_release(&r); /* made only for cold frames, as _copy does */
         t->gathers++;
@@ -1852,20 +1854,33 @@ static void test_parallel_callers(void) {
           pc[0].bad + pc[1].bad + pc[2].bad);
 }
 
-/* The copy out's decoding split in parts, as csrc/_copyout.pxi does it: each part has its
- * own reader (pins taken, blobs read, with the "GIL" held) over its rows, and its own
- * decompression context; the parts share delta chains (consecutive rows overlap by
- * k - 1 frames) and run in the workers. Every frame is exact. */
+/* The copy out split in parts, as csrc/_copyout.pxi does it: each part collects its own
+ * reader over its rows (chains and blobs read while the pool does not change: in the
+ * workers too), then, in a second parallel call, decodes with its own decompression
+ * context; the parts share delta chains (consecutive rows overlap by k - 1 frames). Every
+ * frame is exact. */
 #define PN 160 /* frames */
 #define PK 4
 #define PROWS (PN - PK + 1)
 
 typedef struct {
     lf_reader r[4];
+    const int64_t *s; /* the frames' slots */
     int64_t entry[PROWS * PK];
     unsigned char *out; /* PROWS * PK frames */
     int parts, rc[4];
 } par_decode;
+
+static void par_collect_part(void *ctx, int t) {
+    par_decode *d = ctx;
+    for (int row = t * PROWS / d->parts; row < (t + 1) * PROWS / d->parts; row++)
+        for (int j = 0; j < PK; j++) {
+            int i = row * PK + j;
+            d->entry[i] = lf_reader_add(&d->r[t], d->s[row + j]);
+            if (d->entry[i] >= 0) lf_reader_place(&d->r[t], d->entry[i], d->out + (size_t)i * ZFB);
+            else d->rc[t] = 1;
+        }
+}
 
 static void par_decode_part(void *ctx, int t) {
     par_decode *d = ctx;
@@ -1902,16 +1917,14 @@ static void test_parallel_decode(void) {
         lf_parallel_set_threads(parts);
         d->parts = parts;
         memset(d->out, 0, (size_t)PROWS * PK * ZFB);
+        d->s = s;
         for (int t = 0; t < parts; t++) {
             lf_reader_init(&d->r[t], &p);
-            for (int row = t * PROWS / parts; row < (t + 1) * PROWS / parts; row++)
-                for (int j = 0; j < PK; j++) {
-                    int i = row * PK + j;
-                    d->entry[i] = lf_reader_add(&d->r[t], s[row + j]);
-                    lf_reader_place(&d->r[t], d->entry[i], d->out + (size_t)i * ZFB);
-                }
-            CHECK(lf_reader_reserve(&d->r[t]) == 0, "reserve");
+            d->rc[t] = 0;
         }
+        lf_parallel_for(parts, par_collect_part, d); /* the frames held by the test */
+        for (int t = 0; t < parts; t++)
+            CHECK(d->rc[t] == 0 && lf_reader_reserve(&d->r[t]) == 0, "collect and reserve");
         p.busy++;
         lf_parallel_for(parts, par_decode_part, d);
         p.busy--;
