@@ -472,7 +472,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         entries. How a replay buffer adopts the pool of the wrappers feeding it.
 
         Args:
-            compress: True (the default options) or a mapping of ``codec`` (``"lz4"``,
+            compress: True (the default options; a pool that compresses already keeps
+                its own) or a mapping of ``codec`` (``"lz4"``,
                 ``"lz4hc"`` or ``"zstd"``), ``level`` (1 to 9) and ``group`` (1 to 64:
                 at most one keyframe in ``group`` frames; a frame decodes from at most
                 ``1 + log2(group)`` compressed blobs, one more for a frame equal to the
@@ -488,6 +489,8 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         cdef lf_codec c
         if not _codec(compress, &c):
             raise ValueError("enable_compression needs compress=True or a mapping of options")
+        if compress is True and self.p.z != NULL:  # compressing already, with its options
+            return
         self._compress(c)
 
     cdef int _compress(self, lf_codec c) except -1:

@@ -85,9 +85,10 @@ class ReplayBuffer:
             added, or (for ndarrays) a new pool owned by the buffer. For Dict
             observations, a dict of pools by frame key (keys left out get the default).
         compress: compress the stored frames (docs/COMPRESSION.md): True (the default
-            codec) or a mapping of some of ``codec``, ``level``, ``group``. The buffer
-            makes the pool it uses compress (the one given, the wrapper's it adopts, or
-            its own); a frame is compressed once only stored transitions refer to it (a
+            codec, or the options of a given or adopted pool that compresses already) or
+            a mapping of some of ``codec``, ``level``, ``group``. The buffer makes the
+            pool it uses compress (the one given, the wrapper's it adopts, or its own); a
+            frame is compressed once only stored transitions refer to it (a
             wrapper's live frames stay uncompressed); samples are the same bit for bit.
             False (default): the pool is left as it is.
         frame_keys: for Dict observations, the keys of the leaves stored as frames
@@ -148,7 +149,9 @@ class ReplayBuffer:
             frame_keys = (frame_keys,) if isinstance(frame_keys, str) else tuple(frame_keys)
             if not frame_keys or not all(isinstance(key, str) for key in frame_keys):
                 raise TypeError(f"frame_keys must be a non-empty list of str, got {frame_keys!r}")
-        compress = C.compression(compress)
+        opts = C.compression(compress)  # checked
+        # True stays True: a pool given or adopted that compresses already keeps its options
+        compress = True if compress is True else opts
         if compress is not None and pool is not None:
             for p in pool.values() if isinstance(pool, dict) else [pool]:
                 p.enable_compression(compress)
@@ -277,7 +280,9 @@ class ReplayBuffer:
         m = pool_memory([s for s in self._stores if isinstance(s, FrameStore)], n)
         if m["compression"] is None and not self._stores:  # no add yet: the options
             p = self._pool_opt
-            m["compression"] = p.compression if isinstance(p, _core.FramePool) else self._compress
+            m["compression"] = (
+                p.compression if isinstance(p, _core.FramePool) else C.compression(self._compress)
+            )
         per = (m["bytes_held"] + table) / n if n else 0.0
         return {**m, "transitions": n, "table_bytes": table, "bytes_per_transition": per}
 
@@ -893,7 +898,9 @@ class ReplayBuffer:
         if self._starts is not None:
             meta["start_extras"] = _extras.meta(self._starts.spec)
             extra = {**extra, **self._starts.state()}
-        compression = self.memory()["compression"] if self._stores else self._compress
+        compression = (
+            self.memory()["compression"] if self._stores else C.compression(self._compress)
+        )
         return _archive.State(meta, self._ring, self._keys, self._stores, compression, extra)
 
     def _keep(self, stores: tuple, keys) -> None:

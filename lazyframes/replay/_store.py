@@ -257,7 +257,8 @@ class FrameStore(Store):
             in the ``"first"``/``"last"`` layouts.
         pool: the pool to store frames in, or None (the first lazy observation's pool,
             or one the store makes).
-        compress: checked compression options (the pool is made to compress), or None.
+        compress: checked compression options (the pool is made to compress), True (the
+            defaults, or the options of a given or adopted pool that compresses), or None.
     """
 
     def __init__(
@@ -292,7 +293,7 @@ class FrameStore(Store):
     @property
     def compression(self) -> dict | None:
         """The compression options of the pool (or those it will be given)."""
-        return self._compress if self._pool is None else self._pool.compression
+        return C.compression(self._compress) if self._pool is None else self._pool.compression
 
     # -- adding -----------------------------------------------------------------------
     def prepare(self, obs, nxt, final, E, batched, ring, envs, values) -> tuple:

@@ -176,6 +176,16 @@ def test_compress_options_and_adopted_pools():
     with pytest.raises(ValueError, match="already compresses"):
         rb.add(obs, 0, 0.0, w.step(0, np.ones(SHAPE, np.uint8)), False, False)
     assert len(rb) == 0 and rb.pool is None and pool.compression["group"] == 8
+    # compress=True takes the options of a pool that compresses already (an old default's)
+    old = FramePool(SHAPE, np.uint8, compress={"group": 64})
+    old.enable_compression(True)
+    rb = ReplayBuffer(10, pool=old, compress=True)
+    assert rb.memory()["compression"] == old.compression == {**DEFAULT_COMPRESSION, "group": 64}
+    rb = ReplayBuffer(10, compress=True)
+    assert rb.memory()["compression"] == DEFAULT_COMPRESSION  # until it adopts a pool
+    w = Wrapper(old)
+    rb.add(w.reset(0, frames[0]), 0, 0.0, w.step(0, frames[1]), False, False)
+    assert rb.pool is old and len(rb) == 1 and rb.memory()["compression"]["group"] == 64
 
 
 @pytest.mark.parametrize("kind", ["arrays", "lazy", "batch"])
