@@ -471,7 +471,6 @@ cdef void _resolve_part(void *ctx, int t) noexcept nogil:
                 q = i % per
                 lf_reader_place(&w.rs[t].r[j], e, c.dst[q // c.k] + (i // per) * c.obs_bytes
                                 + (q % c.k) * fb)
-    w.rc[t] = 0
 
 
 cdef void _run_part(void *ctx, int t) noexcept nogil:

@@ -431,7 +431,8 @@ static inline lf_blob lf_pool_blob(const lf_pool *p, int64_t slot) {
  * blob is made whole there, then an XOR delta decoded after it). Reads only b's bytes,
  * p->frame_bytes and the coder's lean header (written once, before the first lean blob
  * exists). 0, or -1 if the blob does not decode (cannot happen unless memory is
- * corrupted). Needs no GIL when the caller pinned the blob's slot. */
+ * corrupted). Needs no GIL when the caller pinned the blob's slot, or a frame whose
+ * chain it is in. */
 int lf_blob_decode(const lf_pool *p, void *dctx, lf_blob b, const unsigned char *base,
                    unsigned char *out, unsigned char *chunk);
 
