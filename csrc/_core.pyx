@@ -154,6 +154,7 @@ cdef extern from "codec.h" nogil:
 cdef extern from "pool.h" nogil:
     enum:
         LF_ROOT_FRAMES
+        LF_MAX_CHAIN
     ctypedef struct lf_pool:
         size_t frame_bytes
         size_t spc

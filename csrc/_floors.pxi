@@ -159,9 +159,9 @@ def _codec_floor(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
 
     What a compressing pool must at least do for each frame of one stream, in order: the
     pool's coder (``lf_coder_encode`` in ``csrc/codec.c``) codes frame i at position ``p =
-    i % group`` of its group as a keyframe (``p == 0``) or as a delta against frame ``i -
-    lowbit(p)`` (the pool's binary tree of references; docs/COMPRESSION.md): a patch,
-    packed when that pays. With ``group > 1`` a keyframe is, as in a pool, a root (kept
+    i % group`` of its group as a keyframe (``p == 0``) or as a delta against frame
+    ``i - 1`` (the pool's chain of references; docs/COMPRESSION.md): a patch, packed when
+    that pays. With ``group > 1`` a keyframe is, as in a pool, a root (kept
     raw: no coding) once every ``LF_ROOT_FRAMES / group`` keyframes from the first, else
     the smaller of the codec's blob and the delta against the last root
     (``lf_coder_encode_key``). No slots, no queue, no copies of the blobs, no decoding of
@@ -207,8 +207,7 @@ def _codec_floor(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
             for i in range(n):
                 p = <unsigned>(i % c.group)
                 if p != 0:
-                    r = lf_coder_encode(&coder, src + i * fb, src + (i - (p & -p)) * fb, &out,
-                                        &kind)
+                    r = lf_coder_encode(&coder, src + i * fb, src + (i - 1) * fb, &out, &kind)
                 elif c.group == 1:
                     r = lf_coder_encode(&coder, src + i * fb, NULL, &out, &kind)
                 elif keys % period == 0:  # a root: the frame itself

@@ -642,9 +642,8 @@ cdef LazyBatch _dedup(FramePool pool, tuple arrs, Py_ssize_t E, Py_ssize_t k, La
                             found = o[e * w + h * k + jj]
                             break
                 if found >= 0 and not inorder and j and pool.p.z != NULL and \
-                        memcmp(src + (j - 1) * fb, f, fb) == 0 and \
                         not _padding(o + e * w + h * k, j):
-                    found = -1  # the frame before repeated, past the padding: a frame of its own
+                    found = -1  # a frame repeated past the padding: a frame of its own
                 if found >= 0:
                     lf_pool_incref(&pool.p, found)
                 else:

@@ -475,9 +475,10 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
             compress: True (the default options; a pool that compresses already keeps
                 its own) or a mapping of ``codec`` (``"lz4"``,
                 ``"lz4hc"`` or ``"zstd"``), ``level`` (1 to 9) and ``group`` (1 to 64:
-                at most one keyframe in ``group`` frames; a frame decodes from at most
-                ``1 + log2(group)`` compressed blobs, one more for a frame equal to the
-                one before it, and its root, a raw frame, when ``group > 1``).
+                at most one keyframe in ``group`` frames; the frame at position ``p`` of
+                its group decodes from ``p + 1`` compressed blobs, one more for a frame
+                equal to one shortly before it, and its root, a raw frame, when
+                ``group > 1``; a batch decodes each blob once).
 
         Raises:
             TypeError, ValueError: bad options, or options other than the pool's own
@@ -744,7 +745,7 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         self._ready()
         cdef int64_t s = _one_id(self, slot)
         _check_ids(&self.p, &s, 1)
-        cdef int64_t chain[LF_MAX_GROUP]
+        cdef int64_t chain[LF_MAX_CHAIN]
         if lf_pool_is_hot(&self.p, s):
             return []
         cdef int n = lf_pool_chain(&self.p, s, chain)
@@ -894,11 +895,11 @@ A refcounted store of frames of one shape and dtype, in a chunked arena.
         ``candidates`` (a LazyBatch ``(E, m)`` of this pool, e.g. that env's previous
         observation) with equal bytes, or an earlier frame of the same row with equal
         bytes (reset padding); otherwise it is copied into a new slot. In a compressing
-        pool, a frame equal to the frame just before it, after the observation's
-        padding (a static screen), is copied into a new slot too, unless it is the
-        candidate that shifted observation has there: a stream's frames stay the chain
-        a :class:`SlotTable` stores its rows along, and the pool stores such a frame as
-        an empty patch (where a plain pool would store the whole frame again). This is
+        pool, a frame equal to an earlier frame after the observation's padding (a static
+        screen, or flicker) is copied into a new slot too, unless it is the candidate that
+        shifted observation has there: a stream's frames stay the chain a
+        :class:`SlotTable` stores its rows along, and the pool stores such a frame as an
+        empty patch (where a plain pool would store the whole frame again). This is
         how observations that arrive as plain stacked arrays (EnvPool, SB3's
         VecFrameStack) cost one new frame per step. The result has the ``"stack"``
         layout.

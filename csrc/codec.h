@@ -28,8 +28,7 @@ typedef struct {
     int codec;             /* LF_CODEC_* */
     int level;             /* 1..9 */
     int group;             /* 1..LF_MAX_GROUP frames per keyframe (a pool decodes a frame
-                            * from 1 + log2(group) blobs at most and its root, pool.h; a
-                            * container from group) */
+                            * from group blobs at most and its root, pool.h) */
 } lf_codec;
 
 /* Once per process, before any other call. */
@@ -101,10 +100,10 @@ void lf_xor_into(unsigned char *out, const unsigned char *b, size_t n);
 /* Containers: frames coded one after another, each blob of a kind (the values of
  * _core.KIND_*, docs/COMPRESSION.md). A keyframe (KEY or RAW) starts a group at position 0;
  * a PATCH, PACKED or XOR frame takes the next position pos of its group and is coded
- * against the group's frame at position pos - lowbit(pos), as a compressing pool codes its frames
- * (pool.h), so that a pool adopts such blobs as they are (lf_pool_adopt). A DELTA frame,
- * of containers before 0.3, takes its position too but is coded against the frame before
- * it. */
+ * against the group's frame at position pos - lowbit(pos) (a binary tree: a container is
+ * decoded whole, and a pool adopts such blobs as they are, with those references,
+ * lf_pool_adopt). A DELTA frame, of containers before 0.3, takes its position too but is
+ * coded against the frame before it. */
 enum {
     LF_KIND_KEY = 0,
     LF_KIND_DELTA = 1,

@@ -433,7 +433,7 @@ void lf_pool_free_slot(lf_pool *p, int64_t slot) {
         }
     }
     if (p->z) own_trim(p);
-    if (ref >= 0) lf_pool_decref_cold(p, ref); /* a chain is at most LF_MAX_GROUP deep */
+    if (ref >= 0) lf_pool_decref_cold(p, ref); /* a chain is at most LF_MAX_CHAIN deep */
 }
 
 size_t lf_pool_slot_state_bytes(const lf_pool *p) {
@@ -687,7 +687,7 @@ int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain) {
     for (;;) {
         chain[n++] = slot;
         slot = lf_pool_meta(p, slot)->ref;
-        if (slot < 0 || n == LF_MAX_GROUP) return n;
+        if (slot < 0 || n == LF_MAX_CHAIN) return n;
     }
 }
 
@@ -710,7 +710,7 @@ int lf_blob_decode(const lf_pool *p, void *dctx, lf_blob b, const unsigned char 
 }
 
 int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *out) {
-    int64_t chain[LF_MAX_GROUP];
+    int64_t chain[LF_MAX_CHAIN];
     int n = lf_pool_chain(p, slot, chain);
     for (int i = n - 1; i >= 0; i--) /* the keyframe, then each patch in place */
         if (lf_blob_decode(p, dctx, lf_pool_blob(p, chain[i]), i == n - 1 ? NULL : out, out,
@@ -736,17 +736,6 @@ static int64_t unaliased(const lf_pool *p, int64_t slot) {
                    lf_pool_meta(p, m->ref)->pos == m->pos
                ? m->ref
                : slot;
-}
-
-/* The reference of a frame whose recorded previous frame `prev` is cold and at position
- * prev_pos < group - 1 of its group: the frame at pos - lowbit(pos) of the group, pos =
- * prev_pos + 1, reached from prev along the references (each clears a low bit of
- * prev_pos; they hold cold references on one another, so all are live). -1 if the chain
- * is not that shape (the frame is then coded as a keyframe). */
-static int64_t tree_ref(const lf_pool *p, int64_t prev, unsigned pos) {
-    unsigned want = pos & (pos - 1); /* pos - lowbit(pos) */
-    while (prev >= 0 && lf_pool_meta(p, prev)->pos > want) prev = lf_pool_meta(p, prev)->ref;
-    return prev >= 0 && lf_pool_meta(p, prev)->pos == want ? unaliased(p, prev) : -1;
 }
 
 /* 1 if the pool's root is still one (a weak reference: its slot may have been freed, and
@@ -789,12 +778,24 @@ static const unsigned char *raw_at_hand(const lf_pool *p, int64_t slot) {
     return m->blob_flags & LF_BLOB_RAW ? lf_meta_buf(p, m) : warm_get(p->z, slot);
 }
 
-/* Compress one eligible slot. A frame equal to its recorded previous frame (cold, its
- * bytes at hand: a static screen) is an empty patch against it, at its position: an
- * alias, which decodes with one more copy. Otherwise a delta (a patch, or the codec on
- * the XOR) against a frame of its group (tree_ref) when its recorded previous frame is
- * cold and its group has room, else a keyframe: the pool's next root, or
- * code_keyframe's (pool.h, "Roots"). 0, or -1 on out of memory. */
+/* The first of the LF_ALIAS_BACK frames before a frame along its previous-frame links,
+ * from `prev`, that is cold, has its bytes at hand and equals `frame`; or -1. */
+static int64_t equal_earlier(const lf_pool *p, int64_t prev, const unsigned char *frame) {
+    for (int d = 0; d < LF_ALIAS_BACK && prev >= 0 && lf_pool_is_live(p, prev) &&
+                    lf_pool_meta(p, prev)->cold_state;
+         d++, prev = lf_pool_prev(p, prev)) {
+        const unsigned char *raw = raw_at_hand(p, prev);
+        if (raw && memcmp(raw, frame, p->frame_bytes) == 0) return prev;
+    }
+    return -1;
+}
+
+/* Compress one eligible slot. A frame equal to one of the few frames before it (cold,
+ * their bytes at hand: a static screen, or flicker) is an empty patch against it, at its
+ * position: an alias, which decodes with one more copy. Otherwise a delta (a patch, or
+ * a packed patch) against its recorded previous frame when that is cold and its group has
+ * room, else a keyframe: the pool's next root, or code_keyframe's (pool.h, "Roots"). 0,
+ * or -1 on out of memory. */
 static int compress_one(lf_pool *p, int64_t slot) {
     lf_compressor *z = p->z;
     lf_meta *m = lf_pool_meta(p, slot);
@@ -802,13 +803,13 @@ static int compress_one(lf_pool *p, int64_t slot) {
     unsigned pos = 0;
     if (prev >= 0 && lf_pool_is_live(p, prev) && lf_pool_meta(p, prev)->cold_state &&
         z->codec.group > 1) { /* (group 1: every frame its own keyframe, no alias) */
-        const unsigned char *same = raw_at_hand(p, prev);
-        if (same && memcmp(same, lf_meta_buf(p, m), p->frame_bytes) == 0) {
-            pos = lf_pool_meta(p, prev)->pos;
-            ref = unaliased(p, prev);
+        int64_t same = equal_earlier(p, prev, lf_meta_buf(p, m));
+        if (same >= 0) {
+            pos = lf_pool_meta(p, same)->pos;
+            ref = unaliased(p, same);
         } else if (lf_pool_meta(p, prev)->pos + 1 < z->codec.group) {
             pos = lf_pool_meta(p, prev)->pos + 1u;
-            ref = tree_ref(p, prev, pos);
+            ref = unaliased(p, prev);
         }
     }
     const unsigned char *out;
@@ -1155,14 +1156,14 @@ int lf_reader_decode_upto(lf_reader *r, void *dctx, size_t end) {
                 __builtin_prefetch(b->buf + at);
         }
         if (r->pos[i] < 0 || r->done[i]) continue; /* decoded on the way to one asked for */
-        int32_t todo[LF_MAX_GROUP];
+        int32_t todo[LF_MAX_CHAIN];
         int n = 0;
-        for (int32_t j = (int32_t)i; j >= 0 && !r->done[j] && j != r->held && n < LF_MAX_GROUP;
+        for (int32_t j = (int32_t)i; j >= 0 && !r->done[j] && j != r->held && n < LF_MAX_CHAIN;
              j = r->ref[j])
             todo[n++] = j;
         int32_t up = r->ref[todo[n - 1]];
         int from_held = up >= 0 && up == r->held;
-        if (up >= 0 && !r->done[up] && !from_held) { /* a chain longer than LF_MAX_GROUP */
+        if (up >= 0 && !r->done[up] && !from_held) { /* a chain longer than LF_MAX_CHAIN */
             r->bad = r->slots[todo[n - 1]];
             return -2;
         }

@@ -24,9 +24,10 @@
  * buffer) or COLD (its buffer is a compressed blob: a keyframe, or the patch of the frame
  * against the frame `ref`, which that slot then holds a cold reference on). Along the
  * recorded previous frames, a keyframe starts a group of at most `group` frames; the
- * frame at position `pos` > 0 of a group refers to the one at pos - lowbit(pos) (a binary
- * tree: 1 -> 0, 2 -> 0, 3 -> 2, 4 -> 0, ...), so 1 + popcount(pos) blobs decode it and a
- * window of consecutive frames shares most of its chain. A reference is COLD when a
+ * frame at position `pos` > 0 of a group refers to the one before it (a chain: 1 -> 0,
+ * 2 -> 1, ...; frames adopted from a container keep the container's references), so
+ * pos + 1 blobs decode it and a window of consecutive frames decodes its chain once, the
+ * frames no row asked for patched in place (lf_reader). A reference is COLD when a
  * SlotTable entry or a delta child holds it. When a hot slot's references are all cold
  * (refcnt == cold > 0) it joins the pending queue, and lf_pool_compress_pending
  * compresses it exactly once (SlotTable.set/take call it with the GIL held). A cold frame never becomes hot again; readers (lf_reader)
@@ -104,11 +105,14 @@ typedef struct {
  * LF_ROOT_FRAMES / group). A keyframe is then a patch against a frame its game shares most
  * pixels with: a few hundred bytes where the codec's keyframe takes up to 2 KB, decoded
  * by a copy of the root, which is read in place, and a patch, not by the codec
- * (docs/COMPRESSION.md, "Roots"). A frame decodes from at most 1 + 1 + log2(group) blobs,
- * one more if it is an alias of a repeated frame (compress_one). */
+ * (docs/COMPRESSION.md, "Roots"). A frame decodes from at most group + 1 blobs, one more
+ * if it is an alias of a repeated frame (compress_one): LF_MAX_CHAIN. */
 #define LF_ROOT_FRAMES 8192
+#define LF_MAX_CHAIN (LF_MAX_GROUP + 2)
 
 #define LF_WARM 32         /* raw copies of recently compressed frames kept for the next delta */
+#define LF_ALIAS_BACK 4    /* how many frames back an equal frame is found (an alias): a
+                            * stack of 4 repeats a frame up to 4 frames back */
 
 typedef struct lf_compressor lf_compressor; /* pool.c: contexts, scratch, queue, warm cache */
 
@@ -374,7 +378,7 @@ int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offse
 size_t lf_pool_pending(const lf_pool *p);
 
 /* Append to chain[] the slots a cold `slot` is decoded from, itself first, its keyframe
- * last; returns their number (<= LF_MAX_GROUP). */
+ * last; returns their number (<= LF_MAX_CHAIN). */
 int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain);
 
 /* The blob of a cold slot, as read with the GIL held: it does not move or change while

@@ -151,7 +151,7 @@ def test_episode_boundaries_at_every_position_of_a_group(group):
 
 
 def test_deep_chains_decode_within_a_group():
-    """A long episode of one-pixel changes: groups of ``group`` frames, 7 blobs at most."""
+    """A long episode of one-pixel changes: chains of ``group`` frames and the root."""
     frames = one_pixel(200, shape=(9, 9))
     store = Store(frames, [0], {"group": 64})
     rows = np.arange(store.rows)[::-1]  # the newest first: no decode reuses an earlier one
@@ -159,7 +159,7 @@ def test_deep_chains_decode_within_a_group():
     for r in (0, 63, 64, 65, 127, 150):
         assert np.array_equal(store.table.batch([r], 0, K)[0].get_frame(K - 1), frames[r])
     chains = [len(store.pool._chain(s)) for s in store.table.ids().ravel()]
-    assert max(chains) == 8  # position 63 of a group: 1 + popcount(63), + the root
+    assert max(chains) == 65  # position 63 of a group: 64 blobs, + the root
 
 
 def test_a_frame_equal_to_the_one_before_is_an_empty_patch_on_it():
@@ -187,6 +187,36 @@ def test_a_frame_equal_to_the_one_before_is_an_empty_patch_on_it():
     keys = Store(frames, [0], {"group": 1})  # every frame its own keyframe: no alias either
     assert {len(keys.pool._chain(s)) for s in keys.table.ids()[: -K - 1, K]} == {1}
     check_values(keys, np.arange(keys.rows)[::7], ("stack",))
+
+
+def test_a_frame_equal_to_one_shortly_before_is_an_alias_of_it():
+    """Flicker: a frame equal to one of the 4 frames before it is an alias of that frame.
+
+    It decodes as a copy of that frame (its chain is that frame's, plus itself) and the
+    frame after it is coded against it; a frame repeated from further back is a patch
+    against the frame before it, as any other.
+    """
+    distinct, frames, back = one_pixel(100, shape=(9, 9)), [], []
+    for i in range(100):
+        frames.append(distinct[i])
+        back.append(0)
+        if i % 6 == 5:  # a repeat from 2, 3, 4 or 5 frames back
+            back.append(2 + (i // 6) % 4)
+            frames.append(frames[-back[-1]])
+    frames = np.array(frames)
+    store = Store(frames, [0], {"group": 64})
+    check_values(store, np.arange(store.rows)[::-1], ("stack",))
+    ids = store.table.ids()
+    pool, slot = store.pool, [ids[0, 0], *ids[:, K].tolist()]  # frame t's slot
+    same = []  # the slot frame t decodes as
+    for t, d in enumerate(back[: -K - 1]):
+        chain = pool._chain(slot[t])
+        if d in (2, 3, 4):
+            assert chain[1:] == pool._chain(same[t - d]), t
+        elif t:  # a patch on the frame before it, or a keyframe on the root (frame 0)
+            assert chain[1] == same[t - 1] or chain[1:] == [slot[0]], t
+        same.append(same[t - d] if d in (2, 3, 4) else slot[t])
+    assert sum(d == 5 for d in back[: -K - 1]) > 2
 
 
 def test_keyframes_are_coded_against_a_raw_root_renewed_every_8192_frames():
@@ -395,10 +425,10 @@ def test_take_loads_and_compresses(group):
     pool.flush()
     st = pool.stats()
     assert st["cold_frames"] == st["live_frames"] == len(frames)
-    # groups of `group` frames, each coded as a binary tree: 1 + popcount(position) blobs,
-    # + the root for the groups after the first (whose keyframe is the root)
+    # groups of `group` frames, each a chain: position p decodes from p + 1 blobs, + the
+    # root for the groups after the first (whose keyframe is the root)
     longest = max(len(pool._chain(s)) for s in table.ids().ravel())
-    assert longest == min(group, len(frames)).bit_length() + (len(frames) > group > 1)
+    assert longest == min(group, len(frames)) + (len(frames) > group > 1)
     a, b = table.gather_pairs(np.arange(n), (0, K), np.arange(n), (1, K + 1), layout="stack")
     assert np.array_equal(a, frames[index[:, :K]]) and np.array_equal(b, frames[index[:, 1:]])
 

@@ -602,10 +602,10 @@ def test_dedup_keeps_a_stream_a_chain_of_frames():
     """``_push_dedup`` pushes a stream's frames as the chain a table row is read along.
 
     The next observation matches the observation shifted by one frame; in a compressing
-    pool a frame equal to the one before it (a static screen) is a frame of its own (an
-    empty patch), past the reset padding, which is one slot; an older equal frame
-    (flicker) is reused. Stacks so pushed are stored in one id a row. A plain pool
-    reuses the repeated frame's slot (a frame's bytes outweigh a row's record).
+    pool a frame equal to an earlier one (a static screen, or flicker) is a frame of its
+    own (an empty patch), past the reset padding, which is one slot. Stacks so pushed are
+    stored in one id a row. A plain pool reuses the repeated frame's slot (a frame's bytes
+    outweigh a row's record).
     """
     pool = core.FramePool((2, 2), np.uint8, compress=True)
     a, b, c, d = (np.full((2, 2), v, np.uint8) for v in (1, 2, 3, 4))
@@ -618,11 +618,15 @@ def test_dedup_keeps_a_stream_a_chain_of_frames():
     reset = pool._push_dedup(np.stack([a] * 4)[None], None, np.stack([a, a, a, b])[None])
     r = reset.slots[0].tolist()
     assert r[:7] == [r[0]] * 7 and r[7] != r[0]
-    flicker = pool._push_dedup(np.stack([a, b, a, b])[None]).slots[0].tolist()
-    assert flicker[2:] == flicker[:2] != flicker[::-1][:2]
-    table = core.SlotTable(pool, 2, 8)
-    table.set([0, 1], (pool.lazy_batch([s[:4], r[:4]]), pool.lazy_batch([s[4:], r[4:]])))
-    assert table.ids().tolist() == [s, r] and table.memory() == 2 * 4
+    flicker = pool._push_dedup(np.stack([a, b, a, b])[None], None, np.stack([b, a, b, a])[None])
+    f = flicker.slots[0].tolist()
+    assert len(set(f[:4])) == 4 and f[4:7] == f[1:4] and f[7] not in f[:7]
+    p = plain._push_dedup(np.stack([a, b, a, b])[None]).slots[0].tolist()
+    assert p[2:] == p[:2] != p[::-1][:2]
+    table = core.SlotTable(pool, 3, 8)
+    table.set([0, 1, 2], (pool.lazy_batch([s[:4], r[:4], f[:4]]),
+                          pool.lazy_batch([s[4:], r[4:], f[4:]])))  # fmt: skip
+    assert table.ids().tolist() == [s, r, f] and table.memory() == 3 * 4
 
 
 @pytest.mark.parametrize("width", [1, 2, 3, 4, 6, 8, 9])

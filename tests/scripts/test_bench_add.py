@@ -202,11 +202,11 @@ def test_codec_floor_encodes_keyframes_and_patches_as_the_pool():
     key = _core._codec_floor(frames[:1], group=1)  # a keyframe of zeros: the codec's blob
     assert 0 < key < 100
     assert _core._codec_floor(frames[:1], group=4) == fb  # the first keyframe: a root, raw
-    # the root 0; 1, 2, 3 patched against 0, 0, 2; keyframes 4 and 8 against the root (no
-    # larger than the codec's blob); 5, 6, 7 against 4, 4, 6: only 5 differs from its reference
+    # the root 0; 1, 2, 3 patched against 0, 1, 2; keyframes 4 and 8 against the root (no
+    # larger than the codec's blob); 5, 6, 7 against 4, 5, 6: 5 differs from 4, 6 from 5
     total = _core._codec_floor(frames, group=4)
     run = _core._codec_floor(frames[4:6], group=4) - fb  # skip, len, 3 bytes
-    assert 3 < run < 10 and total == fb + run
+    assert 3 < run < 10 and total == fb + 2 * run
     assert _core._codec_floor(frames, group=1) == 8 * key + _core._codec_floor(frames[5:6], group=1)
     # a root every LF_ROOT_FRAMES (8,192) frames: 128 keyframes of a group of 64
     small = np.zeros((8192 + 64, 4, 4), np.uint8)
