@@ -422,7 +422,7 @@ static long encode(lf_coder *c, const unsigned char *frame, const unsigned char 
             unsigned char *key = c->blob + n + LF_BLOB_OVERHEAD, lean;
             long k = codec_blob(c, frame, &lean, key);
             if (k < 0) return -1;
-            if (k >= best) return best;
+            if (k + LF_CODEC_SAVES > best) return best;
             *out = key;
             *kind = lean;
             return k;

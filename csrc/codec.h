@@ -192,8 +192,12 @@ size_t lf_pack(void *state, const unsigned char *patch, size_t pn, unsigned char
 size_t lf_pack_state_bytes(void);
 
 /* A delta larger than an LF_DELTA_BIG-th of its frame (a scene change: Pong's frames
- * between points) is also tried as a keyframe, kept if smaller. */
+ * between points) is also tried as a keyframe, kept if at least LF_CODEC_SAVES bytes
+ * smaller; so is a keyframe's patch against the pool's root. The codec's blob costs a
+ * codec call to decode (zstd, the default codec: about 5 us for a busy frame) where a
+ * patch costs copies (docs/COMPRESSION.md, "Entropy where it pays"). */
 #define LF_DELTA_BIG 8
+#define LF_CODEC_SAVES 128
 
 /* The coder of a compressing pool's frames of n bytes: a keyframe is the codec's blob, made
  * lean; a delta against its reference frame is a patch, packed (lf_pack) when that pays

@@ -28,7 +28,7 @@ DEFAULT_CHUNK_BYTES = 1 << 20
 
 # Frame compression (docs/COMPRESSION.md): codec names, and the default chosen by measurement.
 CODECS = ("lz4", "lz4hc", "zstd")
-DEFAULT_COMPRESSION = {"codec": "lz4", "level": 9, "group": 8}
+DEFAULT_COMPRESSION = {"codec": "zstd", "level": 1, "group": 8}
 MAX_GROUP = 64  # most frames per keyframe
 
 

@@ -106,7 +106,7 @@ def test_recorded_frames_bit_exact(game, compress, channel):
     assert st["cold_frames"] == st["live_frames"] - K and st["hot_frames"] == K
     assert st["cold_bytes"] < st["cold_frames"] * store.pool.frame_bytes / 4
     if compress is True and game == "pong":  # the order of docs/COMPRESSION.md's table
-        assert store.pool.compression == {"codec": "lz4", "level": 9, "group": 8}
+        assert store.pool.compression == {"codec": "zstd", "level": 1, "group": 8}
         assert st["cold_bytes"] / st["cold_frames"] < 400
 
 
@@ -343,8 +343,8 @@ def test_enable_compression():
     refs = [pool.push(f) for f in frames]  # live frames: converted in place
     pool.enable_compression()
     pool.enable_compression(True)  # idempotent
-    pool.enable_compression({"codec": "lz4"})  # the same options
-    assert pool.compression == {"codec": "lz4", "level": 9, "group": 8}
+    pool.enable_compression({"codec": "zstd"})  # the same options
+    assert pool.compression == {"codec": "zstd", "level": 1, "group": 8}
     refused(ValueError, "already compresses", pool.enable_compression, {"group": 2})
     table = core.SlotTable(pool, 29, 2)
     table.set(np.arange(29), (pool.lazy_batch([[refs[i], refs[i + 1]] for i in range(29)]),))

@@ -64,7 +64,8 @@ def v2_streams():
 def v3_compressed():
     """Two envs of recorded Pong frames, compressed in groups of 4, n_step 2, wrapped."""
     frames = recorded("pong")[0]
-    rb = ReplayBuffer(24, num_envs=2, n_step=2, gamma=0.5, seed=5, compress={"group": 4})
+    lz4 = {"codec": "lz4", "level": 9, "group": 4}  # the default codec of its version
+    rb = ReplayBuffer(24, num_envs=2, n_step=2, gamma=0.5, seed=5, compress=lz4)
     for t in range(15):
         obs = np.stack([frames[80 * e + t : 80 * e + t + 4] for e in range(2)])
         nxt = np.stack([frames[80 * e + t + 1 : 80 * e + t + 5] for e in range(2)])
@@ -73,11 +74,14 @@ def v3_compressed():
     return rb
 
 
+LZ4_8 = {"codec": "lz4", "level": 9, "group": 8}  # the default of versions 4 and 5
+
+
 def v4_xor():
     """Frames that change everywhere by one XOR: version 4's coder made KIND_XOR blobs."""
     base = np.random.default_rng(7).integers(0, 256, (24, 24), dtype=np.uint8)
     frames = np.stack([base ^ np.uint8(37 * t % 256) for t in range(20)])
-    rb = ReplayBuffer(16, seed=7, compress={"group": 8})
+    rb = ReplayBuffer(16, seed=7, compress=LZ4_8)
     for t in range(14):
         rb.add(frames[t : t + 2], t % 3, 0.5 * t, frames[t + 1 : t + 3], t == 9, False)
     rb.sample(3)
@@ -89,7 +93,7 @@ def v5_packed():
     frames = np.zeros((20, 32, 32), np.uint8)
     for t in range(20):  # rows of a few gray levels that change each step
         frames[t, : 8 + t % 9] = np.tile(np.arange(32, dtype=np.uint8) // 4 + t, (8 + t % 9, 1))
-    rb = ReplayBuffer(16, seed=9, compress={"group": 8})
+    rb = ReplayBuffer(16, seed=9, compress=LZ4_8)
     for t in range(14):
         rb.add(frames[t : t + 2], t % 3, 0.25 * t, frames[t + 1 : t + 3], t == 11, False)
     rb.sample(3)

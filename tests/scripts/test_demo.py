@@ -129,7 +129,7 @@ def test_demo_report_json_and_plot(demo_run):
     assert "lazyframes compressed (measured)" in r.stdout
     assert "lazyframes uncompressed (computed)" in r.stdout
     text = " ".join(r.stdout.split())  # the line is wrapped
-    assert re.search(r"compressed \(codec lz4, level 9, group 8\): [\d,]+ frames compressed", text)
+    assert re.search(r"compressed \(codec zstd, level 1, group 8\): [\d,]+ frames compressed", text)
     assert re.search(r"[\d,]+ held raw; frames [\d.]+x smaller than raw", text)
     assert rep["env_steps_per_s"] > 0 and 0 < rep["stacking_share"] < 1
     t = rep["time"]
@@ -150,7 +150,7 @@ def test_demo_report_json_and_plot(demo_run):
     assert m["lazyframes_uncompressed"] >= m["unique_frames"] * m["frame_bytes"]
     # (the held figure includes the sample's ~1 MB scratch)
     assert m["lazyframes"] < m["lazyframes_uncompressed"]
-    assert rep["compress"] is True and m["compression"]["codec"] == "lz4"
+    assert rep["compress"] is True and m["compression"]["codec"] == "zstd"
     assert m["hot_frames"] + m["cold_frames"] >= m["unique_frames"]
     # 200 frames: the pool's fixed costs still weigh as much as the frames saved
     assert 0 < m["cold_bytes"] < m["cold_frames"] * m["frame_bytes"] / 3
