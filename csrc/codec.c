@@ -371,15 +371,21 @@ int lf_coder_init(lf_coder *c, lf_codec codec, size_t n) {
     c->n = n;
     c->codec = codec;
     c->cctx = lf_cctx_new(codec);
+    if (codec.codec == LF_CODEC_ZSTD)
+        c->fast = lf_cctx_new((lf_codec){LF_CODEC_LZ4, 9, codec.group});
     c->pack_state = malloc(lf_pack_state_bytes());
     c->blob = malloc(2 * (n + LF_BLOB_OVERHEAD));
     c->patch = malloc(n + LF_BLOB_OVERHEAD);
     c->delta = malloc(n);
-    return c->cctx && c->pack_state && c->blob && c->patch && c->delta ? 0 : -1;
+    return c->cctx && (c->fast || codec.codec != LF_CODEC_ZSTD) && c->pack_state && c->blob &&
+                   c->patch && c->delta
+               ? 0
+               : -1;
 }
 
 void lf_coder_free(lf_coder *c) {
     lf_ctx_free(c->cctx);
+    lf_ctx_free(c->fast);
     free(c->pack_state);
     free(c->blob);
     free(c->patch);
@@ -463,6 +469,14 @@ int lf_coder_container(lf_coder *c, const unsigned char *frames, size_t m, int g
             w = lf_unlean(&c->header, blob, w, dst);
         else
             memcpy(dst, blob, w);
+        if (c->fast && !(kind & LF_BLOB_DELTA)) { /* a keyframe: LZ4's blob unless zstd's */
+            long f = lf_compress(c->fast, frames + i * n, n, c->patch); /* saves enough */
+            if (f < 0) return -1;
+            if ((size_t)f < w + LF_CODEC_SAVES) {
+                memcpy(dst, c->patch, (size_t)f);
+                w = (size_t)f;
+            }
+        }
         offsets[i + 1] = offsets[i] + (int64_t)w;
     }
     return 0;

@@ -207,6 +207,7 @@ typedef struct {
     size_t n;
     lf_codec codec;
     void *cctx;            /* keyframes' */
+    void *fast;            /* with zstd, an LZ4 context: a container's keyframes */
     void *pack_state;      /* lf_pack's */
     lf_header header;      /* the template of lean blobs */
     unsigned char *blob;   /* 2 (n + LF_BLOB_OVERHEAD): codec blobs (and a pool's decoding
@@ -233,10 +234,12 @@ long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned cha
 long lf_coder_encode_key(lf_coder *c, const unsigned char *frame, const unsigned char *root,
                          const unsigned char **out, unsigned char *kind);
 
-/* Code m frames (c->n bytes each, one after another) into a container, as a pool codes
- * them: a keyframe first, at each i with keys[i] nonzero (keys may be NULL) and wherever
- * a group of `group` frames is full or a delta would not pay, the others patches or packed
- * patches (lf_coder_encode), every blob whole (not lean). out: room for m (c->n +
+/* Code m frames (c->n bytes each, one after another) into a container: a keyframe first,
+ * at each i with keys[i] nonzero (keys may be NULL) and wherever a group of `group` frames
+ * is full or a delta would not pay, the others patches or packed patches (lf_coder_encode)
+ * against the group's tree (lf_tree_step), every blob whole (not lean). A container has no
+ * root, so with zstd a keyframe is LZ4's blob unless zstd's is LF_CODEC_SAVES bytes
+ * smaller: a pool that adopts it decodes it as fast as a pool's own. out: room for m (c->n +
  * LF_BLOB_OVERHEAD) bytes; blob i is out[offsets[i]:offsets[i + 1]], of kinds[i]. 0, or
  * -1 if the codec failed. */
 int lf_coder_container(lf_coder *c, const unsigned char *frames, size_t m, int group,

@@ -449,6 +449,24 @@ def test_container_roundtrip(group):
     assert core.decode_frames(*empty, (3,), np.uint8).shape == (0, 3)
 
 
+def test_container_keyframes_take_zstd_only_where_it_saves_128_bytes():
+    """With zstd, a container's keyframe is LZ4's blob unless zstd's is 128 bytes smaller.
+
+    A container has no root, so its keyframes are codec blobs, and a pool adopts them as
+    they are: LZ4 keeps them as fast to decode as a pool's own keyframes.
+    """
+    frames, _ = recorded("pong")
+    noisy = frames[:64].copy()
+    noisy[32:, :40] = np.random.default_rng(0).integers(0, 2, (32, 40, 84))  # random bits
+    for fr in (frames[:64], noisy):
+        lz4 = core.encode_frames(fr, codec="lz4", level=9, group=1)
+        zstd = core.encode_frames(fr, codec="zstd", level=1, group=1)
+        assert np.array_equal(core.decode_frames(*zstd, (84, 84), np.uint8), fr)
+        a, b = np.diff(lz4[1]), np.diff(zstd[1])
+        assert ((b == a) | (b + 128 <= a)).all() and (b[:32] == a[:32]).all()
+    assert (b[32:] + 128 <= a[32:]).all()  # random bits: zstd's entropy coding pays
+
+
 def test_a_container_decodes_piece_by_piece_from_the_group_before():
     frames, _ = recorded("pong")
     payload, offsets, kinds = core.encode_frames(frames[:50], group=16)
