@@ -10,13 +10,14 @@
 def encode_frames(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
                   level=C.DEFAULT_COMPRESSION["level"], group=C.DEFAULT_COMPRESSION["group"],
                   keys=None):
-    """Compress ``n`` frames into one container, as a compressing :class:`FramePool` would.
+    """Compress ``n`` frames into one container, with a compressing :class:`FramePool`'s coder.
 
-    Frame 0 is a keyframe (``KIND_KEY``), and so is each frame of ``keys`` and each that
-    a group of ``group`` frames has no room for or that a delta would not pay for. The
-    others are ``KIND_PATCH`` or ``KIND_PACKED`` deltas against the frame of their group at
-    position ``pos - lowbit(pos)`` (docs/COMPRESSION.md). :func:`decode_frames` inverts
-    it; :meth:`FramePool.adopt` stores its blobs as they are.
+    Frame 0 is a keyframe (``KIND_KEY``; with zstd, LZ4's blob unless zstd's is 128 bytes
+    smaller), and so is each frame of ``keys`` and each that a group of ``group`` frames has
+    no room for or that a delta would not pay for. The others are ``KIND_PATCH`` or
+    ``KIND_PACKED`` deltas against the frame of their group at position ``pos - lowbit(pos)``
+    (a tree; docs/COMPRESSION.md). :func:`decode_frames` inverts it;
+    :meth:`FramePool.adopt` stores its blobs as they are, with those references.
 
     Args:
         frames: a numeric array ``(n, *S)``, ``n >= 0``.

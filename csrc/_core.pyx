@@ -116,7 +116,8 @@ cdef extern from "parallel.h" nogil:
 
 cdef extern from "codec.h" nogil:
     enum:
-        LF_CODEC_LZ4, LF_CODEC_LZ4HC, LF_CODEC_ZSTD, LF_BLOB_OVERHEAD, LF_MAX_GROUP
+        LF_CODEC_LZ4, LF_CODEC_LZ4HC, LF_CODEC_ZSTD, LF_BLOB_OVERHEAD, LF_MAX_GROUP,
+        LF_BLOB_DELTA
     ctypedef struct lf_codec:
         int codec
         int level
@@ -155,6 +156,7 @@ cdef extern from "pool.h" nogil:
     enum:
         LF_ROOT_FRAMES
         LF_MAX_CHAIN
+        LF_ALIAS_BACK
     ctypedef struct lf_pool:
         size_t frame_bytes
         size_t spc

@@ -157,13 +157,15 @@ def _codec_floor(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
                  level=C.DEFAULT_COMPRESSION["level"], group=C.DEFAULT_COMPRESSION["group"]):
     """The floor of compressing a stream's frames, for benchmarks: the coder alone.
 
-    What a compressing pool must at least do for each frame of one stream, in order: the
-    pool's coder (``lf_coder_encode`` in ``csrc/codec.c``) codes frame i at position ``p =
-    i % group`` of its group as a keyframe (``p == 0``) or as a delta against frame
-    ``i - 1`` (the pool's chain of references; docs/COMPRESSION.md): a patch, packed when
-    that pays. With ``group > 1`` a keyframe is, as in a pool, a root (kept
-    raw: no coding) once every ``LF_ROOT_FRAMES / group`` keyframes from the first, else
-    the smaller of the codec's blob and the delta against the last root
+    What a compressing pool must at least do for each frame of one stream, in order, as its
+    ``compress_one`` (``csrc/pool.c``) does: a frame equal to one of the ``LF_ALIAS_BACK``
+    (4) frames before it is an alias (no bytes; it takes that frame's position, and the
+    frame after it is coded against that frame); else, in a group with room, a delta
+    against the frame before it by the pool's coder (``lf_coder_encode`` in
+    ``csrc/codec.c``: a patch, packed when that pays, or a keyframe when that is much
+    smaller; docs/COMPRESSION.md); else a keyframe: with ``group > 1``, a root (kept raw:
+    no coding) once every ``LF_ROOT_FRAMES / group`` keyframes from the first, else the
+    delta against the last root unless the codec's blob is much smaller
     (``lf_coder_encode_key``). No slots, no queue, no copies of the blobs, no decoding of
     a reference (every frame is at hand, uncompressed): a plain C loop with the GIL
     released.
@@ -194,34 +196,50 @@ def _codec_floor(frames, *, codec=C.DEFAULT_COMPRESSION["codec"],
         raise ValueError(f"frames of {fb} bytes are too large to compress")
     cdef const unsigned char *src = <const unsigned char *>cnp.PyArray_DATA(a)
     cdef const unsigned char *out
+    cdef const unsigned char *f
     cdef unsigned char kind
-    cdef unsigned p
     cdef long r = 0
+    cdef Py_ssize_t j, d
     cdef size_t keys = 0, period = <size_t>LF_ROOT_FRAMES // <size_t>c.group
     cdef const unsigned char *root = NULL
+    # frame i's position in its group, and the frame it decodes as (itself, or what it
+    # is an alias of)
+    cdef unsigned *pos = <unsigned *>malloc(<size_t>n * sizeof(unsigned))
+    cdef Py_ssize_t *same = <Py_ssize_t *>malloc(<size_t>n * sizeof(Py_ssize_t))
     cdef lf_coder coder
+    memset(&coder, 0, sizeof(coder))
     try:
-        if lf_coder_init(&coder, c, fb) != 0:
+        if pos == NULL or same == NULL or lf_coder_init(&coder, c, fb) != 0:
             raise MemoryError()
         with nogil:
             for i in range(n):
-                p = <unsigned>(i % c.group)
-                if p != 0:
-                    r = lf_coder_encode(&coder, src + i * fb, src + (i - 1) * fb, &out, &kind)
+                f, j, same[i], pos[i], r = src + i * fb, -1, i, 0, 0
+                if c.group > 1:
+                    for d in range(1, min(i, <Py_ssize_t>LF_ALIAS_BACK) + 1):
+                        if memcmp(src + (i - d) * fb, f, fb) == 0:
+                            j = i - d
+                            break
+                if j >= 0:  # an alias: no bytes
+                    same[i], pos[i] = same[j], pos[j]
+                elif i and c.group > 1 and pos[i - 1] + 1 < <unsigned>c.group:
+                    r = lf_coder_encode(&coder, f, src + same[i - 1] * fb, &out, &kind)
+                    pos[i] = pos[i - 1] + 1 if kind & LF_BLOB_DELTA else 0
                 elif c.group == 1:
-                    r = lf_coder_encode(&coder, src + i * fb, NULL, &out, &kind)
-                elif keys % period == 0:  # a root: the frame itself
-                    root = src + i * fb
-                    r = <long>fb
+                    r = lf_coder_encode(&coder, f, NULL, &out, &kind)
                 else:
-                    r = lf_coder_encode_key(&coder, src + i * fb, root, &out, &kind)
-                keys += p == 0
+                    if keys % period == 0:  # a root: the frame itself
+                        root, r = f, <long>fb
+                    else:
+                        r = lf_coder_encode_key(&coder, f, root, &out, &kind)
+                    keys += 1
                 if r < 0:
                     break
                 total += <size_t>r
         if r < 0:
             raise MemoryError("the codec failed to compress a frame")
     finally:
+        free(pos)
+        free(same)
         lf_coder_free(&coder)
     return total
 

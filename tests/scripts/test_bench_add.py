@@ -197,19 +197,30 @@ def test_shared_table_and_checks(capsys):
 
 def test_codec_floor_encodes_keyframes_and_patches_as_the_pool():
     frames = np.zeros((9, 84, 84), np.uint8)
-    frames[5, 10, 20:23] = 7  # one run of 3 changed bytes in frame 5
+    frames[np.arange(9), 0, np.arange(9)] = 1  # frame i: a 1 in column i
     fb = frames[0].nbytes
     key = _core._codec_floor(frames[:1], group=1)  # a keyframe of zeros: the codec's blob
     assert 0 < key < 100
     assert _core._codec_floor(frames[:1], group=4) == fb  # the first keyframe: a root, raw
-    # the root 0; 1, 2, 3 patched against 0, 1, 2; keyframes 4 and 8 against the root (no
-    # larger than the codec's blob); 5, 6, 7 against 4, 5, 6: 5 differs from 4, 6 from 5
+    # the root 0; 1, 2, 3 patched against 0, 1, 2 (a run of 2 bytes each); keyframes 4 and
+    # 8 patched against the root (smaller than the codec's blob); 5, 6, 7 against 4, 5, 6
     total = _core._codec_floor(frames, group=4)
-    run = _core._codec_floor(frames[4:6], group=4) - fb  # skip, len, 3 bytes
-    assert 3 < run < 10 and total == fb + 2 * run
-    assert _core._codec_floor(frames, group=1) == 8 * key + _core._codec_floor(frames[5:6], group=1)
+    run = _core._codec_floor(frames[:2], group=4) - fb
+    key4, key8 = (_core._codec_floor(frames[[0, i]], group=4) - fb for i in (4, 8))
+    assert 3 < run < 10 and total == fb + 6 * run + key4 + key8
+    assert _core._codec_floor(frames, group=1) == sum(
+        _core._codec_floor(frames[i : i + 1], group=1) for i in range(9)
+    )
+    # a frame equal to one of the 4 before it is an alias: no bytes; from further back, a patch
+    a, b = frames[0], frames[1]
+    assert _core._codec_floor(np.stack([a, b, a, b, a]), group=8) == fb + run
+    assert _core._codec_floor(frames[[0, 1, 2, 3, 4, 0]], group=8) > _core._codec_floor(
+        frames[:5], group=8
+    )
     # a root every LF_ROOT_FRAMES (8,192) frames: 128 keyframes of a group of 64
     small = np.zeros((8192 + 64, 4, 4), np.uint8)
-    assert _core._codec_floor(small, group=64) == _core._codec_floor(small[:8192], group=64) + 16
+    small.reshape(-1, 16)[:, :4] = np.arange(len(small), dtype="<u4")[:, None].view(np.uint8)
+    floor = _core._codec_floor
+    assert floor(small, group=64) == floor(small[:8192], group=64) + floor(small[8192:], group=64)
     refused(TypeError, "uint8", _core._codec_floor, frames.astype(np.float32))
     refused(ValueError, "n >= 1", _core._codec_floor, frames[:0])
