@@ -712,6 +712,7 @@ int lf_blob_decode(const lf_pool *p, void *dctx, lf_blob b, const unsigned char 
 int lf_pool_decode(const lf_pool *p, void *dctx, int64_t slot, unsigned char *out) {
     int64_t chain[LF_MAX_CHAIN];
     int n = lf_pool_chain(p, slot, chain);
+    if (lf_pool_meta(p, chain[n - 1])->ref >= 0) return -1; /* cut short: cannot happen */
     for (int i = n - 1; i >= 0; i--) /* the keyframe, then each patch in place */
         if (lf_blob_decode(p, dctx, lf_pool_blob(p, chain[i]), i == n - 1 ? NULL : out, out,
                            p->z->coder.blob))

@@ -378,7 +378,8 @@ int lf_pool_adopt(lf_pool *p, const unsigned char *payload, const int64_t *offse
 size_t lf_pool_pending(const lf_pool *p);
 
 /* Append to chain[] the slots a cold `slot` is decoded from, itself first, its keyframe
- * last; returns their number (<= LF_MAX_CHAIN). */
+ * last; returns their number (<= LF_MAX_CHAIN: a longer chain, which compress_one never
+ * makes, is cut there, and lf_pool_decode then fails, as a reader does). */
 int lf_pool_chain(const lf_pool *p, int64_t slot, int64_t *chain);
 
 /* The blob of a cold slot, as read with the GIL held: it does not move or change while

@@ -773,6 +773,12 @@ static void test_prev_links_and_aliases(void) {
         CHECK(lf_pool_chain(&p, s[i], chain) == lf_pool_chain(&p, s[5], chain) + 1,
               "its chain");
     }
+    /* a chain longer than LF_MAX_CHAIN (a loop, here) fails to decode, never reads wrong */
+    int32_t ref5 = lf_pool_meta(&p, s[5])->ref;
+    lf_pool_meta(&p, s[5])->ref = (int32_t)s[6];
+    CHECK(lf_pool_chain(&p, s[6], chain) == LF_MAX_CHAIN && lf_pool_read(&p, s[6], got) == -1,
+          "a chain cut short");
+    lf_pool_meta(&p, s[5])->ref = ref5;
     /* the group goes on past the run: frame 10 at the position after frame 5's */
     CHECK(lf_pool_meta(&p, s[10])->pos == lf_pool_meta(&p, s[5])->pos + 1, "group goes on");
     for (int i = 30; i < N; i++) { /* flicker within LF_ALIAS_BACK frames: aliases */
