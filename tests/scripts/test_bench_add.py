@@ -224,3 +224,17 @@ def test_codec_floor_encodes_keyframes_and_patches_as_the_pool():
     assert floor(small, group=64) == floor(small[:8192], group=64) + floor(small[8192:], group=64)
     refused(TypeError, "uint8", _core._codec_floor, frames.astype(np.float32))
     refused(ValueError, "n >= 1", _core._codec_floor, frames[:0])
+
+
+def test_bench_compress_checks_its_targets_on_the_four_games_only(capsys):
+    """Any ALE game may be measured; the bytes and sampling targets are the four games'."""
+    from bench import bench_compress
+
+    row = {"buffer": "ours compress", "cost_vs_codec": 1.0, "add_us": 9.0, "bpt_rss": 300.0,
+           "bpt_own": 290.0, "u8_vs_ours": 2.5, "f32_vs_ours": 2.0}  # fmt: skip
+    assert not bench_compress.check([{**row, "game": "Pong"}])  # 300 B and 2.5x: missed
+    out = capsys.readouterr().out
+    assert "Pong B/transition by RSS: 300 (<= 250: MISSED)" in out and "u8 vs ours" in out
+    assert bench_compress.check([{**row, "game": "SpaceInvaders"}])
+    out = capsys.readouterr().out
+    assert "add per new frame" in out and "B/transition" not in out and "vs ours" not in out
