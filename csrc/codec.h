@@ -28,7 +28,7 @@ typedef struct {
     int codec;             /* LF_CODEC_* */
     int level;             /* 1..9 */
     int group;             /* 1..LF_MAX_GROUP frames per keyframe (a pool decodes a frame
-                            * from group blobs at most and its root, pool.h) */
+                            * from group + 1 blobs at most and its root, pool.h) */
 } lf_codec;
 
 /* Once per process, before any other call. */
@@ -195,13 +195,13 @@ size_t lf_pack_state_bytes(void);
  * between points) is also tried as a keyframe, kept if at least LF_CODEC_SAVES bytes
  * smaller; so is a keyframe's patch against the pool's root. The codec's blob costs a
  * codec call to decode (zstd, the default codec: about 5 us for a busy frame) where a
- * patch costs copies (docs/COMPRESSION.md, "Entropy where it pays"). */
+ * patch costs copies (docs/COMPRESSION.md, "Chains, aliases and entropy where it pays"). */
 #define LF_DELTA_BIG 8
 #define LF_CODEC_SAVES 128
 
 /* The coder of a compressing pool's frames of n bytes: a keyframe is the codec's blob, made
  * lean; a delta against its reference frame is a patch, packed (lf_pack) when that pays
- * (LF_PACK_SAVES), or the keyframe when that is smaller (LF_DELTA_BIG). One coder per pool
+ * (LF_PACK_SAVES), or the keyframe when that is much smaller (LF_DELTA_BIG). One coder per pool
  * (its buffers are the pool's scratch too); the benchmarks' codec floor runs one alone. */
 typedef struct {
     size_t n;
@@ -223,14 +223,15 @@ void lf_coder_free(lf_coder *c);
 /* Code frame (n bytes) as a keyframe (base NULL) or as a delta against base: the coded
  * bytes' size, *out pointing at them in the coder's buffers (valid until the next call),
  * and *kind the LF_BLOB_* bits (0 or LF_BLOB_LEAN: a keyframe, also when a delta would not
- * fit or be smaller; LF_BLOB_PATCH or LF_BLOB_PACKED: a delta);
+ * fit or the keyframe is LF_CODEC_SAVES bytes smaller; LF_BLOB_PATCH or LF_BLOB_PACKED: a
+ * delta);
  * -1 if the codec failed (cannot happen: the buffers hold any frame). */
 long lf_coder_encode(lf_coder *c, const unsigned char *frame, const unsigned char *base,
                      const unsigned char **out, unsigned char *kind);
 
 /* Code frame as a keyframe of a pool with a root (pool.h, "Roots"): the delta against
- * root (as lf_coder_encode codes one) or the codec's keyframe, whichever is smaller (the
- * delta when they tie), whatever the delta's size. Returns as lf_coder_encode. */
+ * root (as lf_coder_encode codes one), or the codec's keyframe if that is at least
+ * LF_CODEC_SAVES bytes smaller, whatever the delta's size. Returns as lf_coder_encode. */
 long lf_coder_encode_key(lf_coder *c, const unsigned char *frame, const unsigned char *root,
                          const unsigned char **out, unsigned char *kind);
 
