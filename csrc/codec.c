@@ -371,16 +371,11 @@ int lf_coder_init(lf_coder *c, lf_codec codec, size_t n) {
     c->n = n;
     c->codec = codec;
     c->cctx = lf_cctx_new(codec);
-    if (codec.codec == LF_CODEC_ZSTD)
-        c->fast = lf_cctx_new((lf_codec){LF_CODEC_LZ4, 9, codec.group});
     c->pack_state = malloc(lf_pack_state_bytes());
     c->blob = malloc(2 * (n + LF_BLOB_OVERHEAD));
     c->patch = malloc(n + LF_BLOB_OVERHEAD);
     c->delta = malloc(n);
-    return c->cctx && (c->fast || codec.codec != LF_CODEC_ZSTD) && c->pack_state && c->blob &&
-                   c->patch && c->delta
-               ? 0
-               : -1;
+    return c->cctx && c->pack_state && c->blob && c->patch && c->delta ? 0 : -1;
 }
 
 void lf_coder_free(lf_coder *c) {
@@ -453,6 +448,8 @@ int lf_coder_container(lf_coder *c, const unsigned char *frames, size_t m, int g
                        uint8_t *kinds) {
     size_t n = c->n;
     lf_tree t = {0, 0};
+    if (c->codec.codec == LF_CODEC_ZSTD && !c->fast) /* made here: pools never use it */
+        if (!(c->fast = lf_cctx_new((lf_codec){LF_CODEC_LZ4, 9, c->codec.group}))) return -1;
     offsets[0] = 0;
     for (size_t i = 0; i < m; i++) {
         const unsigned char *base = NULL, *blob;

@@ -207,7 +207,8 @@ typedef struct {
     size_t n;
     lf_codec codec;
     void *cctx;            /* keyframes' */
-    void *fast;            /* with zstd, an LZ4 context: a container's keyframes */
+    void *fast;            /* with zstd, an LZ4 context for a container's keyframes (made
+                            * by lf_coder_container), or NULL */
     void *pack_state;      /* lf_pack's */
     lf_header header;      /* the template of lean blobs */
     unsigned char *blob;   /* 2 (n + LF_BLOB_OVERHEAD): codec blobs (and a pool's decoding
@@ -242,7 +243,7 @@ long lf_coder_encode_key(lf_coder *c, const unsigned char *frame, const unsigned
  * root, so with zstd a keyframe is LZ4's blob unless zstd's is LF_CODEC_SAVES bytes
  * smaller: a pool that adopts it decodes it as fast as a pool's own. out: room for m (c->n +
  * LF_BLOB_OVERHEAD) bytes; blob i is out[offsets[i]:offsets[i + 1]], of kinds[i]. 0, or
- * -1 if the codec failed. */
+ * -1 if the codec failed or on out of memory. */
 int lf_coder_container(lf_coder *c, const unsigned char *frames, size_t m, int group,
                        const unsigned char *keys, unsigned char *out, int64_t *offsets,
                        uint8_t *kinds);

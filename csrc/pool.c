@@ -761,7 +761,7 @@ static void make_root(lf_pool *p, int64_t slot, lf_meta *m) {
 }
 
 /* A keyframe of `frame`: the codec's blob, or, in a pool with a root, the delta against
- * the root when that is no larger (*ref then the root). */
+ * the root unless the codec's blob is LF_CODEC_SAVES bytes smaller (*ref then the root). */
 static long code_keyframe(lf_pool *p, const unsigned char *frame, const unsigned char **out,
                           unsigned char *kind, int64_t *ref) {
     lf_compressor *z = p->z;
